@@ -1,0 +1,211 @@
+//! `mlless bench`: the benchmarks of the hot paths and of the exchange, as figures to compare
+//! within one run (the machines are noisy: compare ratios, not absolute numbers across runs).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use mlless_core::{
+    Batch, GradientAccumulator, ModelSpec, OptimizerConfig, OptimizerKind, RatingBatch, SparseBatch,
+};
+use rand::{Rng, SeedableRng};
+
+/// What to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Bench {
+    /// Sparse LR gradient + Adam update throughput, and PMF ratings per second (one core).
+    Compute,
+    /// One BSP step's exchange overhead with 4 workers on the default channel.
+    Exchange,
+    /// The demo end to end.
+    Demo,
+    /// All of the above.
+    All,
+}
+
+/// Options of `mlless bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum, default_value_t = Bench::All)]
+    pub what: Bench,
+    /// Seconds per compute measurement.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Directory for the data of the exchange and demo benchmarks.
+    #[arg(long, default_value = "mlless-bench")]
+    pub dir: PathBuf,
+}
+
+/// Runs the benchmarks.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let budget = Duration::from_secs_f64(args.seconds.max(0.1));
+    let all = args.what == Bench::All;
+    if all || args.what == Bench::Compute {
+        let (nnz_per_s, rows_per_s) = lr_throughput(budget);
+        println!(
+            "lr gradient+adam update   {:>12.0} non-zeros/s  ({:.0} rows/s, 30 nnz/row, 100k features)",
+            nnz_per_s, rows_per_s
+        );
+        let ratings_per_s = pmf_throughput(budget);
+        println!(
+            "pmf gradient+adam update  {ratings_per_s:>12.0} ratings/s    (rank 10, 2000 × 1500)"
+        );
+    }
+    if all || args.what == Bench::Exchange {
+        exchange(&args)?;
+    }
+    if all || args.what == Bench::Demo {
+        let started = Instant::now();
+        crate::demo::run(crate::demo::DemoArgs {
+            dir: args.dir.join("demo"),
+            workers: 4,
+            quiet: true,
+        })?;
+        println!(
+            "demo end to end            {:>10.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Measures `step` repeatedly for `budget`; returns the calls per second.
+fn measure(budget: Duration, mut step: impl FnMut()) -> f64 {
+    step(); // warm up caches and allocations
+    let started = Instant::now();
+    let mut calls = 0u64;
+    while started.elapsed() < budget {
+        step();
+        calls += 1;
+    }
+    calls as f64 / started.elapsed().as_secs_f64()
+}
+
+fn lr_throughput(budget: Duration) -> (f64, f64) {
+    let features = 100_000u32;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut batch = SparseBatch::new();
+    for _ in 0..1000 {
+        let mut idx: Vec<u32> = (0..30).map(|_| rng.random_range(0..features)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let values = vec![1.0; idx.len()];
+        batch.push_row(f32::from(rng.random_bool(0.5)), &idx, &values);
+    }
+    let nnz = batch.nnz() as f64;
+    let rows = batch.rows() as f64;
+    let spec = ModelSpec::LogisticRegression { features, l2: 1e-5 };
+    let calls = train_loop(budget, &spec, &Batch::Sparse(batch));
+    (calls * nnz, calls * rows)
+}
+
+fn pmf_throughput(budget: Duration) -> f64 {
+    let (users, items) = (2000u32, 1500u32);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut batch = RatingBatch::default();
+    for _ in 0..1000 {
+        batch.push(
+            rng.random_range(0..users),
+            rng.random_range(0..items),
+            rng.random_range(1.0..5.0),
+        );
+    }
+    let spec = ModelSpec::MatrixFactorization {
+        users,
+        items,
+        factors: 10,
+        l2: 0.02,
+        mean: 3.0,
+        init_std: 0.1,
+    };
+    train_loop(budget, &spec, &Batch::Ratings(batch)) * 1000.0
+}
+
+/// Minibatch steps per second: gradient, Adam step, apply.
+fn train_loop(budget: Duration, spec: &ModelSpec, batch: &Batch) -> f64 {
+    let model = spec.model();
+    let mut params = spec.init_params(1);
+    let mut optimizer =
+        mlless_core::build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
+    let mut acc = GradientAccumulator::new(params.len());
+    measure(budget, || {
+        if model.gradient(&params, batch, &mut acc).is_ok() {
+            let grad = acc.take();
+            let delta = optimizer.step(&params, &grad, 0.01);
+            delta.scaled_add_to(&mut params, 1.0);
+        }
+    })
+}
+
+/// Trains sparse LR with 4 workers for a few epochs and splits the step time.
+fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
+    let dir = args.dir.join("exchange");
+    std::fs::create_dir_all(&dir)?;
+    let input = dir.join("lr.libsvm");
+    let spec = mlless_data::SparseLrSpec::new(40_000, 20_000, 30, 3);
+    crate::generate::write_with(&input, |out| mlless_data::write_sparse_lr(&spec, out))?;
+    let data = dir.join("store");
+    crate::prepare::run(crate::prepare::PrepareArgs {
+        format: crate::prepare::Format::Libsvm,
+        input,
+        out: data.display().to_string(),
+        batch_size: 500,
+        test_fraction: Some(0.1),
+        test_input: None,
+        seed: 1,
+        normalize: None,
+        features: None,
+        map_tasks: 1,
+        memory_mb: 1024,
+        timeout_s: 900.0,
+    })?;
+    let record = crate::train::train_with_progress(&crate::train::TrainArgs {
+        data: data.display().to_string(),
+        model: crate::train::Model::Lr,
+        workers: 4,
+        optimizer: crate::train::Optimizer::Adam,
+        lr: None,
+        schedule: crate::train::LrSchedule::Constant,
+        l2: None,
+        factors: None,
+        target_loss: None,
+        max_epochs: 3,
+        max_time: None,
+        channel: None,
+        runs: None,
+        memory_mb: 1024,
+        timeout_s: 900.0,
+        platform: "aws-lambda".into(),
+        seed: 1,
+        record: None,
+        quiet: true,
+    })?;
+    // Skip the first steps: process start-up and cold caches.
+    let steps: Vec<_> = record
+        .steps
+        .iter()
+        .skip(3)
+        .flat_map(|s| &s.workers)
+        .collect();
+    let n = steps.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> f64| {
+        steps.iter().map(|w| f(w)).sum::<f64>() / n
+    };
+    let mut exchange: Vec<f64> = steps.iter().map(|w| w.exchange_ms).collect();
+    exchange.sort_by(f64::total_cmp);
+    let median = exchange.get(exchange.len() / 2).copied().unwrap_or(0.0);
+    println!(
+        "bsp step, P=4, file channel: step {:.2} ms = read {:.2} + compute {:.2} + exchange {:.2} ms (median exchange {median:.2} ms, {} steps)",
+        mean(&|w| w.step_ms),
+        mean(&|w| w.read_ms),
+        mean(&|w| w.compute_ms),
+        mean(&|w| w.exchange_ms),
+        record.steps.len()
+    );
+    println!(
+        "  exchange overhead (step − compute) {:.2} ms per step",
+        mean(&|w| w.step_ms - w.compute_ms)
+    );
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! `mlless demo`: two small data sets with known ground truth, prepared and trained end to end on
+//! the embedded default (local processes as functions, the local filesystem as store and
+//! channel).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use mlless_data::{RatingsTruth, SparseLrTruth};
+
+use crate::generate::{RatingsArgs, SparseLrArgs};
+use crate::prepare::{Format, PrepareArgs};
+use crate::train::{LrSchedule, Model, Optimizer, TrainArgs};
+
+/// Options of `mlless demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory for the demo's data, store and run records.
+    #[arg(long, default_value = "mlless-demo")]
+    pub dir: PathBuf,
+    /// Number of function workers.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Runs the demo.
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let dir = &args.dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let store = dir.join("store");
+
+    println!("== sparse logistic regression: 60,000 rows × 20,000 features, 30 non-zeros a row");
+    let lr_input = dir.join("sparse-lr.libsvm");
+    let lr_args = SparseLrArgs {
+        samples: 60_000,
+        features: 20_000,
+        nnz: 30,
+        seed: 7,
+        out: lr_input.clone(),
+    };
+    let lr_spec = crate::generate::sparse_lr_spec(&lr_args);
+    let truth: SparseLrTruth =
+        crate::generate::write_with(&lr_input, |out| mlless_data::write_sparse_lr(&lr_spec, out))?;
+    let lr_data = store.join("sparse-lr");
+    prepare(Format::Libsvm, &lr_input, &lr_data)?;
+    let record = train(
+        &args,
+        Model::Lr,
+        &lr_data,
+        &dir.join("sparse-lr-record.json"),
+    )?;
+    let reference = reference_log_loss(&lr_data, &truth)?;
+    println!(
+        "  the true weights score test_logloss {reference:.5} on the same test set (ratio {:.3})\n",
+        record
+            .metrics
+            .get("test_logloss")
+            .copied()
+            .unwrap_or(f64::NAN)
+            / reference
+    );
+
+    println!("== matrix factorisation: 1,500 users × 1,000 items, rank 5, 10% rated, noise σ 0.5");
+    let ratings_input = dir.join("ratings.tsv");
+    let ratings_args = RatingsArgs {
+        users: 1_500,
+        items: 1_000,
+        rank: 5,
+        density: 0.1,
+        noise: 0.5,
+        seed: 7,
+        out: ratings_input.clone(),
+    };
+    let ratings_spec = crate::generate::ratings_spec(&ratings_args);
+    let truth: RatingsTruth = crate::generate::write_with(&ratings_input, |out| {
+        mlless_data::write_ratings(&ratings_spec, out)
+    })?;
+    let ratings_data = store.join("ratings");
+    prepare(Format::Movielens, &ratings_input, &ratings_data)?;
+    let record = train(
+        &args,
+        Model::Pmf,
+        &ratings_data,
+        &dir.join("ratings-record.json"),
+    )?;
+    println!(
+        "  the noise floor is σ = {:.3}: test_rmse / σ = {:.3}",
+        truth.noise,
+        record.metrics.get("test_rmse").copied().unwrap_or(f64::NAN) / truth.noise
+    );
+    println!("\nrun records and data are in {}", dir.display());
+    Ok(())
+}
+
+fn prepare(format: Format, input: &Path, out: &Path) -> anyhow::Result<()> {
+    crate::prepare::run(PrepareArgs {
+        format,
+        input: input.to_path_buf(),
+        out: out.display().to_string(),
+        batch_size: 1000,
+        test_fraction: Some(0.1),
+        test_input: None,
+        seed: 1,
+        normalize: None,
+        features: None,
+        map_tasks: 4,
+        memory_mb: 1024,
+        timeout_s: 900.0,
+    })
+}
+
+fn train(
+    args: &DemoArgs,
+    model: Model,
+    data: &Path,
+    record: &Path,
+) -> anyhow::Result<mlless_runtime::RunRecord> {
+    crate::train::run(TrainArgs {
+        data: data.display().to_string(),
+        model,
+        workers: args.workers,
+        optimizer: Optimizer::Adam,
+        lr: None,
+        schedule: LrSchedule::Constant,
+        l2: None,
+        factors: None,
+        target_loss: None,
+        max_epochs: 10,
+        max_time: None,
+        channel: None,
+        runs: None,
+        memory_mb: 1024,
+        timeout_s: 900.0,
+        platform: "aws-lambda".into(),
+        seed: 1,
+        record: Some(record.to_path_buf()),
+        quiet: args.quiet,
+    })
+}
+
+/// The mean log loss of the true weights on the prepared test set.
+fn reference_log_loss(data: &Path, truth: &SparseLrTruth) -> anyhow::Result<f64> {
+    crate::runtime()?.block_on(async {
+        let dataset = mlless_runtime::dataset::Dataset::open(&data.display().to_string()).await?;
+        let (mut sum, mut n) = (0.0, 0usize);
+        for i in 0..dataset.batches(mlless_runtime::dataset::Split::Test) {
+            if let mlless_core::Batch::Sparse(rows) = dataset
+                .read_batch(mlless_runtime::dataset::Split::Test, i)
+                .await?
+            {
+                sum += truth.log_loss(&rows) * rows.rows() as f64;
+                n += rows.rows();
+            }
+        }
+        Ok(sum / n.max(1) as f64)
+    })
+}

@@ -1,0 +1,109 @@
+//! `mlless`: train machine-learning models data-parallel on function workers.
+//!
+//! The binary is also the function: the local invoker runs `mlless function` with a payload on
+//! standard input for every worker, supervisor and map task.
+
+mod bench;
+mod demo;
+mod generate;
+mod prepare;
+mod summary;
+mod train;
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Serverless data-parallel training of sparse logistic regression and matrix factorisation.
+#[derive(Debug, Parser)]
+#[command(name = "mlless", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate, prepare and train two small data sets end to end on this machine.
+    Demo(demo::DemoArgs),
+    /// Write a synthetic data set with known ground truth.
+    #[command(subcommand)]
+    Generate(generate::GenerateCommand),
+    /// Turn an input file into minibatch objects and a manifest in an object store.
+    Prepare(prepare::PrepareArgs),
+    /// Train a model on a prepared data set with function workers.
+    Train(train::TrainArgs),
+    /// Print the summary of a run record again.
+    Report(summary::ReportArgs),
+    /// Measure the hot paths and the exchange.
+    Bench(bench::BenchArgs),
+    /// Run one function invocation (used by the local invoker; payload on standard input).
+    #[command(hide = true)]
+    Function,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let function = matches!(cli.command, Command::Function);
+    init_tracing(function);
+    let result = match cli.command {
+        Command::Function => run_function(),
+        Command::Demo(args) => demo::run(args),
+        Command::Generate(command) => generate::run(command),
+        Command::Prepare(args) => prepare::run(args),
+        Command::Train(args) => train::run(args).map(|_| ()),
+        Command::Report(args) => summary::report(args),
+        Command::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the whole chain of causes: the invoker shows a function's last line.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to standard error; `RUST_LOG` chooses what is shown (default: warnings, and for a
+/// function the info lines too, which its invoker keeps at debug level).
+fn init_tracing(function: bool) {
+    let default = if function { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn run_function() -> anyhow::Result<()> {
+    let mut payload = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut payload)
+        .context("reading the function payload from standard input")?;
+    runtime()?.block_on(mlless_runtime::run_function(&payload))?;
+    Ok(())
+}
+
+/// The async runtime of the CLI and of a function: two threads, so that prefetching and sending
+/// go on while the main task computes.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// The invoker of this binary as local processes.
+fn local_invoker() -> anyhow::Result<std::sync::Arc<dyn mlless_faas::Invoker>> {
+    let exe = std::env::current_exe().context("locating the mlless binary to run functions")?;
+    Ok(std::sync::Arc::new(mlless_faas::LocalInvoker::new(
+        exe,
+        vec!["function".to_string()],
+    )))
+}

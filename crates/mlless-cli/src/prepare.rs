@@ -1,0 +1,121 @@
+//! `mlless prepare`: input file → minibatch objects + manifest.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use mlless_data::InputFormat;
+use mlless_faas::Limits;
+use mlless_runtime::{PrepareOptions, TestSet};
+
+/// Input formats, as the CLI names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `label index:value …` (LIBSVM; 1-based indices).
+    Libsvm,
+    /// Dense numeric rows, label first; a header row is detected.
+    Csv,
+    /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv`.
+    Movielens,
+    /// Criteo display-ads TSV: label, 13 integer and 26 categorical columns.
+    Criteo,
+}
+
+impl From<Format> for InputFormat {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Libsvm => InputFormat::Libsvm,
+            Format::Csv => InputFormat::Csv,
+            Format::Movielens => InputFormat::Movielens,
+            Format::Criteo => InputFormat::Criteo,
+        }
+    }
+}
+
+/// Normalisations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Normalize {
+    /// Scale each feature to [0, 1] with its training minimum and maximum (map-reduce).
+    Minmax,
+}
+
+/// Options of `mlless prepare`.
+#[derive(Debug, Args)]
+pub struct PrepareArgs {
+    /// Format of the input.
+    #[arg(long, value_enum)]
+    pub format: Format,
+    /// The input file.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Where to write the data set: a path, file:///…, memory://NAME or s3://bucket/prefix.
+    #[arg(long)]
+    pub out: String,
+    /// Samples per minibatch.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: u32,
+    /// Fraction of the (shuffled) input set aside as the test set.
+    #[arg(long, conflicts_with = "test_input")]
+    pub test_fraction: Option<f64>,
+    /// A separate test file in the same format (instead of --test-fraction).
+    #[arg(long)]
+    pub test_input: Option<PathBuf>,
+    /// Seed of the shuffle.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Normalise the features.
+    #[arg(long, value_enum)]
+    pub normalize: Option<Normalize>,
+    /// Size of the feature space (required for criteo: categorical values are hashed into it).
+    #[arg(long)]
+    pub features: Option<u32>,
+    /// Number of map tasks of the normalisation.
+    #[arg(long, default_value_t = 4)]
+    pub map_tasks: u32,
+    /// Memory cap of each map task, MB.
+    #[arg(long, default_value_t = 1024)]
+    pub memory_mb: u32,
+    /// Lifetime cap of each map task, seconds.
+    #[arg(long, default_value_t = 900.0)]
+    pub timeout_s: f64,
+}
+
+impl PrepareArgs {
+    /// The runtime's options for these arguments.
+    pub fn options(&self) -> PrepareOptions {
+        PrepareOptions {
+            format: self.format.into(),
+            input: self.input.clone(),
+            out_url: self.out.clone(),
+            batch_size: self.batch_size,
+            test: match &self.test_input {
+                Some(path) => TestSet::Input(path.clone()),
+                None => TestSet::Fraction(self.test_fraction.unwrap_or(0.1)),
+            },
+            seed: self.seed,
+            normalize: self.normalize.is_some(),
+            features: self.features,
+            map_tasks: self.map_tasks,
+            limits: Limits {
+                memory_mb: self.memory_mb,
+                timeout: Duration::from_secs_f64(self.timeout_s.max(0.001)),
+            },
+        }
+    }
+}
+
+/// Runs `mlless prepare`.
+pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
+    let options = args.options();
+    let invoker = crate::local_invoker()?;
+    let manifest = crate::runtime()?.block_on(mlless_runtime::prepare(&options, invoker))?;
+    println!(
+        "prepared {}: {} training samples in {} minibatches, {} test samples in {} minibatches",
+        args.out,
+        manifest.train.samples,
+        manifest.train.batches.len(),
+        manifest.test.samples,
+        manifest.test.batches.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! The summary of a run, printed at its end and by `mlless report`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use mlless_runtime::RunRecord;
+
+/// Options of `mlless report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A run record (JSON), as written by `mlless train --record`.
+    pub record: PathBuf,
+}
+
+/// Runs `mlless report`.
+pub fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.record)
+        .with_context(|| format!("reading {}", args.record.display()))?;
+    let record: RunRecord = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a run record", args.record.display()))?;
+    print(&record);
+    Ok(())
+}
+
+/// Writes a run record as pretty JSON to a local file.
+pub fn write_record(path: &Path, record: &RunRecord) -> anyhow::Result<()> {
+    crate::generate::write_with(path, |w| {
+        serde_json::to_writer_pretty(w, record).map_err(std::io::Error::other)
+    })
+}
+
+/// Prints the summary of a run.
+pub fn print(record: &RunRecord) {
+    print!("{}", render(record));
+}
+
+/// The summary of a run as text.
+pub fn render(record: &RunRecord) -> String {
+    use std::fmt::Write;
+    let spec = &record.spec;
+    let mut out = String::new();
+    let mean = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> f64| {
+        let (sum, n) = record
+            .steps
+            .iter()
+            .flat_map(|s| &s.workers)
+            .fold((0.0, 0usize), |(sum, n), w| (sum + f(w), n + 1));
+        if n == 0 { 0.0 } else { sum / n as f64 }
+    };
+    let _ = writeln!(
+        out,
+        "run {}  ({} on {})",
+        spec.job_id,
+        spec.model.name(),
+        spec.data_url
+    );
+    let _ = writeln!(
+        out,
+        "  workers {} · optimizer {:?} · lr {} · seed {}",
+        spec.workers, spec.optimizer.kind, spec.lr, spec.seed
+    );
+    let _ = writeln!(
+        out,
+        "  steps {} · epochs {:.2} · wall time {:.1} s · stopped: {}",
+        record.steps.len(),
+        record.epochs,
+        record.wall_s,
+        record.stop_reason
+    );
+    if let Some(loss) = record.final_loss() {
+        let _ = writeln!(out, "  final training loss {loss:.5}");
+    }
+    let _ = writeln!(
+        out,
+        "  mean step {:.2} ms = read {:.2} + compute {:.2} + exchange {:.2} ms",
+        mean(&|w| w.step_ms),
+        mean(&|w| w.read_ms),
+        mean(&|w| w.compute_ms),
+        mean(&|w| w.exchange_ms)
+    );
+    let metrics: Vec<String> = record
+        .metrics
+        .iter()
+        .map(|(k, v)| {
+            if k == "test_samples" {
+                format!("{k} {v}")
+            } else {
+                format!("{k} {v:.5}")
+            }
+        })
+        .collect();
+    let _ = writeln!(out, "  {}", metrics.join(" · "));
+    if let Some(bill) = &record.bill {
+        let _ = writeln!(
+            out,
+            "  {} invocations · billed {:.1} s · {:.3} GB-s · cost ${:.6} at {} prices",
+            bill.invocations,
+            bill.billed_ms as f64 / 1000.0,
+            bill.gb_seconds,
+            bill.total_usd,
+            bill.platform
+        );
+    }
+    let _ = writeln!(out, "  model: {}", record.model_url);
+    out
+}

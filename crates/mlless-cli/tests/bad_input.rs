@@ -1,0 +1,191 @@
+//! Bad input gets a clear error and loses nothing.
+
+mod common;
+
+use common::*;
+
+fn prepare_error(format: &str, name: &str, text: &str, extra: &[&str]) -> (String, String) {
+    let dir = tempdir();
+    let input = write(dir.path(), name, text);
+    let out = dir.path().join("store");
+    let mut args = vec!["prepare", "--format", format, "--input"];
+    let input_s = s(&input);
+    let out_s = s(&out);
+    args.push(&input_s);
+    args.extend(["--out", &out_s]);
+    args.extend(extra);
+    (fails(&args), input_s)
+}
+
+#[test]
+fn a_malformed_line_names_file_and_line_in_every_format() {
+    let cases: [(&str, &str, &str, &[&str]); 4] = [
+        ("libsvm", "a.libsvm", "1 1:0.5 3:1\n0 2:x\n", &[]),
+        ("csv", "a.csv", "y,a,b\n1,0.5,1\n0,0.1\n", &[]),
+        ("movielens", "u.data", "1\t1\t5\t0\n2\tbad\t3\t0\n", &[]),
+        (
+            "criteo",
+            "a.tsv",
+            "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\tb\tc\td\te\tf\tg\th\ti\tj\tk\tl\tm\tn\to\tp\tq\tr\ts\tt\tu\tv\tw\tx\ty\tz\nbad line\n",
+            &["--features", "1000"],
+        ),
+    ];
+    for (format, name, text, extra) in cases {
+        let (stderr, input) = prepare_error(format, name, text, extra);
+        assert!(stderr.contains(&format!("{input}:2")), "{format}: {stderr}");
+    }
+}
+
+#[test]
+fn an_empty_input_is_an_error() {
+    let (stderr, input) = prepare_error("libsvm", "empty.libsvm", "", &[]);
+    assert!(stderr.contains(&input), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("no sample") || stderr.to_lowercase().contains("empty"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_test_fraction_outside_0_1_is_an_error() {
+    for fraction in ["0", "1", "1.5", "-0.1"] {
+        let (stderr, _) = prepare_error(
+            "libsvm",
+            "a.libsvm",
+            "1 1:1\n0 2:1\n",
+            &["--test-fraction", fraction],
+        );
+        assert!(stderr.contains("--test-fraction"), "{fraction}: {stderr}");
+    }
+}
+
+#[test]
+fn an_unwritable_store_is_an_error_naming_it() {
+    let dir = tempdir();
+    let input = write(dir.path(), "a.libsvm", "1 1:1\n0 2:1\n1 1:1\n0 2:1\n");
+    let file = write(dir.path(), "not-a-dir", "x");
+    let out = file.join("store");
+    let stderr = fails(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&out),
+    ]);
+    assert!(stderr.contains("not-a-dir"), "{stderr}");
+}
+
+#[test]
+fn training_on_a_data_set_without_manifest_is_an_error() {
+    let dir = tempdir();
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&dir.path().join("nothing")),
+        "--model",
+        "lr",
+    ]);
+    assert!(stderr.contains("manifest.json"), "{stderr}");
+}
+
+/// A preparation that fails after it started writing leaves no manifest, so the half-written
+/// data set is never taken for a complete one; and the model/data mismatch is caught.
+#[test]
+fn a_failed_preparation_leaves_no_usable_data_set() {
+    let dir = tempdir();
+    let mut text = String::new();
+    for i in 0..400 {
+        text.push_str(&format!("{} 1:{} 2:{}\n", i % 2, i, 400 - i));
+    }
+    let input = write(dir.path(), "a.libsvm", &text);
+    let data = dir.path().join("store");
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "50",
+    ]);
+    assert!(data.join("manifest.json").exists());
+    let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "pmf"]);
+    assert!(stderr.contains("--model lr"), "{stderr}");
+
+    // Re-prepare with normalisation whose map tasks cannot fit in 1 MB: it fails midway.
+    let stderr = fails(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "50",
+        "--normalize",
+        "minmax",
+        "--memory-mb",
+        "1",
+    ]);
+    assert!(stderr.contains("memory limit"), "{stderr}");
+    assert!(
+        !data.join("manifest.json").exists(),
+        "no manifest after a failed preparation"
+    );
+    let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "lr"]);
+    assert!(stderr.contains("manifest.json"), "{stderr}");
+}
+
+/// Min-max normalisation through map-reduce over function invocations scales every feature of
+/// the training set into [0, 1].
+#[test]
+fn minmax_normalisation_scales_features_into_unit_range() {
+    let dir = tempdir();
+    let mut text = String::new();
+    for i in 0..300 {
+        text.push_str(&format!("{} 1:{} 3:{}\n", i % 2, i * 10, -(i as i64)));
+    }
+    let input = write(dir.path(), "a.libsvm", &text);
+    let data = dir.path().join("store");
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "40",
+        "--normalize",
+        "minmax",
+        "--map-tasks",
+        "3",
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["normalization"]["method"], "minmax");
+    let train = batches(&data, mlless_runtime::dataset::Split::Train);
+    assert_eq!(train.iter().map(|b| b.samples()).sum::<usize>(), 270);
+    let mut seen_one = false;
+    for batch in train {
+        let mlless_core::Batch::Sparse(rows) = batch else {
+            panic!()
+        };
+        assert!(
+            rows.values
+                .iter()
+                .all(|&v| (-1e-6..=1.0 + 1e-6).contains(&v)),
+            "{:?}",
+            rows.values
+        );
+        seen_one |= rows.values.iter().any(|&v| (v - 1.0).abs() < 1e-6);
+    }
+    assert!(seen_one, "the training maximum maps to 1");
+}

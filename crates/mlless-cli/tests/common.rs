@@ -1,0 +1,118 @@
+//! Helpers of the end-to-end tests: run the `mlless` binary and read what it wrote.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mlless_runtime::RunRecord;
+use mlless_runtime::dataset::{Dataset, Split};
+
+/// The binary under test.
+pub fn mlless() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mlless"));
+    command.env_remove("RUST_LOG");
+    command
+}
+
+/// Runs `mlless ARGS`, returns its output whatever its exit status.
+pub fn run(args: &[&str]) -> Output {
+    mlless()
+        .args(args)
+        .output()
+        .expect("the mlless binary runs")
+}
+
+/// Runs `mlless ARGS` and asserts success.
+pub fn ok(args: &[&str]) -> Output {
+    let output = run(args);
+    assert!(
+        output.status.success(),
+        "mlless {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Runs `mlless ARGS`, asserts failure and returns standard error.
+pub fn fails(args: &[&str]) -> String {
+    let output = run(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "mlless {args:?} should have failed; stderr:\n{stderr}"
+    );
+    stderr
+}
+
+/// `path` as a string argument.
+pub fn s(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Trains with `args` (plus `--quiet --record`) and returns the run record.
+pub fn train(dir: &Path, name: &str, args: &[&str]) -> RunRecord {
+    let record = dir.join(format!("{name}.json"));
+    let mut all: Vec<String> = vec![
+        "train".into(),
+        "--quiet".into(),
+        "--record".into(),
+        s(&record),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    ok(&refs);
+    read_record(&record)
+}
+
+/// Reads a run record.
+pub fn read_record(path: &Path) -> RunRecord {
+    let bytes = std::fs::read(path).expect("the run record exists");
+    serde_json::from_slice(&bytes).expect("the run record parses")
+}
+
+/// A metric of a record.
+pub fn metric(record: &RunRecord, name: &str) -> f64 {
+    *record
+        .metrics
+        .get(name)
+        .unwrap_or_else(|| panic!("metric {name} in {:?}", record.metrics))
+}
+
+/// Reads every test minibatch of a prepared data set.
+pub fn test_batches(data: &Path) -> Vec<mlless_core::Batch> {
+    batches(data, Split::Test)
+}
+
+/// Reads every minibatch of one split of a prepared data set.
+pub fn batches(data: &Path, split: Split) -> Vec<mlless_core::Batch> {
+    block_on(async {
+        let dataset = Dataset::open(&s(data)).await.expect("data set opens");
+        let mut out = Vec::new();
+        for i in 0..dataset.batches(split) {
+            out.push(dataset.read_batch(split, i).await.expect("batch reads"));
+        }
+        out
+    })
+}
+
+/// Runs a future to completion on a small runtime.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime starts")
+        .block_on(future)
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write input");
+    path
+}

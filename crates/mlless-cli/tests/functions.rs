@@ -1,0 +1,128 @@
+//! Workers are separate processes; the limits of a function are enforced.
+
+mod common;
+
+use common::*;
+use mlless_data::SparseLrSpec;
+
+fn small_data(dir: &std::path::Path) -> std::path::PathBuf {
+    let input = dir.join("lr.libsvm");
+    let file = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
+    mlless_data::write_sparse_lr(&SparseLrSpec::new(4_000, 1_000, 10, 9), file).unwrap();
+    let data = dir.join("store/lr");
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "100",
+    ]);
+    data
+}
+
+/// The four workers and the supervisor are five OS processes that run at the same time and share
+/// nothing but the store and the channel (here a directory of its own).
+#[test]
+fn workers_are_separate_processes_that_share_only_store_and_channel() {
+    let dir = tempdir();
+    let data = small_data(dir.path());
+    let channel = dir.path().join("channel");
+    let record = train(
+        dir.path(),
+        "run",
+        &[
+            "--data",
+            &s(&data),
+            "--model",
+            "lr",
+            "--workers",
+            "4",
+            "--max-epochs",
+            "2",
+            "--channel",
+            &s(&channel),
+        ],
+    );
+    let workers: Vec<_> = record
+        .invocations
+        .iter()
+        .filter(|r| r.name.starts_with("worker-"))
+        .collect();
+    assert_eq!(workers.len(), 4);
+    let mut pids: Vec<u32> = record.invocations.iter().filter_map(|r| r.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 5, "supervisor and 4 workers are 5 processes");
+    assert!(!pids.contains(&std::process::id()));
+    // They ran at the same time: every worker started before any worker ended.
+    let last_start = workers.iter().map(|r| r.started_at_unix_ms).max().unwrap();
+    let first_end = workers
+        .iter()
+        .map(|r| r.started_at_unix_ms + r.duration_ms)
+        .min()
+        .unwrap();
+    assert!(last_start < first_end, "workers overlap in time");
+    // Each step, each worker received the updates of all four: the exchange went through the channel.
+    for step in &record.steps {
+        assert_eq!(step.workers.len(), 4);
+        for w in &step.workers {
+            assert!(
+                w.bytes_received >= 4 * 16 && w.bytes_received > w.bytes_sent,
+                "{w:?}"
+            );
+        }
+    }
+    assert!(channel.exists(), "the channel directory was used");
+}
+
+#[test]
+fn a_function_over_its_memory_cap_fails_the_run_naming_it() {
+    let dir = tempdir();
+    let data = small_data(dir.path());
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&data),
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+        "--memory-mb",
+        "2",
+    ]);
+    assert!(stderr.contains("memory limit of 2 MB"), "{stderr}");
+    assert!(
+        stderr.contains("worker-") || stderr.contains("supervisor"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_function_over_its_lifetime_fails_the_run_naming_it() {
+    let dir = tempdir();
+    let data = small_data(dir.path());
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&data),
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+        "--max-epochs",
+        "100000",
+        "--timeout-s",
+        "1",
+    ]);
+    assert!(stderr.contains("timed out after 1 s"), "{stderr}");
+    assert!(
+        stderr.contains("worker-") || stderr.contains("supervisor"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,124 @@
+//! Minibatches: the unit of data a worker reads and a model trains on.
+
+use serde::{Deserialize, Serialize};
+
+/// A minibatch of labelled sparse rows in compressed-sparse-row layout.
+///
+/// Row `r` has the entries `indices[offsets[r]..offsets[r + 1]]` and the same range of `values`;
+/// its label is `labels[r]` (0 or 1 for binary classification).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SparseBatch {
+    /// One label per row.
+    pub labels: Vec<f32>,
+    /// Row boundaries into `indices` and `values`; `rows() + 1` entries, starting at 0.
+    pub offsets: Vec<u32>,
+    /// Feature indices, ascending within each row.
+    pub indices: Vec<u32>,
+    /// Feature values, parallel to `indices`.
+    pub values: Vec<f32>,
+}
+
+impl SparseBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self {
+            offsets: vec![0],
+            ..Self::default()
+        }
+    }
+
+    /// Appends a row; `indices` must ascend and be as long as `values`.
+    pub fn push_row(&mut self, label: f32, indices: &[u32], values: &[f32]) {
+        debug_assert_eq!(indices.len(), values.len());
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.labels.push(label);
+        self.indices.extend_from_slice(indices);
+        self.values.extend_from_slice(values);
+        self.offsets.push(self.indices.len() as u32);
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Number of stored feature values over all rows.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Row `r` as `(label, indices, values)`.
+    pub fn row(&self, r: usize) -> (f32, &[u32], &[f32]) {
+        let (start, end) = (self.offsets[r] as usize, self.offsets[r + 1] as usize);
+        (
+            self.labels[r],
+            &self.indices[start..end],
+            &self.values[start..end],
+        )
+    }
+
+    /// Iterates over the rows as `(label, indices, values)`.
+    pub fn iter_rows(&self) -> impl Iterator<Item = (f32, &[u32], &[f32])> + '_ {
+        (0..self.rows()).map(|r| self.row(r))
+    }
+}
+
+/// A minibatch of `(user, item, rating)` triples for matrix factorisation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RatingBatch {
+    /// User ids, dense from 0.
+    pub users: Vec<u32>,
+    /// Item ids, dense from 0.
+    pub items: Vec<u32>,
+    /// Ratings, parallel to `users` and `items`.
+    pub ratings: Vec<f32>,
+}
+
+impl RatingBatch {
+    /// Appends a rating.
+    pub fn push(&mut self, user: u32, item: u32, rating: f32) {
+        self.users.push(user);
+        self.items.push(item);
+        self.ratings.push(rating);
+    }
+
+    /// Number of ratings.
+    pub fn len(&self) -> usize {
+        self.ratings.len()
+    }
+
+    /// Whether the batch holds no rating.
+    pub fn is_empty(&self) -> bool {
+        self.ratings.is_empty()
+    }
+
+    /// Iterates over `(user, item, rating)`.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, u32, f32)> + '_ {
+        self.users
+            .iter()
+            .zip(&self.items)
+            .zip(&self.ratings)
+            .map(|((&u, &i), &r)| (u, i, r))
+    }
+}
+
+/// A minibatch of either kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Batch {
+    /// Labelled sparse rows (logistic regression and other linear models).
+    Sparse(SparseBatch),
+    /// Ratings (matrix factorisation).
+    Ratings(RatingBatch),
+}
+
+impl Batch {
+    /// Number of samples (rows or ratings).
+    pub fn samples(&self) -> usize {
+        match self {
+            Batch::Sparse(b) => b.rows(),
+            Batch::Ratings(b) => b.len(),
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The pure maths of mlless: sparse vectors, models, losses, optimisers, metrics. No I/O, no
+//! async.
+//!
+//! Every model is a flat vector of `f32` parameters held by the caller; gradients and the
+//! updates that workers exchange are [`SparseVector`]s over it. A worker's step is
+//!
+//! 1. `model.gradient(&params, &batch, &mut acc)` — the gradient of the batch's mean loss (plus
+//!    lazy L2) into a [`GradientAccumulator`], returning the batch's [`BatchLoss`];
+//! 2. `delta = optimizer.step(&params, &acc.take(), lr)` — the sparse delta, over the gradient's
+//!    coordinates only;
+//! 3. every replica applies the mean of the step's deltas with [`apply_mean`] (with one worker,
+//!    bit-for-bit `params += delta`).
+//!
+//! ```
+//! use mlless_core::{
+//!     Batch, Evaluation, GradientAccumulator, ModelSpec, OptimizerConfig, OptimizerKind,
+//!     SparseBatch, apply_mean, build_optimizer,
+//! };
+//!
+//! let spec = ModelSpec::LogisticRegression { features: 3, l2: 1e-4 };
+//! let model = spec.model();
+//! let mut params = spec.init_params(0);
+//! let mut optimizer = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
+//! let mut acc = GradientAccumulator::new(params.len());
+//!
+//! let mut rows = SparseBatch::new();
+//! rows.push_row(1.0, &[0, 2], &[1.0, 0.5]);
+//! rows.push_row(0.0, &[1], &[1.0]);
+//! let batch = Batch::Sparse(rows);
+//!
+//! for _ in 0..50 {
+//!     let loss = model.gradient(&params, &batch, &mut acc)?;
+//!     assert_eq!(loss.count, 2);
+//!     let delta = optimizer.step(&params, &acc.take(), 0.1);
+//!     apply_mean(&mut params, &[&delta]);
+//! }
+//! let mut eval = Evaluation::for_spec(&spec);
+//! model.evaluate(&params, &batch, &mut eval)?;
+//! assert_eq!(eval.finish()["test_accuracy"], 1.0);
+//! # Ok::<(), mlless_core::ModelError>(())
+//! ```
+
+pub mod batch;
+pub mod metrics;
+pub mod model;
+pub mod optim;
+pub mod params;
+pub mod sparse;
+
+pub use batch::{Batch, RatingBatch, SparseBatch};
+pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
+pub use model::{
+    BatchLoss, GradientAccumulator, LogisticRegression, MAX_PARAMS, MatrixFactorization, Model,
+    ModelError, ModelSpec,
+};
+pub use optim::{
+    Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,
+    ParseError, Schedule, Sgd, build_optimizer,
+};
+pub use params::{apply_mean, average, try_apply_mean};
+pub use sparse::{SparseError, SparseVector};

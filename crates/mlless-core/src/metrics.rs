@@ -1,0 +1,398 @@
+//! Test metrics: log loss, accuracy and AUC for binary classifiers, RMSE for ratings.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ModelError, ModelSpec};
+
+/// Named metric values, e.g. `test_logloss`; ordered so that reports are stable.
+pub type Metrics = BTreeMap<String, f64>;
+
+/// Probabilities are clamped to `[EPS, 1 - EPS]` by [`log_loss`], so a confident mistake costs
+/// about 34.5 nats, not infinity.
+const EPS: f64 = 1e-15;
+
+/// Accumulates a model's predictions on test data and turns them into [`Metrics`].
+///
+/// Binary classifiers keep every logit (AUC needs the whole ranking); regressions keep only sums.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    state: State,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum State {
+    Binary {
+        logits: Vec<f64>,
+        labels: Vec<bool>,
+        log_loss: f64,
+        correct: u64,
+    },
+    Regression {
+        squared_error: f64,
+        count: u64,
+    },
+}
+
+impl Evaluation {
+    /// The evaluation that fits the model `spec`.
+    pub fn for_spec(spec: &ModelSpec) -> Self {
+        match spec {
+            ModelSpec::LogisticRegression { .. } => Self::binary(),
+            ModelSpec::MatrixFactorization { .. } => Self::regression(),
+        }
+    }
+
+    /// An empty evaluation of a binary classifier: `test_logloss`, `test_accuracy`,
+    /// `test_auc`, `test_samples`.
+    pub fn binary() -> Self {
+        Self {
+            state: State::Binary {
+                logits: Vec::new(),
+                labels: Vec::new(),
+                log_loss: 0.0,
+                correct: 0,
+            },
+        }
+    }
+
+    /// An empty evaluation of a regression: `test_rmse`, `test_samples`.
+    pub fn regression() -> Self {
+        Self {
+            state: State::Regression {
+                squared_error: 0.0,
+                count: 0,
+            },
+        }
+    }
+
+    /// `"binary"` or `"regression"`.
+    pub fn task(&self) -> &'static str {
+        match self.state {
+            State::Binary { .. } => "binary",
+            State::Regression { .. } => "regression",
+        }
+    }
+
+    /// Number of predictions so far.
+    pub fn samples(&self) -> u64 {
+        match &self.state {
+            State::Binary { labels, .. } => labels.len() as u64,
+            State::Regression { count, .. } => *count,
+        }
+    }
+
+    pub(crate) fn check_binary(&self) -> Result<(), ModelError> {
+        match self.state {
+            State::Binary { .. } => Ok(()),
+            State::Regression { .. } => Err(ModelError::EvaluationKind {
+                expected: "binary",
+                got: "regression",
+            }),
+        }
+    }
+
+    pub(crate) fn check_regression(&self) -> Result<(), ModelError> {
+        match self.state {
+            State::Regression { .. } => Ok(()),
+            State::Binary { .. } => Err(ModelError::EvaluationKind {
+                expected: "regression",
+                got: "binary",
+            }),
+        }
+    }
+
+    /// Adds a binary prediction given as a logit `z` (probability `σ(z)`); the sample counts as
+    /// predicted positive when `σ(z) > 0.5`, i.e. `z > 0`.
+    pub fn push_logit(&mut self, logit: f64, label: bool) -> Result<(), ModelError> {
+        self.check_binary()?;
+        if let State::Binary {
+            logits,
+            labels,
+            log_loss,
+            correct,
+        } = &mut self.state
+        {
+            *log_loss += log_loss_from_logit(logit, if label { 1.0 } else { 0.0 });
+            *correct += u64::from((logit > 0.0) == label);
+            logits.push(logit);
+            labels.push(label);
+        }
+        Ok(())
+    }
+
+    /// Adds a regression prediction.
+    pub fn push_rating(&mut self, predicted: f64, actual: f64) -> Result<(), ModelError> {
+        self.check_regression()?;
+        if let State::Regression {
+            squared_error,
+            count,
+        } = &mut self.state
+        {
+            *squared_error += (predicted - actual).powi(2);
+            *count += 1;
+        }
+        Ok(())
+    }
+
+    /// Adds the predictions of `other` (e.g. another shard of the test set).
+    pub fn merge(&mut self, other: &Evaluation) -> Result<(), ModelError> {
+        match (&mut self.state, &other.state) {
+            (
+                State::Binary {
+                    logits,
+                    labels,
+                    log_loss,
+                    correct,
+                },
+                State::Binary {
+                    logits: l2,
+                    labels: y2,
+                    log_loss: ll2,
+                    correct: c2,
+                },
+            ) => {
+                logits.extend_from_slice(l2);
+                labels.extend_from_slice(y2);
+                *log_loss += ll2;
+                *correct += c2;
+                Ok(())
+            }
+            (
+                State::Regression {
+                    squared_error,
+                    count,
+                },
+                State::Regression {
+                    squared_error: s2,
+                    count: c2,
+                },
+            ) => {
+                *squared_error += s2;
+                *count += c2;
+                Ok(())
+            }
+            _ => Err(ModelError::EvaluationKind {
+                expected: other.task(),
+                got: self.task(),
+            }),
+        }
+    }
+
+    /// The metrics so far. `test_samples` is always present; a metric that is undefined (no
+    /// sample, or AUC with a single class) is left out rather than reported as NaN.
+    pub fn finish(&self) -> Metrics {
+        let mut m = Metrics::new();
+        let n = self.samples();
+        m.insert("test_samples".into(), n as f64);
+        match &self.state {
+            State::Binary {
+                logits,
+                labels,
+                log_loss,
+                correct,
+            } => {
+                if n > 0 {
+                    m.insert("test_logloss".into(), log_loss / n as f64);
+                    m.insert("test_accuracy".into(), *correct as f64 / n as f64);
+                }
+                if let Some(a) = auc(logits, labels) {
+                    m.insert("test_auc".into(), a);
+                }
+            }
+            State::Regression {
+                squared_error,
+                count,
+            } => {
+                if *count > 0 {
+                    m.insert("test_rmse".into(), (squared_error / *count as f64).sqrt());
+                }
+            }
+        }
+        m
+    }
+}
+
+/// The log loss (cross-entropy) of probability `p` for label `y` (0 or 1, or a soft label in
+/// between); `p` is clamped to `[1e-15, 1 - 1e-15]`.
+pub fn log_loss(p: f64, y: f64) -> f64 {
+    let p = p.clamp(EPS, 1.0 - EPS);
+    -(y * p.ln() + (1.0 - y) * (1.0 - p).ln())
+}
+
+/// The log loss of logit `z` (probability `σ(z)`) for label `y`, computed stably as
+/// `softplus(z) - y z`: exact for any logit, no clamping needed.
+pub fn log_loss_from_logit(z: f64, y: f64) -> f64 {
+    z.max(0.0) - y * z + (-z.abs()).exp().ln_1p()
+}
+
+/// The area under the ROC curve of `scores` for binary `labels`: the probability that a random
+/// positive scores above a random negative, ties counting one half.
+///
+/// Exact, O(n log n): the Mann–Whitney statistic with tied scores given their average rank.
+/// `None` when the lengths differ or when either class is absent (the AUC is undefined).
+pub fn auc(scores: &[f64], labels: &[bool]) -> Option<f64> {
+    if scores.len() != labels.len() {
+        return None;
+    }
+    let positives = labels.iter().filter(|&&y| y).count();
+    let negatives = labels.len() - positives;
+    if positives == 0 || negatives == 0 {
+        return None;
+    }
+    // `+ 0.0` turns -0.0 into 0.0, which total_cmp would otherwise order apart.
+    let mut pairs: Vec<(f64, bool)> = scores
+        .iter()
+        .map(|&s| s + 0.0)
+        .zip(labels.iter().copied())
+        .collect();
+    pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    let mut positive_rank_sum = 0.0_f64;
+    let mut start = 0;
+    while start < pairs.len() {
+        let mut end = start + 1;
+        while end < pairs.len() && pairs[end].0.total_cmp(&pairs[start].0).is_eq() {
+            end += 1;
+        }
+        // Ranks start+1 ..= end share their average.
+        let average_rank = (start + 1 + end) as f64 / 2.0;
+        let group_positives = pairs[start..end].iter().filter(|p| p.1).count();
+        positive_rank_sum += average_rank * group_positives as f64;
+        start = end;
+    }
+    let (p, n) = (positives as f64, negatives as f64);
+    Some((positive_rank_sum - p * (p + 1.0) / 2.0) / (p * n))
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    fn brute_force_auc(scores: &[f64], labels: &[bool]) -> f64 {
+        let (mut wins, mut pairs) = (0.0, 0.0);
+        for (i, &si) in scores.iter().enumerate() {
+            for (j, &sj) in scores.iter().enumerate() {
+                if labels[i] && !labels[j] {
+                    pairs += 1.0;
+                    if si > sj {
+                        wins += 1.0;
+                    } else if si == sj {
+                        wins += 0.5;
+                    }
+                }
+            }
+        }
+        wins / pairs
+    }
+
+    #[test]
+    fn auc_matches_pairwise_count_with_ties() {
+        let mut rng = StdRng::seed_from_u64(2);
+        for trial in 0..50 {
+            let n = rng.random_range(2..300);
+            // Few distinct scores: many ties, within and across classes; include -0.0 and 0.0.
+            let levels = if trial % 2 == 0 { 4 } else { 1000 };
+            let scores: Vec<f64> = (0..n)
+                .map(|_| match rng.random_range(0..levels) {
+                    0 => -0.0,
+                    1 => 0.0,
+                    l => f64::from(l) * 0.5 - 1.0,
+                })
+                .collect();
+            let labels: Vec<bool> = scores
+                .iter()
+                .map(|&s| rng.random_bool(if s > 0.0 { 0.7 } else { 0.35 }))
+                .collect();
+            let want = brute_force_auc(&scores, &labels);
+            match auc(&scores, &labels) {
+                Some(got) => assert!((got - want).abs() < 1e-12, "trial {trial}: {got} vs {want}"),
+                None => assert!(want.is_nan(), "trial {trial}"),
+            }
+        }
+    }
+
+    #[test]
+    fn auc_edge_cases() {
+        assert_eq!(auc(&[1.0, 2.0], &[false, true]), Some(1.0));
+        assert_eq!(auc(&[1.0, 2.0], &[true, false]), Some(0.0));
+        assert_eq!(auc(&[3.0, 3.0, 3.0], &[true, false, true]), Some(0.5));
+        assert_eq!(auc(&[1.0, 2.0], &[true, true]), None);
+        assert_eq!(auc(&[1.0], &[true, false]), None);
+    }
+
+    #[test]
+    fn log_loss_forms_agree() {
+        // Where 1 - σ(z) is still accurate in f64; beyond, only the logit form is.
+        for &z in &[-10.0, -2.0, -1e-3, 0.0, 0.5, 4.0, 10.0] {
+            let p = 1.0 / (1.0 + f64::exp(-z));
+            for y in [0.0, 1.0] {
+                let (a, b) = (log_loss(p, y), log_loss_from_logit(z, y));
+                assert!((a - b).abs() < 1e-10 * (1.0 + b), "z={z} y={y}: {a} vs {b}");
+            }
+        }
+        assert!((log_loss(0.5, 1.0) - std::f64::consts::LN_2).abs() < 1e-15);
+        assert!(log_loss(0.0, 1.0).is_finite());
+        assert!((log_loss_from_logit(-800.0, 1.0) - 800.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn binary_metrics() {
+        let mut e = Evaluation::binary();
+        e.push_logit(2.0, true).unwrap();
+        e.push_logit(-1.0, false).unwrap();
+        e.push_logit(0.5, false).unwrap();
+        e.push_logit(0.0, true).unwrap(); // p = 0.5 is predicted negative
+        let m = e.finish();
+        assert_eq!(m["test_samples"], 4.0);
+        assert_eq!(m["test_accuracy"], 0.5);
+        let ll = [(2.0, 1.0), (-1.0, 0.0), (0.5, 0.0), (0.0, 1.0)]
+            .iter()
+            .map(|&(z, y)| log_loss_from_logit(z, y))
+            .sum::<f64>()
+            / 4.0;
+        assert!((m["test_logloss"] - ll).abs() < 1e-15);
+        assert_eq!(m["test_auc"], 0.75);
+        assert!(e.push_rating(1.0, 1.0).is_err());
+        assert_eq!(e.samples(), 4);
+    }
+
+    #[test]
+    fn regression_metrics_and_merge() {
+        let mut a = Evaluation::regression();
+        a.push_rating(3.0, 4.0).unwrap();
+        let mut b = Evaluation::regression();
+        b.push_rating(2.0, 5.0).unwrap();
+        a.merge(&b).unwrap();
+        let m = a.finish();
+        assert_eq!(m["test_samples"], 2.0);
+        assert!((m["test_rmse"] - 5.0_f64.sqrt()).abs() < 1e-15);
+        assert!(a.merge(&Evaluation::binary()).is_err());
+        assert!(a.push_logit(1.0, true).is_err());
+
+        let empty = Evaluation::binary().finish();
+        assert_eq!(empty.len(), 1);
+        assert_eq!(empty["test_samples"], 0.0);
+    }
+
+    #[test]
+    fn for_spec_picks_the_task() {
+        let lr = ModelSpec::LogisticRegression {
+            features: 1,
+            l2: 0.0,
+        };
+        assert_eq!(Evaluation::for_spec(&lr).task(), "binary");
+        let pmf = ModelSpec::MatrixFactorization {
+            users: 1,
+            items: 1,
+            factors: 1,
+            l2: 0.0,
+            mean: 0.0,
+            init_std: 0.1,
+        };
+        assert_eq!(Evaluation::for_spec(&pmf).task(), "regression");
+    }
+}

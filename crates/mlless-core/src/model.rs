@@ -1,0 +1,527 @@
+//! Models: what they are ([`ModelSpec`]), how they compute a gradient and evaluate ([`Model`]).
+//!
+//! Every model is a flat `Vec<f32>` of parameters held by the caller; the model itself is
+//! stateless (it holds only its hyper-parameters), so one instance serves any number of replicas
+//! and threads.
+//!
+//! ```
+//! use mlless_core::{Batch, GradientAccumulator, ModelSpec, SparseBatch};
+//! let spec = ModelSpec::LogisticRegression { features: 4, l2: 0.0 };
+//! let params = spec.init_params(7);
+//! let mut batch = SparseBatch::new();
+//! batch.push_row(1.0, &[0, 3], &[1.0, 2.0]);
+//! let mut acc = GradientAccumulator::new(spec.num_params());
+//! let loss = spec.model().gradient(&params, &Batch::Sparse(batch), &mut acc).unwrap();
+//! assert_eq!(loss.count, 1);
+//! assert!((loss.mean() - std::f64::consts::LN_2).abs() < 1e-12);
+//! // Coordinates 0 and 3, and the bias (index 4).
+//! assert_eq!(acc.take().indices(), &[0, 3, 4]);
+//! ```
+
+mod accumulator;
+mod factorization;
+mod logistic;
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand_distr::StandardNormal;
+use serde::{Deserialize, Serialize};
+
+use crate::batch::Batch;
+use crate::metrics::Evaluation;
+
+pub use accumulator::GradientAccumulator;
+pub use factorization::MatrixFactorization;
+pub use logistic::LogisticRegression;
+
+/// The largest number of parameters a model may have: every index must fit a `u32`.
+pub const MAX_PARAMS: usize = u32::MAX as usize + 1;
+
+/// What model to train, with its shape and hyper-parameters; part of the job spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelSpec {
+    /// Binary logistic regression over sparse features, labels 0/1.
+    ///
+    /// Parameter layout: `[w_0 .. w_{features-1}, bias]`.
+    LogisticRegression {
+        /// Number of features (the bias is extra).
+        features: u32,
+        /// L2 coefficient, applied lazily to the weights a batch touches (never to the bias).
+        l2: f32,
+    },
+    /// Biased probabilistic matrix factorisation of ratings.
+    ///
+    /// Parameter layout: `[user factors U×K][item factors I×K][user biases U][item biases I]`;
+    /// prediction `mean + b_u + b_i + <p_u, q_i>`.
+    MatrixFactorization {
+        /// Number of users U (ids `0..U`).
+        users: u32,
+        /// Number of items I (ids `0..I`).
+        items: u32,
+        /// Number of latent factors K.
+        factors: u32,
+        /// L2 coefficient, applied lazily to the factors and biases a batch touches.
+        l2: f32,
+        /// The global mean rating, a constant offset of every prediction.
+        mean: f32,
+        /// Standard deviation of the initial factors (biases start at 0).
+        init_std: f32,
+    },
+}
+
+impl ModelSpec {
+    /// Number of parameters of the flat parameter vector (saturating at `usize::MAX`).
+    pub fn num_params(&self) -> usize {
+        let n: u128 = match *self {
+            ModelSpec::LogisticRegression { features, .. } => u128::from(features) + 1,
+            ModelSpec::MatrixFactorization {
+                users,
+                items,
+                factors,
+                ..
+            } => (u128::from(users) + u128::from(items)) * (u128::from(factors) + 1),
+        };
+        usize::try_from(n).unwrap_or(usize::MAX)
+    }
+
+    /// Short name of the model family: `"lr"` or `"pmf"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelSpec::LogisticRegression { .. } => "lr",
+            ModelSpec::MatrixFactorization { .. } => "pmf",
+        }
+    }
+
+    /// Checks that the spec describes a trainable model: finite, non-negative hyper-parameters
+    /// and at most [`MAX_PARAMS`] parameters.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let invalid = |reason: String| Err(ModelError::InvalidSpec { reason });
+        let n = self.num_params();
+        if n > MAX_PARAMS {
+            return invalid(format!(
+                "{n} parameters exceed the maximum of {MAX_PARAMS} (u32 indices)"
+            ));
+        }
+        match *self {
+            ModelSpec::LogisticRegression { l2, .. } => {
+                if !(l2.is_finite() && l2 >= 0.0) {
+                    return invalid(format!("l2 must be finite and >= 0, got {l2}"));
+                }
+            }
+            ModelSpec::MatrixFactorization {
+                l2, mean, init_std, ..
+            } => {
+                if !(l2.is_finite() && l2 >= 0.0) {
+                    return invalid(format!("l2 must be finite and >= 0, got {l2}"));
+                }
+                if !mean.is_finite() {
+                    return invalid(format!("mean must be finite, got {mean}"));
+                }
+                if !(init_std.is_finite() && init_std >= 0.0) {
+                    return invalid(format!("init_std must be finite and >= 0, got {init_std}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The initial parameters, identical for identical seeds (every worker starts from the same
+    /// replica).
+    ///
+    /// Logistic regression starts at zero. Matrix factorisation draws its factors from
+    /// N(0, init_std²) with a `StdRng` seeded by `seed` (factors in layout order: users, then
+    /// items), and starts its biases at 0. `StdRng`'s stream is fixed for a given `rand`
+    /// version on every platform, so all workers of a job agree; it may change across `rand`
+    /// releases, which matters only for resuming a job with a differently built binary, and
+    /// such a job resumes from a checkpoint, not from a seed.
+    pub fn init_params(&self, seed: u64) -> Vec<f32> {
+        let n = self.num_params();
+        match *self {
+            ModelSpec::LogisticRegression { .. } => vec![0.0; n],
+            ModelSpec::MatrixFactorization {
+                users,
+                items,
+                factors,
+                init_std,
+                ..
+            } => {
+                let n_factors = (users as usize + items as usize) * factors as usize;
+                let mut rng = StdRng::seed_from_u64(seed);
+                let mut params = Vec::with_capacity(n);
+                params.extend((0..n_factors).map(|_| {
+                    let z: f64 = rng.sample(StandardNormal);
+                    (z * f64::from(init_std)) as f32
+                }));
+                params.resize(n, 0.0);
+                params
+            }
+        }
+    }
+
+    /// The model that computes gradients and evaluations for this spec.
+    pub fn model(&self) -> Box<dyn Model> {
+        match *self {
+            ModelSpec::LogisticRegression { features, l2 } => {
+                Box::new(LogisticRegression::new(features, l2))
+            }
+            ModelSpec::MatrixFactorization {
+                users,
+                items,
+                factors,
+                l2,
+                mean,
+                ..
+            } => Box::new(MatrixFactorization::new(users, items, factors, l2, mean)),
+        }
+    }
+}
+
+/// A model: the gradient and the evaluation of a flat parameter vector on a batch.
+pub trait Model: Send + Sync {
+    /// Number of parameters the model expects.
+    fn num_params(&self) -> usize;
+
+    /// Adds to `acc` the gradient of the batch's mean data loss, plus `l2 * w_j` for each
+    /// coordinate `j` the batch touches (lazy L2; coordinates the batch does not touch get
+    /// nothing), and returns the data loss summed over the batch's samples, computed with
+    /// `params` as given (before any update).
+    ///
+    /// The batch is untrusted: out-of-range ids, bad labels, non-finite values, malformed
+    /// layouts and a batch of the wrong kind are errors, and on error `acc` is left unchanged.
+    fn gradient(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+        acc: &mut GradientAccumulator,
+    ) -> Result<BatchLoss, ModelError>;
+
+    /// Adds the model's predictions on `batch` to `eval`.
+    ///
+    /// Validates the batch as [`gradient`](Self::gradient) does; on error `eval` is unchanged.
+    fn evaluate(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+        eval: &mut Evaluation,
+    ) -> Result<(), ModelError>;
+}
+
+/// The data loss of some samples: its sum and the number of samples.
+///
+/// Logistic regression reports the log loss, matrix factorisation the squared error; neither
+/// includes the L2 term.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchLoss {
+    /// Sum of the per-sample losses.
+    pub sum: f64,
+    /// Number of samples.
+    pub count: u64,
+}
+
+impl BatchLoss {
+    /// A loss of `sum` over `count` samples.
+    pub fn new(sum: f64, count: u64) -> Self {
+        Self { sum, count }
+    }
+
+    /// The mean loss per sample; NaN when there is no sample (the mean is undefined).
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+
+    /// Adds the samples of `other` to `self`.
+    pub fn merge(&mut self, other: BatchLoss) {
+        self.sum += other.sum;
+        self.count += other.count;
+    }
+}
+
+impl std::ops::Add for BatchLoss {
+    type Output = BatchLoss;
+    fn add(mut self, other: BatchLoss) -> BatchLoss {
+        self.merge(other);
+        self
+    }
+}
+
+impl std::ops::AddAssign for BatchLoss {
+    fn add_assign(&mut self, other: BatchLoss) {
+        self.merge(other);
+    }
+}
+
+impl std::iter::Sum for BatchLoss {
+    fn sum<I: Iterator<Item = BatchLoss>>(iter: I) -> BatchLoss {
+        iter.fold(BatchLoss::default(), |a, b| a + b)
+    }
+}
+
+/// Why a model cannot compute on the given parameters or batch.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    /// The batch is of the wrong kind for the model.
+    #[error("model {model} needs a {expected} batch, got a {got} batch")]
+    WrongBatchKind {
+        /// The model's short name.
+        model: &'static str,
+        /// The kind it needs.
+        expected: &'static str,
+        /// The kind it got.
+        got: &'static str,
+    },
+    /// A feature index is not below the model's number of features.
+    #[error("row {row}: feature index {index} is out of range (the model has {features} features)")]
+    FeatureOutOfRange {
+        /// Row of the batch.
+        row: usize,
+        /// The offending index.
+        index: u32,
+        /// The model's number of features.
+        features: u32,
+    },
+    /// A label is neither 0 nor 1.
+    #[error("row {row}: label {label} is not 0 or 1")]
+    BadLabel {
+        /// Row of the batch.
+        row: usize,
+        /// The offending label.
+        label: f32,
+    },
+    /// A feature value is NaN or infinite.
+    #[error("row {row}: feature {index} has the non-finite value {value}")]
+    NonFiniteFeature {
+        /// Row of the batch.
+        row: usize,
+        /// The feature index.
+        index: u32,
+        /// The offending value.
+        value: f32,
+    },
+    /// A user id is not below the model's number of users.
+    #[error("rating {position}: user id {user} is out of range (the model has {users} users)")]
+    UserOutOfRange {
+        /// Position of the rating in the batch.
+        position: usize,
+        /// The offending id.
+        user: u32,
+        /// The model's number of users.
+        users: u32,
+    },
+    /// An item id is not below the model's number of items.
+    #[error("rating {position}: item id {item} is out of range (the model has {items} items)")]
+    ItemOutOfRange {
+        /// Position of the rating in the batch.
+        position: usize,
+        /// The offending id.
+        item: u32,
+        /// The model's number of items.
+        items: u32,
+    },
+    /// A rating is NaN or infinite.
+    #[error("rating {position}: the rating {rating} is not finite")]
+    NonFiniteRating {
+        /// Position of the rating in the batch.
+        position: usize,
+        /// The offending rating.
+        rating: f32,
+    },
+    /// The batch's arrays are inconsistent (lengths, row offsets).
+    #[error("malformed batch: {reason}")]
+    MalformedBatch {
+        /// What is inconsistent.
+        reason: String,
+    },
+    /// The parameter vector has the wrong length.
+    #[error("the model has {expected} parameters, got a vector of {got}")]
+    ParamsLength {
+        /// The model's number of parameters.
+        expected: usize,
+        /// The length of the vector given.
+        got: usize,
+    },
+    /// The gradient accumulator has the wrong dimension.
+    #[error("the model has {expected} parameters, got an accumulator of dimension {got}")]
+    AccumulatorDim {
+        /// The model's number of parameters.
+        expected: usize,
+        /// The accumulator's dimension.
+        got: usize,
+    },
+    /// The evaluation is for another kind of task.
+    #[error("a {got} evaluation cannot take {expected} predictions")]
+    EvaluationKind {
+        /// The kind of predictions offered.
+        expected: &'static str,
+        /// The kind of the evaluation.
+        got: &'static str,
+    },
+    /// The model spec is not trainable.
+    #[error("invalid model spec: {reason}")]
+    InvalidSpec {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Checks the lengths of the parameter vector and the accumulator against the model's.
+fn check_dims(num_params: usize, params: &[f32], acc_dim: Option<usize>) -> Result<(), ModelError> {
+    if num_params > MAX_PARAMS {
+        return Err(ModelError::InvalidSpec {
+            reason: format!("{num_params} parameters exceed the maximum of {MAX_PARAMS}"),
+        });
+    }
+    if params.len() != num_params {
+        return Err(ModelError::ParamsLength {
+            expected: num_params,
+            got: params.len(),
+        });
+    }
+    match acc_dim {
+        Some(dim) if dim != num_params => Err(ModelError::AccumulatorDim {
+            expected: num_params,
+            got: dim,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The name of a batch's kind, for errors.
+fn batch_kind(batch: &Batch) -> &'static str {
+    match batch {
+        Batch::Sparse(_) => "sparse",
+        Batch::Ratings(_) => "ratings",
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Helpers shared by the model tests.
+
+    /// Central finite difference of `f` at `x` along every coordinate in `coords`, in f64.
+    pub fn finite_difference(
+        f: impl Fn(&[f64]) -> f64,
+        x: &[f64],
+        coords: impl IntoIterator<Item = usize>,
+    ) -> Vec<(usize, f64)> {
+        let mut x = x.to_vec();
+        coords
+            .into_iter()
+            .map(|j| {
+                let h = 1e-6 * x[j].abs().max(1.0);
+                let x0 = x[j];
+                x[j] = x0 + h;
+                let up = f(&x);
+                x[j] = x0 - h;
+                let down = f(&x);
+                x[j] = x0;
+                (j, (up - down) / (2.0 * h))
+            })
+            .collect()
+    }
+
+    /// Asserts `got` is within a relative-plus-absolute tolerance of `want`.
+    pub fn assert_close(got: f64, want: f64, tol: f64, what: &str) {
+        let err = (got - want).abs();
+        assert!(
+            err <= tol * (1.0 + want.abs()),
+            "{what}: got {got}, want {want} (error {err})"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pmf_spec() -> ModelSpec {
+        ModelSpec::MatrixFactorization {
+            users: 30,
+            items: 20,
+            factors: 4,
+            l2: 0.01,
+            mean: 3.5,
+            init_std: 0.1,
+        }
+    }
+
+    #[test]
+    fn num_params_and_names() {
+        let lr = ModelSpec::LogisticRegression {
+            features: 10,
+            l2: 0.0,
+        };
+        assert_eq!(lr.num_params(), 11);
+        assert_eq!(lr.name(), "lr");
+        assert_eq!(pmf_spec().num_params(), (30 + 20) * 4 + 30 + 20);
+        assert_eq!(pmf_spec().name(), "pmf");
+        assert_eq!(pmf_spec().model().num_params(), pmf_spec().num_params());
+    }
+
+    #[test]
+    fn validate_rejects_bad_specs() {
+        assert!(pmf_spec().validate().is_ok());
+        let too_big = ModelSpec::MatrixFactorization {
+            users: u32::MAX,
+            items: 1,
+            factors: 10,
+            l2: 0.0,
+            mean: 0.0,
+            init_std: 0.1,
+        };
+        assert!(matches!(
+            too_big.validate(),
+            Err(ModelError::InvalidSpec { .. })
+        ));
+        let bad_l2 = ModelSpec::LogisticRegression {
+            features: 3,
+            l2: -1.0,
+        };
+        assert!(bad_l2.validate().is_err());
+        let biggest_lr = ModelSpec::LogisticRegression {
+            features: u32::MAX,
+            l2: 0.0,
+        };
+        assert!(biggest_lr.validate().is_ok());
+    }
+
+    #[test]
+    fn init_params_is_seeded_and_shaped() {
+        let spec = pmf_spec();
+        let a = spec.init_params(42);
+        let b = spec.init_params(42);
+        let c = spec.init_params(43);
+        assert_eq!(a.len(), spec.num_params());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let n_factors = 50 * 4;
+        assert!(
+            a[n_factors..].iter().all(|&x| x == 0.0),
+            "biases start at 0"
+        );
+        let factors = &a[..n_factors];
+        assert!(factors.iter().all(|&x| x != 0.0));
+        let var = factors.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>() / n_factors as f64;
+        assert!((var.sqrt() - 0.1).abs() < 0.02, "std {}", var.sqrt());
+
+        let lr = ModelSpec::LogisticRegression {
+            features: 5,
+            l2: 0.0,
+        };
+        assert_eq!(lr.init_params(1), vec![0.0; 6]);
+    }
+
+    #[test]
+    fn batch_loss_merges() {
+        let mut a = BatchLoss::new(1.5, 3);
+        a.merge(BatchLoss::new(2.5, 1));
+        assert_eq!(a, BatchLoss::new(4.0, 4));
+        assert_eq!(a.mean(), 1.0);
+        assert!(BatchLoss::default().mean().is_nan());
+        let total: BatchLoss = [a, BatchLoss::new(1.0, 1)].into_iter().sum();
+        assert_eq!(total, BatchLoss::new(5.0, 5));
+    }
+}

@@ -1,0 +1,378 @@
+//! Biased probabilistic matrix factorisation.
+
+use super::{BatchLoss, GradientAccumulator, Model, ModelError, batch_kind, check_dims};
+use crate::batch::{Batch, RatingBatch};
+use crate::metrics::Evaluation;
+
+/// Biased matrix factorisation: `r̂(u, i) = mean + b_u + b_i + <p_u, q_i>`.
+///
+/// Parameters `[user factors U×K][item factors I×K][user biases U][item biases I]`. The data
+/// loss of a rating is the squared error `(r̂ - r)²` (so the gradient carries the factor 2 of
+/// its derivative), and the lazy L2 term `l2 * w` applies to the factors *and* the biases of
+/// the users and items a batch touches, as in Koren's biased MF (a user with one rating would
+/// otherwise fit its bias to that rating exactly).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MatrixFactorization {
+    users: u32,
+    items: u32,
+    factors: usize,
+    l2: f32,
+    mean: f32,
+    /// Start of the item factors.
+    item_factors: usize,
+    /// Start of the user biases.
+    user_biases: usize,
+    /// Start of the item biases.
+    item_biases: usize,
+    num_params: usize,
+}
+
+impl MatrixFactorization {
+    /// A model of `users` × `items` ratings with `factors` latent factors.
+    pub fn new(users: u32, items: u32, factors: u32, l2: f32, mean: f32) -> Self {
+        let (u, i, k) = (users as usize, items as usize, factors as usize);
+        let item_factors = u.saturating_mul(k);
+        let user_biases = item_factors.saturating_add(i.saturating_mul(k));
+        let item_biases = user_biases.saturating_add(u);
+        Self {
+            users,
+            items,
+            factors: k,
+            l2,
+            mean,
+            item_factors,
+            user_biases,
+            item_biases,
+            num_params: item_biases.saturating_add(i),
+        }
+    }
+
+    /// The rating the parameters predict for `(user, item)`; ids must be in range.
+    #[inline]
+    fn predict(&self, params: &[f32], user: usize, item: usize) -> f32 {
+        let k = self.factors;
+        let p = &params[user * k..user * k + k];
+        let q = &params[self.item_factors + item * k..self.item_factors + item * k + k];
+        let dot: f32 = p.iter().zip(q).map(|(a, b)| a * b).sum();
+        self.mean + params[self.user_biases + user] + params[self.item_biases + item] + dot
+    }
+
+    /// Checks parameters and batch, returning the batch's ratings.
+    fn prepare<'b>(
+        &self,
+        params: &[f32],
+        batch: &'b Batch,
+        acc_dim: Option<usize>,
+    ) -> Result<&'b RatingBatch, ModelError> {
+        check_dims(self.num_params, params, acc_dim)?;
+        let Batch::Ratings(ratings) = batch else {
+            return Err(ModelError::WrongBatchKind {
+                model: "pmf",
+                expected: "ratings",
+                got: batch_kind(batch),
+            });
+        };
+        let n = ratings.ratings.len();
+        if ratings.users.len() != n || ratings.items.len() != n {
+            return Err(ModelError::MalformedBatch {
+                reason: format!(
+                    "{} users, {} items and {n} ratings",
+                    ratings.users.len(),
+                    ratings.items.len()
+                ),
+            });
+        }
+        for (position, (user, item, rating)) in ratings.iter().enumerate() {
+            if user >= self.users {
+                return Err(ModelError::UserOutOfRange {
+                    position,
+                    user,
+                    users: self.users,
+                });
+            }
+            if item >= self.items {
+                return Err(ModelError::ItemOutOfRange {
+                    position,
+                    item,
+                    items: self.items,
+                });
+            }
+            if !rating.is_finite() {
+                return Err(ModelError::NonFiniteRating { position, rating });
+            }
+        }
+        Ok(ratings)
+    }
+}
+
+impl Model for MatrixFactorization {
+    fn num_params(&self) -> usize {
+        self.num_params
+    }
+
+    fn gradient(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+        acc: &mut GradientAccumulator,
+    ) -> Result<BatchLoss, ModelError> {
+        let ratings = self.prepare(params, batch, Some(acc.dim()))?;
+        let n = ratings.len();
+        acc.begin_pass();
+        if n == 0 {
+            return Ok(BatchLoss::default());
+        }
+        let k = self.factors;
+        let scale = (2.0 / n as f64) as f32;
+        let mut loss = 0.0_f64;
+        for (user, item, rating) in ratings.iter() {
+            let (u, i) = (user as usize, item as usize);
+            let err = self.predict(params, u, i) - rating;
+            loss += f64::from(err) * f64::from(err);
+            let g = scale * err;
+            // Indices fit u32: check_dims bounded num_params by MAX_PARAMS.
+            let (pu, qi) = (u * k, self.item_factors + i * k);
+            let p = &params[pu..pu + k];
+            let q = &params[qi..qi + k];
+            for (f, &qf) in q.iter().enumerate() {
+                acc.add((pu + f) as u32, g * qf);
+            }
+            for (f, &pf) in p.iter().enumerate() {
+                acc.add((qi + f) as u32, g * pf);
+            }
+            acc.add((self.user_biases + u) as u32, g);
+            acc.add((self.item_biases + i) as u32, g);
+        }
+        if self.l2 != 0.0 {
+            let l2 = self.l2;
+            acc.add_to_pass(|j| l2 * params[j as usize]);
+        }
+        Ok(BatchLoss::new(loss, n as u64))
+    }
+
+    fn evaluate(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+        eval: &mut Evaluation,
+    ) -> Result<(), ModelError> {
+        let ratings = self.prepare(params, batch, None)?;
+        eval.check_regression()?;
+        for (user, item, rating) in ratings.iter() {
+            let predicted = self.predict(params, user as usize, item as usize);
+            eval.push_rating(f64::from(predicted), f64::from(rating))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use rand_distr::StandardNormal;
+
+    use super::*;
+    use crate::SparseBatch;
+    use crate::model::ModelSpec;
+    use crate::model::testutil::{assert_close, finite_difference};
+    use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
+
+    const U: u32 = 7;
+    const I: u32 = 5;
+    const K: u32 = 3;
+
+    fn spec(l2: f32) -> ModelSpec {
+        ModelSpec::MatrixFactorization {
+            users: U,
+            items: I,
+            factors: K,
+            l2,
+            mean: 3.0,
+            init_std: 0.5,
+        }
+    }
+
+    /// The regularised objective in f64: mean squared error + l2/2 Σ_{j touched} w_j².
+    fn objective(b: &RatingBatch, l2: f64, touched: &[usize], x: &[f64]) -> f64 {
+        let (u_n, i_n, k) = (U as usize, I as usize, K as usize);
+        let mut sum = 0.0;
+        for (u, i, r) in b.iter() {
+            let (u, i) = (u as usize, i as usize);
+            let dot: f64 = (0..k).map(|f| x[u * k + f] * x[u_n * k + i * k + f]).sum();
+            let pred = 3.0 + x[(u_n + i_n) * k + u] + x[(u_n + i_n) * k + u_n + i] + dot;
+            sum += (pred - f64::from(r)).powi(2);
+        }
+        sum / b.len() as f64 + 0.5 * l2 * touched.iter().map(|&j| x[j] * x[j]).sum::<f64>()
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences_with_lazy_l2() {
+        let l2 = 0.2_f32;
+        let spec = spec(l2);
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut params = spec.init_params(9);
+        // Non-zero biases too, so that a missing or extra L2 term on them shows.
+        for p in params.iter_mut() {
+            *p += 0.3 * rng.sample::<f32, _>(StandardNormal);
+        }
+        // Users 0,1,2 (user 1 twice) and items 0,3 (item 3 twice): users 3..7 and items 1,2,4
+        // untouched.
+        let mut b = RatingBatch::default();
+        b.push(0, 3, 4.0);
+        b.push(1, 0, 2.5);
+        b.push(1, 3, 5.0);
+        b.push(2, 0, 1.0);
+        let (k, un, inn) = (K as usize, U as usize, I as usize);
+        let mut touched = Vec::new();
+        for u in [0, 1, 2] {
+            touched.extend(u * k..u * k + k);
+            touched.push((un + inn) * k + u);
+        }
+        for i in [0, 3] {
+            touched.extend(un * k + i * k..un * k + i * k + k);
+            touched.push((un + inn) * k + un + i);
+        }
+        touched.sort_unstable();
+
+        let mut acc = GradientAccumulator::new(spec.num_params());
+        let loss = spec
+            .model()
+            .gradient(&params, &Batch::Ratings(b.clone()), &mut acc)
+            .unwrap();
+        let grad = acc.take();
+        let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
+        assert_close(loss.mean(), objective(&b, 0.0, &touched, &x), 1e-6, "loss");
+        let support: Vec<usize> = grad.indices().iter().map(|&j| j as usize).collect();
+        assert_eq!(support, touched);
+        let mut dense = vec![0.0_f32; spec.num_params()];
+        grad.scaled_add_to(&mut dense, 1.0);
+        let f = |x: &[f64]| objective(&b, f64::from(l2), &touched, x);
+        for (j, want) in finite_difference(f, &x, 0..spec.num_params()) {
+            assert_close(f64::from(dense[j]), want, 1e-4, &format!("d/dx_{j}"));
+        }
+    }
+
+    #[test]
+    fn errors_for_untrusted_batches() {
+        let spec = spec(0.1);
+        let model = spec.model();
+        let params = spec.init_params(1);
+        let mut acc = GradientAccumulator::new(spec.num_params());
+        let mut b = RatingBatch::default();
+        b.push(0, 0, 1.0);
+        b.push(U, 0, 1.0);
+        assert_eq!(
+            model.gradient(&params, &Batch::Ratings(b), &mut acc),
+            Err(ModelError::UserOutOfRange {
+                position: 1,
+                user: U,
+                users: U
+            })
+        );
+        let mut b = RatingBatch::default();
+        b.push(0, I + 3, 1.0);
+        assert_eq!(
+            model.gradient(&params, &Batch::Ratings(b), &mut acc),
+            Err(ModelError::ItemOutOfRange {
+                position: 0,
+                item: I + 3,
+                items: I
+            })
+        );
+        let mut b = RatingBatch::default();
+        b.push(0, 0, f32::INFINITY);
+        assert!(matches!(
+            model.gradient(&params, &Batch::Ratings(b.clone()), &mut acc),
+            Err(ModelError::NonFiniteRating { position: 0, .. })
+        ));
+        b.ratings[0] = 1.0;
+        b.users.push(1);
+        assert!(matches!(
+            model.gradient(&params, &Batch::Ratings(b), &mut acc),
+            Err(ModelError::MalformedBatch { .. })
+        ));
+        let mut sparse = SparseBatch::new();
+        sparse.push_row(1.0, &[0], &[1.0]);
+        assert_eq!(
+            model.gradient(&params, &Batch::Sparse(sparse), &mut acc),
+            Err(ModelError::WrongBatchKind {
+                model: "pmf",
+                expected: "ratings",
+                got: "sparse"
+            })
+        );
+        assert!(acc.is_empty());
+    }
+
+    #[test]
+    fn adam_reaches_the_noise_floor() {
+        let (users, items, rank) = (60_u32, 50_u32, 3_usize);
+        let sigma = 0.1_f64;
+        let mut rng = StdRng::seed_from_u64(5);
+        let normal = |rng: &mut StdRng, s: f64| s * rng.sample::<f64, _>(StandardNormal);
+        let p: Vec<f64> = (0..users as usize * rank)
+            .map(|_| normal(&mut rng, 0.7))
+            .collect();
+        let q: Vec<f64> = (0..items as usize * rank)
+            .map(|_| normal(&mut rng, 0.7))
+            .collect();
+        let bu: Vec<f64> = (0..users).map(|_| normal(&mut rng, 0.3)).collect();
+        let bi: Vec<f64> = (0..items).map(|_| normal(&mut rng, 0.3)).collect();
+        let mean = 3.0;
+        let (mut train, mut test) = (RatingBatch::default(), RatingBatch::default());
+        for u in 0..users as usize {
+            for i in 0..items as usize {
+                let dot: f64 = (0..rank).map(|f| p[u * rank + f] * q[i * rank + f]).sum();
+                let r = mean + bu[u] + bi[i] + dot + normal(&mut rng, sigma);
+                let roll = rng.random::<f64>();
+                if roll < 0.5 {
+                    train.push(u as u32, i as u32, r as f32);
+                } else if roll < 0.6 {
+                    test.push(u as u32, i as u32, r as f32);
+                }
+            }
+        }
+
+        let spec = ModelSpec::MatrixFactorization {
+            users,
+            items,
+            factors: rank as u32,
+            l2: 1e-3,
+            mean: mean as f32,
+            init_std: 0.1,
+        };
+        let model = spec.model();
+        let mut params = spec.init_params(0);
+        let mut opt = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
+        let mut acc = GradientAccumulator::new(params.len());
+        let batches: Vec<Batch> = (0..train.len())
+            .step_by(50)
+            .map(|s| {
+                let e = (s + 50).min(train.len());
+                Batch::Ratings(RatingBatch {
+                    users: train.users[s..e].to_vec(),
+                    items: train.items[s..e].to_vec(),
+                    ratings: train.ratings[s..e].to_vec(),
+                })
+            })
+            .collect();
+        let mut last_epoch = BatchLoss::default();
+        for _epoch in 0..150 {
+            last_epoch = BatchLoss::default();
+            for b in &batches {
+                last_epoch += model.gradient(&params, b, &mut acc).unwrap();
+                let delta = opt.step(&params, &acc.take(), 0.01);
+                delta.scaled_add_to(&mut params, 1.0);
+            }
+        }
+        let train_rmse = last_epoch.mean().sqrt();
+        let mut eval = Evaluation::regression();
+        model
+            .evaluate(&params, &Batch::Ratings(test), &mut eval)
+            .unwrap();
+        let test_rmse = eval.finish()["test_rmse"];
+        assert!(train_rmse < 1.3 * sigma, "train RMSE {train_rmse}");
+        assert!(test_rmse < 1.6 * sigma, "test RMSE {test_rmse}");
+    }
+}

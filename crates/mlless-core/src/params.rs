@@ -1,0 +1,199 @@
+//! Operations on whole parameter vectors: averaging replicas, applying the mean of deltas.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::sparse::{SparseError, SparseVector};
+
+/// The element-wise mean of replicas of one model, accumulated in f64.
+///
+/// An empty slice gives an empty vector; one replica is returned unchanged.
+///
+/// # Panics
+/// Panics if the replicas differ in length (they are not replicas of one model).
+pub fn average(replicas: &[&[f32]]) -> Vec<f32> {
+    let Some(first) = replicas.first() else {
+        return Vec::new();
+    };
+    let dim = first.len();
+    if let Some(bad) = replicas.iter().find(|r| r.len() != dim) {
+        panic!(
+            "average: replicas differ in length ({dim} and {})",
+            bad.len()
+        );
+    }
+    let mut sum: Vec<f64> = first.iter().map(|&x| f64::from(x)).collect();
+    for replica in &replicas[1..] {
+        for (s, &x) in sum.iter_mut().zip(replica.iter()) {
+            *s += f64::from(x);
+        }
+    }
+    let n = replicas.len() as f64;
+    sum.into_iter().map(|s| (s / n) as f32).collect()
+}
+
+/// Adds the mean of `deltas`, `(1/n) Σ_k deltas[k]`, to `params`, with `n = deltas.len()`
+/// (empty deltas count: a worker with nothing to send still took part in the step).
+///
+/// Deterministic: per coordinate the deltas are summed in f64 in the given order, divided by
+/// `n` and added once, so replicas that apply the same deltas in the same order stay
+/// bit-identical. With one delta this is bit-for-bit `params[j] += delta[j]`, the plain
+/// single-worker loop. Costs O(N log n) for N stored entries in total.
+///
+/// # Panics
+/// Panics if an index is out of bounds; use [`try_apply_mean`] for updates received from
+/// elsewhere.
+pub fn apply_mean(params: &mut [f32], deltas: &[&SparseVector]) {
+    match deltas {
+        [] => {}
+        [single] => single.scaled_add_to(params, 1.0),
+        _ => {
+            let n = deltas.len() as f64;
+            // k-way merge by (index, position in `deltas`), so equal indices pop in order.
+            let mut cursors = vec![0_usize; deltas.len()];
+            let mut heap: BinaryHeap<Reverse<(u32, usize)>> = deltas
+                .iter()
+                .enumerate()
+                .filter_map(|(k, d)| d.indices().first().map(|&i| Reverse((i, k))))
+                .collect();
+            let mut advance = |k: usize, heap: &mut BinaryHeap<Reverse<(u32, usize)>>| {
+                let c = cursors[k];
+                cursors[k] += 1;
+                if let Some(&next) = deltas[k].indices().get(c + 1) {
+                    heap.push(Reverse((next, k)));
+                }
+                f64::from(deltas[k].values()[c])
+            };
+            while let Some(Reverse((index, k))) = heap.pop() {
+                let mut sum = advance(k, &mut heap);
+                while let Some(&Reverse((next, k2))) = heap.peek() {
+                    if next != index {
+                        break;
+                    }
+                    heap.pop();
+                    sum += advance(k2, &mut heap);
+                }
+                params[index as usize] += (sum / n) as f32;
+            }
+        }
+    }
+}
+
+/// [`apply_mean`] for untrusted deltas: checks every index first and leaves `params` unchanged
+/// on error.
+pub fn try_apply_mean(params: &mut [f32], deltas: &[&SparseVector]) -> Result<(), SparseError> {
+    for d in deltas {
+        d.check_dim(params.len())?;
+    }
+    apply_mean(params, deltas);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    fn random_delta(rng: &mut StdRng, dim: u32, nnz: usize) -> SparseVector {
+        SparseVector::from_pairs(
+            (0..nnz)
+                .map(|_| (rng.random_range(0..dim), rng.random_range(-1.0..1.0)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn average_is_elementwise_mean() {
+        let a = [1.0_f32, 2.0, 3.0];
+        let b = [3.0_f32, 2.0, -3.0];
+        let c = [2.0_f32, 5.0, 0.0];
+        assert_eq!(average(&[&a, &b, &c]), vec![2.0, 3.0, 0.0]);
+        assert_eq!(average(&[&a]), a.to_vec());
+        assert!(average(&[]).is_empty());
+        // f64 accumulation: f32 would lose the small values next to the large ones.
+        let big = [1.0e8_f32, 1.0];
+        let small = [1.0_f32, 1.0];
+        assert_eq!(
+            average(&[&big, &small, &small, &small]),
+            vec![25_000_000.75, 1.0]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "differ in length")]
+    fn average_rejects_mismatched_replicas() {
+        average(&[&[1.0, 2.0], &[1.0]]);
+    }
+
+    #[test]
+    fn one_worker_is_bit_for_bit_the_plain_loop() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut plain: Vec<f32> = (0..50).map(|_| rng.random_range(-1.0..1.0)).collect();
+        plain[7] = -0.0;
+        let mut mean = plain.clone();
+        for _ in 0..100 {
+            let mut d = random_delta(&mut rng, 50, 10);
+            if d.indices().contains(&7) {
+                let pos = d.indices().iter().position(|&i| i == 7).unwrap();
+                d.values_mut()[pos] = -0.0;
+            }
+            for (i, v) in d.iter() {
+                plain[i as usize] += v;
+            }
+            apply_mean(&mut mean, &[&d]);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&plain), bits(&mean));
+    }
+
+    #[test]
+    fn several_workers_apply_the_ordered_f64_mean() {
+        let mut rng = StdRng::seed_from_u64(8);
+        let dim = 64;
+        let deltas: Vec<SparseVector> = (0..5)
+            .map(|k| random_delta(&mut rng, dim, 20 + 5 * k))
+            .chain([SparseVector::new()])
+            .collect();
+        let refs: Vec<&SparseVector> = deltas.iter().collect();
+        let start: Vec<f32> = (0..dim).map(|j| j as f32 * 0.1).collect();
+        let mut params = start.clone();
+        apply_mean(&mut params, &refs);
+
+        let mut want = start.clone();
+        for (j, w) in want.iter_mut().enumerate() {
+            let mut sum: Option<f64> = None;
+            for d in &deltas {
+                if let Ok(pos) = d.indices().binary_search(&(j as u32)) {
+                    let v = f64::from(d.values()[pos]);
+                    sum = Some(sum.map_or(v, |s| s + v));
+                }
+            }
+            if let Some(s) = sum {
+                *w += (s / deltas.len() as f64) as f32;
+            }
+        }
+        assert_eq!(params, want);
+
+        // Replicas applying the same deltas stay identical; the result is the mean, not the sum.
+        let mut again = start.clone();
+        apply_mean(&mut again, &refs);
+        assert_eq!(params, again);
+        let one = SparseVector::from_pairs(vec![(3, 6.0)]);
+        let mut p = vec![0.0; 4];
+        apply_mean(&mut p, &[&one, &SparseVector::new(), &one]);
+        assert_eq!(p, vec![0.0, 0.0, 0.0, 4.0]);
+    }
+
+    #[test]
+    fn try_apply_mean_checks_bounds_first() {
+        let ok = SparseVector::from_pairs(vec![(0, 1.0)]);
+        let bad = SparseVector::from_pairs(vec![(1, 1.0), (4, 1.0)]);
+        let mut params = vec![0.0; 4];
+        assert!(try_apply_mean(&mut params, &[&ok, &bad]).is_err());
+        assert_eq!(params, vec![0.0; 4]);
+        try_apply_mean(&mut params, &[&ok, &ok]).unwrap();
+        assert_eq!(params, vec![1.0, 0.0, 0.0, 0.0]);
+    }
+}

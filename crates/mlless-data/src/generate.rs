@@ -1,0 +1,889 @@
+//! Synthetic datasets with known ground truth, written as a stream.
+//!
+//! Generators write text in an input format ([LIBSVM](write_sparse_lr) or
+//! [MovieLens `u.data`](write_ratings)), so generated data goes through the same `prepare` path
+//! as real data. Memory is O(1) in the number of samples: only the true model (weights, or user
+//! and item factors) and the sampling tables are held. Output is a deterministic function of the
+//! spec, seed included (for a given version of `rand`).
+//!
+//! Independent random streams are derived from the seed for the model and for the samples, so
+//! the true model depends only on the fields that define it (for sparse LR: `features`,
+//! `informative`, `nnz`, `zipf_exponent`, `margin_std`, `seed`; for ratings: `users`, `items`,
+//! `rank`, `seed`), not on the number of samples.
+
+use std::io::{self, BufWriter, Write};
+
+use mlless_core::SparseBatch;
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// Stream ids mixed into the seed.
+const STREAM_MODEL: u64 = 1;
+const STREAM_SAMPLES: u64 = 2;
+const STREAM_CALIBRATION: u64 = 3;
+
+/// An RNG for one stream of one seed (SplitMix64 mixing of seed and stream).
+fn stream_rng(seed: u64, stream: u64) -> StdRng {
+    let mut z = seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    StdRng::seed_from_u64(z ^ (z >> 31))
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+/// Appends the decimal digits of `n`.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Appends `x` rounded to 4 decimals (`-0.5000`, `3.1416`); returns the rounded value times 10^4.
+fn push_fixed4(out: &mut Vec<u8>, x: f64) -> i64 {
+    let scaled = (x * 10_000.0).round() as i64;
+    if scaled < 0 {
+        out.push(b'-');
+    }
+    let magnitude = scaled.unsigned_abs();
+    push_u64(out, magnitude / 10_000);
+    let frac = magnitude % 10_000;
+    out.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 1000) as u8,
+        b'0' + (frac / 100 % 10) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+    scaled
+}
+
+/// `ln(1 + e^x)` without overflow.
+fn softplus(x: f64) -> f64 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse logistic regression
+
+/// A synthetic sparse logistic-regression dataset (see [`write_sparse_lr`] for the model).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SparseLrSpec {
+    /// Rows to write.
+    pub samples: u64,
+    /// Dimension of the feature space.
+    pub features: u32,
+    /// Distinct features per row (at most `features`).
+    pub nnz: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Number of most popular features with a non-zero true weight (at most `features`).
+    pub informative: u32,
+    /// Exponent `s` of the Zipf law of feature popularity, in [0, 10]: rank r (0-based) has
+    /// weight `(r + 1)^-s`; 0 is uniform.
+    pub zipf_exponent: f64,
+    /// Target standard deviation of the true margin `w·x` of an average row.
+    pub margin_std: f64,
+}
+
+impl SparseLrSpec {
+    /// A spec with the default model: `informative = min(features, 1000)`, Zipf exponent 1.0,
+    /// margin standard deviation 2.0.
+    pub fn new(samples: u64, features: u32, nnz: u32, seed: u64) -> Self {
+        Self {
+            samples,
+            features,
+            nnz,
+            seed,
+            informative: features.min(1000),
+            zipf_exponent: 1.0,
+            margin_std: 2.0,
+        }
+    }
+
+    /// Checks that the spec describes a dataset that can be generated.
+    pub fn validate(&self) -> io::Result<()> {
+        if self.features == 0 {
+            return Err(invalid("sparse LR needs at least one feature".into()));
+        }
+        if self.nnz == 0 || self.nnz > self.features {
+            return Err(invalid(format!(
+                "sparse LR nnz must be in 1..={} (the features), got {}",
+                self.features, self.nnz
+            )));
+        }
+        if self.informative > self.features {
+            return Err(invalid(format!(
+                "sparse LR has {} informative features but only {} features",
+                self.informative, self.features
+            )));
+        }
+        if !(0.0..=10.0).contains(&self.zipf_exponent) {
+            return Err(invalid(format!(
+                "Zipf exponent must be between 0 and 10, got {}",
+                self.zipf_exponent
+            )));
+        }
+        if !(self.margin_std.is_finite() && self.margin_std >= 0.0) {
+            return Err(invalid(format!(
+                "margin standard deviation must be finite and non-negative, got {}",
+                self.margin_std
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The true model of a sparse LR dataset: `P(y = 1 | x) = sigmoid(weights·x + bias)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SparseLrTruth {
+    /// One weight per feature (0-based, as in prepared data); zero except for informative ones.
+    pub weights: Vec<f32>,
+    /// Intercept (0 for generated data).
+    pub bias: f32,
+}
+
+impl SparseLrTruth {
+    /// The margin `weights·x + bias` of a row; indices beyond the weights count as weight 0.
+    pub fn margin(&self, indices: &[u32], values: &[f32]) -> f64 {
+        indices
+            .iter()
+            .zip(values)
+            .map(|(&i, &v)| {
+                f64::from(self.weights.get(i as usize).copied().unwrap_or(0.0)) * f64::from(v)
+            })
+            .sum::<f64>()
+            + f64::from(self.bias)
+    }
+
+    /// Mean log loss of the true model on `rows` (labels 0/1), 0 for no rows.
+    pub fn log_loss(&self, rows: &SparseBatch) -> f64 {
+        if rows.rows() == 0 {
+            return 0.0;
+        }
+        let total: f64 = rows
+            .iter_rows()
+            .map(|(label, indices, values)| {
+                let m = self.margin(indices, values);
+                let y = f64::from(label);
+                y * softplus(-m) + (1.0 - y) * softplus(m)
+            })
+            .sum();
+        total / rows.rows() as f64
+    }
+}
+
+/// Walker/Vose alias table: O(1) sampling from a discrete distribution.
+struct AliasTable {
+    /// Per column: accept the column itself when a uniform 32-bit fraction is below the
+    /// threshold (`probability · 2^32`), else take its alias. One 8-byte entry per column, so a
+    /// draw touches one cache line.
+    entries: Vec<(u32, u32)>,
+}
+
+impl AliasTable {
+    fn new(weights: &[f64]) -> Self {
+        let n = weights.len();
+        let total: f64 = weights.iter().sum();
+        let mut prob: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
+        let mut alias: Vec<u32> = (0..n as u32).collect();
+        let (mut small, mut large): (Vec<u32>, Vec<u32>) =
+            (0..n as u32).partition(|&i| prob[i as usize] < 1.0);
+        while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
+            small.pop();
+            alias[s as usize] = l;
+            prob[l as usize] -= 1.0 - prob[s as usize];
+            if prob[l as usize] < 1.0 {
+                large.pop();
+                small.push(l);
+            }
+        }
+        // Left-overs are 1 up to rounding.
+        for i in small.into_iter().chain(large) {
+            prob[i as usize] = 1.0;
+        }
+        // A probability of 1 becomes u32::MAX: its alias is the column itself, so the one
+        // fraction not below it still picks the column.
+        let entries = prob
+            .iter()
+            .zip(alias)
+            .map(|(&p, a)| ((p * 4_294_967_296.0).min(u32::MAX as f64) as u32, a))
+            .collect();
+        Self { entries }
+    }
+
+    fn sample(&self, rng: &mut impl RngCore) -> u32 {
+        // One draw gives the column (high word of x·n) and a uniform fraction (low word).
+        let x = u128::from(rng.next_u64()) * self.entries.len() as u128;
+        let column = (x >> 64) as usize;
+        let fraction = ((x as u64) >> 32) as u32;
+        let (threshold, alias) = self.entries[column];
+        if fraction < threshold {
+            column as u32
+        } else {
+            alias
+        }
+    }
+}
+
+/// Samples rows of distinct feature ranks.
+struct RowSampler {
+    table: AliasTable,
+    zipf_exponent: f64,
+    nnz: usize,
+    /// `marks[r] == stamp` iff rank r is in the current row.
+    marks: Vec<u32>,
+    stamp: u32,
+    scratch: Vec<(f64, u32)>,
+}
+
+impl RowSampler {
+    fn new(spec: &SparseLrSpec) -> Self {
+        let weights: Vec<f64> = (0..spec.features)
+            .map(|r| f64::from(r + 1).powf(-spec.zipf_exponent))
+            .collect();
+        Self {
+            table: AliasTable::new(&weights),
+            zipf_exponent: spec.zipf_exponent,
+            nnz: spec.nnz as usize,
+            marks: vec![0; spec.features as usize],
+            stamp: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Fills `ranks` with `nnz` distinct ranks, drawn one after the other in proportion to
+    /// their popularity among the ranks not drawn yet.
+    fn sample(&mut self, rng: &mut impl RngCore, ranks: &mut Vec<u32>) {
+        ranks.clear();
+        self.next_stamp();
+        let budget = 64 * self.nnz + 1024;
+        for _ in 0..budget {
+            let r = self.table.sample(rng);
+            if self.marks[r as usize] != self.stamp {
+                self.marks[r as usize] = self.stamp;
+                ranks.push(r);
+                if ranks.len() == self.nnz {
+                    return;
+                }
+            }
+        }
+        // Rejection is too slow when the row must take most of the popularity mass; draw the
+        // same distribution (successive sampling without replacement) with Efraimidis-Spirakis
+        // keys: the nnz largest of u^(1/w), here ln(u)/w.
+        ranks.clear();
+        self.scratch.clear();
+        self.scratch.extend((0..self.marks.len() as u32).map(|r| {
+            let u = 1.0 - rng.random::<f64>(); // (0, 1]
+            let w = f64::from(r + 1).powf(-self.zipf_exponent);
+            (u.ln() / w, r)
+        }));
+        let k = self.nnz - 1;
+        self.scratch
+            .select_nth_unstable_by(k, |a, b| b.0.total_cmp(&a.0));
+        ranks.extend(self.scratch[..self.nnz].iter().map(|&(_, r)| r));
+    }
+
+    fn next_stamp(&mut self) {
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.marks.fill(0);
+            self.stamp = 1;
+        }
+    }
+}
+
+/// The model of a spec: the permutation from popularity rank to feature id, and the truth.
+fn sparse_lr_model(spec: &SparseLrSpec, sampler: &mut RowSampler) -> (Vec<u32>, SparseLrTruth) {
+    let mut rng = stream_rng(spec.seed, STREAM_MODEL);
+    let n = spec.features as usize;
+    let mut perm: Vec<u32> = (0..spec.features).collect();
+    for i in (1..n).rev() {
+        let j = rng.random_range(0..=i);
+        perm.swap(i, j);
+    }
+    // Calibrate σ so that Var(w·x) = σ² E[#informative features in a row] = margin_std².
+    let mut calibration = stream_rng(spec.seed, STREAM_CALIBRATION);
+    let mut ranks = Vec::with_capacity(spec.nnz as usize);
+    const CALIBRATION_ROWS: u32 = 2048;
+    let mut informative_seen = 0u64;
+    for _ in 0..CALIBRATION_ROWS {
+        sampler.sample(&mut calibration, &mut ranks);
+        informative_seen += ranks.iter().filter(|&&r| r < spec.informative).count() as u64;
+    }
+    let mean_informative = informative_seen as f64 / f64::from(CALIBRATION_ROWS);
+    let sigma = if mean_informative > 0.0 {
+        spec.margin_std / mean_informative.sqrt()
+    } else {
+        0.0
+    };
+    let mut weights = vec![0f32; n];
+    for &feature in &perm[..spec.informative as usize] {
+        let z: f64 = StandardNormal.sample(&mut rng);
+        weights[feature as usize] = (sigma * z) as f32;
+    }
+    (perm, SparseLrTruth { weights, bias: 0.0 })
+}
+
+/// The true model of `spec`, as [`write_sparse_lr`] returns it, without writing data.
+///
+/// # Panics
+/// Panics if the spec is invalid ([`SparseLrSpec::validate`]).
+pub fn sparse_lr_truth(spec: &SparseLrSpec) -> SparseLrTruth {
+    spec.validate()
+        .unwrap_or_else(|e| panic!("sparse_lr_truth: {e}"));
+    sparse_lr_model(spec, &mut RowSampler::new(spec)).1
+}
+
+/// Writes `spec.samples` rows of a synthetic sparse logistic-regression dataset as LIBSVM text
+/// and returns the true model.
+///
+/// The model, which looks like hashed categorical data (Criteo):
+///
+/// * Feature popularity follows a Zipf law: popularity rank `r` (0-based) has weight
+///   `(r + 1)^-s`, `s = zipf_exponent` (default 1.0). Ranks map to feature ids through a seeded
+///   random permutation, so popular features are spread over the id space.
+/// * Each row holds `nnz` distinct features, drawn one after the other in proportion to
+///   popularity among those not drawn yet, each with value 1.0.
+/// * The `informative` most popular features (default `min(features, 1000)`) have true weights
+///   `~ N(0, σ²)`; all others have weight 0. σ is calibrated on 2048 sample rows so that the
+///   margin `w·x` of an average row has standard deviation `margin_std` (default 2):
+///   `σ = margin_std / sqrt(E[informative features per row])`: the spread of `w·x` over the
+///   weight draw for a row with the average number of informative features. The spread across
+///   rows of one dataset is somewhat lower, because the most popular features are in nearly
+///   every row. The bias is 0.
+/// * The label is 1 with probability `sigmoid(w·x)`, else 0.
+///
+/// Lines are `label index:1 index:1 ...` with 1-based ascending indices. The output is
+/// buffered internally; pass a plain `File`. Errors if the spec is invalid
+/// (`ErrorKind::InvalidInput`) or on a write error.
+pub fn write_sparse_lr(spec: &SparseLrSpec, out: impl Write) -> io::Result<SparseLrTruth> {
+    spec.validate()?;
+    let mut sampler = RowSampler::new(spec);
+    let (perm, truth) = sparse_lr_model(spec, &mut sampler);
+    let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let mut ranks = Vec::with_capacity(spec.nnz as usize);
+    let mut ids = Vec::with_capacity(spec.nnz as usize);
+    let mut line = Vec::with_capacity(16 + 12 * spec.nnz as usize);
+    for _ in 0..spec.samples {
+        sampler.sample(&mut rng, &mut ranks);
+        ids.clear();
+        ids.extend(ranks.iter().map(|&r| perm[r as usize]));
+        ids.sort_unstable();
+        // Only informative ranks have weights; they are the popular, cache-resident ones.
+        let margin: f64 = ranks
+            .iter()
+            .filter(|&&r| r < spec.informative)
+            .map(|&r| f64::from(truth.weights[perm[r as usize] as usize]))
+            .sum::<f64>()
+            + f64::from(truth.bias);
+        let positive = rng.random::<f64>() < sigmoid(margin);
+        line.clear();
+        line.push(if positive { b'1' } else { b'0' });
+        for &id in &ids {
+            line.push(b' ');
+            push_u64(&mut line, u64::from(id) + 1);
+            line.extend_from_slice(b":1");
+        }
+        line.push(b'\n');
+        out.write_all(&line)?;
+    }
+    out.flush()?;
+    Ok(truth)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ratings
+
+/// Global mean of the generated ratings model.
+pub const RATINGS_BASE: f64 = 3.0;
+
+/// Standard deviation of the generated user and item biases.
+pub const RATINGS_BIAS_STD: f64 = 0.3;
+
+/// A synthetic low-rank ratings dataset (see [`write_ratings`] for the model).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RatingsSpec {
+    /// Number of users.
+    pub users: u32,
+    /// Number of items.
+    pub items: u32,
+    /// Rank of the true factorisation.
+    pub rank: u32,
+    /// Probability that a (user, item) pair is rated, in (0, 1].
+    pub density: f64,
+    /// Standard deviation of the rating noise.
+    pub noise: f64,
+    /// Seed of every random choice.
+    pub seed: u64,
+}
+
+impl RatingsSpec {
+    /// Checks that the spec describes a dataset that can be generated.
+    pub fn validate(&self) -> io::Result<()> {
+        if self.users == 0 || self.items == 0 || self.rank == 0 {
+            return Err(invalid(format!(
+                "ratings need at least one user, item and rank, got {} users, {} items, rank {}",
+                self.users, self.items, self.rank
+            )));
+        }
+        if !(self.density > 0.0 && self.density <= 1.0) {
+            return Err(invalid(format!(
+                "ratings density must be in (0, 1], got {}",
+                self.density
+            )));
+        }
+        if !(self.noise.is_finite() && self.noise >= 0.0) {
+            return Err(invalid(format!(
+                "ratings noise must be finite and non-negative, got {}",
+                self.noise
+            )));
+        }
+        Ok(())
+    }
+
+    /// Expected number of ratings: `users · items · density`.
+    pub fn expected_ratings(&self) -> f64 {
+        f64::from(self.users) * f64::from(self.items) * self.density
+    }
+}
+
+/// What [`write_ratings`] wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RatingsTruth {
+    /// Standard deviation of the noise: the test RMSE a perfect model would reach.
+    pub noise: f64,
+    /// Mean of the written ratings (as written, rounded to 4 decimals).
+    pub mean: f64,
+    /// Number of ratings written.
+    pub ratings: u64,
+}
+
+/// Writes a synthetic ratings dataset as MovieLens `u.data` and returns what it wrote.
+///
+/// The model: `rating(u, i) = 3.0 + b_u + b_i + <p_u, q_i> + ε` with `b_u, b_i ~ N(0, 0.3²)`,
+/// the entries of `p_u, q_i ∈ R^rank` `~ N(0, 1/sqrt(rank))` (so `<p_u, q_i>` has variance
+/// about 1) and `ε ~ N(0, noise²)`. Ratings are not clipped to a scale. Each (user, item) pair
+/// is present independently with probability `density`; present pairs are found by geometric
+/// skipping over the pairs in user-major order, so the cost is O(ratings), not
+/// O(users · items).
+///
+/// Lines are `user<TAB>item<TAB>rating<TAB>0` with 1-based ids, the rating with 4 decimals, in
+/// user-major order. The output is buffered internally. Errors if the spec is invalid
+/// (`ErrorKind::InvalidInput`) or on a write error.
+pub fn write_ratings(spec: &RatingsSpec, out: impl Write) -> io::Result<RatingsTruth> {
+    spec.validate()?;
+    let rank = spec.rank as usize;
+    let factor_std = (f64::from(spec.rank)).powf(-0.25);
+    let mut model = stream_rng(spec.seed, STREAM_MODEL);
+    let mut factors = |n: u32| {
+        let vectors: Vec<f32> = (0..n as usize * rank)
+            .map(|_| {
+                let z: f64 = StandardNormal.sample(&mut model);
+                (factor_std * z) as f32
+            })
+            .collect();
+        vectors
+    };
+    let p = factors(spec.users);
+    let q = factors(spec.items);
+    let mut biases = |n: u32| {
+        (0..n)
+            .map(|_| {
+                let z: f64 = StandardNormal.sample(&mut model);
+                RATINGS_BIAS_STD * z
+            })
+            .collect::<Vec<f64>>()
+    };
+    let b_user = biases(spec.users);
+    let b_item = biases(spec.items);
+
+    let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
+    let total = u64::from(spec.users) * u64::from(spec.items);
+    let items = u64::from(spec.items);
+    // Pairs skipped before the next present one: Geometric(density), by inversion.
+    let ln_absent = (1.0 - spec.density).ln();
+    let skip = |rng: &mut StdRng| -> u64 {
+        if spec.density >= 1.0 {
+            return 0;
+        }
+        let u = 1.0 - rng.random::<f64>(); // (0, 1]
+        (u.ln() / ln_absent).floor() as u64 // saturates for huge skips
+    };
+
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let mut line = Vec::with_capacity(64);
+    let mut count = 0u64;
+    let mut sum_scaled: i128 = 0;
+    let mut k = skip(&mut rng);
+    while k < total {
+        let (u, i) = ((k / items) as usize, (k % items) as usize);
+        let pu = &p[u * rank..(u + 1) * rank];
+        let qi = &q[i * rank..(i + 1) * rank];
+        let dot: f64 = pu
+            .iter()
+            .zip(qi)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        let eps: f64 = StandardNormal.sample(&mut rng);
+        let rating = RATINGS_BASE + b_user[u] + b_item[i] + dot + spec.noise * eps;
+        line.clear();
+        push_u64(&mut line, u as u64 + 1);
+        line.push(b'\t');
+        push_u64(&mut line, i as u64 + 1);
+        line.push(b'\t');
+        sum_scaled += i128::from(push_fixed4(&mut line, rating));
+        line.extend_from_slice(b"\t0\n");
+        out.write_all(&line)?;
+        count += 1;
+        k = k.saturating_add(1).saturating_add(skip(&mut rng));
+    }
+    out.flush()?;
+    let mean = if count == 0 {
+        0.0
+    } else {
+        sum_scaled as f64 / 10_000.0 / count as f64
+    };
+    Ok(RatingsTruth {
+        noise: spec.noise,
+        mean,
+        ratings: count,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::parse::{InputFormat, ParseOptions, Parsed, parse_reader};
+
+    fn parse(bytes: &[u8], format: InputFormat) -> Parsed {
+        parse_reader(
+            bytes,
+            Path::new("generated"),
+            format,
+            &ParseOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn formatting_helpers() {
+        let mut out = Vec::new();
+        push_u64(&mut out, 0);
+        out.push(b' ');
+        push_u64(&mut out, 18_446_744_073_709_551_615);
+        out.push(b' ');
+        assert_eq!(push_fixed4(&mut out, -0.49996), -5000);
+        out.push(b' ');
+        assert_eq!(push_fixed4(&mut out, 1.23456), 12346);
+        out.push(b' ');
+        push_fixed4(&mut out, -0.00001);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "0 18446744073709551615 -0.5000 1.2346 0.0000"
+        );
+    }
+
+    #[test]
+    fn alias_table_matches_its_distribution() {
+        let weights = [5.0, 1.0, 0.0, 2.0, 2.0];
+        let table = AliasTable::new(&weights);
+        let mut rng = stream_rng(1, 1);
+        let mut counts = [0u32; 5];
+        let n = 200_000;
+        for _ in 0..n {
+            counts[table.sample(&mut rng) as usize] += 1;
+        }
+        assert_eq!(counts[2], 0);
+        for (c, w) in counts.iter().zip(weights) {
+            let expected = f64::from(n) * w / 10.0;
+            assert!(
+                (f64::from(*c) - expected).abs() < 0.02 * f64::from(n),
+                "{counts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn sparse_lr_is_deterministic_and_valid() {
+        let spec = SparseLrSpec::new(500, 2000, 20, 42);
+        let mut a = Vec::new();
+        let truth_a = write_sparse_lr(&spec, &mut a).unwrap();
+        let mut b = Vec::new();
+        let truth_b = write_sparse_lr(&spec, &mut b).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(truth_a, truth_b);
+        assert_eq!(truth_a, sparse_lr_truth(&spec));
+        let mut c = Vec::new();
+        write_sparse_lr(
+            &SparseLrSpec {
+                seed: 43,
+                ..spec.clone()
+            },
+            &mut c,
+        )
+        .unwrap();
+        assert_ne!(a, c);
+
+        assert_eq!(truth_a.weights.len(), 2000);
+        assert_eq!(truth_a.weights.iter().filter(|w| **w != 0.0).count(), 1000);
+        let Parsed::Sparse { rows, features, .. } = parse(&a, InputFormat::Libsvm) else {
+            panic!()
+        };
+        assert_eq!(rows.rows(), 500);
+        assert!(features <= 2000);
+        assert!(rows.iter_rows().all(|(l, idx, val)| {
+            (l == 0.0 || l == 1.0)
+                && idx.len() == 20
+                && idx.windows(2).all(|w| w[0] < w[1])
+                && val.iter().all(|&v| v == 1.0)
+        }));
+    }
+
+    #[test]
+    fn sparse_lr_truth_explains_its_data() {
+        let spec = SparseLrSpec::new(20_000, 10_000, 30, 7);
+        let mut text = Vec::new();
+        let truth = write_sparse_lr(&spec, &mut text).unwrap();
+        let Parsed::Sparse {
+            rows, label_map, ..
+        } = parse(&text, InputFormat::Libsvm)
+        else {
+            panic!()
+        };
+        // Both classes occur and the LIBSVM parser keeps 0/1 as they are.
+        assert_eq!(
+            label_map,
+            Some(crate::manifest::LabelMap {
+                negative: 0.0,
+                positive: 1.0
+            })
+        );
+        // The 1-based indices written come back as the 0-based ids of the truth. Data whose
+        // largest index is below 10_000 is parsed with fewer features, which is fine.
+        let loss = truth.log_loss(&rows);
+        // Margin std 2 gives an expected log loss of about 0.45.
+        assert!(loss < 0.52 && loss > 0.38, "log loss {loss}");
+        // Margins have about the asked-for standard deviation.
+        let margins: Vec<f64> = rows
+            .iter_rows()
+            .map(|(_, i, v)| truth.margin(i, v))
+            .collect();
+        let mean = margins.iter().sum::<f64>() / margins.len() as f64;
+        let var = margins.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / margins.len() as f64;
+        assert!((var.sqrt() - 2.0).abs() < 0.3, "margin std {}", var.sqrt());
+        // A model that ignores the features does much worse.
+        let zero = SparseLrTruth {
+            weights: vec![0.0; 10_000],
+            bias: 0.0,
+        };
+        assert!((zero.log_loss(&rows) - std::f64::consts::LN_2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn feature_popularity_is_skewed() {
+        let spec = SparseLrSpec::new(5_000, 10_000, 10, 3);
+        let mut text = Vec::new();
+        write_sparse_lr(&spec, &mut text).unwrap();
+        let Parsed::Sparse { rows, .. } = parse(&text, InputFormat::Libsvm) else {
+            panic!()
+        };
+        let mut counts = vec![0u32; 10_000];
+        rows.indices.iter().for_each(|&i| counts[i as usize] += 1);
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        // Zipf(1) over 10k features: the top 1% carry ~half of the draws, and hundreds of
+        // features are never drawn at all.
+        let top: u32 = counts[..100].iter().sum();
+        assert!(f64::from(top) / rows.indices.len() as f64 > 0.4);
+        assert!(counts.iter().filter(|&&c| c == 0).count() > 100);
+    }
+
+    #[test]
+    fn dense_rows_use_the_fallback_sampler() {
+        // Every feature in every row: rejection alone would take forever on the last ones.
+        let spec = SparseLrSpec {
+            zipf_exponent: 3.0,
+            ..SparseLrSpec::new(50, 64, 64, 1)
+        };
+        let mut text = Vec::new();
+        write_sparse_lr(&spec, &mut text).unwrap();
+        let Parsed::Sparse { rows, .. } = parse(&text, InputFormat::Libsvm) else {
+            panic!()
+        };
+        assert!(
+            rows.iter_rows()
+                .all(|(_, idx, _)| idx == (0..64).collect::<Vec<_>>())
+        );
+    }
+
+    #[test]
+    fn invalid_specs_are_rejected() {
+        let bad = [
+            SparseLrSpec::new(10, 0, 1, 0),
+            SparseLrSpec::new(10, 5, 6, 0),
+            SparseLrSpec::new(10, 5, 0, 0),
+            SparseLrSpec {
+                informative: 6,
+                ..SparseLrSpec::new(10, 5, 1, 0)
+            },
+            SparseLrSpec {
+                zipf_exponent: f64::NAN,
+                ..SparseLrSpec::new(10, 5, 1, 0)
+            },
+        ];
+        for spec in bad {
+            let err = write_sparse_lr(&spec, io::sink()).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{spec:?}");
+        }
+        let spec = |density, noise| RatingsSpec {
+            users: 2,
+            items: 2,
+            rank: 1,
+            density,
+            noise,
+            seed: 0,
+        };
+        for s in [
+            spec(0.0, 0.1),
+            spec(1.5, 0.1),
+            spec(0.5, -1.0),
+            RatingsSpec {
+                rank: 0,
+                ..spec(0.5, 0.1)
+            },
+        ] {
+            assert!(write_ratings(&s, io::sink()).is_err(), "{s:?}");
+        }
+    }
+
+    fn ratings_spec(noise: f64, seed: u64) -> RatingsSpec {
+        RatingsSpec {
+            users: 1000,
+            items: 500,
+            rank: 8,
+            density: 0.05,
+            noise,
+            seed,
+        }
+    }
+
+    #[test]
+    fn ratings_count_mean_and_determinism() {
+        let spec = ratings_spec(0.5, 11);
+        let mut a = Vec::new();
+        let truth = write_ratings(&spec, &mut a).unwrap();
+        let mut b = Vec::new();
+        assert_eq!(write_ratings(&spec, &mut b).unwrap(), truth);
+        assert_eq!(a, b);
+        let mut c = Vec::new();
+        write_ratings(&ratings_spec(0.5, 12), &mut c).unwrap();
+        assert_ne!(a, c);
+
+        // 25_000 expected, standard deviation ~155.
+        let expected = spec.expected_ratings();
+        assert!(
+            (truth.ratings as f64 - expected).abs() < 0.03 * expected,
+            "{} ratings, expected {expected}",
+            truth.ratings
+        );
+        assert!((truth.mean - 3.0).abs() < 0.1, "mean {}", truth.mean);
+        assert_eq!(truth.noise, 0.5);
+
+        let Parsed::Ratings {
+            ratings,
+            users,
+            items,
+        } = parse(&a, InputFormat::Movielens)
+        else {
+            panic!()
+        };
+        assert_eq!(ratings.len() as u64, truth.ratings);
+        assert!(users <= 1000 && users > 900 && items <= 500 && items > 450);
+        let mean =
+            ratings.ratings.iter().map(|&r| f64::from(r)).sum::<f64>() / ratings.len() as f64;
+        assert!((mean - truth.mean).abs() < 1e-4);
+        // Var = 0.3² + 0.3² + 1 + 0.5² ≈ 1.43 (factor sampling adds some spread).
+        let var = ratings
+            .ratings
+            .iter()
+            .map(|&r| (f64::from(r) - mean).powi(2))
+            .sum::<f64>()
+            / ratings.len() as f64;
+        assert!((1.15..1.75).contains(&var), "variance {var}");
+    }
+
+    #[test]
+    fn ratings_noise_has_the_asked_for_std() {
+        // Same seed: same factors and same pairs, so the difference is exactly the noise.
+        let mut clean = Vec::new();
+        write_ratings(&ratings_spec(0.0, 5), &mut clean).unwrap();
+        let mut noisy = Vec::new();
+        write_ratings(&ratings_spec(0.7, 5), &mut noisy).unwrap();
+        let ratings = |t: &[u8]| match parse(t, InputFormat::Movielens) {
+            Parsed::Ratings { ratings, .. } => ratings,
+            _ => panic!(),
+        };
+        let (clean, noisy) = (ratings(&clean), ratings(&noisy));
+        assert_eq!(clean.users, noisy.users);
+        assert_eq!(clean.items, noisy.items);
+        let n = clean.len() as f64;
+        let diffs: Vec<f64> = clean
+            .ratings
+            .iter()
+            .zip(&noisy.ratings)
+            .map(|(&a, &b)| f64::from(b) - f64::from(a))
+            .collect();
+        let mean = diffs.iter().sum::<f64>() / n;
+        let std = (diffs.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / n).sqrt();
+        assert!(mean.abs() < 0.03, "noise mean {mean}");
+        assert!((std - 0.7).abs() < 0.02, "noise std {std}");
+    }
+
+    #[test]
+    fn full_density_writes_every_pair_in_order() {
+        let spec = RatingsSpec {
+            users: 3,
+            items: 4,
+            rank: 2,
+            density: 1.0,
+            noise: 0.1,
+            seed: 1,
+        };
+        let mut out = Vec::new();
+        let truth = write_ratings(&spec, &mut out).unwrap();
+        assert_eq!(truth.ratings, 12);
+        let text = String::from_utf8(out).unwrap();
+        let pairs: Vec<(u32, u32)> = text
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                assert_eq!(f.len(), 4);
+                assert_eq!(f[3], "0");
+                assert_eq!(f[2].split('.').nth(1).unwrap().len(), 4);
+                (f[0].parse().unwrap(), f[1].parse().unwrap())
+            })
+            .collect();
+        let expected: Vec<(u32, u32)> =
+            (1..=3).flat_map(|u| (1..=4).map(move |i| (u, i))).collect();
+        assert_eq!(pairs, expected);
+    }
+}

@@ -1,0 +1,65 @@
+//! Data formats of mlless: input parsers, synthetic generators, the minibatch codec, the dataset
+//! manifest, and the pure building blocks of `mlless prepare`.
+//!
+//! Everything here is synchronous and touches only local files; the runtime moves objects to
+//! and from the object store.
+//!
+//! * [`parse`]: LIBSVM, CSV, MovieLens and Criteo input into [`Parsed`] samples.
+//! * [`prepare`]: shuffle, train/test split, minibatches, min-max normalisation (map-reduce).
+//! * [`codec`]: framed, checksummed binary objects ([`encode_batch`], [`decode_batch`]).
+//! * [`manifest`]: the JSON description of a prepared dataset ([`Manifest`]).
+//! * [`generate`]: synthetic sparse-LR and ratings data with known ground truth.
+//!
+//! ```
+//! use std::path::Path;
+//! use mlless_data::{
+//!     InputFormat, ParseOptions, Parsed, decode_batch, encode_batch, into_batches, parse_reader,
+//!     shuffle_split,
+//! };
+//!
+//! let text = "+1 1:0.5 3:1\n-1 2:1\n+1 1:1\n-1 3:0.5\n";
+//! let parsed = parse_reader(
+//!     text.as_bytes(),
+//!     Path::new("toy.libsvm"),
+//!     InputFormat::Libsvm,
+//!     &ParseOptions::default(),
+//! )?;
+//! let Parsed::Sparse { features, label_map, .. } = &parsed else { unreachable!() };
+//! assert_eq!(*features, 3);
+//! assert_eq!(label_map.unwrap().negative, -1.0); // -1 became 0, +1 became 1
+//!
+//! let (train, test) = shuffle_split(parsed, 0.25, 42)?;
+//! assert_eq!((train.samples(), test.samples()), (3, 1));
+//! for batch in into_batches(&train, 2)? {
+//!     let bytes = encode_batch(&batch);
+//!     assert_eq!(decode_batch(&bytes)?, batch);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+/// The batch types this crate reads and writes, from `mlless-core`.
+pub use mlless_core::{Batch, RatingBatch, SparseBatch};
+
+pub mod codec;
+pub mod generate;
+pub mod manifest;
+pub mod parse;
+pub mod prepare;
+
+pub use codec::{
+    BATCH_MAGIC, CodecError, FORMAT_VERSION, HEADER_LEN, check_batch, check_batch_fits,
+    decode_batch, decode_batch_checked, decode_framed, encode_batch, encode_framed,
+};
+pub use generate::{
+    RatingsSpec, RatingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_ratings,
+    write_sparse_lr,
+};
+pub use manifest::{
+    BatchInfo, DatasetKind, LabelMap, MANIFEST_KEY, MANIFEST_VERSION, Manifest, ManifestError,
+    Normalization, SourceInfo, SplitInfo, batch_key,
+};
+pub use parse::{
+    InputFormat, ParseError, ParseOptions, Parsed, UnknownFormat, parse_file, parse_files,
+    parse_reader,
+};
+pub use prepare::{FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split};

@@ -1,0 +1,397 @@
+//! The manifest of a prepared dataset: what its objects are and how to read them.
+//!
+//! A prepared dataset lives under a prefix: `manifest.json` ([`MANIFEST_KEY`]) and the encoded
+//! minibatches it lists (`train/000000.bin`, ..., `test/000000.bin`, ...; see [`batch_key`]).
+//! The manifest is written last, so a dataset without one is incomplete.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+/// Key of the manifest, relative to the dataset prefix.
+pub const MANIFEST_KEY: &str = "manifest.json";
+
+/// Version of the manifest layout written by this build; [`Manifest::from_json`] reads only it.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// Describes a prepared dataset: kind, sizes, minibatch objects and how the data was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Manifest layout version ([`MANIFEST_VERSION`]).
+    pub format_version: u32,
+    /// What the samples are, with the cardinalities a model needs.
+    pub kind: DatasetKind,
+    /// Samples per minibatch (the last batch of a split may hold fewer).
+    pub batch_size: u32,
+    /// Training minibatches.
+    pub train: SplitInfo,
+    /// Test minibatches (no batches if no test set was split off).
+    pub test: SplitInfo,
+    /// Min-max normalisation applied to the feature values, if any.
+    #[serde(default)]
+    pub normalization: Option<Normalization>,
+    /// How the input's labels were mapped to 0/1, if they were.
+    #[serde(default)]
+    pub label_map: Option<LabelMap>,
+    /// Where the data came from.
+    pub source: SourceInfo,
+    /// When the dataset was prepared, seconds since the Unix epoch.
+    pub created_unix_s: u64,
+}
+
+/// The kind of samples in a dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum DatasetKind {
+    /// Labelled sparse rows (batches are [`mlless_core::Batch::Sparse`]).
+    Sparse {
+        /// Dimension of the feature space: every index is below it.
+        features: u32,
+    },
+    /// `(user, item, rating)` triples (batches are [`mlless_core::Batch::Ratings`]).
+    Ratings {
+        /// Number of users: every user id is below it.
+        users: u32,
+        /// Number of items: every item id is below it.
+        items: u32,
+        /// Mean training rating (the global bias a factorisation model starts from).
+        mean: f32,
+    },
+}
+
+/// The minibatches of one split.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SplitInfo {
+    /// Total samples over the batches.
+    pub samples: u64,
+    /// The batches, in order.
+    pub batches: Vec<BatchInfo>,
+}
+
+/// One minibatch object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchInfo {
+    /// Key relative to the dataset prefix, e.g. `train/000017.bin`.
+    pub key: String,
+    /// Samples (rows or ratings) in the batch.
+    pub samples: u32,
+    /// CRC-32 of the whole encoded object, header included.
+    pub crc32: u32,
+}
+
+/// Min-max normalisation parameters: `x' = (x - min) / (max - min)` per feature.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Normalization {
+    /// Method name; only `"minmax"` exists.
+    pub method: String,
+    /// Minimum of each feature over the training set.
+    pub min: Vec<f32>,
+    /// Maximum of each feature over the training set.
+    pub max: Vec<f32>,
+}
+
+/// Which original label values became 0 and 1.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LabelMap {
+    /// Original label mapped to 0.
+    pub negative: f32,
+    /// Original label mapped to 1.
+    pub positive: f32,
+}
+
+/// Provenance of a dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    /// Input format (`libsvm`, `csv`, `movielens`, `criteo`, or a generator name).
+    pub format: String,
+    /// Input file or description.
+    pub input: String,
+    /// Seed of the shuffle and split.
+    pub seed: u64,
+    /// Fraction of samples split off as the test set, if one was.
+    #[serde(default)]
+    pub test_fraction: Option<f64>,
+}
+
+/// Why a manifest cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Not valid JSON, or not the manifest's shape.
+    #[error("manifest is not valid JSON: {0}")]
+    Json(String),
+    /// Written by a newer (or unknown) layout version.
+    #[error(
+        "unsupported manifest format version {0} (this build reads version {MANIFEST_VERSION})"
+    )]
+    UnsupportedVersion(u32),
+    /// Well-formed but self-contradictory or unsafe.
+    #[error("invalid manifest: {0}")]
+    Invalid(String),
+}
+
+/// The key of batch `index` of `split` (`"train"` or `"test"`): `train/000017.bin`.
+pub fn batch_key(split: &str, index: usize) -> String {
+    format!("{split}/{index:06}.bin")
+}
+
+impl BatchInfo {
+    /// Describes an encoded batch object: records its key, sample count and the CRC-32 of
+    /// `encoded`.
+    pub fn new(key: String, samples: u32, encoded: &[u8]) -> Self {
+        Self {
+            key,
+            samples,
+            crc32: crc32fast::hash(encoded),
+        }
+    }
+
+    /// Whether `encoded` is the object this entry describes (same CRC-32).
+    pub fn matches(&self, encoded: &[u8]) -> bool {
+        crc32fast::hash(encoded) == self.crc32
+    }
+}
+
+impl SplitInfo {
+    /// Appends a batch and counts its samples.
+    pub fn push(&mut self, batch: BatchInfo) {
+        self.samples += u64::from(batch.samples);
+        self.batches.push(batch);
+    }
+}
+
+impl Manifest {
+    /// Serialises the manifest as pretty-printed JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec_pretty(self).expect("a manifest always serialises");
+        out.push(b'\n');
+        out
+    }
+
+    /// Parses and [validates](Self::validate) a manifest.
+    pub fn from_json(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        // Read the version first so that a future layout is reported as such, not as bad JSON.
+        #[derive(Deserialize)]
+        struct Version {
+            format_version: u32,
+        }
+        let version: Version =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError::Json(e.to_string()))?;
+        if version.format_version != MANIFEST_VERSION {
+            return Err(ManifestError::UnsupportedVersion(version.format_version));
+        }
+        let manifest: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError::Json(e.to_string()))?;
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// Checks that the manifest is usable: supported version; positive batch size and
+    /// cardinalities; a non-empty training split; per-split sample counts that add up, with
+    /// every batch holding between 1 and `batch_size` samples; keys that are relative, unique
+    /// and free of `..` components; normalisation only for sparse data, with one min and max
+    /// per feature; a label map only for sparse data.
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        let invalid = |m: String| Err(ManifestError::Invalid(m));
+        if self.format_version != MANIFEST_VERSION {
+            return Err(ManifestError::UnsupportedVersion(self.format_version));
+        }
+        if self.batch_size == 0 {
+            return invalid("batch_size is 0".into());
+        }
+        match self.kind {
+            DatasetKind::Sparse { features } => {
+                if features == 0 {
+                    return invalid("sparse dataset with 0 features".into());
+                }
+                if let Some(n) = &self.normalization {
+                    if n.method != "minmax" {
+                        return invalid(format!("unknown normalization method {:?}", n.method));
+                    }
+                    if n.min.len() != features as usize || n.max.len() != features as usize {
+                        return invalid(format!(
+                            "normalization has {} minima and {} maxima for {features} features",
+                            n.min.len(),
+                            n.max.len()
+                        ));
+                    }
+                }
+            }
+            DatasetKind::Ratings { users, items, mean } => {
+                if users == 0 || items == 0 {
+                    return invalid(format!(
+                        "ratings dataset with {users} users and {items} items"
+                    ));
+                }
+                if !mean.is_finite() {
+                    return invalid("mean rating is not finite".into());
+                }
+                if self.normalization.is_some() {
+                    return invalid("normalization on a ratings dataset".into());
+                }
+                if self.label_map.is_some() {
+                    return invalid("label map on a ratings dataset".into());
+                }
+            }
+        }
+        if self.train.batches.is_empty() {
+            return invalid("no training batches".into());
+        }
+        let mut keys = HashSet::new();
+        for (name, split) in [("train", &self.train), ("test", &self.test)] {
+            let mut total = 0u64;
+            for b in &split.batches {
+                check_key(&b.key)?;
+                if !keys.insert(b.key.as_str()) {
+                    return invalid(format!("key {:?} is listed twice", b.key));
+                }
+                if b.samples == 0 || b.samples > self.batch_size {
+                    return invalid(format!(
+                        "batch {:?} holds {} samples (batch size {})",
+                        b.key, b.samples, self.batch_size
+                    ));
+                }
+                total += u64::from(b.samples);
+            }
+            if total != split.samples {
+                return invalid(format!(
+                    "{name} split declares {} samples but its batches hold {total}",
+                    split.samples
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A key must be a non-empty relative path of non-empty, non-`.`/`..` components.
+fn check_key(key: &str) -> Result<(), ManifestError> {
+    let bad = key.is_empty()
+        || key.contains('\\')
+        || key.contains('\0')
+        || key
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..");
+    if bad {
+        return Err(ManifestError::Invalid(format!("unsafe batch key {key:?}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        let mut train = SplitInfo::default();
+        train.push(BatchInfo::new(batch_key("train", 0), 2, b"abc"));
+        train.push(BatchInfo::new(batch_key("train", 1), 1, b"de"));
+        let mut test = SplitInfo::default();
+        test.push(BatchInfo::new(batch_key("test", 0), 1, b"f"));
+        Manifest {
+            format_version: MANIFEST_VERSION,
+            kind: DatasetKind::Sparse { features: 3 },
+            batch_size: 2,
+            train,
+            test,
+            normalization: Some(Normalization {
+                method: "minmax".into(),
+                min: vec![0.0, -1.0, 0.0],
+                max: vec![1.0, 2.0, 0.0],
+            }),
+            label_map: Some(LabelMap {
+                negative: -1.0,
+                positive: 1.0,
+            }),
+            source: SourceInfo {
+                format: "libsvm".into(),
+                input: "a.libsvm".into(),
+                seed: 7,
+                test_fraction: Some(0.25),
+            },
+            created_unix_s: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn json_round_trip_and_shape() {
+        let m = sample();
+        let json = m.to_json();
+        assert_eq!(Manifest::from_json(&json).unwrap(), m);
+        let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(value["kind"]["type"], "sparse");
+        assert_eq!(value["kind"]["features"], 3);
+        assert_eq!(value["train"]["batches"][1]["key"], "train/000001.bin");
+        assert_eq!(
+            value["train"]["batches"][0]["crc32"],
+            crc32fast::hash(b"abc")
+        );
+
+        let mut r = m.clone();
+        r.kind = DatasetKind::Ratings {
+            users: 4,
+            items: 5,
+            mean: 3.5,
+        };
+        r.normalization = None;
+        r.label_map = None;
+        let json = r.to_json();
+        let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(value["kind"]["type"], "ratings");
+        assert_eq!(Manifest::from_json(&json).unwrap(), r);
+    }
+
+    #[test]
+    fn batch_info_matches_its_object() {
+        let info = BatchInfo::new("train/000000.bin".into(), 1, b"xyz");
+        assert!(info.matches(b"xyz"));
+        assert!(!info.matches(b"xyZ"));
+    }
+
+    #[test]
+    fn rejects_bad_manifests() {
+        let check = |f: &dyn Fn(&mut Manifest), want: &str| {
+            let mut m = sample();
+            f(&mut m);
+            let err = Manifest::from_json(&m.to_json()).unwrap_err();
+            assert!(
+                err.to_string().contains(want),
+                "{err} does not mention {want:?}"
+            );
+        };
+        check(&|m| m.format_version = 2, "version 2");
+        check(&|m| m.train.batches.clear(), "no training batches");
+        check(&|m| m.train.samples = 4, "declares 4 samples");
+        check(&|m| m.test.samples = 0, "declares 0 samples");
+        check(
+            &|m| m.train.batches[1].key = "../etc/passwd".into(),
+            "unsafe",
+        );
+        check(
+            &|m| m.train.batches[1].key = "train/../../x".into(),
+            "unsafe",
+        );
+        check(&|m| m.train.batches[1].key = "/abs".into(), "unsafe");
+        check(&|m| m.train.batches[1].key = String::new(), "unsafe");
+        check(
+            &|m| m.test.batches[0].key = "train/000000.bin".into(),
+            "twice",
+        );
+        check(&|m| m.batch_size = 1, "holds 2 samples");
+        check(
+            &|m| m.kind = DatasetKind::Sparse { features: 4 },
+            "3 minima",
+        );
+        check(
+            &|m| m.normalization.as_mut().unwrap().method = "z".into(),
+            "method",
+        );
+        assert!(matches!(
+            Manifest::from_json(b"{"),
+            Err(ManifestError::Json(_))
+        ));
+        assert!(matches!(
+            Manifest::from_json(br#"{"format_version": 9, "future": true}"#),
+            Err(ManifestError::UnsupportedVersion(9))
+        ));
+    }
+}

@@ -1,0 +1,251 @@
+//! CSV: dense numeric rows, label in the first column.
+//!
+//! The first non-blank line is a header, and skipped, if some field of it is not a number.
+//! Fields are separated by `,` and may be padded with spaces. An empty field is a missing value
+//! and, like a zero, is left out of the sparse row; the label may not be missing. Every row has
+//! the same number of columns; features = columns - 1.
+
+use std::io::BufRead;
+
+use mlless_core::SparseBatch;
+
+use super::{
+    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, map_labels_jointly,
+    parse_finite,
+};
+
+/// One input as read.
+pub(super) struct Raw {
+    rows: SparseBatch,
+    labels: LabelSet,
+    /// Columns, label included (0 if the input has no line).
+    columns: usize,
+}
+
+impl Raw {
+    pub(super) fn samples(&self) -> usize {
+        self.rows.rows()
+    }
+}
+
+pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseError> {
+    let ctx = lines.ctx;
+    let mut rows = SparseBatch::new();
+    let mut labels = LabelSet::default();
+    let mut columns: Option<usize> = None;
+    let mut first = true;
+
+    while let Some((no, line)) = lines.next_line()? {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        if first {
+            first = false;
+            let is_header = line
+                .split(',')
+                .map(str::trim_ascii)
+                .any(|f| !f.is_empty() && f.parse::<f64>().is_err());
+            if is_header {
+                columns = Some(line.split(',').count());
+                continue;
+            }
+        }
+        let mut count = 0usize;
+        for (column, field) in line.split(',').map(str::trim_ascii).enumerate() {
+            count += 1;
+            if columns.is_some_and(|c| column >= c) {
+                continue; // counted; reported below
+            }
+            if column == 0 {
+                if field.is_empty() {
+                    return Err(ctx.line(no, "missing label in column 1"));
+                }
+                let label = parse_finite(field).ok_or_else(|| {
+                    ctx.line(no, format!("expected a numeric label, found {field:?}"))
+                })?;
+                labels.observe(label);
+                rows.labels.push(label);
+                continue;
+            }
+            if field.is_empty() {
+                continue;
+            }
+            let value = parse_finite(field).ok_or_else(|| {
+                ctx.line(
+                    no,
+                    format!(
+                        "expected a number in column {}, found {field:?}",
+                        column + 1
+                    ),
+                )
+            })?;
+            if value != 0.0 {
+                let index = u32::try_from(column - 1)
+                    .map_err(|_| ctx.line(no, "more than 2^32 columns"))?;
+                rows.indices.push(index);
+                rows.values.push(value);
+            }
+        }
+        match columns {
+            None => columns = Some(count),
+            Some(c) if c != count => {
+                return Err(ctx.line(no, format!("expected {c} columns, found {count}")));
+            }
+            Some(_) => {}
+        }
+        end_row(&mut rows, ctx, no)?;
+    }
+
+    let columns = columns.unwrap_or(0);
+    if columns < 2 && !rows.labels.is_empty() {
+        return Err(ctx.invalid(format!(
+            "CSV input needs a label column and at least one feature column, found {columns} column"
+        )));
+    }
+    Ok(Raw {
+        rows,
+        labels,
+        columns,
+    })
+}
+
+/// Checks that all inputs have the same columns and maps their labels jointly.
+pub(super) fn finish(
+    mut raws: Vec<(Ctx<'_>, Raw)>,
+    options: &ParseOptions,
+) -> Result<Vec<Parsed>, ParseError> {
+    let first = &raws[0];
+    if let Some((ctx, raw)) = raws.iter().find(|(_, r)| r.columns != first.1.columns) {
+        return Err(ctx.invalid(format!(
+            "{} columns, but {} has {}",
+            raw.columns,
+            first.0.path.display(),
+            first.1.columns
+        )));
+    }
+    let ctx = first.0;
+    let columns_features =
+        u32::try_from(first.1.columns - 1).map_err(|_| ctx.invalid("more than 2^32 columns"))?;
+    let features = match options.features {
+        None => columns_features,
+        Some(f) if f >= columns_features => f,
+        Some(f) => {
+            return Err(ctx.invalid(format!(
+                "the input has {columns_features} feature columns, more than the {f} features asked for"
+            )));
+        }
+    };
+    let label_map = map_labels_jointly(
+        raws.iter_mut()
+            .map(|(_, r)| (&r.labels, &mut r.rows.labels)),
+    );
+    Ok(raws
+        .into_iter()
+        .map(|(_, raw)| Parsed::Sparse {
+            rows: raw.rows,
+            features,
+            label_map,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::manifest::LabelMap;
+    use crate::parse::{InputFormat, ParseOptions, Parsed, parse_reader};
+
+    use super::*;
+
+    fn parse_str(text: &str, features: Option<u32>) -> Result<Parsed, ParseError> {
+        parse_reader(
+            text.as_bytes(),
+            Path::new("higgs.csv"),
+            InputFormat::Csv,
+            &ParseOptions { features },
+        )
+    }
+
+    #[test]
+    fn header_missing_values_and_zeros() {
+        let text = "label,a,b,c\n1, 0.5,,2\n0,0,3,\n\n1,,,\n";
+        let Parsed::Sparse {
+            rows,
+            features,
+            label_map,
+        } = parse_str(text, None).unwrap()
+        else {
+            panic!("expected sparse rows")
+        };
+        assert_eq!(features, 3);
+        assert_eq!(rows.labels, vec![1.0, 0.0, 1.0]);
+        assert_eq!(rows.offsets, vec![0, 2, 3, 3]);
+        assert_eq!(rows.indices, vec![0, 2, 1]);
+        assert_eq!(rows.values, vec![0.5, 2.0, 3.0]);
+        assert_eq!(
+            label_map,
+            Some(LabelMap {
+                negative: 0.0,
+                positive: 1.0
+            })
+        );
+    }
+
+    #[test]
+    fn no_header_and_label_mapping() {
+        let Parsed::Sparse {
+            rows, label_map, ..
+        } = parse_str("-1,1,2\n1,3,4\n", None).unwrap()
+        else {
+            panic!("expected sparse rows")
+        };
+        assert_eq!(rows.labels, vec![0.0, 1.0]);
+        assert_eq!(rows.rows(), 2);
+        assert_eq!(
+            label_map,
+            Some(LabelMap {
+                negative: -1.0,
+                positive: 1.0
+            })
+        );
+    }
+
+    #[test]
+    fn features_option() {
+        let Parsed::Sparse { features, .. } = parse_str("1,2,3\n", Some(5)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(features, 5);
+        assert!(matches!(
+            parse_str("1,2,3\n", Some(1)),
+            Err(ParseError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_lines_name_file_and_line() {
+        let cases = [
+            ("y,a,b\n1,2,3\n0,1\n", 3, "expected 3 columns, found 2"),
+            ("1,2,3\n0,1,2,3\n", 2, "expected 3 columns, found 4"),
+            (
+                "1,2,3\n0,x,2\n",
+                2,
+                "expected a number in column 2, found \"x\"",
+            ),
+            ("1,2,3\n,1,2\n", 2, "missing label in column 1"),
+        ];
+        for (text, line, message) in cases {
+            let shown = parse_str(text, None).unwrap_err().to_string();
+            assert_eq!(shown, format!("higgs.csv:{line}: {message}"), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn header_only_is_empty() {
+        assert!(matches!(
+            parse_str("label,a\n", None),
+            Err(ParseError::Empty { .. })
+        ));
+    }
+}

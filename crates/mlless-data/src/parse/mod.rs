@@ -1,0 +1,554 @@
+//! Input parsers: LIBSVM, CSV, MovieLens ratings and Criteo TSV into in-memory [`Parsed`] data.
+//!
+//! Every parser reads line by line through one reused buffer and parses fields by hand, so
+//! preparing millions of rows costs no allocation per field. A bad line is a [`ParseError`]
+//! naming the file and the 1-based line number:
+//!
+//! ```text
+//! data.libsvm:17: expected INDEX:VALUE, found "abc"
+//! ```
+//!
+//! # Binary labels
+//!
+//! For LIBSVM and CSV input, if exactly two distinct label values occur, the smaller becomes 0
+//! and the larger 1, and the mapping is returned as a [`LabelMap`] (so `-1/+1`, `0/1` and `1/2`
+//! all work). With one label value or more than two, labels are kept as written and the label
+//! map is `None`; binary models will reject them.
+
+mod criteo;
+mod csv;
+mod libsvm;
+mod movielens;
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use mlless_core::{RatingBatch, SparseBatch};
+
+use crate::manifest::{DatasetKind, LabelMap};
+
+pub use criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, CRITEO_INTEGER, criteo_feature, criteo_hash};
+
+/// A supported input format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// `label index:value ...`, sparse or dense (`libsvm`).
+    Libsvm,
+    /// Dense numeric CSV, label in the first column, optional header (`csv`).
+    Csv,
+    /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv` (`movielens`).
+    Movielens,
+    /// Criteo display-ads TSV: label, 13 integer and 26 categorical columns (`criteo`).
+    Criteo,
+}
+
+impl InputFormat {
+    /// Every format, in the order of their names in [`InputFormat::NAMES`].
+    pub const ALL: [InputFormat; 4] = [Self::Libsvm, Self::Csv, Self::Movielens, Self::Criteo];
+    /// The names accepted by `FromStr` and printed by `Display`.
+    pub const NAMES: [&'static str; 4] = ["libsvm", "csv", "movielens", "criteo"];
+
+    /// The format's name (`libsvm`, `csv`, `movielens`, `criteo`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Libsvm => "libsvm",
+            Self::Csv => "csv",
+            Self::Movielens => "movielens",
+            Self::Criteo => "criteo",
+        }
+    }
+}
+
+impl fmt::Display for InputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An input format name that is not one of [`InputFormat::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown input format {0:?} (expected libsvm, csv, movielens or criteo)")]
+pub struct UnknownFormat(pub String);
+
+impl FromStr for InputFormat {
+    type Err = UnknownFormat;
+
+    /// Parses a format name, ignoring ASCII case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownFormat(s.to_string()))
+    }
+}
+
+/// Options of the parsers.
+#[derive(Debug, Clone, Default)]
+pub struct ParseOptions {
+    /// Dimension of the feature space.
+    ///
+    /// LIBSVM: fixes the dimension (default: largest index + 1); a larger index is an error.
+    /// CSV: at least the number of feature columns (default: exactly that). Criteo: required,
+    /// at least 14 (13 integer features plus a hashing space). MovieLens: ignored.
+    pub features: Option<u32>,
+}
+
+/// Parsed input: all samples, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    /// Labelled sparse rows (LIBSVM, CSV, Criteo).
+    Sparse {
+        /// The rows, with 0-based feature indices below `features`.
+        rows: SparseBatch,
+        /// Dimension of the feature space.
+        features: u32,
+        /// How the labels were mapped to 0/1, if they were (see the module doc).
+        label_map: Option<LabelMap>,
+    },
+    /// Ratings with dense user and item ids (MovieLens).
+    Ratings {
+        /// The ratings; user ids are below `users` and item ids below `items`.
+        ratings: RatingBatch,
+        /// Number of distinct users.
+        users: u32,
+        /// Number of distinct items.
+        items: u32,
+    },
+}
+
+impl Parsed {
+    /// Number of samples (rows or ratings).
+    pub fn samples(&self) -> usize {
+        match self {
+            Parsed::Sparse { rows, .. } => rows.rows(),
+            Parsed::Ratings { ratings, .. } => ratings.len(),
+        }
+    }
+
+    /// Whether there is no sample.
+    pub fn is_empty(&self) -> bool {
+        self.samples() == 0
+    }
+
+    /// The manifest's description of this data; for ratings, `mean` is the mean of these
+    /// ratings (call it on the training split).
+    pub fn dataset_kind(&self) -> DatasetKind {
+        match self {
+            Parsed::Sparse { features, .. } => DatasetKind::Sparse {
+                features: *features,
+            },
+            Parsed::Ratings {
+                ratings,
+                users,
+                items,
+            } => {
+                let sum: f64 = ratings.ratings.iter().map(|&r| f64::from(r)).sum();
+                let mean = if ratings.is_empty() {
+                    0.0
+                } else {
+                    sum / ratings.len() as f64
+                };
+                DatasetKind::Ratings {
+                    users: *users,
+                    items: *items,
+                    mean: mean as f32,
+                }
+            }
+        }
+    }
+
+    /// The label map of sparse data, `None` for ratings.
+    pub fn label_map(&self) -> Option<LabelMap> {
+        match self {
+            Parsed::Sparse { label_map, .. } => *label_map,
+            Parsed::Ratings { .. } => None,
+        }
+    }
+}
+
+/// Why an input could not be parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// The file could not be opened or read.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The input.
+        path: PathBuf,
+        /// The I/O error.
+        error: io::Error,
+    },
+    /// A line is malformed.
+    #[error("{}:{line}: {message}", path.display())]
+    Line {
+        /// The input.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong with the line.
+        message: String,
+    },
+    /// The input holds no sample.
+    #[error("{}: no samples", path.display())]
+    Empty {
+        /// The input.
+        path: PathBuf,
+    },
+    /// The input as a whole, or the options, cannot be used.
+    #[error("{}: {message}", path.display())]
+    Invalid {
+        /// The input.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Parses the file at `path`.
+pub fn parse_file(
+    path: &Path,
+    format: InputFormat,
+    options: &ParseOptions,
+) -> Result<Parsed, ParseError> {
+    let mut parsed = parse_files(&[path], format, options)?;
+    Ok(parsed.pop().expect("one input, one result"))
+}
+
+/// Parses several files as parts of one dataset (a training file and its test file), returning
+/// one [`Parsed`] per file, in order.
+///
+/// The parts share one schema: LIBSVM indices are 0-based if any part has an index 0, the
+/// dimension covers every part, CSV parts must have the same columns, labels are mapped to 0/1
+/// over the labels of all parts, and MovieLens user and item ids are remapped over all parts
+/// (so a user has the same dense id in each). Every part must hold samples.
+pub fn parse_files<P: AsRef<Path>>(
+    paths: &[P],
+    format: InputFormat,
+    options: &ParseOptions,
+) -> Result<Vec<Parsed>, ParseError> {
+    let mut inputs = Vec::with_capacity(paths.len());
+    for path in paths {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|error| ParseError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        inputs.push((BufReader::with_capacity(1 << 20, file), path));
+    }
+    parse_inputs(inputs, format, options)
+}
+
+/// Parses input from `reader`; `path` names it in errors.
+pub fn parse_reader(
+    reader: impl BufRead,
+    path: &Path,
+    format: InputFormat,
+    options: &ParseOptions,
+) -> Result<Parsed, ParseError> {
+    let mut parsed = parse_inputs(vec![(reader, path)], format, options)?;
+    Ok(parsed.pop().expect("one input, one result"))
+}
+
+/// Reads every input with the format's reader, checks each holds samples, then reconciles
+/// their schemas with the format's `finish`.
+fn parse_inputs<R: BufRead>(
+    inputs: Vec<(R, &Path)>,
+    format: InputFormat,
+    options: &ParseOptions,
+) -> Result<Vec<Parsed>, ParseError> {
+    fn read_all<'p, R: BufRead, T>(
+        inputs: Vec<(R, &'p Path)>,
+        mut read: impl FnMut(&mut Lines<'p, R>) -> Result<T, ParseError>,
+        samples: impl Fn(&T) -> usize,
+    ) -> Result<Vec<(Ctx<'p>, T)>, ParseError> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for (reader, path) in inputs {
+            let mut lines = Lines::new(reader, path);
+            let raw = read(&mut lines)?;
+            if samples(&raw) == 0 {
+                return Err(ParseError::Empty {
+                    path: path.to_path_buf(),
+                });
+            }
+            out.push((lines.ctx, raw));
+        }
+        Ok(out)
+    }
+    match format {
+        InputFormat::Libsvm => {
+            let raws = read_all(inputs, |l| libsvm::read(l, options), libsvm::Raw::samples)?;
+            libsvm::finish(raws, options)
+        }
+        InputFormat::Csv => {
+            let raws = read_all(inputs, csv::read, csv::Raw::samples)?;
+            csv::finish(raws, options)
+        }
+        InputFormat::Movielens => {
+            let raws = read_all(inputs, movielens::read, RatingBatch::len)?;
+            Ok(movielens::finish(raws))
+        }
+        InputFormat::Criteo => {
+            let features = criteo::features(inputs.first().map(|i| i.1), options)?;
+            let raws = read_all(inputs, |l| criteo::read(l, features), Parsed::samples)?;
+            Ok(raws.into_iter().map(|(_, parsed)| parsed).collect())
+        }
+    }
+}
+
+/// Builds errors that name the input.
+#[derive(Clone, Copy)]
+struct Ctx<'p> {
+    path: &'p Path,
+}
+
+impl Ctx<'_> {
+    fn line(&self, line: u64, message: impl Into<String>) -> ParseError {
+        ParseError::Line {
+            path: self.path.to_path_buf(),
+            line,
+            message: message.into(),
+        }
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> ParseError {
+        ParseError::Invalid {
+            path: self.path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads lines into one reused buffer, numbering them from 1.
+struct Lines<'p, R> {
+    reader: R,
+    buf: Vec<u8>,
+    number: u64,
+    ctx: Ctx<'p>,
+}
+
+impl<'p, R: BufRead> Lines<'p, R> {
+    fn new(reader: R, path: &'p Path) -> Self {
+        Self {
+            reader,
+            buf: Vec::with_capacity(4096),
+            number: 0,
+            ctx: Ctx { path },
+        }
+    }
+
+    /// The next line without its line terminator (`\n` or `\r\n`), with its number.
+    fn next_line(&mut self) -> Result<Option<(u64, &str)>, ParseError> {
+        self.buf.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|error| ParseError::Io {
+                path: self.ctx.path.to_path_buf(),
+                error,
+            })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        let mut line = &self.buf[..];
+        if let [rest @ .., b'\n'] = line {
+            line = rest;
+        }
+        if let [rest @ .., b'\r'] = line {
+            line = rest;
+        }
+        if self.number == 1 {
+            line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        }
+        match std::str::from_utf8(line) {
+            Ok(s) => Ok(Some((self.number, s))),
+            Err(_) => Err(self.ctx.line(self.number, "line is not valid UTF-8")),
+        }
+    }
+}
+
+/// Parses a finite `f32`.
+fn parse_finite(s: &str) -> Option<f32> {
+    s.parse::<f32>().ok().filter(|v| v.is_finite())
+}
+
+/// The distinct label values seen, up to three.
+#[derive(Default)]
+struct LabelSet {
+    seen: [f32; 3],
+    count: usize,
+}
+
+impl LabelSet {
+    fn observe(&mut self, label: f32) {
+        if self.count < 3 && !self.seen[..self.count].contains(&label) {
+            self.seen[self.count] = label;
+            self.count += 1;
+        }
+    }
+
+    /// Adds the values seen by another set.
+    fn merge(&mut self, other: &LabelSet) {
+        for &label in &other.seen[..other.count] {
+            self.observe(label);
+        }
+    }
+
+    /// The 0/1 mapping if exactly two values were seen (see the module doc).
+    fn binary_map(&self) -> Option<LabelMap> {
+        if self.count != 2 {
+            return None;
+        }
+        let (a, b) = (self.seen[0], self.seen[1]);
+        Some(LabelMap {
+            negative: a.min(b),
+            positive: a.max(b),
+        })
+    }
+
+    /// Maps two label values to 0/1 in place (see the module doc).
+    #[cfg(test)]
+    fn map_binary(&self, labels: &mut [f32]) -> Option<LabelMap> {
+        let map = self.binary_map();
+        if let Some(map) = map {
+            apply_label_map(map, labels);
+        }
+        map
+    }
+}
+
+/// Replaces `map.negative` by 0 and every other label by 1.
+fn apply_label_map(map: LabelMap, labels: &mut [f32]) {
+    for l in labels {
+        *l = if *l == map.negative { 0.0 } else { 1.0 };
+    }
+}
+
+/// Maps the labels of all parts to 0/1 if exactly two values occur over all of them.
+fn map_labels_jointly<'a>(
+    parts: impl Iterator<Item = (&'a LabelSet, &'a mut Vec<f32>)>,
+) -> Option<LabelMap> {
+    let parts: Vec<_> = parts.collect();
+    let mut all = LabelSet::default();
+    for (set, _) in &parts {
+        all.merge(set);
+    }
+    let map = all.binary_map()?;
+    for (_, labels) in parts {
+        apply_label_map(map, labels);
+    }
+    Some(map)
+}
+
+/// Closes the current row of `rows` (whose entries were pushed to `indices`/`values`).
+fn end_row(rows: &mut SparseBatch, ctx: Ctx<'_>, line: u64) -> Result<(), ParseError> {
+    let end = u32::try_from(rows.indices.len()).map_err(|_| {
+        ctx.line(
+            line,
+            "more than 2^32 - 1 feature values in the input: split it into several files",
+        )
+    })?;
+    rows.offsets.push(end);
+    Ok(())
+}
+
+/// Replaces ids by dense ids `0..n` in ascending order of the original id; returns `n`.
+fn dense_remap(ids: &mut [u32]) -> u32 {
+    let Some(&max) = ids.iter().max() else {
+        return 0;
+    };
+    let max = max as usize;
+    // A lookup table when it is not much bigger than the ids themselves, else sort and search.
+    if max < ids.len().saturating_mul(4).max(1 << 20) {
+        let mut table = vec![u32::MAX; max + 1];
+        for &id in ids.iter() {
+            table[id as usize] = 0;
+        }
+        let mut next = 0u32;
+        for slot in table.iter_mut() {
+            if *slot == 0 {
+                *slot = next;
+                next += 1;
+            }
+        }
+        for id in ids.iter_mut() {
+            *id = table[*id as usize];
+        }
+        next
+    } else {
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        for id in ids.iter_mut() {
+            *id = distinct
+                .binary_search(id)
+                .expect("every id is in the table") as u32;
+        }
+        distinct.len() as u32
+    }
+}
+
+/// Remaps the ids of several parts jointly (see [`dense_remap`]); returns `n`.
+fn dense_remap_parts(parts: &mut [&mut Vec<u32>]) -> u32 {
+    if let [only] = parts {
+        return dense_remap(only);
+    }
+    let mut all: Vec<u32> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+    let n = dense_remap(&mut all);
+    let mut rest = &all[..];
+    for part in parts.iter_mut() {
+        let (head, tail) = rest.split_at(part.len());
+        part.copy_from_slice(head);
+        rest = tail;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_names_round_trip() {
+        for (f, name) in InputFormat::ALL.into_iter().zip(InputFormat::NAMES) {
+            assert_eq!(f.to_string(), name);
+            assert_eq!(name.parse::<InputFormat>().unwrap(), f);
+            assert_eq!(name.to_uppercase().parse::<InputFormat>().unwrap(), f);
+        }
+        let err = "parquet".parse::<InputFormat>().unwrap_err();
+        assert!(err.to_string().contains("parquet"));
+    }
+
+    #[test]
+    fn dense_remap_both_paths() {
+        let mut ids = vec![30, 10, 30, 20, 10];
+        assert_eq!(dense_remap(&mut ids), 3);
+        assert_eq!(ids, vec![2, 0, 2, 1, 0]);
+        let mut ids = vec![u32::MAX - 1, 5, u32::MAX - 1, 4_000_000_000];
+        assert_eq!(dense_remap(&mut ids), 3);
+        assert_eq!(ids, vec![2, 0, 2, 1]);
+        assert_eq!(dense_remap(&mut []), 0);
+    }
+
+    #[test]
+    fn label_set_maps_two_values() {
+        let mut set = LabelSet::default();
+        let mut labels = vec![2.0, 1.0, 2.0];
+        labels.iter().for_each(|&l| set.observe(l));
+        assert_eq!(
+            set.map_binary(&mut labels),
+            Some(LabelMap {
+                negative: 1.0,
+                positive: 2.0
+            })
+        );
+        assert_eq!(labels, vec![1.0, 0.0, 1.0]);
+        let mut set = LabelSet::default();
+        [0.0, 1.0, 2.0].iter().for_each(|&l| set.observe(l));
+        let mut labels = vec![0.0, 1.0, 2.0];
+        assert_eq!(set.map_binary(&mut labels), None);
+        assert_eq!(labels, vec![0.0, 1.0, 2.0]);
+    }
+}

@@ -1,0 +1,231 @@
+//! MovieLens ratings.
+//!
+//! The variant is detected from the first non-blank line: `::` separators (`ratings.dat`,
+//! MovieLens 1M/10M), tabs (`u.data`, MovieLens 100K) or commas (`ratings.csv`, MovieLens
+//! 20M/25M/latest, whose header `userId,movieId,rating,timestamp` is skipped). Each line holds
+//! user id, item id, rating and an optional timestamp, which is ignored. User and item ids are
+//! remapped to dense ids `0..n` in ascending order of the original id.
+
+use std::io::BufRead;
+
+use mlless_core::RatingBatch;
+
+use super::{Ctx, Lines, ParseError, Parsed, dense_remap_parts, parse_finite};
+
+#[derive(Clone, Copy)]
+enum Variant {
+    Dat,
+    UData,
+    Csv,
+}
+
+impl Variant {
+    fn separator(self) -> &'static str {
+        match self {
+            Variant::Dat => "::",
+            Variant::UData => "\t",
+            Variant::Csv => ",",
+        }
+    }
+
+    fn layout(self) -> &'static str {
+        match self {
+            Variant::Dat => "user::item::rating::timestamp",
+            Variant::UData => "user<TAB>item<TAB>rating<TAB>timestamp",
+            Variant::Csv => "userId,movieId,rating,timestamp",
+        }
+    }
+}
+
+/// Splits `line` into at most `out.len()` fields (the last one holds the rest of the line);
+/// returns how many.
+fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]) -> usize {
+    fn fill<'a>(fields: impl Iterator<Item = &'a str>, out: &mut [&'a str; 5]) -> usize {
+        let mut n = 0;
+        for (slot, field) in out.iter_mut().zip(fields) {
+            *slot = field;
+            n += 1;
+        }
+        n
+    }
+    match v {
+        Variant::Dat => fill(line.splitn(5, "::"), out),
+        Variant::UData => fill(line.splitn(5, '\t'), out),
+        Variant::Csv => fill(line.splitn(5, ','), out),
+    }
+}
+
+/// Reads ratings with their original ids.
+pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, ParseError> {
+    let ctx = lines.ctx;
+    let mut ratings = RatingBatch::default();
+    let mut variant: Option<Variant> = None;
+
+    while let Some((no, line)) = lines.next_line()? {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let v = match variant {
+            Some(v) => v,
+            None => {
+                let v = if line.contains("::") {
+                    Variant::Dat
+                } else if line.contains('\t') {
+                    Variant::UData
+                } else if line.contains(',') {
+                    Variant::Csv
+                } else {
+                    return Err(ctx.line(
+                        no,
+                        format!(
+                            "not a MovieLens ratings line: expected {}, {} or {}, found {line:?}",
+                            Variant::UData.layout(),
+                            Variant::Dat.layout(),
+                            Variant::Csv.layout()
+                        ),
+                    ));
+                };
+                variant = Some(v);
+                let first = line.split(v.separator()).next().unwrap_or("").trim_ascii();
+                if matches!(v, Variant::Csv) && first.parse::<u32>().is_err() {
+                    continue; // header
+                }
+                v
+            }
+        };
+        let mut parts = [""; 5];
+        let n = split_fields(line, v, &mut parts);
+        let mut fields = parts[..n].iter().map(|f| f.trim_ascii());
+        let mut next = |what: &str| {
+            fields
+                .next()
+                .ok_or_else(|| ctx.line(no, format!("missing {what}: expected {}", v.layout())))
+        };
+        let user = next("user id")?;
+        let user: u32 = user
+            .parse()
+            .map_err(|_| ctx.line(no, format!("expected a user id, found {user:?}")))?;
+        let item = next("item id")?;
+        let item: u32 = item
+            .parse()
+            .map_err(|_| ctx.line(no, format!("expected an item id, found {item:?}")))?;
+        let rating = next("rating")?;
+        let rating = parse_finite(rating)
+            .ok_or_else(|| ctx.line(no, format!("expected a rating, found {rating:?}")))?;
+        let _timestamp = fields.next();
+        if let Some(extra) = fields.next() {
+            return Err(ctx.line(
+                no,
+                format!("unexpected field {extra:?}: expected {}", v.layout()),
+            ));
+        }
+        ratings.push(user, item, rating);
+    }
+
+    Ok(ratings)
+}
+
+/// Remaps user and item ids to dense ids over all inputs.
+pub(super) fn finish(mut raws: Vec<(Ctx<'_>, RatingBatch)>) -> Vec<Parsed> {
+    let users = dense_remap_parts(
+        &mut raws
+            .iter_mut()
+            .map(|(_, r)| &mut r.users)
+            .collect::<Vec<_>>(),
+    );
+    let items = dense_remap_parts(
+        &mut raws
+            .iter_mut()
+            .map(|(_, r)| &mut r.items)
+            .collect::<Vec<_>>(),
+    );
+    raws.into_iter()
+        .map(|(_, ratings)| Parsed::Ratings {
+            ratings,
+            users,
+            items,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::parse::{InputFormat, ParseOptions, parse_reader};
+
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<Parsed, ParseError> {
+        parse_reader(
+            text.as_bytes(),
+            Path::new("ratings"),
+            InputFormat::Movielens,
+            &ParseOptions::default(),
+        )
+    }
+
+    fn expect(text: &str) {
+        let Parsed::Ratings {
+            ratings,
+            users,
+            items,
+        } = parse_str(text).unwrap()
+        else {
+            panic!("expected ratings")
+        };
+        assert_eq!((users, items), (2, 3), "{text:?}");
+        // users 7 -> 1, 3 -> 0; items 50 -> 2, 10 -> 0, 20 -> 1
+        assert_eq!(ratings.users, vec![1, 0, 1, 0]);
+        assert_eq!(ratings.items, vec![2, 0, 1, 2]);
+        assert_eq!(ratings.ratings, vec![4.0, 3.5, 1.0, 5.0]);
+    }
+
+    #[test]
+    fn all_three_variants() {
+        expect("7\t50\t4\t881250949\n3\t10\t3.5\t891717742\n7\t20\t1\t0\n3\t50\t5\t0\n");
+        expect("7::50::4::978300760\r\n3::10::3.5::978302109\r\n7::20::1::0\r\n3::50::5::0\r\n");
+        expect("userId,movieId,rating,timestamp\n7,50,4,1\n3,10,3.5,1\n7,20,1,1\n\n3,50,5,1\n");
+        // Without timestamps and without a header.
+        expect("7,50,4\n3,10,3.5\n7,20,1\n3,50,5\n");
+    }
+
+    #[test]
+    fn malformed_lines_name_file_and_line() {
+        let cases = [
+            (
+                "1\t2\t3\t4\n1\tx\t3\t4\n",
+                2,
+                "expected an item id, found \"x\"",
+            ),
+            (
+                "1::2::3::4\n1::2\n",
+                2,
+                "missing rating: expected user::item::rating::timestamp",
+            ),
+            (
+                "userId,movieId,rating,timestamp\n1,2,3,4\n-1,2,3,4\n",
+                3,
+                "expected a user id, found \"-1\"",
+            ),
+            (
+                "1,2,3,4\n1,2,good,4\n",
+                2,
+                "expected a rating, found \"good\"",
+            ),
+            ("1\t2\t3\t4\t5\n", 1, "unexpected field \"5\""),
+            ("1 2 3 4\n", 1, "not a MovieLens ratings line"),
+        ];
+        for (text, line, message) in cases {
+            let shown = parse_str(text).unwrap_err().to_string();
+            assert!(
+                shown.starts_with(&format!("ratings:{line}: {message}")),
+                "{shown:?} for {text:?}"
+            );
+        }
+        assert!(matches!(
+            parse_str("userId,movieId,rating,timestamp\n"),
+            Err(ParseError::Empty { .. })
+        ));
+    }
+}

@@ -1,0 +1,452 @@
+//! Function invokers of mlless: how workers, the supervisor and map tasks are started as
+//! functions, limited the way a FaaS platform limits them, and metered.
+//!
+//! One trait, several backends, one conformance suite (the `object_store` way):
+//!
+//! - [`Invoker`] starts one invocation of a function from a [`FunctionRequest`] (a name, an
+//!   opaque payload and the platform's [`Limits`]) and hands back a running [`Invocation`];
+//! - [`Invocation::wait`] ends in an [`InvocationReport`]: when it started, how long it ran, the
+//!   memory it was given and the peak it used, and its [`Outcome`] — succeeded, failed, or stopped
+//!   by a limit ([`Outcome::MemoryExceeded`], [`Outcome::TimedOut`]) or by its [`KillSwitch`];
+//! - [`LocalInvoker`] (the default backend) runs each invocation as a fresh OS process of a given
+//!   program, writes the payload to its stdin, and enforces the memory and lifetime caps itself,
+//!   so that the limits of DESIGN §7 are exercised on a laptop too;
+//! - [`conformance`] holds the suite every backend must pass.
+//!
+//! A function that fails is not an error of the invoker: it is a report whose outcome is not a
+//! success, and [`InvocationReport::describe_failure`] says what happened in one line.
+//! [`InvokeError`] is kept for the invoker's own failures (cannot spawn, lost track of the
+//! process, …).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use mlless_faas::{FunctionRequest, Invoker, Limits, LocalInvoker};
+//!
+//! # async fn demo() -> Result<(), mlless_faas::InvokeError> {
+//! // `mlless function` reads its JSON payload from stdin.
+//! let invoker = LocalInvoker::new("/usr/local/bin/mlless".into(), vec!["function".into()])
+//!     .with_env("RUST_LOG", "info");
+//! let limits = Limits::new(1024, Duration::from_secs(900));
+//! let invocation = invoker
+//!     .invoke(FunctionRequest::new("worker-0", br#"{"role":"worker"}"#.to_vec(), limits))
+//!     .await?;
+//! let stop = invocation.kill_switch(); // e.g. hand to whoever notices another worker failed
+//! let report = invocation.wait().await?;
+//! match report.describe_failure() {
+//!     None => println!("{} took {} ms, peak {:.0} MB", report.name, report.duration_ms, report.peak_rss_mb),
+//!     Some(why) => eprintln!("{why}"), // "worker-0 exceeded its memory limit of 1024 MB (peak 1100 MB)"
+//! }
+//! # drop(stop);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Memory sizes are in MB of 2^20 bytes, as FaaS platforms count them.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub mod conformance;
+mod local;
+mod output;
+mod procfs;
+
+pub use local::{DEFAULT_MEMORY_SAMPLE_INTERVAL, LocalInvoker};
+
+/// The limits a platform imposes on one invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Memory cap in MB (2^20 bytes); on Lambda this also buys CPU share, and it is what is billed.
+    pub memory_mb: u32,
+    /// Lifetime cap, measured from the start of the invocation (900 s on Lambda, 600 s on IBM).
+    pub timeout: Duration,
+}
+
+impl Limits {
+    /// Limits of `memory_mb` MB and a lifetime of `timeout`.
+    pub fn new(memory_mb: u32, timeout: Duration) -> Self {
+        Self { memory_mb, timeout }
+    }
+}
+
+/// What to run: one invocation of a function.
+#[derive(Debug, Clone)]
+pub struct FunctionRequest {
+    /// Name of this invocation, used in logs and reports, e.g. `"worker-3"`, `"supervisor"`.
+    pub name: String,
+    /// Opaque input of the function (for the `mlless` binary: its JSON job description).
+    pub payload: Vec<u8>,
+    /// The limits the invocation runs under.
+    pub limits: Limits,
+}
+
+impl FunctionRequest {
+    /// A request to run `name` with `payload` under `limits`.
+    pub fn new(name: impl Into<String>, payload: Vec<u8>, limits: Limits) -> Self {
+        Self {
+            name: name.into(),
+            payload,
+            limits,
+        }
+    }
+}
+
+/// Starts functions on a platform (local processes, AWS Lambda, …).
+///
+/// Every backend must pass the suite in [`conformance`].
+#[async_trait::async_trait]
+pub trait Invoker: Send + Sync + fmt::Debug {
+    /// Starts one invocation; returns once it is started (not finished).
+    async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError>;
+
+    /// Name of the platform, e.g. `"local"`.
+    fn platform(&self) -> &str;
+}
+
+#[async_trait::async_trait]
+impl<T: Invoker + ?Sized> Invoker for Arc<T> {
+    async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError> {
+        (**self).invoke(request).await
+    }
+
+    fn platform(&self) -> &str {
+        (**self).platform()
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Invoker + ?Sized> Invoker for Box<T> {
+    async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError> {
+        (**self).invoke(request).await
+    }
+
+    fn platform(&self) -> &str {
+        (**self).platform()
+    }
+}
+
+/// A handle that stops an invocation from elsewhere (e.g. when another worker failed).
+///
+/// Cheap to clone; killing twice, or killing a finished invocation, does nothing.
+#[derive(Debug, Clone, Default)]
+pub struct KillSwitch {
+    token: CancellationToken,
+}
+
+impl KillSwitch {
+    /// A switch that has not been pulled yet (for backends that build an [`Invocation`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the invocation to stop now; it ends with [`Outcome::Killed`] unless it already ended.
+    pub fn kill(&self) {
+        self.token.cancel();
+    }
+
+    /// Whether [`kill`](Self::kill) was called.
+    pub fn is_killed(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Completes once [`kill`](Self::kill) is called (what a backend's watcher waits on).
+    pub async fn killed(&self) {
+        self.token.cancelled().await;
+    }
+}
+
+/// A running invocation.
+///
+/// Dropping it does not stop the function (as on a FaaS platform, an invocation runs to its end
+/// under its limits); use [`kill_switch`](Self::kill_switch) for that.
+#[derive(Debug)]
+pub struct Invocation {
+    name: String,
+    pid: Option<u32>,
+    kill_switch: KillSwitch,
+    task: JoinHandle<Result<InvocationReport, InvokeError>>,
+}
+
+impl Invocation {
+    /// Wraps the task that watches an invocation (for backends): `task` must stop the function
+    /// and end with [`Outcome::Killed`] once `kill_switch` is pulled.
+    pub fn new(
+        name: impl Into<String>,
+        pid: Option<u32>,
+        kill_switch: KillSwitch,
+        task: JoinHandle<Result<InvocationReport, InvokeError>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            pid,
+            kill_switch,
+            task,
+        }
+    }
+
+    /// Name of the invocation, as in its [`FunctionRequest`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Process id of the invocation, where the platform has one (local processes).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// A handle that stops the invocation from elsewhere (e.g. when another worker failed).
+    pub fn kill_switch(&self) -> KillSwitch {
+        self.kill_switch.clone()
+    }
+
+    /// Whether the invocation has ended ([`wait`](Self::wait) would not block).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits for the end and returns its report.
+    ///
+    /// # Errors
+    ///
+    /// A failed function is a report with a failed outcome, not an `Err`; `Err` is for the
+    /// invoker's own failures (e.g. [`InvokeError::Watcher`] if the task watching the
+    /// invocation panicked or its runtime shut down).
+    pub async fn wait(self) -> Result<InvocationReport, InvokeError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(join) => Err(InvokeError::Watcher {
+                function: self.name,
+                reason: if join.is_panic() {
+                    "the task watching it panicked".to_owned()
+                } else {
+                    "the task watching it was cancelled (runtime shutting down)".to_owned()
+                },
+            }),
+        }
+    }
+}
+
+/// What one invocation did, as a FaaS platform reports it (and bills it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvocationReport {
+    /// Name of the invocation.
+    pub name: String,
+    /// Process id, where the platform has one.
+    pub pid: Option<u32>,
+    /// Start (spawn) time, in milliseconds since the Unix epoch.
+    pub started_at_unix_ms: u64,
+    /// Wall time from spawn to exit, in milliseconds, rounded up (at least 1).
+    pub duration_ms: u64,
+    /// Configured memory (the billed size), in MB.
+    pub memory_mb: u32,
+    /// Peak resident memory observed, in MB (0 if it ended before the first sample).
+    pub peak_rss_mb: f64,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl InvocationReport {
+    /// One line a user understands, naming the function and the limit, or `None` on success.
+    ///
+    /// E.g. "worker-2 exceeded its memory limit of 128 MB (peak 190 MB)",
+    /// "worker-1 timed out after 3 s", "supervisor failed (exit code 1): &lt;last stderr line&gt;".
+    pub fn describe_failure(&self) -> Option<String> {
+        if self.outcome.is_success() {
+            None
+        } else {
+            Some(format!("{} {}", self.name, self.outcome))
+        }
+    }
+}
+
+/// How an invocation ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The function returned normally (exit code 0).
+    Succeeded,
+    /// The function failed on its own: non-zero exit code, or a signal it did not get from us.
+    Failed {
+        /// Exit code, or `None` when a signal ended it.
+        exit_code: Option<i32>,
+        /// What it said last on stderr (trimmed), or the signal that ended it.
+        message: String,
+    },
+    /// Stopped because its resident memory went past the cap.
+    MemoryExceeded {
+        /// The cap, in MB.
+        limit_mb: u32,
+        /// The peak observed, in MB.
+        peak_mb: f64,
+    },
+    /// Stopped because it ran past its lifetime cap.
+    TimedOut {
+        /// The cap, in seconds.
+        limit_s: f64,
+    },
+    /// Stopped by its [`KillSwitch`].
+    Killed,
+}
+
+impl Outcome {
+    /// Whether the function succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Succeeded)
+    }
+}
+
+/// The outcome as the end of a sentence whose subject is the function, e.g. "timed out after 3 s".
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Succeeded => f.write_str("succeeded"),
+            Outcome::Failed {
+                exit_code: Some(code),
+                message,
+            } => write!(f, "failed (exit code {code}): {message}"),
+            Outcome::Failed {
+                exit_code: None,
+                message,
+            } => write!(f, "failed: {message}"),
+            Outcome::MemoryExceeded { limit_mb, peak_mb } => write!(
+                f,
+                "exceeded its memory limit of {limit_mb} MB (peak {peak_mb:.0} MB)"
+            ),
+            Outcome::TimedOut { limit_s } => write!(f, "timed out after {limit_s} s"),
+            Outcome::Killed => f.write_str("was killed (stopped by its kill switch)"),
+        }
+    }
+}
+
+/// Failures of an invoker itself (a function that fails is an [`Outcome`], not an error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvokeError {
+    /// The request cannot be run as given (e.g. a zero memory cap).
+    #[error("invalid request for function {function}: {reason}")]
+    InvalidRequest {
+        /// Name of the invocation.
+        function: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The process of the function could not be started.
+    #[error("could not start function {function}: cannot spawn {}", .program.display())]
+    Spawn {
+        /// Name of the invocation.
+        function: String,
+        /// The program that was to run.
+        program: PathBuf,
+        /// Why the OS refused.
+        #[source]
+        source: io::Error,
+    },
+    /// An I/O operation on a running function failed.
+    #[error("function {function}: {context}")]
+    Io {
+        /// Name of the invocation.
+        function: String,
+        /// What the invoker was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The invoker lost track of a running invocation (its watcher panicked or was cancelled).
+    #[error("lost track of function {function}: {reason}")]
+    Watcher {
+        /// Name of the invocation.
+        function: String,
+        /// What happened to the watcher.
+        reason: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(outcome: Outcome) -> InvocationReport {
+        InvocationReport {
+            name: "worker-2".into(),
+            pid: Some(42),
+            started_at_unix_ms: 1,
+            duration_ms: 10,
+            memory_mb: 128,
+            peak_rss_mb: 190.4,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn describe_failure_names_function_and_limit() {
+        assert_eq!(report(Outcome::Succeeded).describe_failure(), None);
+        assert_eq!(
+            report(Outcome::MemoryExceeded {
+                limit_mb: 128,
+                peak_mb: 190.4
+            })
+            .describe_failure()
+            .as_deref(),
+            Some("worker-2 exceeded its memory limit of 128 MB (peak 190 MB)")
+        );
+        assert_eq!(
+            report(Outcome::TimedOut { limit_s: 3.0 })
+                .describe_failure()
+                .as_deref(),
+            Some("worker-2 timed out after 3 s")
+        );
+        assert_eq!(
+            report(Outcome::TimedOut { limit_s: 0.5 })
+                .describe_failure()
+                .as_deref(),
+            Some("worker-2 timed out after 0.5 s")
+        );
+        assert_eq!(
+            report(Outcome::Failed {
+                exit_code: Some(1),
+                message: "no such object: data/manifest.json".into()
+            })
+            .describe_failure()
+            .as_deref(),
+            Some("worker-2 failed (exit code 1): no such object: data/manifest.json")
+        );
+        assert!(
+            report(Outcome::Killed)
+                .describe_failure()
+                .is_some_and(|d| d.starts_with("worker-2 was killed"))
+        );
+    }
+
+    #[test]
+    fn kill_switch_is_shared_between_clones() {
+        let a = KillSwitch::new();
+        let b = a.clone();
+        assert!(!b.is_killed());
+        a.kill();
+        assert!(b.is_killed());
+    }
+
+    #[test]
+    fn invoke_error_messages_have_context() {
+        let e = InvokeError::Spawn {
+            function: "worker-1".into(),
+            program: "/no/such/mlless".into(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        };
+        assert_eq!(
+            e.to_string(),
+            "could not start function worker-1: cannot spawn /no/such/mlless"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+    }
+}

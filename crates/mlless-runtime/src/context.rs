@@ -1,0 +1,48 @@
+//! What every function of a job loads first: the spec, the data set and the channel.
+
+use std::sync::Arc;
+
+use mlless_store::{Channel, Store, open_channel};
+
+use crate::dataset::Dataset;
+use crate::error::{Result, RuntimeError};
+use crate::spec::{JobSpec, SPEC_KEY};
+
+/// The job as one function sees it.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    /// The job spec.
+    pub spec: JobSpec,
+    /// The run's location: spec, model, record.
+    pub run_store: Store,
+    /// The training data.
+    pub dataset: Dataset,
+    /// The exchange between functions.
+    pub channel: Arc<dyn Channel>,
+}
+
+impl JobContext {
+    /// Loads the job whose spec is at `run_url`.
+    pub async fn load(run_url: &str) -> Result<Self> {
+        let run_store = Store::open(run_url)?;
+        let bytes = run_store.get(SPEC_KEY).await?;
+        let spec: JobSpec =
+            serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+                location: format!("{}/{SPEC_KEY}", run_store.url()),
+                source,
+            })?;
+        let dataset = Dataset::open(&spec.data_url).await?;
+        let channel = open_channel(spec.channel.as_deref(), &run_store, &spec.job_id).await?;
+        Ok(Self {
+            spec,
+            run_store,
+            dataset,
+            channel,
+        })
+    }
+
+    /// The ids of the workers of the job.
+    pub fn workers(&self) -> Vec<u32> {
+        (0..self.spec.workers).collect()
+    }
+}

@@ -1,0 +1,91 @@
+//! A prepared data set in the object store: its manifest and its minibatches.
+
+use mlless_core::Batch;
+use mlless_data::{MANIFEST_KEY, Manifest};
+use mlless_store::Store;
+
+use crate::error::{Result, RuntimeError};
+
+/// A prepared data set, opened for reading.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    store: Store,
+    manifest: Manifest,
+}
+
+/// The two parts of a data set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// Minibatches to train on.
+    Train,
+    /// Minibatches to evaluate the final model on.
+    Test,
+}
+
+impl Dataset {
+    /// Opens the data set at `url`; fails if it has no manifest (never prepared, or its
+    /// preparation did not finish) or the manifest is invalid.
+    pub async fn open(url: &str) -> Result<Self> {
+        let store = Store::open(url)?;
+        let Some(bytes) = store.get_opt(MANIFEST_KEY).await? else {
+            return Err(RuntimeError::NotPrepared {
+                url: store.url().to_string(),
+            });
+        };
+        let manifest = Manifest::from_json(&bytes).map_err(|source| RuntimeError::Manifest {
+            location: format!("{}/{MANIFEST_KEY}", store.url()),
+            source,
+        })?;
+        Ok(Self { store, manifest })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Number of minibatches in a split.
+    pub fn batches(&self, split: Split) -> usize {
+        self.split(split).batches.len()
+    }
+
+    fn split(&self, split: Split) -> &mlless_data::SplitInfo {
+        match split {
+            Split::Train => &self.manifest.train,
+            Split::Test => &self.manifest.test,
+        }
+    }
+
+    /// Reads minibatch `index` of a split, checking it against the manifest's checksum.
+    pub async fn read_batch(&self, split: Split, index: usize) -> Result<Batch> {
+        let info = self.split(split).batches.get(index).ok_or_else(|| {
+            RuntimeError::InvalidJob(format!(
+                "minibatch {index} does not exist in {}",
+                self.store.url()
+            ))
+        })?;
+        let bytes = self.store.get(&info.key).await?;
+        let location = || format!("{}/{}", self.store.url(), info.key);
+        let crc = crc32fast::hash(&bytes);
+        if crc != info.crc32 {
+            return Err(RuntimeError::Corrupt {
+                location: location(),
+                source: mlless_data::CodecError::ChecksumMismatch {
+                    expected: info.crc32,
+                    actual: crc,
+                },
+            });
+        }
+        mlless_data::decode_batch_checked(&bytes, &self.manifest.kind).map_err(|source| {
+            RuntimeError::Corrupt {
+                location: location(),
+                source,
+            }
+        })
+    }
+
+    /// Where the data set is.
+    pub fn url(&self) -> &str {
+        self.store.url()
+    }
+}

@@ -1,0 +1,368 @@
+//! The driver: the user's process. It checks the data set, writes the job spec, invokes the
+//! supervisor and the workers, shows progress, and completes the run record with what the
+//! invocations cost. It holds no training state that a function needs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use mlless_core::{ModelSpec, OptimizerConfig, OptimizerKind, Schedule};
+use mlless_cost::{ObjectRequests, PriceTable, Usage};
+use mlless_data::DatasetKind;
+use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
+use mlless_store::{Store, open_channel};
+use tracing::warn;
+
+use crate::dataset::Dataset;
+use crate::error::{Result, RuntimeError};
+use crate::function::Payload;
+use crate::messages::{PROGRESS_KEY, Progress, STOP_KEY, StopRequest};
+use crate::record::{RECORD_KEY, RunRecord};
+use crate::spec::{JobSpec, SPEC_KEY, StopCriteria};
+
+/// How often the driver polls the supervisor's progress.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Which model to train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// Sparse logistic regression (`lr`).
+    LogisticRegression,
+    /// Probabilistic matrix factorisation with biases (`pmf`).
+    MatrixFactorization,
+}
+
+/// Hyperparameters that have defaults per model (see [`Defaults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Hyperparameters {
+    /// Learning rate.
+    pub lr: Option<f32>,
+    /// L2 regularisation.
+    pub l2: Option<f32>,
+    /// Latent factors (PMF).
+    pub factors: Option<u32>,
+}
+
+/// The defaults of the hyperparameters, chosen to be robust across data sets rather than tuned
+/// to one: Adam's per-coordinate step sizes make the same learning rate work for features of very
+/// different frequencies and scales.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Defaults {
+    /// Learning rate.
+    pub lr: f32,
+    /// L2 regularisation.
+    pub l2: f32,
+    /// Latent factors.
+    pub factors: u32,
+}
+
+impl Defaults {
+    /// The defaults for a model and optimiser.
+    pub fn for_model(model: ModelChoice, optimizer: OptimizerKind) -> Self {
+        let adaptive = optimizer == OptimizerKind::Adam;
+        match model {
+            ModelChoice::LogisticRegression => Self {
+                lr: if adaptive { 0.01 } else { 1.0 },
+                l2: 1e-5,
+                factors: 0,
+            },
+            ModelChoice::MatrixFactorization => Self {
+                lr: if adaptive { 0.01 } else { 5.0 },
+                l2: 0.02,
+                factors: 10,
+            },
+        }
+    }
+}
+
+/// What `mlless train` asks for.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// Location of the prepared data set.
+    pub data_url: String,
+    /// Location below which the run writes its spec, model and record (default: `{data}/runs`).
+    pub runs_url: Option<String>,
+    /// The model.
+    pub model: ModelChoice,
+    /// Hyperparameters; `None` takes the default.
+    pub hyper: Hyperparameters,
+    /// Number of workers.
+    pub workers: u32,
+    /// The optimiser.
+    pub optimizer: OptimizerKind,
+    /// Learning-rate schedule.
+    pub schedule: Schedule,
+    /// Seed of initialisation and minibatch order.
+    pub seed: u64,
+    /// When to stop.
+    pub stop: StopCriteria,
+    /// Channel URL (`None`: the run's object store).
+    pub channel: Option<String>,
+    /// Limits of every function.
+    pub limits: Limits,
+    /// Prices to bill the run at.
+    pub prices: PriceTable,
+}
+
+/// What the driver shows while a job runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveProgress {
+    /// The job.
+    pub job_id: String,
+    /// Last step whose loss is known.
+    pub step: u64,
+    /// Epochs done.
+    pub epoch: f64,
+    /// The step's loss (`NaN` before the first step).
+    pub loss: f64,
+    /// Active workers.
+    pub workers: u32,
+    /// The epoch limit.
+    pub max_epochs: u32,
+    /// Seconds since the job started.
+    pub elapsed_s: f64,
+    /// Billed cost of the invocations so far.
+    pub cost_usd: f64,
+}
+
+/// Trains a model as `options` say, reporting progress to `observe`; returns the complete run
+/// record, also written to the run's location.
+pub async fn train(
+    options: &TrainOptions,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress),
+) -> Result<RunRecord> {
+    let started = Instant::now();
+    let started_at_unix_ms = unix_ms();
+    if options.workers == 0 {
+        return Err(RuntimeError::InvalidJob(
+            "--workers must be at least 1".into(),
+        ));
+    }
+    if options.stop.max_epochs == 0 {
+        return Err(RuntimeError::InvalidJob(
+            "--max-epochs must be at least 1".into(),
+        ));
+    }
+    let dataset = Dataset::open(&options.data_url).await?;
+    let spec = job_spec(options, &dataset)?;
+    let run_store = Store::open(&spec.run_url)?;
+    run_store.check_writable().await?;
+    let spec_json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{SPEC_KEY}", run_store.url()),
+        source,
+    })?;
+    run_store.put(SPEC_KEY, Bytes::from(spec_json)).await?;
+    let channel = open_channel(spec.channel.as_deref(), &run_store, &spec.job_id).await?;
+
+    let mut requests = vec![(
+        "supervisor".to_string(),
+        Payload::Supervisor {
+            run_url: spec.run_url.clone(),
+        },
+    )];
+    for worker in 0..spec.workers {
+        requests.push((
+            format!("worker-{worker}"),
+            Payload::Worker {
+                run_url: spec.run_url.clone(),
+                worker,
+            },
+        ));
+    }
+    let mut running = FuturesUnordered::new();
+    let mut kill_switches: Vec<KillSwitch> = Vec::new();
+    let mut starts: Vec<(String, Instant)> = Vec::new();
+    for (name, payload) in requests {
+        let invocation = invoker
+            .invoke(FunctionRequest {
+                name: name.clone(),
+                payload: payload.to_json()?,
+                limits: spec.limits,
+            })
+            .await;
+        let invocation = match invocation {
+            Ok(invocation) => invocation,
+            Err(e) => {
+                kill_switches.iter().for_each(KillSwitch::kill);
+                return Err(e.into());
+            }
+        };
+        kill_switches.push(invocation.kill_switch());
+        starts.push((name, Instant::now()));
+        running.push(invocation.wait());
+    }
+
+    let mut reports: Vec<InvocationReport> = Vec::new();
+    let mut failure: Option<String> = None;
+    let mut progress = Progress::default();
+    let mut ticker = tokio::time::interval(POLL);
+    let mut show = |progress: &Progress, reports: &[InvocationReport]| {
+        let cost_usd: f64 = starts
+            .iter()
+            .map(|(name, start)| {
+                let duration_ms = reports
+                    .iter()
+                    .find(|r| &r.name == name)
+                    .map_or(start.elapsed().as_millis() as u64, |r| r.duration_ms);
+                options.prices.invocation_usd(Usage {
+                    duration_ms,
+                    memory_mb: spec.limits.memory_mb,
+                })
+            })
+            .sum();
+        observe(&LiveProgress {
+            job_id: spec.job_id.clone(),
+            step: progress.step,
+            epoch: progress.epoch,
+            loss: progress.loss,
+            workers: progress.workers,
+            max_epochs: spec.stop.max_epochs,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            cost_usd,
+        });
+    };
+    progress.loss = f64::NAN;
+    progress.workers = spec.workers;
+    while !running.is_empty() {
+        tokio::select! {
+            done = running.next() => {
+                let Some(done) = done else { break };
+                let report = done?;
+                if let Some(message) = report.describe_failure()
+                    && failure.is_none()
+                {
+                    // One function failed: the others cannot finish without it.
+                    failure = Some(message);
+                    let stop = StopRequest { reason: "a function failed".into() };
+                    if let Ok(json) = serde_json::to_vec(&stop)
+                        && let Err(e) = channel.put_key(STOP_KEY, Bytes::from(json)).await
+                    {
+                        warn!("could not publish the stop request: {e}");
+                    }
+                    kill_switches.iter().for_each(KillSwitch::kill);
+                }
+                reports.push(report);
+            }
+            _ = ticker.tick() => {
+                if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
+                    && let Ok(p) = serde_json::from_slice::<Progress>(&bytes)
+                {
+                    progress = p;
+                }
+                show(&progress, &reports);
+            }
+        }
+    }
+    if let Err(e) = channel.cleanup().await {
+        warn!("could not clean up the channel: {e}");
+    }
+    if let Some(message) = failure {
+        return Err(RuntimeError::FunctionFailed(message));
+    }
+
+    let bytes = run_store.get(RECORD_KEY).await?;
+    let mut record: RunRecord =
+        serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+            location: format!("{}/{RECORD_KEY}", run_store.url()),
+            source,
+        })?;
+    record.started_at_unix_ms = started_at_unix_ms;
+    record.wall_s = started.elapsed().as_secs_f64();
+    reports.sort_by(|a, b| a.name.cmp(&b.name));
+    let usages: Vec<Usage> = reports
+        .iter()
+        .map(|r| Usage {
+            duration_ms: r.duration_ms,
+            memory_mb: r.memory_mb,
+        })
+        .collect();
+    record.bill = Some(
+        options
+            .prices
+            .bill(&usages, record.wall_s, ObjectRequests::default()),
+    );
+    record.invocations = reports;
+    if let Some(last) = record.steps.last() {
+        let p = Progress {
+            step: last.step,
+            epoch: last.epoch,
+            loss: last.loss,
+            workers: spec.workers,
+        };
+        show(&p, &record.invocations);
+    }
+    let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{RECORD_KEY}", run_store.url()),
+        source,
+    })?;
+    run_store.put(RECORD_KEY, Bytes::from(json)).await?;
+    Ok(record)
+}
+
+/// The job spec of `options` on `dataset`.
+fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
+    let manifest = dataset.manifest();
+    let defaults = Defaults::for_model(options.model, options.optimizer);
+    let l2 = options.hyper.l2.unwrap_or(defaults.l2);
+    let model = match (options.model, &manifest.kind) {
+        (ModelChoice::LogisticRegression, DatasetKind::Sparse { features }) => {
+            ModelSpec::LogisticRegression {
+                features: *features,
+                l2,
+            }
+        }
+        (ModelChoice::MatrixFactorization, DatasetKind::Ratings { users, items, mean }) => {
+            ModelSpec::MatrixFactorization {
+                users: *users,
+                items: *items,
+                factors: options.hyper.factors.unwrap_or(defaults.factors).max(1),
+                l2,
+                mean: *mean,
+                init_std: 0.1,
+            }
+        }
+        (ModelChoice::LogisticRegression, DatasetKind::Ratings { .. }) => {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{} holds ratings: train it with --model pmf, not lr",
+                dataset.url()
+            )));
+        }
+        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{} holds labelled feature rows: train it with --model lr, not pmf",
+                dataset.url()
+            )));
+        }
+    };
+    let train_batches = u32::try_from(manifest.train.batches.len())
+        .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
+    let job_id = format!("job-{}-{:04x}", unix_ms() / 1000, rand::random::<u16>());
+    let runs = options
+        .runs_url
+        .clone()
+        .unwrap_or_else(|| format!("{}/runs", options.data_url.trim_end_matches('/')));
+    Ok(JobSpec {
+        run_url: format!("{}/{job_id}", runs.trim_end_matches('/')),
+        job_id,
+        data_url: options.data_url.clone(),
+        model,
+        workers: options.workers,
+        optimizer: OptimizerConfig::new(options.optimizer),
+        lr: options.hyper.lr.unwrap_or(defaults.lr),
+        schedule: options.schedule,
+        seed: options.seed,
+        stop: options.stop,
+        channel: options.channel.clone(),
+        limits: options.limits,
+        train_batches,
+    })
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

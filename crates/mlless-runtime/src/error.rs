@@ -1,0 +1,97 @@
+//! The runtime's error type.
+
+use mlless_store::{ChannelError, StoreError};
+
+/// Why a job, a function or a data preparation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The object store failed or an object is missing.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The channel failed or timed out.
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    /// Starting or watching a function failed.
+    #[error(transparent)]
+    Invoke(#[from] mlless_faas::InvokeError),
+    /// An input file could not be parsed.
+    #[error(transparent)]
+    Parse(#[from] mlless_data::ParseError),
+    /// Preparing a data set failed.
+    #[error(transparent)]
+    Prepare(#[from] mlless_data::PrepareError),
+    /// An object read from the store or the channel is corrupt or of the wrong kind.
+    #[error("{location}: {source}")]
+    Corrupt {
+        /// The object or message that is corrupt.
+        location: String,
+        /// What is wrong with it.
+        #[source]
+        source: mlless_data::CodecError,
+    },
+    /// A JSON document (spec, manifest, record, payload) could not be read.
+    #[error("{location}: invalid JSON: {source}")]
+    Json {
+        /// Which document.
+        location: String,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The data set's manifest is invalid.
+    #[error("{location}: {source}")]
+    Manifest {
+        /// Where the manifest is.
+        location: String,
+        /// What is wrong with it.
+        #[source]
+        source: mlless_data::ManifestError,
+    },
+    /// The data set was never prepared, or its preparation did not finish.
+    #[error(
+        "no data set at {url}: {url}/manifest.json is missing (run `mlless prepare` first; a preparation that did not finish leaves no manifest)"
+    )]
+    NotPrepared {
+        /// The data set's location.
+        url: String,
+    },
+    /// The model rejected a batch (bad index, bad label, wrong data kind).
+    #[error("{location}: {source}")]
+    Model {
+        /// Which batch.
+        location: String,
+        /// The model's complaint.
+        #[source]
+        source: mlless_core::ModelError,
+    },
+    /// A function (worker, supervisor, map task) failed.
+    #[error("{0}")]
+    FunctionFailed(String),
+    /// The training loss became non-finite or exploded.
+    #[error(
+        "training diverged at step {step} (loss {loss}); try a lower --lr (it was {lr}) or another --optimizer"
+    )]
+    Diverged {
+        /// The step at which the loss was last seen.
+        step: u64,
+        /// The loss seen.
+        loss: f64,
+        /// The learning rate in use.
+        lr: f32,
+    },
+    /// The job's options are inconsistent with each other or with the data set.
+    #[error("{0}")]
+    InvalidJob(String),
+    /// A local file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A `Result` with a [`RuntimeError`].
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

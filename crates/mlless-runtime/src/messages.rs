@@ -1,0 +1,137 @@
+//! What functions send each other through the channel, and the objects the supervisor writes.
+//!
+//! Every message is a framed object (magic, version, length, checksum; see
+//! [`mlless_data::codec`]), so a corrupt or foreign message is an error naming it, never a
+//! panic.
+
+use bytes::Bytes;
+use mlless_core::{BatchLoss, SparseVector};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use crate::error::{Result, RuntimeError};
+
+/// Topic of the workers' model updates.
+pub const UPDATES: &str = "updates";
+/// Topic of the per-step statistics that workers send the supervisor.
+pub const STATS: &str = "stats";
+/// Topic of the final replicas that workers send the supervisor.
+pub const FINAL: &str = "final";
+/// Key of the supervisor's stop request.
+pub const STOP_KEY: &str = "stop";
+/// Key of the supervisor's progress report, read by the driver.
+pub const PROGRESS_KEY: &str = "progress";
+
+/// A framed message type: its magic identifies it on the wire.
+pub trait Message: Serialize + DeserializeOwned {
+    /// Four bytes that open every encoded message of this type.
+    const MAGIC: [u8; 4];
+
+    /// Encodes the message as a framed object.
+    fn encode(&self) -> Bytes {
+        Bytes::from(mlless_data::encode_framed(Self::MAGIC, self))
+    }
+
+    /// Decodes a framed message; `location` names it in the error.
+    fn decode(bytes: &[u8], location: impl FnOnce() -> String) -> Result<Self> {
+        mlless_data::decode_framed(Self::MAGIC, bytes).map_err(|source| RuntimeError::Corrupt {
+            location: location(),
+            source,
+        })
+    }
+}
+
+/// A worker's update for one step: the delta its optimiser computed on its minibatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateMessage {
+    /// The step.
+    pub step: u64,
+    /// The sender.
+    pub worker: u32,
+    /// Loss of the sender's minibatch before the update.
+    pub loss: BatchLoss,
+    /// Whether the sender has seen a stop request: every worker stops after this step.
+    pub stop: bool,
+    /// The delta to the flat parameter vector.
+    pub delta: SparseVector,
+}
+
+impl Message for UpdateMessage {
+    const MAGIC: [u8; 4] = *b"MLLU";
+}
+
+/// A worker's statistics for one step, for the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StatsMessage {
+    /// The step.
+    pub step: u64,
+    /// The sender.
+    pub worker: u32,
+    /// Loss of the sender's minibatch before the update.
+    pub loss: BatchLoss,
+    /// Time spent reading the minibatch (not hidden by prefetching), in ms.
+    pub read_ms: f64,
+    /// Time spent computing the gradient and the optimiser step, in ms.
+    pub compute_ms: f64,
+    /// Time spent publishing, collecting and applying updates, in ms.
+    pub exchange_ms: f64,
+    /// Wall time of the whole step, in ms.
+    pub step_ms: f64,
+    /// Bytes of the update the worker published.
+    pub bytes_sent: u64,
+    /// Bytes of the updates the worker collected.
+    pub bytes_received: u64,
+    /// Whether this was the worker's last step.
+    pub last: bool,
+}
+
+impl Message for StatsMessage {
+    const MAGIC: [u8; 4] = *b"MLLS";
+}
+
+/// A worker's final replica of the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaMessage {
+    /// The sender.
+    pub worker: u32,
+    /// The last step the replica has applied.
+    pub step: u64,
+    /// The flat parameter vector.
+    pub params: Vec<f32>,
+}
+
+impl Message for ReplicaMessage {
+    const MAGIC: [u8; 4] = *b"MLLR";
+}
+
+/// A trained model as stored at the end of a run (`model.bin` below the run's location).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredModel {
+    /// What the parameters mean.
+    pub spec: mlless_core::ModelSpec,
+    /// The flat parameter vector.
+    pub params: Vec<f32>,
+}
+
+impl Message for StoredModel {
+    const MAGIC: [u8; 4] = *b"MLLM";
+}
+
+/// Why the supervisor asks the workers to stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopRequest {
+    /// A sentence for the run record.
+    pub reason: String,
+}
+
+/// The supervisor's view of the run, polled by the driver to show progress.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Last step whose loss the supervisor knows.
+    pub step: u64,
+    /// Epochs done.
+    pub epoch: f64,
+    /// Loss of that step.
+    pub loss: f64,
+    /// Workers active.
+    pub workers: u32,
+}

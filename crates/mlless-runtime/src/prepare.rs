@@ -1,0 +1,474 @@
+//! `mlless prepare`: turns an input file into a data set of minibatch objects and a manifest.
+//!
+//! The input is parsed and shuffled where it is (on the user's machine), a test set is split off
+//! or read from its own file, and minibatches of `batch_size` samples are written as framed
+//! objects. Min-max normalisation runs as map-reduce over function invocations (DESIGN §9): map
+//! tasks compute the feature ranges of their share of the minibatches, the driver merges them,
+//! and a second round of map tasks scales and writes the minibatches.
+//!
+//! The manifest is written last, and the old one is deleted first: a data set whose preparation
+//! did not finish has no manifest, and no job will use it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use mlless_core::Batch;
+use mlless_data::{
+    BatchInfo, DatasetKind, FeatureRange, InputFormat, MANIFEST_KEY, Manifest, ParseOptions,
+    Parsed, SourceInfo, SplitInfo,
+};
+use mlless_faas::{FunctionRequest, Invoker, Limits};
+use mlless_store::Store;
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use crate::error::{Result, RuntimeError};
+use crate::function::Payload;
+use crate::messages::Message;
+
+/// Objects written at once while uploading minibatches.
+const UPLOAD_CONCURRENCY: usize = 16;
+
+/// Where the test set comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TestSet {
+    /// Split this fraction of the input off, after shuffling.
+    Fraction(f64),
+    /// Read it from its own file, in the same format.
+    Input(PathBuf),
+}
+
+/// What `mlless prepare` does.
+#[derive(Debug, Clone)]
+pub struct PrepareOptions {
+    /// Format of the input.
+    pub format: InputFormat,
+    /// The input file.
+    pub input: PathBuf,
+    /// Location of the data set to write.
+    pub out_url: String,
+    /// Samples per minibatch.
+    pub batch_size: u32,
+    /// Where the test set comes from.
+    pub test: TestSet,
+    /// Seed of the shuffle.
+    pub seed: u64,
+    /// Whether to min-max normalise the features.
+    pub normalize: bool,
+    /// Feature-space size (required for Criteo's hashed features).
+    pub features: Option<u32>,
+    /// Number of map tasks of the normalisation.
+    pub map_tasks: u32,
+    /// Limits of each map task.
+    pub limits: Limits,
+}
+
+/// Map task: the feature ranges of some minibatches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RangeMapTask {
+    /// The data set's location.
+    pub data_url: String,
+    /// Number of features.
+    pub features: u32,
+    /// Staged minibatches to read.
+    pub keys: Vec<String>,
+    /// Where to write the ranges.
+    pub out_key: String,
+}
+
+/// Map task: scale some minibatches with the merged ranges and write them to their final keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleMapTask {
+    /// The data set's location.
+    pub data_url: String,
+    /// Where the merged ranges are.
+    pub range_key: String,
+    /// `(staged key, final key)` pairs.
+    pub items: Vec<(String, String)>,
+    /// Where to write the [`BatchInfo`]s of the written minibatches (JSON).
+    pub out_key: String,
+}
+
+/// A framed [`FeatureRange`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct RangeObject(FeatureRange);
+
+impl Message for RangeObject {
+    const MAGIC: [u8; 4] = *b"MLLN";
+}
+
+/// Prepares a data set; returns its manifest.
+pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Result<Manifest> {
+    if options.batch_size == 0 {
+        return Err(RuntimeError::InvalidJob(
+            "--batch-size must be at least 1".into(),
+        ));
+    }
+    if let TestSet::Fraction(f) = options.test
+        && !(f > 0.0 && f < 1.0)
+    {
+        return Err(RuntimeError::InvalidJob(format!(
+            "--test-fraction must be between 0 and 1 (exclusive), not {f}"
+        )));
+    }
+    let store = Store::open(&options.out_url)?;
+    store.check_writable().await?;
+
+    let (train, test) = read_input(options).await?;
+    let kind = dataset_kind(&train)?;
+    if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
+        return Err(RuntimeError::InvalidJob(
+            "--normalize minmax applies to feature data, not to ratings".into(),
+        ));
+    }
+    let label_map = match &train {
+        Parsed::Sparse { label_map, .. } => label_map.clone(),
+        Parsed::Ratings { .. } => None,
+    };
+    let train_samples = samples(&train);
+    let test_samples = samples(&test);
+    let train_batches = mlless_data::into_batches(&train, options.batch_size)?;
+    let test_batches = mlless_data::into_batches(&test, options.batch_size)?;
+    drop((train, test));
+
+    // An old manifest must not describe the new minibatches while they are being written.
+    store.delete(MANIFEST_KEY).await?;
+    for prefix in ["train/", "test/", "staging/"] {
+        store.delete_prefix(prefix).await?;
+    }
+
+    let (train_infos, test_infos, normalization) = if options.normalize {
+        let DatasetKind::Sparse { features } = kind else {
+            unreachable!("checked above")
+        };
+        normalize(
+            options,
+            &store,
+            invoker,
+            features,
+            train_batches,
+            test_batches,
+        )
+        .await?
+    } else {
+        let train_infos = upload(&store, "train", train_batches).await?;
+        let test_infos = upload(&store, "test", test_batches).await?;
+        (train_infos, test_infos, None)
+    };
+
+    let manifest = Manifest {
+        format_version: mlless_data::MANIFEST_VERSION,
+        kind,
+        batch_size: options.batch_size,
+        train: SplitInfo {
+            samples: train_samples,
+            batches: train_infos,
+        },
+        test: SplitInfo {
+            samples: test_samples,
+            batches: test_infos,
+        },
+        normalization,
+        label_map,
+        source: SourceInfo {
+            format: options.format.to_string(),
+            input: options.input.display().to_string(),
+            seed: options.seed,
+            test_fraction: match options.test {
+                TestSet::Fraction(f) => Some(f),
+                TestSet::Input(_) => None,
+            },
+        },
+        created_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    store
+        .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
+        .await?;
+    info!(url = store.url(), "data set written");
+    Ok(manifest)
+}
+
+async fn read_input(options: &PrepareOptions) -> Result<(Parsed, Parsed)> {
+    let parse_options = ParseOptions {
+        features: options.features,
+    };
+    let (format, seed) = (options.format, options.seed);
+    let input = options.input.clone();
+    let test = options.test.clone();
+    tokio::task::spawn_blocking(move || -> Result<(Parsed, Parsed)> {
+        match test {
+            TestSet::Fraction(fraction) => {
+                let parsed = mlless_data::parse_file(&input, format, &parse_options)?;
+                Ok(mlless_data::shuffle_split(parsed, fraction, seed)?)
+            }
+            TestSet::Input(test_input) => {
+                let mut parsed = mlless_data::parse_files(
+                    &[input.as_path(), test_input.as_path()],
+                    format,
+                    &parse_options,
+                )?;
+                let test = parsed.pop();
+                let train = parsed.pop();
+                match (train, test) {
+                    (Some(train), Some(test)) => Ok((mlless_data::shuffle(train, seed), test)),
+                    _ => Err(RuntimeError::InvalidJob("parsing returned no data".into())),
+                }
+            }
+        }
+    })
+    .await
+    .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
+}
+
+fn samples(parsed: &Parsed) -> u64 {
+    match parsed {
+        Parsed::Sparse { rows, .. } => rows.rows() as u64,
+        Parsed::Ratings { ratings, .. } => ratings.len() as u64,
+    }
+}
+
+fn dataset_kind(train: &Parsed) -> Result<DatasetKind> {
+    Ok(match train {
+        Parsed::Sparse { features, .. } => DatasetKind::Sparse {
+            features: *features,
+        },
+        Parsed::Ratings {
+            ratings,
+            users,
+            items,
+        } => {
+            let sum: f64 = ratings.ratings.iter().map(|&r| f64::from(r)).sum();
+            DatasetKind::Ratings {
+                users: *users,
+                items: *items,
+                mean: (sum / ratings.len().max(1) as f64) as f32,
+            }
+        }
+    })
+}
+
+fn batch_key(split: &str, index: usize) -> String {
+    format!("{split}/{index:06}.bin")
+}
+
+/// Writes minibatches under `split/`, a few at a time; returns their manifest entries in order.
+async fn upload(store: &Store, split: &str, batches: Vec<Batch>) -> Result<Vec<BatchInfo>> {
+    futures::stream::iter(batches.into_iter().enumerate())
+        .map(|(index, batch)| {
+            let key = batch_key(split, index);
+            async move { put_batch(store, key, &batch).await }
+        })
+        .buffered(UPLOAD_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInfo> {
+    let bytes = mlless_data::encode_batch(batch);
+    let info = BatchInfo {
+        key: key.clone(),
+        samples: batch.samples() as u32,
+        crc32: crc32fast::hash(&bytes),
+    };
+    store.put(&key, Bytes::from(bytes)).await?;
+    Ok(info)
+}
+
+type Normalized = (
+    Vec<BatchInfo>,
+    Vec<BatchInfo>,
+    Option<mlless_data::Normalization>,
+);
+
+/// Min-max normalisation as map-reduce over function invocations.
+async fn normalize(
+    options: &PrepareOptions,
+    store: &Store,
+    invoker: Arc<dyn Invoker>,
+    features: u32,
+    train: Vec<Batch>,
+    test: Vec<Batch>,
+) -> Result<Normalized> {
+    let (train_count, test_count) = (train.len(), test.len());
+    let staged_train = upload(store, "staging/train", train).await?;
+    upload(store, "staging/test", test).await?;
+    let tasks = (options.map_tasks.max(1) as usize).min(train_count.max(1));
+
+    // Map: feature ranges of each task's share of the training minibatches.
+    let mut map_payloads = Vec::new();
+    for (task, keys) in chunks(staged_train.iter().map(|i| i.key.clone()).collect(), tasks)
+        .into_iter()
+        .enumerate()
+    {
+        map_payloads.push(Payload::RangeMap(RangeMapTask {
+            data_url: store.url().to_string(),
+            features,
+            keys,
+            out_key: format!("staging/ranges/{task:04}.bin"),
+        }));
+    }
+    run_tasks(&invoker, "range-map", &map_payloads, options.limits).await?;
+
+    // Reduce: merge the ranges.
+    let mut merged = FeatureRange::new(features);
+    for payload in &map_payloads {
+        let Payload::RangeMap(task) = payload else {
+            continue;
+        };
+        let bytes = store.get(&task.out_key).await?;
+        let range = RangeObject::decode(&bytes, || format!("{}/{}", store.url(), task.out_key))?;
+        merged.merge(&range.0);
+    }
+    let range_key = "staging/ranges/merged.bin".to_string();
+    store
+        .put(&range_key, RangeObject(merged.clone()).encode())
+        .await?;
+
+    // Map: scale and write the final minibatches.
+    let items: Vec<(String, String)> = (0..train_count)
+        .map(|i| (batch_key("staging/train", i), batch_key("train", i)))
+        .chain((0..test_count).map(|i| (batch_key("staging/test", i), batch_key("test", i))))
+        .collect();
+    let scale_payloads: Vec<Payload> = chunks(items, tasks)
+        .into_iter()
+        .enumerate()
+        .map(|(task, items)| {
+            Payload::ScaleMap(ScaleMapTask {
+                data_url: store.url().to_string(),
+                range_key: range_key.clone(),
+                items,
+                out_key: format!("staging/written/{task:04}.json"),
+            })
+        })
+        .collect();
+    run_tasks(&invoker, "scale-map", &scale_payloads, options.limits).await?;
+
+    let mut infos = Vec::with_capacity(train_count + test_count);
+    for payload in &scale_payloads {
+        let Payload::ScaleMap(task) = payload else {
+            continue;
+        };
+        let bytes = store.get(&task.out_key).await?;
+        let written: Vec<BatchInfo> =
+            serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+                location: format!("{}/{}", store.url(), task.out_key),
+                source,
+            })?;
+        infos.extend(written);
+    }
+    store.delete_prefix("staging/").await?;
+    let test_infos = infos.split_off(train_count);
+    Ok((infos, test_infos, Some(merged.into_normalization())))
+}
+
+/// Splits `items` into `n` contiguous chunks of nearly equal size (none empty).
+fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
+    let n = n.clamp(1, items.len().max(1));
+    let (base, extra) = (items.len() / n, items.len() % n);
+    let mut out = Vec::with_capacity(n);
+    let mut iter = items.into_iter();
+    for i in 0..n {
+        out.push(iter.by_ref().take(base + usize::from(i < extra)).collect());
+    }
+    out
+}
+
+/// Invokes one function per payload and waits for all; the first failure is the error.
+async fn run_tasks(
+    invoker: &Arc<dyn Invoker>,
+    name: &str,
+    payloads: &[Payload],
+    limits: Limits,
+) -> Result<()> {
+    let mut running = Vec::with_capacity(payloads.len());
+    for (i, payload) in payloads.iter().enumerate() {
+        running.push(
+            invoker
+                .invoke(FunctionRequest {
+                    name: format!("{name}-{i}"),
+                    payload: payload.to_json()?,
+                    limits,
+                })
+                .await?,
+        );
+    }
+    let kill_switches: Vec<_> = running.iter().map(|r| r.kill_switch()).collect();
+    let mut failure = None;
+    for invocation in running {
+        let report = invocation.wait().await?;
+        if let Some(message) = report.describe_failure()
+            && failure.is_none()
+        {
+            kill_switches.iter().for_each(|k| k.kill());
+            failure = Some(message);
+        }
+    }
+    match failure {
+        Some(message) => Err(RuntimeError::FunctionFailed(message)),
+        None => Ok(()),
+    }
+}
+
+/// Function body of a [`RangeMapTask`].
+pub async fn run_range_map(task: RangeMapTask) -> Result<()> {
+    let store = Store::open(&task.data_url)?;
+    let mut range = FeatureRange::new(task.features);
+    for key in &task.keys {
+        if let Batch::Sparse(batch) = read_staged(&store, key).await? {
+            range.observe(&batch);
+        }
+    }
+    store
+        .put(&task.out_key, RangeObject(range).encode())
+        .await?;
+    Ok(())
+}
+
+/// Function body of a [`ScaleMapTask`].
+pub async fn run_scale_map(task: ScaleMapTask) -> Result<()> {
+    let store = Store::open(&task.data_url)?;
+    let bytes = store.get(&task.range_key).await?;
+    let range = RangeObject::decode(&bytes, || format!("{}/{}", store.url(), task.range_key))?.0;
+    let mut written = Vec::with_capacity(task.items.len());
+    for (staged, key) in &task.items {
+        let mut batch = read_staged(&store, staged).await?;
+        if let Batch::Sparse(rows) = &mut batch {
+            range.apply(rows);
+        }
+        written.push(put_batch(&store, key.clone(), &batch).await?);
+    }
+    let json = serde_json::to_vec(&written).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{}", store.url(), task.out_key),
+        source,
+    })?;
+    store.put(&task.out_key, Bytes::from(json)).await?;
+    Ok(())
+}
+
+async fn read_staged(store: &Store, key: &str) -> Result<Batch> {
+    let bytes = store.get(key).await?;
+    mlless_data::decode_batch(&bytes).map_err(|source| RuntimeError::Corrupt {
+        location: format!("{}/{key}", store.url()),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunks;
+
+    #[test]
+    fn chunks_are_balanced_and_keep_order() {
+        let c = chunks((0..10).collect::<Vec<_>>(), 4);
+        assert_eq!(
+            c,
+            vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7], vec![8, 9]]
+        );
+        assert_eq!(chunks(vec![1], 4), vec![vec![1]]);
+        assert_eq!(chunks(Vec::<u8>::new(), 3), vec![Vec::<u8>::new()]);
+    }
+}

@@ -1,0 +1,92 @@
+//! The run record: what a run did, step by step, what it cost and what it reached. Written as
+//! JSON to the run's location (`record.json`) and, on request, to a local file.
+
+use mlless_core::Metrics;
+use mlless_cost::Bill;
+use mlless_faas::InvocationReport;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::JobSpec;
+
+/// Key of the run record below the run's location.
+pub const RECORD_KEY: &str = "record.json";
+/// Key of the trained model below the run's location.
+pub const MODEL_KEY: &str = "model.bin";
+/// Version of the run-record format.
+pub const RECORD_VERSION: u32 = 1;
+
+/// Everything a run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Version of this format.
+    pub format_version: u32,
+    /// The job as it was run.
+    pub spec: JobSpec,
+    /// Wall-clock start of the run (driver), Unix milliseconds.
+    pub started_at_unix_ms: u64,
+    /// Wall time of the whole run as the driver saw it, in seconds.
+    pub wall_s: f64,
+    /// Samples in the training set.
+    pub train_samples: u64,
+    /// Samples in the test set.
+    pub test_samples: u64,
+    /// One entry per step, in order.
+    pub steps: Vec<StepRecord>,
+    /// Passes over the training set.
+    pub epochs: f64,
+    /// Why training stopped.
+    pub stop_reason: String,
+    /// Test metrics of the final model (`test_logloss`, `test_accuracy`, `test_auc`; `test_rmse`).
+    pub metrics: Metrics,
+    /// Every function invocation with its duration and outcome.
+    pub invocations: Vec<InvocationReport>,
+    /// What the run cost at the chosen platform's prices.
+    pub bill: Option<Bill>,
+    /// Location of the final model.
+    pub model_url: String,
+}
+
+impl RunRecord {
+    /// Loss of the last step, if any step ran.
+    pub fn final_loss(&self) -> Option<f64> {
+        self.steps.last().map(|s| s.loss)
+    }
+}
+
+/// One step of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The step.
+    pub step: u64,
+    /// Seconds since the supervisor started when the step's statistics were complete.
+    pub time_s: f64,
+    /// Epochs done after this step.
+    pub epoch: f64,
+    /// Σ loss / Σ samples over the step's minibatches.
+    pub loss: f64,
+    /// Each worker's part.
+    pub workers: Vec<WorkerStep>,
+}
+
+/// One worker's part of a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStep {
+    /// The worker.
+    pub worker: u32,
+    /// Mean loss of its minibatch.
+    pub loss: f64,
+    /// Samples in its minibatch.
+    pub samples: u64,
+    /// Time reading data not hidden by prefetching, ms.
+    pub read_ms: f64,
+    /// Time computing, ms.
+    pub compute_ms: f64,
+    /// Time exchanging updates, ms.
+    pub exchange_ms: f64,
+    /// Wall time of the step, ms.
+    pub step_ms: f64,
+    /// Bytes published.
+    pub bytes_sent: u64,
+    /// Bytes collected.
+    pub bytes_received: u64,
+}

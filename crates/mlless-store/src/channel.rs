@@ -1,0 +1,443 @@
+//! [`Channel`]: how functions exchange updates and control messages, and its object-store
+//! backend [`ObjectStoreChannel`] (LambdaML's S3 channel).
+//!
+//! Functions cannot talk to each other directly, so every update goes through an external store.
+//! A channel carries two kinds of data, both namespaced by the job id:
+//! - *messages*: one payload per (topic, step, worker), published once and collected by everyone
+//!   who needs that step (updates, per-step statistics, final replicas);
+//! - *keys*: small named values where the last write wins (stop signal, progress).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tracing::{debug, trace};
+
+use crate::store::{Store, StoreError, check_segment, redact};
+
+/// Identifies a worker of a job: 0, 1, …, P − 1.
+pub type WorkerId = u32;
+
+/// What [`open_channel`] accepts, for error messages.
+pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
+     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix";
+
+/// Errors of a channel; every message names the channel's endpoint (never a secret).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// [`Channel::collect`] gave up: some workers' messages did not arrive in time.
+    #[error(
+        "timed out after {waited:?} on channel {endpoint} waiting for step {step} of topic \
+         {topic:?}: no message from worker(s) {missing:?}"
+    )]
+    Timeout {
+        /// The topic collected.
+        topic: String,
+        /// The step collected.
+        step: u64,
+        /// The workers whose messages were missing, in the order they were asked for.
+        missing: Vec<WorkerId>,
+        /// How long the collect waited.
+        waited: Duration,
+        /// Where the channel is ([`Channel::describe`]).
+        endpoint: String,
+    },
+    /// The store behind the channel failed (its message names the object's location).
+    #[error("channel store error: {0}")]
+    Store(#[from] StoreError),
+    /// The channel URL cannot be opened.
+    #[error("cannot open channel {url}: {reason}")]
+    InvalidUrl {
+        /// The URL (credentials, if any were embedded, are redacted).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A job id, topic or key is not usable as a name on this channel.
+    #[error("invalid {what} {name:?} on channel {endpoint}: {reason}")]
+    InvalidName {
+        /// `"job id"`, `"topic"`, or `"key"`.
+        what: &'static str,
+        /// The offending name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+        /// Where the channel is.
+        endpoint: String,
+    },
+}
+
+/// The way functions exchange updates: publish a message per (topic, step, worker), collect a
+/// step's messages from a set of workers, plus last-write-wins keys.
+///
+/// Every backend must pass [`crate::conformance::run_all`].
+#[async_trait::async_trait]
+pub trait Channel: Send + Sync + std::fmt::Debug {
+    /// Publishes worker `from`'s message for `step` on `topic`. Publishing the same
+    /// (topic, step, from) twice stores one message (idempotent): a re-invoked worker may
+    /// publish its step again, and should publish the same payload.
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError>;
+
+    /// Waits until the messages of `step` on `topic` from every worker in `from` are present and
+    /// returns their payloads in the order of `from`. Never busy-polls without backoff. After
+    /// `timeout` fails with [`ChannelError::Timeout`] naming the step, topic and missing workers.
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError>;
+
+    /// Deletes the messages of `step` on `topic` from the given workers (once nobody needs them
+    /// any more). Messages that are already gone are not an error.
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError>;
+
+    /// Sets a key (control messages, progress); the last write wins.
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError>;
+
+    /// Reads a key; `None` if it is absent (an empty value is `Some` of an empty payload).
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError>;
+
+    /// Removes everything this job wrote to the channel.
+    async fn cleanup(&self) -> Result<(), ChannelError>;
+
+    /// Where the channel is, for messages and logs (never a secret).
+    fn describe(&self) -> String;
+}
+
+/// The object-store channel (DESIGN §3, LambdaML's S3 channel): every message is an object.
+///
+/// Layout below the store handle: messages at `{job_id}/{topic}/{step:012}/{worker:05}`, keys at
+/// `{job_id}/keys/{key}`. [`Channel::collect`] lists the step's prefix, GETs the objects it has
+/// not read yet (concurrently), and sleeps with exponential backoff — from 0.5 ms, doubling, up
+/// to [`with_max_backoff`](Self::with_max_backoff) — until every worker's message is there.
+/// The backoff restarts from 0.5 ms whenever a poll finds new messages, since a step's messages
+/// tend to arrive together.
+///
+/// Writes are atomic ([`Store::put`]), so a collector never reads a half-written message.
+#[derive(Clone, Debug)]
+pub struct ObjectStoreChannel {
+    /// The job's namespace: `{store}/{job_id}`.
+    job: Store,
+    job_id: String,
+    max_backoff: Duration,
+}
+
+/// First sleep of a collect that finds messages missing.
+pub const INITIAL_BACKOFF: Duration = Duration::from_micros(500);
+/// Default backoff cap on a local or in-memory store.
+pub const DEFAULT_MAX_BACKOFF_LOCAL: Duration = Duration::from_millis(20);
+/// Default backoff cap on a remote store (S3), where every poll is a billed LIST request.
+pub const DEFAULT_MAX_BACKOFF_REMOTE: Duration = Duration::from_millis(100);
+/// How many GETs a collect runs at once.
+const GET_CONCURRENCY: usize = 32;
+/// The segment under which keys live; not usable as a topic.
+const KEYS_SEGMENT: &str = "keys";
+
+impl ObjectStoreChannel {
+    /// A channel for job `job_id` on `store`. The job id must be one valid key segment (no `/`,
+    /// not empty, no forbidden character), so that no job's namespace contains another's.
+    pub fn new(store: Store, job_id: &str) -> Result<Self, ChannelError> {
+        check_segment(job_id).map_err(|reason| ChannelError::InvalidName {
+            what: "job id",
+            name: job_id.to_string(),
+            reason,
+            endpoint: store.url().to_string(),
+        })?;
+        let max_backoff = if store.kind().is_remote() {
+            DEFAULT_MAX_BACKOFF_REMOTE
+        } else {
+            DEFAULT_MAX_BACKOFF_LOCAL
+        };
+        Ok(Self {
+            job: store.child(job_id),
+            job_id: job_id.to_string(),
+            max_backoff,
+        })
+    }
+
+    /// Sets the cap of the collect backoff (default 20 ms for a local or in-memory store, 100 ms
+    /// for S3). A lower cap reacts faster; a higher one sends fewer LIST requests while waiting.
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff.max(INITIAL_BACKOFF);
+        self
+    }
+
+    /// The job id this channel is namespaced by.
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// The store handle on this job's namespace.
+    pub fn store(&self) -> &Store {
+        &self.job
+    }
+
+    /// The cap of the collect backoff.
+    pub fn max_backoff(&self) -> Duration {
+        self.max_backoff
+    }
+
+    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+        let reason = if topic == KEYS_SEGMENT {
+            Some(format!("{KEYS_SEGMENT:?} is reserved for keys"))
+        } else {
+            check_segment(topic).err()
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(ChannelError::InvalidName {
+                what: "topic",
+                name: topic.to_string(),
+                reason,
+                endpoint: self.describe(),
+            }),
+        }
+    }
+
+    fn step_prefix(topic: &str, step: u64) -> String {
+        format!("{topic}/{step:012}")
+    }
+
+    fn worker_name(worker: WorkerId) -> String {
+        format!("{worker:05}")
+    }
+
+    fn message_key(topic: &str, step: u64, worker: WorkerId) -> String {
+        format!(
+            "{}/{}",
+            Self::step_prefix(topic, step),
+            Self::worker_name(worker)
+        )
+    }
+
+    fn key_key(key: &str) -> String {
+        format!("{KEYS_SEGMENT}/{}", key.trim_start_matches('/'))
+    }
+
+    /// One poll of a collect: lists the step and fetches the messages of the missing workers
+    /// that are now present. Returns whether it found any.
+    async fn poll_step(
+        &self,
+        prefix: &str,
+        from: &[WorkerId],
+        slots: &mut [Option<Bytes>],
+    ) -> Result<bool, ChannelError> {
+        let listed: HashSet<String> = self
+            .job
+            .list(prefix)
+            .await?
+            .into_iter()
+            .filter_map(|key| key.rsplit_once('/').map(|(_, name)| name.to_string()))
+            .collect();
+        let mut wanted: Vec<WorkerId> = Vec::new();
+        for (worker, slot) in from.iter().zip(slots.iter()) {
+            if slot.is_none()
+                && !wanted.contains(worker)
+                && listed.contains(&Self::worker_name(*worker))
+            {
+                wanted.push(*worker);
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(false);
+        }
+        let job = &self.job;
+        let fetched: Vec<(WorkerId, Result<Option<Bytes>, StoreError>)> =
+            futures::stream::iter(wanted)
+                .map(|worker| async move {
+                    let key = format!("{prefix}/{}", Self::worker_name(worker));
+                    (worker, job.get_opt(&key).await)
+                })
+                .buffer_unordered(GET_CONCURRENCY)
+                .collect()
+                .await;
+        let mut found = false;
+        for (worker, payload) in fetched {
+            // Listed but gone by the time of the GET (discarded meanwhile): still missing.
+            let Some(payload) = payload? else { continue };
+            found = true;
+            for (w, slot) in from.iter().zip(slots.iter_mut()) {
+                if *w == worker {
+                    *slot = Some(payload.clone());
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn timeout_error(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        slots: &[Option<Bytes>],
+        waited: Duration,
+    ) -> ChannelError {
+        let mut missing: Vec<WorkerId> = Vec::new();
+        for (worker, slot) in from.iter().zip(slots) {
+            if slot.is_none() && !missing.contains(worker) {
+                missing.push(*worker);
+            }
+        }
+        ChannelError::Timeout {
+            topic: topic.to_string(),
+            step,
+            missing,
+            waited,
+            endpoint: self.describe(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Channel for ObjectStoreChannel {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        self.check_topic(topic)?;
+        trace!(channel = %self.job.url(), topic, step, from, len = payload.len(), "publish");
+        self.job
+            .put(&Self::message_key(topic, step, from), payload)
+            .await?;
+        Ok(())
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.check_topic(topic)?;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        // A poll still running at the deadline may finish, but not past this: a hung backend
+        // request must not turn a timeout into a hang.
+        let hard_deadline = deadline + timeout.max(Duration::from_millis(100));
+        let prefix = Self::step_prefix(topic, step);
+        let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
+        let mut backoff = INITIAL_BACKOFF;
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            let poll = self.poll_step(&prefix, from, &mut slots);
+            let found = match tokio::time::timeout_at(hard_deadline.into(), poll).await {
+                Ok(found) => found?,
+                Err(_) => {
+                    debug!(channel = %self.job.url(), topic, step, "poll overran the deadline");
+                    return Err(self.timeout_error(topic, step, from, &slots, start.elapsed()));
+                }
+            };
+            if slots.iter().all(Option::is_some) {
+                trace!(channel = %self.job.url(), topic, step, polls, waited = ?start.elapsed(), "collected");
+                return Ok(slots.into_iter().flatten().collect());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.timeout_error(topic, step, from, &slots, now - start));
+            }
+            if found {
+                backoff = INITIAL_BACKOFF;
+            }
+            let sleep = backoff.min(deadline - now);
+            debug!(
+                channel = %self.job.url(),
+                topic,
+                step,
+                missing = slots.iter().filter(|s| s.is_none()).count(),
+                backoff = ?sleep,
+                "messages missing, backing off"
+            );
+            tokio::time::sleep(sleep).await;
+            backoff = (backoff * 2).min(self.max_backoff);
+        }
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.check_topic(topic)?;
+        let keys: Vec<String> = from
+            .iter()
+            .map(|w| Self::message_key(topic, step, *w))
+            .collect();
+        self.job.delete_many(keys).await?;
+        Ok(())
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.job.put(&Self::key_key(key), value).await?;
+        Ok(())
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        Ok(self.job.get_opt(&Self::key_key(key)).await?)
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        debug!(channel = %self.job.url(), "cleanup");
+        self.job.delete_prefix("").await?;
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        self.job.url().to_string()
+    }
+}
+
+/// Opens the channel of job `job_id`.
+///
+/// `url`:
+/// - `None` or `"store"`: an [`ObjectStoreChannel`] on `store.child("channel")` — the channel
+///   lives wherever the run's data is (the default; no server needed);
+/// - a directory path, `file://`, `memory://` or `s3://` URL: an [`ObjectStoreChannel`] on that
+///   store (see [`Store::open`]);
+/// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms (Redis and
+///   Memcached channels are planned).
+pub async fn open_channel(
+    url: Option<&str>,
+    store: &Store,
+    job_id: &str,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    let channel_store = match url.map(str::trim) {
+        None | Some("store") => store.child("channel"),
+        Some("") => {
+            return Err(ChannelError::InvalidUrl {
+                url: String::new(),
+                reason: format!("empty channel URL; supported: {SUPPORTED_CHANNEL_URLS}"),
+            });
+        }
+        Some(url) => {
+            let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+            match scheme {
+                None | Some("file" | "memory" | "s3" | "s3a") => Store::open(url)?,
+                Some(scheme) => {
+                    return Err(ChannelError::InvalidUrl {
+                        url: redact(url),
+                        reason: format!(
+                            "unsupported channel scheme {scheme}://; supported: \
+                             {SUPPORTED_CHANNEL_URLS}"
+                        ),
+                    });
+                }
+            }
+        }
+    };
+    let channel = ObjectStoreChannel::new(channel_store, job_id)?;
+    debug!(channel = %channel.describe(), kind = ?channel.store().kind(), "channel opened");
+    Ok(Arc::new(channel))
+}

@@ -1,0 +1,704 @@
+//! The conformance suites every backend must pass, in the manner of `object_store`'s
+//! `integration.rs`: plain async functions that take any [`Channel`] (or a factory of channels,
+//! one per job id) or any [`Store`], and panic with a message naming the backend when it
+//! misbehaves. A new backend is done when its tests call [`run_all`] (channels) or
+//! [`store_conformance`] (stores) and pass.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use std::sync::Arc;
+//! use mlless_store::{Channel, ObjectStoreChannel, Store, conformance};
+//!
+//! let store = Store::open("memory://conformance-doc").expect("open");
+//! conformance::store_conformance(&store).await;
+//! let factory = |job: &str| -> Arc<dyn Channel> {
+//!     Arc::new(ObjectStoreChannel::new(store.clone(), job).expect("channel"))
+//! };
+//! conformance::run_all(&factory).await;
+//! # }
+//! ```
+//!
+//! The functions run on any tokio runtime; [`store_conformance`] spawns tasks, so a
+//! multi-threaded runtime exercises its concurrency check best.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::store::{Store, StoreError};
+
+/// A factory of channels of one backend: given a job id, the channel of that job.
+pub type ChannelFactory<'a> = &'a dyn Fn(&str) -> Arc<dyn Channel>;
+
+/// Timeout of the collects that are expected to succeed (generous: slow CI machines).
+const PATIENT: Duration = Duration::from_secs(20);
+/// Timeout of the collects that are expected to time out.
+const SHORT: Duration = Duration::from_millis(200);
+
+/// Deterministic pseudo-random bytes, distinct for every seed.
+fn pattern(seed: u64, len: usize) -> Bytes {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    Bytes::from(out)
+}
+
+/// A payload distinct per (step, worker), of a length that varies with the worker.
+fn payload(step: u64, worker: WorkerId) -> Bytes {
+    let len = 16 + (worker as usize * 37) % 1000;
+    let mut bytes = format!("step {step} worker {worker}:").into_bytes();
+    bytes.extend_from_slice(&pattern(step << 32 | u64::from(worker), len));
+    Bytes::from(bytes)
+}
+
+/// Asserts that `result` is a timeout naming `topic`, `step` and exactly `missing`.
+fn assert_timeout(
+    channel: &dyn Channel,
+    result: Result<Vec<Bytes>, ChannelError>,
+    topic: &str,
+    step: u64,
+    missing: &[WorkerId],
+) {
+    match result {
+        Err(ChannelError::Timeout {
+            topic: t,
+            step: s,
+            missing: m,
+            ..
+        }) => {
+            assert_eq!(
+                t,
+                topic,
+                "{}: timeout names the wrong topic",
+                channel.describe()
+            );
+            assert_eq!(
+                s,
+                step,
+                "{}: timeout names the wrong step",
+                channel.describe()
+            );
+            assert_eq!(
+                m,
+                missing,
+                "{}: timeout names the wrong missing workers",
+                channel.describe()
+            );
+        }
+        Err(e) => panic!(
+            "{}: expected a timeout for step {step} of {topic}, got error: {e}",
+            channel.describe()
+        ),
+        Ok(v) => panic!(
+            "{}: expected a timeout for step {step} of {topic}, got {} messages",
+            channel.describe(),
+            v.len()
+        ),
+    }
+}
+
+async fn must<T, E: std::fmt::Display>(
+    channel: &dyn Channel,
+    what: &str,
+    f: impl Future<Output = Result<T, E>>,
+) -> T {
+    match f.await {
+        Ok(v) => v,
+        Err(e) => panic!("{}: {what} failed: {e}", channel.describe()),
+    }
+}
+
+/// Publishes a step from P = 1, 4 and 32 workers (concurrently, with a collector already
+/// waiting) and collects it in order, in reverse order, and for a subset of the workers.
+pub async fn publish_collect_step(channel: &dyn Channel) {
+    let topic = "updates";
+    must(channel, "cleanup", channel.cleanup()).await;
+    for (step, workers) in [(0u64, 1u32), (1, 4), (2, 32)] {
+        let from: Vec<WorkerId> = (0..workers).collect();
+        // A collector starts first and must wait for the late publishers.
+        let collect = channel.collect(topic, step, &from, PATIENT);
+        let publish = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let publishes = from
+                .iter()
+                .map(|&w| channel.publish(topic, step, w, payload(step, w)));
+            futures::future::try_join_all(publishes).await
+        };
+        let (collected, published) = futures::future::join(collect, publish).await;
+        must(channel, "publish", async { published }).await;
+        let collected = must(channel, "collect", async { collected }).await;
+        let expected: Vec<Bytes> = from.iter().map(|&w| payload(step, w)).collect();
+        assert!(
+            collected == expected,
+            "{}: collect of step {step} from {workers} workers returned wrong payloads",
+            channel.describe()
+        );
+
+        // The order of `from` decides the order of the payloads.
+        let reversed: Vec<WorkerId> = from.iter().rev().copied().collect();
+        let collected = must(
+            channel,
+            "collect",
+            channel.collect(topic, step, &reversed, PATIENT),
+        )
+        .await;
+        let expected: Vec<Bytes> = reversed.iter().map(|&w| payload(step, w)).collect();
+        assert!(
+            collected == expected,
+            "{}: collect in reverse order returned payloads out of order",
+            channel.describe()
+        );
+
+        // Collecting a subset ignores the other workers' messages.
+        let subset: Vec<WorkerId> = from.iter().copied().step_by(3).collect();
+        let collected = must(
+            channel,
+            "collect",
+            channel.collect(topic, step, &subset, PATIENT),
+        )
+        .await;
+        let expected: Vec<Bytes> = subset.iter().map(|&w| payload(step, w)).collect();
+        assert!(
+            collected == expected,
+            "{}: collect of a subset returned wrong payloads",
+            channel.describe()
+        );
+    }
+    // Collecting from nobody returns nothing, at once.
+    let none = must(
+        channel,
+        "collect",
+        channel.collect(topic, 99, &[], Duration::ZERO),
+    )
+    .await;
+    assert!(none.is_empty());
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// Zero-byte payloads are delivered (as empty payloads, not as missing messages).
+pub async fn empty_messages(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    for w in 0..3 {
+        must(
+            channel,
+            "publish",
+            channel.publish("empty", 7, w, Bytes::new()),
+        )
+        .await;
+    }
+    let collected = must(
+        channel,
+        "collect",
+        channel.collect("empty", 7, &[0, 1, 2], PATIENT),
+    )
+    .await;
+    assert_eq!(collected.len(), 3, "{}: wrong count", channel.describe());
+    assert!(
+        collected.iter().all(Bytes::is_empty),
+        "{}: empty payloads came back non-empty",
+        channel.describe()
+    );
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// Publishing the same (topic, step, worker) twice stores one message: a collect sees it once,
+/// and one discard removes it.
+pub async fn republish_is_idempotent(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    let (topic, step) = ("again", 3);
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, step, 0, payload(step, 0)),
+    )
+    .await;
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, step, 0, payload(step, 0)),
+    )
+    .await;
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, step, 1, payload(step, 1)),
+    )
+    .await;
+    let collected = must(
+        channel,
+        "collect",
+        channel.collect(topic, step, &[0, 1], PATIENT),
+    )
+    .await;
+    assert!(
+        collected == vec![payload(step, 0), payload(step, 1)],
+        "{}: republished message came back wrong",
+        channel.describe()
+    );
+    must(channel, "discard", channel.discard(topic, step, &[0])).await;
+    let result = channel.collect(topic, step, &[0, 1], SHORT).await;
+    assert_timeout(channel, result, topic, step, &[0]);
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// 8 MiB and 9 MiB payloads (above Memcached's default 1 MiB item size) round-trip exactly, as
+/// messages and as keys.
+pub async fn large_values(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    let big = [pattern(8, 8 << 20), pattern(9, 9 << 20)];
+    for (w, value) in big.iter().enumerate() {
+        let w = w as WorkerId;
+        must(
+            channel,
+            "publish",
+            channel.publish("large", 1, w, value.clone()),
+        )
+        .await;
+    }
+    let collected = must(
+        channel,
+        "collect",
+        channel.collect("large", 1, &[0, 1], PATIENT),
+    )
+    .await;
+    for (got, want) in collected.iter().zip(&big) {
+        assert!(
+            got == want,
+            "{}: a {} byte message came back as {} different bytes",
+            channel.describe(),
+            want.len(),
+            got.len()
+        );
+    }
+    must(channel, "put_key", channel.put_key("large", big[1].clone())).await;
+    let got = must(channel, "get_key", channel.get_key("large")).await;
+    assert!(
+        got.as_ref() == Some(&big[1]),
+        "{}: a 9 MiB key did not round-trip",
+        channel.describe()
+    );
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// Two job ids on the same backend see neither each other's messages nor keys, and cleaning
+/// up one leaves the other alone.
+pub async fn jobs_are_isolated(factory: ChannelFactory<'_>) {
+    let a = factory("conformance-isolated-a");
+    let b = factory("conformance-isolated-b");
+    let (a, b) = (a.as_ref(), b.as_ref());
+    must(a, "cleanup", a.cleanup()).await;
+    must(b, "cleanup", b.cleanup()).await;
+    must(a, "publish", a.publish("updates", 0, 0, payload(0, 0))).await;
+    must(a, "put_key", a.put_key("stop", Bytes::from_static(b"a"))).await;
+
+    let result = b.collect("updates", 0, &[0], SHORT).await;
+    assert_timeout(b, result, "updates", 0, &[0]);
+    let key = must(b, "get_key", b.get_key("stop")).await;
+    assert!(key.is_none(), "{}: sees another job's key", b.describe());
+
+    must(b, "put_key", b.put_key("stop", Bytes::from_static(b"b"))).await;
+    must(b, "publish", b.publish("updates", 0, 0, payload(1, 1))).await;
+    let key = must(a, "get_key", a.get_key("stop")).await;
+    assert_eq!(
+        key.as_deref(),
+        Some(&b"a"[..]),
+        "{}: key overwritten by another job",
+        a.describe()
+    );
+
+    must(b, "cleanup", b.cleanup()).await;
+    let collected = must(a, "collect", a.collect("updates", 0, &[0], PATIENT)).await;
+    assert!(
+        collected == vec![payload(0, 0)],
+        "{}: message changed by another job",
+        a.describe()
+    );
+    let key = must(a, "get_key", a.get_key("stop")).await;
+    assert_eq!(
+        key.as_deref(),
+        Some(&b"a"[..]),
+        "{}: another job's cleanup removed a key",
+        a.describe()
+    );
+    must(a, "cleanup", a.cleanup()).await;
+}
+
+/// After cleanup the job's keys are gone and a collect of a previously published step times out.
+pub async fn cleanup_leaves_nothing(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    for w in 0..2 {
+        must(
+            channel,
+            "publish",
+            channel.publish("updates", 3, w, payload(3, w)),
+        )
+        .await;
+        must(
+            channel,
+            "publish",
+            channel.publish("stats", 3, w, payload(4, w)),
+        )
+        .await;
+    }
+    must(
+        channel,
+        "put_key",
+        channel.put_key("stop", Bytes::from_static(b"1")),
+    )
+    .await;
+    must(
+        channel,
+        "put_key",
+        channel.put_key("progress/0", Bytes::from_static(b"3")),
+    )
+    .await;
+    must(channel, "cleanup", channel.cleanup()).await;
+    for key in ["stop", "progress/0"] {
+        let value = must(channel, "get_key", channel.get_key(key)).await;
+        assert!(
+            value.is_none(),
+            "{}: key {key} survived cleanup",
+            channel.describe()
+        );
+    }
+    let result = channel.collect("updates", 3, &[0, 1], SHORT).await;
+    assert_timeout(channel, result, "updates", 3, &[0, 1]);
+    let result = channel.collect("stats", 3, &[1], SHORT).await;
+    assert_timeout(channel, result, "stats", 3, &[1]);
+    // Cleaning up an empty job is fine.
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// A collect missing one worker fails with a timeout naming that worker, no sooner than the
+/// timeout and within twice the timeout; the message names the channel.
+pub async fn collect_times_out(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    let (topic, step) = ("updates", 11);
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, step, 0, payload(step, 0)),
+    )
+    .await;
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, step, 2, payload(step, 2)),
+    )
+    .await;
+    let timeout = Duration::from_millis(400);
+    let started = Instant::now();
+    let result = channel.collect(topic, step, &[0, 1, 2], timeout).await;
+    let elapsed = started.elapsed();
+    let message = match &result {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    assert_timeout(channel, result, topic, step, &[1]);
+    assert!(
+        elapsed >= timeout,
+        "{}: gave up after {elapsed:?}, before the {timeout:?} timeout",
+        channel.describe()
+    );
+    assert!(
+        elapsed < timeout * 2,
+        "{}: a {timeout:?} timeout took {elapsed:?}",
+        channel.describe()
+    );
+    for needle in [topic, &step.to_string(), &channel.describe()] {
+        assert!(
+            message.contains(needle),
+            "{}: timeout message {message:?} does not name {needle:?}",
+            channel.describe()
+        );
+    }
+    // A zero timeout polls once and fails at once.
+    let started = Instant::now();
+    let result = channel.collect(topic, step, &[1], Duration::ZERO).await;
+    assert_timeout(channel, result, topic, step, &[1]);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// Keys: the last write wins, absent keys are `None`, empty values are `Some(empty)`, and
+/// concurrent writers leave one of their values, whole.
+pub async fn keys_last_write_wins(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    let absent = must(channel, "get_key", channel.get_key("absent")).await;
+    assert!(
+        absent.is_none(),
+        "{}: absent key is present",
+        channel.describe()
+    );
+    must(
+        channel,
+        "put_key",
+        channel.put_key("k", Bytes::from_static(b"one")),
+    )
+    .await;
+    must(
+        channel,
+        "put_key",
+        channel.put_key("k", Bytes::from_static(b"two")),
+    )
+    .await;
+    let value = must(channel, "get_key", channel.get_key("k")).await;
+    assert_eq!(
+        value.as_deref(),
+        Some(&b"two"[..]),
+        "{}: last write lost",
+        channel.describe()
+    );
+    must(channel, "put_key", channel.put_key("empty", Bytes::new())).await;
+    let value = must(channel, "get_key", channel.get_key("empty")).await;
+    assert_eq!(
+        value.as_deref(),
+        Some(&b""[..]),
+        "{}: empty value lost",
+        channel.describe()
+    );
+
+    let values: Vec<Bytes> = (0..8).map(|i| pattern(100 + i, 64 << 10)).collect();
+    let writes = values.iter().map(|v| channel.put_key("raced", v.clone()));
+    must(channel, "put_key", futures::future::try_join_all(writes)).await;
+    let value = must(channel, "get_key", channel.get_key("raced")).await;
+    assert!(
+        value.is_some_and(|v| values.contains(&v)),
+        "{}: concurrent writes left a value none of them wrote",
+        channel.describe()
+    );
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// Discard removes exactly the given workers' messages of the given step; discarding a message
+/// that is already gone is not an error.
+pub async fn discard_removes_messages(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    let topic = "updates";
+    for w in 0..3 {
+        must(
+            channel,
+            "publish",
+            channel.publish(topic, 5, w, payload(5, w)),
+        )
+        .await;
+    }
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, 6, 0, payload(6, 0)),
+    )
+    .await;
+    must(
+        channel,
+        "collect",
+        channel.collect(topic, 5, &[0, 1, 2], PATIENT),
+    )
+    .await;
+    must(channel, "discard", channel.discard(topic, 5, &[0, 1])).await;
+    let kept = must(channel, "collect", channel.collect(topic, 5, &[2], PATIENT)).await;
+    assert!(
+        kept == vec![payload(5, 2)],
+        "{}: discard removed too much",
+        channel.describe()
+    );
+    let result = channel.collect(topic, 5, &[0, 2, 1], SHORT).await;
+    assert_timeout(channel, result, topic, 5, &[0, 1]);
+    let next = must(channel, "collect", channel.collect(topic, 6, &[0], PATIENT)).await;
+    assert!(
+        next == vec![payload(6, 0)],
+        "{}: discard touched another step",
+        channel.describe()
+    );
+    must(channel, "discard", channel.discard(topic, 5, &[0, 1, 2])).await;
+    must(channel, "discard", channel.discard(topic, 5, &[0, 1, 2])).await;
+    must(channel, "discard", channel.discard(topic, 5, &[])).await;
+    let result = channel.collect(topic, 5, &[2], SHORT).await;
+    assert_timeout(channel, result, topic, 5, &[2]);
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
+/// Runs every channel conformance test, each on its own job id.
+pub async fn run_all(factory: ChannelFactory<'_>) {
+    publish_collect_step(factory("conformance-publish").as_ref()).await;
+    empty_messages(factory("conformance-empty").as_ref()).await;
+    republish_is_idempotent(factory("conformance-republish").as_ref()).await;
+    large_values(factory("conformance-large").as_ref()).await;
+    jobs_are_isolated(factory).await;
+    cleanup_leaves_nothing(factory("conformance-cleanup").as_ref()).await;
+    collect_times_out(factory("conformance-timeout").as_ref()).await;
+    keys_last_write_wins(factory("conformance-keys").as_ref()).await;
+    discard_removes_messages(factory("conformance-discard").as_ref()).await;
+}
+
+fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T {
+    match result {
+        Ok(v) => v,
+        Err(e) => panic!("{}: {what} failed: {e}", store.url()),
+    }
+}
+
+/// The object-store conformance suite, run below `store.child("conformance")` (left empty):
+/// put/get/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects, invalid keys,
+/// child handles, atomic visibility under concurrent overwrite, and `check_writable`.
+pub async fn store_conformance(store: &Store) {
+    let s = store.child("conformance");
+    store_must(&s, "delete_prefix", s.delete_prefix("").await);
+
+    // Put, get, overwrite, zero bytes.
+    store_must(&s, "put", s.put("a/1", Bytes::from_static(b"one")).await);
+    let got = store_must(&s, "get", s.get("a/1").await);
+    assert_eq!(&got[..], b"one", "{}: get after put", s.url());
+    store_must(&s, "put", s.put("a/1", Bytes::from_static(b"uno")).await);
+    let got = store_must(&s, "get", s.get("a/1").await);
+    assert_eq!(&got[..], b"uno", "{}: overwrite lost", s.url());
+    store_must(&s, "put", s.put("zero", Bytes::new()).await);
+    let got = store_must(&s, "get_opt", s.get_opt("zero").await);
+    assert_eq!(
+        got.as_deref(),
+        Some(&b""[..]),
+        "{}: zero-byte object",
+        s.url()
+    );
+    assert!(store_must(&s, "exists", s.exists("zero").await));
+
+    // Missing objects.
+    match s.get("a/missing").await {
+        Err(StoreError::NotFound { location }) => {
+            assert!(
+                location.starts_with(s.url()) && location.ends_with("a/missing"),
+                "{}: NotFound names {location}",
+                s.url()
+            );
+        }
+        other => panic!("{}: get of a missing key gave {other:?}", s.url()),
+    }
+    assert!(store_must(&s, "get_opt", s.get_opt("a/missing").await).is_none());
+    assert!(!store_must(&s, "exists", s.exists("a/missing").await));
+    // Below an existing object (a file on the local backend).
+    assert!(store_must(&s, "get_opt", s.get_opt("a/1/below").await).is_none());
+
+    // List: recursive, relative, sorted, whole segments.
+    for key in ["a/2", "b/c/3", "ab/4"] {
+        store_must(&s, "put", s.put(key, Bytes::from(key.to_string())).await);
+    }
+    let all = store_must(&s, "list", s.list("").await);
+    assert_eq!(
+        all,
+        ["a/1", "a/2", "ab/4", "b/c/3", "zero"],
+        "{}: list",
+        s.url()
+    );
+    let a = store_must(&s, "list", s.list("a").await);
+    assert_eq!(a, ["a/1", "a/2"], "{}: list a", s.url());
+    let a = store_must(&s, "list", s.list("a/").await);
+    assert_eq!(a, ["a/1", "a/2"], "{}: list a/", s.url());
+    let b = store_must(&s, "list", s.list("b").await);
+    assert_eq!(b, ["b/c/3"], "{}: list b", s.url());
+    let none = store_must(&s, "list", s.list("nothing/here").await);
+    assert!(none.is_empty(), "{}: list of an absent prefix", s.url());
+
+    // Child handles.
+    let child = s.child("b");
+    assert_eq!(child.url(), format!("{}/b", s.url()));
+    let got = store_must(&child, "get", child.get("c/3").await);
+    assert_eq!(&got[..], b"b/c/3");
+    assert_eq!(store_must(&child, "list", child.list("").await), ["c/3"]);
+    assert_eq!(s.child("").url(), s.url());
+
+    // Delete, delete_prefix, delete_many.
+    store_must(&s, "delete", s.delete("a/1").await);
+    assert!(!store_must(&s, "exists", s.exists("a/1").await));
+    store_must(&s, "delete", s.delete("a/1").await);
+    store_must(&s, "delete", s.delete("never/was").await);
+    store_must(&s, "delete_prefix", s.delete_prefix("b").await);
+    store_must(&s, "delete_prefix", s.delete_prefix("no/such/prefix").await);
+    let all = store_must(&s, "list", s.list("").await);
+    assert_eq!(all, ["a/2", "ab/4", "zero"], "{}: after deletes", s.url());
+    store_must(
+        &s,
+        "delete_many",
+        s.delete_many(["a/2", "zero", "absent"]).await,
+    );
+    let all = store_must(&s, "list", s.list("").await);
+    assert_eq!(all, ["ab/4"], "{}: after delete_many", s.url());
+
+    // Invalid keys are errors, not panics, and name the location.
+    for key in ["", "a//b", "../x", "a/./b", "x#1", "tab\there"] {
+        match s.put(key, Bytes::new()).await {
+            Err(StoreError::InvalidKey { location, .. }) => {
+                assert!(location.starts_with(s.url()));
+            }
+            other => panic!("{}: put of invalid key {key:?} gave {other:?}", s.url()),
+        }
+    }
+
+    atomic_visibility(&s).await;
+
+    store_must(&s, "check_writable", s.check_writable().await);
+    store_must(&s, "delete_prefix", s.delete_prefix("").await);
+    let all = store_must(&s, "list", s.list("").await);
+    assert!(all.is_empty(), "{}: left {all:?}", s.url());
+}
+
+/// Readers of an object being overwritten with large values see one whole version, never a
+/// partial or mixed one.
+async fn atomic_visibility(s: &Store) {
+    const LEN: usize = 4 << 20;
+    const VERSIONS: u8 = 12;
+    let version = |v: u8| Bytes::from(vec![v; LEN]);
+    store_must(s, "put", s.put("atomic", version(1)).await);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (s, done) = (s.clone(), Arc::clone(&done));
+            tokio::spawn(async move {
+                let mut reads = 0u32;
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::Acquire);
+                    let got = store_must(&s, "get", s.get("atomic").await);
+                    reads += 1;
+                    let first = got.first().copied().unwrap_or(0);
+                    assert!(
+                        got.len() == LEN && (1..=VERSIONS).contains(&first),
+                        "{}: read {} bytes starting with {first} while overwriting",
+                        s.url(),
+                        got.len()
+                    );
+                    assert!(
+                        got.iter().all(|&b| b == first),
+                        "{}: read a mix of two versions",
+                        s.url()
+                    );
+                    if finished {
+                        return reads;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for v in 2..=VERSIONS {
+        store_must(s, "put", s.put("atomic", version(v)).await);
+        tokio::task::yield_now().await;
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    for reader in readers {
+        match reader.await {
+            Ok(reads) => assert!(reads > 0),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("{}: reader task failed: {e}", s.url()),
+        }
+    }
+    let last = store_must(s, "get", s.get("atomic").await);
+    assert!(last == version(VERSIONS), "{}: last write lost", s.url());
+    store_must(s, "delete", s.delete("atomic").await);
+}

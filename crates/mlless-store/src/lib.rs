@@ -1,0 +1,47 @@
+//! I/O backends of mlless: the object store that holds data sets, checkpoints and results, and
+//! the channel through which functions exchange updates.
+//!
+//! Functions cannot talk to each other directly: every byte between two functions goes through
+//! an external store. This crate is that store, behind two small interfaces with several
+//! backends each and one conformance suite per interface, in the manner of `object_store`:
+//!
+//! - [`Store`]: a handle on an object store below a key prefix — a local directory (default), an
+//!   in-memory store (`memory://NAME`, for tests) or S3 (`s3://bucket/prefix`, also any
+//!   S3-compatible endpoint). Writes are atomic: an object is visible only once complete.
+//! - [`Channel`]: publish a message per (topic, step, worker), collect a step's messages from a
+//!   set of workers (blocking, with backoff, up to a timeout), plus last-write-wins keys; all
+//!   namespaced by job id. [`ObjectStoreChannel`] implements it on any [`Store`] (LambdaML's S3
+//!   channel); [`open_channel`] picks a backend from a URL.
+//! - [`conformance`]: the suites every backend's tests run.
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use mlless_store::{Channel, Store, open_channel};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::open("memory://crate-doc")?;
+//! store.put("data/manifest", Bytes::from_static(b"{}")).await?;
+//! assert_eq!(store.list("data").await?, ["data/manifest"]);
+//!
+//! // The default channel lives in the run's store, below `channel/{job_id}`.
+//! let channel = open_channel(None, &store, "job-1").await?;
+//! channel.publish("updates", 0, 1, Bytes::from_static(b"from 1")).await?;
+//! channel.publish("updates", 0, 0, Bytes::from_static(b"from 0")).await?;
+//! let updates = channel.collect("updates", 0, &[0, 1], Duration::from_secs(5)).await?;
+//! assert_eq!(updates, [&b"from 0"[..], &b"from 1"[..]]);
+//! channel.cleanup().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod channel;
+pub mod conformance;
+pub mod store;
+
+pub use channel::{
+    Channel, ChannelError, DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF,
+    ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel,
+};
+pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, StoreKind};

@@ -1,0 +1,206 @@
+//! The channel conformance suite on every local backend, and how `open_channel` treats URLs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mlless_store::{Channel, ChannelError, ObjectStoreChannel, Store, conformance, open_channel};
+
+fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {
+    move |job: &str| -> Arc<dyn Channel> {
+        Arc::new(ObjectStoreChannel::new(store.clone(), job).expect("channel"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
+    conformance::run_all(&factory(store)).await;
+    // Cleanup leaves no files and no empty directories behind.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read_dir").collect();
+    assert!(left.is_empty(), "left {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_memory() {
+    let store = Store::open("memory://channel-conformance").expect("open");
+    conformance::run_all(&factory(store.clone())).await;
+    assert!(store.list("").await.expect("list").is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn conformance_memory_single_thread() {
+    let store = Store::open("memory://channel-conformance-st").expect("open");
+    conformance::run_all(&factory(store)).await;
+}
+
+#[tokio::test]
+async fn default_channel_lives_in_the_run_store() {
+    let store = Store::open("memory://default-channel").expect("open");
+    let channel = open_channel(None, &store, "job-7").await.expect("open");
+    assert_eq!(channel.describe(), "memory://default-channel/channel/job-7");
+    channel
+        .publish("updates", 1, 2, Bytes::from_static(b"u"))
+        .await
+        .expect("publish");
+    assert_eq!(
+        store.list("channel").await.expect("list"),
+        ["channel/job-7/updates/000000000001/00002"]
+    );
+    let same = open_channel(Some("store"), &store, "job-7")
+        .await
+        .expect("open");
+    assert_eq!(same.describe(), channel.describe());
+    channel.cleanup().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn channel_on_its_own_store() {
+    let run = Store::open("memory://run-store").expect("open");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_str().expect("utf-8").to_string();
+    for url in [
+        path.clone(),
+        format!("file://{path}"),
+        "memory://own-channel".to_string(),
+    ] {
+        let channel = open_channel(Some(&url), &run, "j").await.expect("open");
+        channel
+            .put_key("stop", Bytes::from_static(b"1"))
+            .await
+            .expect("put_key");
+        assert!(channel.describe().ends_with("/j"), "{}", channel.describe());
+        channel.cleanup().await.expect("cleanup");
+    }
+    assert!(run.list("").await.expect("list").is_empty());
+}
+
+#[tokio::test]
+async fn unsupported_channel_schemes_are_clear_errors() {
+    let store = Store::open("memory://unsupported").expect("open");
+    for url in ["redis://127.0.0.1:6379", "memcached://127.0.0.1:11211", ""] {
+        match open_channel(Some(url), &store, "j").await {
+            Err(e @ ChannelError::InvalidUrl { .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains("s3://") && message.contains("store"),
+                    "{message}"
+                );
+            }
+            other => panic!("open_channel({url}) gave {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn invalid_names_are_errors() {
+    let store = Store::open("memory://invalid-names").expect("open");
+    for job in ["", "a/b", "..", "x#1"] {
+        match open_channel(None, &store, job).await {
+            Err(ChannelError::InvalidName { what: "job id", .. }) => {}
+            other => panic!("job id {job:?} gave {other:?}"),
+        }
+    }
+    let channel = open_channel(None, &store, "j").await.expect("open");
+    for topic in ["", "keys", "a/b"] {
+        match channel.publish(topic, 0, 0, Bytes::new()).await {
+            Err(e @ ChannelError::InvalidName { .. }) => {
+                assert!(e.to_string().contains(&channel.describe()), "{e}");
+            }
+            other => panic!("topic {topic:?} gave {other:?}"),
+        }
+    }
+    assert!(matches!(
+        channel.put_key("a//b", Bytes::new()).await,
+        Err(ChannelError::Store(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_channel_below_a_regular_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").expect("write");
+    let url = file.join("channel").display().to_string();
+    let store = Store::open("memory://below-file").expect("open");
+    match open_channel(Some(&url), &store, "j").await {
+        Err(e) => assert!(e.to_string().contains(&url), "{e}"),
+        Ok(c) => panic!("opened {c:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_exchange_updates_for_many_steps() {
+    // Four workers, broadcast pattern, each discarding its own message once the next step is
+    // collected (so nobody needs it any more), as the runtime does.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
+    let channel: Arc<dyn Channel> = open_channel(None, &store, "many").await.expect("open");
+    let workers: Vec<u32> = (0..4).collect();
+    let tasks: Vec<_> = workers
+        .iter()
+        .map(|&id| {
+            let (channel, workers) = (Arc::clone(&channel), workers.clone());
+            tokio::spawn(async move {
+                let mut sum = 0u64;
+                for step in 0..30u64 {
+                    let update = Bytes::from((step * 10 + u64::from(id)).to_le_bytes().to_vec());
+                    channel.publish("updates", step, id, update).await?;
+                    let got = channel
+                        .collect("updates", step, &workers, Duration::from_secs(20))
+                        .await?;
+                    for bytes in got {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(&bytes);
+                        sum += u64::from_le_bytes(b);
+                    }
+                    if step > 0 {
+                        channel.discard("updates", step - 1, &[id]).await?;
+                    }
+                }
+                Ok::<u64, ChannelError>(sum)
+            })
+        })
+        .collect();
+    let expected: u64 = (0..30u64).map(|s| 4 * s * 10 + 6).sum();
+    for task in tasks {
+        assert_eq!(task.await.expect("join").expect("worker"), expected);
+    }
+    // The last step's messages can go only once everyone has collected them.
+    assert_eq!(store.list("channel").await.expect("list").len(), 4);
+    channel
+        .discard("updates", 29, &workers)
+        .await
+        .expect("discard");
+    assert!(store.list("channel").await.expect("list").is_empty());
+    channel.cleanup().await.expect("cleanup");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_survive_concurrent_discards_of_neighbouring_directories() {
+    // On the local backend, discarding a step's last message removes the step's (and possibly
+    // the topic's and job's) now-empty directories while other workers create them anew.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
+    let channel: Arc<dyn Channel> = open_channel(None, &store, "race").await.expect("open");
+    let tasks: Vec<_> = (0..4u32)
+        .map(|id| {
+            let channel = Arc::clone(&channel);
+            tokio::spawn(async move {
+                for step in 0..300u64 {
+                    let topic = if step % 2 == 0 { "even" } else { "odd" };
+                    channel
+                        .publish(topic, step, id, Bytes::from_static(b"x"))
+                        .await?;
+                    channel.discard(topic, step, &[id]).await?;
+                }
+                Ok::<(), ChannelError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("join").expect("publish/discard");
+    }
+    assert!(store.list("").await.expect("list").is_empty());
+}
