@@ -164,7 +164,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         data: data.display().to_string(),
         model: crate::train::Model::Lr,
         workers: 4,
-        optimizer: crate::train::Optimizer::Adam,
+        optimizer: None,
         lr: None,
         schedule: crate::train::LrSchedule::Constant,
         l2: None,

@@ -10,7 +10,7 @@ use mlless_data::{RatingsTruth, SparseLrTruth};
 
 use crate::generate::{RatingsArgs, SparseLrArgs};
 use crate::prepare::{Format, PrepareArgs};
-use crate::train::{LrSchedule, Model, Optimizer, TrainArgs};
+use crate::train::{LrSchedule, Model, TrainArgs};
 
 /// Options of `mlless demo`.
 #[derive(Debug, Args)]
@@ -32,11 +32,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let store = dir.join("store");
 
-    println!("== sparse logistic regression: 60,000 rows × 20,000 features, 30 non-zeros a row");
+    println!("== sparse logistic regression: 200,000 rows × 100,000 features, 30 non-zeros a row");
     let lr_input = dir.join("sparse-lr.libsvm");
     let lr_args = SparseLrArgs {
-        samples: 60_000,
-        features: 20_000,
+        samples: 200_000,
+        features: 100_000,
         nnz: 30,
         seed: 7,
         out: lr_input.clone(),
@@ -63,13 +63,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             / reference
     );
 
-    println!("== matrix factorisation: 1,500 users × 1,000 items, rank 5, 10% rated, noise σ 0.5");
+    println!("== matrix factorisation: 2,000 users × 1,500 items, rank 10, 20% rated, noise σ 0.5");
     let ratings_input = dir.join("ratings.tsv");
     let ratings_args = RatingsArgs {
-        users: 1_500,
-        items: 1_000,
-        rank: 5,
-        density: 0.1,
+        users: 2_000,
+        items: 1_500,
+        rank: 10,
+        density: 0.2,
         noise: 0.5,
         seed: 7,
         out: ratings_input.clone(),
@@ -122,7 +122,7 @@ fn train(
         data: data.display().to_string(),
         model,
         workers: args.workers,
-        optimizer: Optimizer::Adam,
+        optimizer: None,
         lr: None,
         schedule: LrSchedule::Constant,
         l2: None,

@@ -56,16 +56,17 @@ pub struct TrainArgs {
     /// Number of function workers.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
-    /// The optimiser each worker runs.
-    #[arg(long, value_enum, default_value_t = Optimizer::Adam)]
-    pub optimizer: Optimizer,
-    /// Learning rate [default: 0.01 with adam; lr 1.0, pmf 5.0 with the others].
+    /// The optimiser each worker runs [default: momentum for lr, adam for pmf].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<Optimizer>,
+    /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, 0.003 with adam; pmf
+    /// 0.03 with adam, 3 with momentum/nesterov, 30 with sgd].
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.
     #[arg(long, value_enum, default_value_t = LrSchedule::Constant)]
     pub schedule: LrSchedule,
-    /// L2 regularisation [default: lr 1e-5, pmf 0.02].
+    /// L2 regularisation, per example [default: lr 1e-4, pmf 0.05].
     #[arg(long)]
     pub l2: Option<f32>,
     /// Latent factors of pmf [default: 10].
@@ -131,12 +132,12 @@ impl TrainArgs {
                 factors: self.factors,
             },
             workers: self.workers,
-            optimizer: match self.optimizer {
+            optimizer: self.optimizer.map(|o| match o {
                 Optimizer::Sgd => OptimizerKind::Sgd,
                 Optimizer::Momentum => OptimizerKind::Momentum,
                 Optimizer::Nesterov => OptimizerKind::Nesterov,
                 Optimizer::Adam => OptimizerKind::Adam,
-            },
+            }),
             schedule: match self.schedule {
                 LrSchedule::Constant => Schedule::Constant,
                 LrSchedule::InvSqrtEpoch => Schedule::InvSqrtEpoch,

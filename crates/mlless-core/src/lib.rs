@@ -5,7 +5,7 @@
 //! updates that workers exchange are [`SparseVector`]s over it. A worker's step is
 //!
 //! 1. `model.gradient(&params, &batch, &mut acc)` — the gradient of the batch's mean loss (plus
-//!    lazy L2) into a [`GradientAccumulator`], returning the batch's [`BatchLoss`];
+//!    per-example L2) into a [`GradientAccumulator`], returning the batch's [`BatchLoss`];
 //! 2. `delta = optimizer.step(&params, &acc.take(), lr)` — the sparse delta, over the gradient's
 //!    coordinates only;
 //! 3. every replica applies the mean of the step's deltas with [`apply_mean`] (with one worker,

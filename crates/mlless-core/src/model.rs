@@ -181,9 +181,14 @@ pub trait Model: Send + Sync {
     /// Number of parameters the model expects.
     fn num_params(&self) -> usize;
 
-    /// Adds to `acc` the gradient of the batch's mean data loss, plus `l2 * w_j` for each
-    /// coordinate `j` the batch touches (lazy L2; coordinates the batch does not touch get
-    /// nothing), and returns the data loss summed over the batch's samples, computed with
+    // L2 is per example: each sample adds `l2/2 · Σ w_j²` over the parameters it uses (LR: the
+    // weights of its features, not the bias; PMF: its user's and item's factors and biases). The
+    // gradient is then the mean over the batch, so the regularisation does not change with the
+    // batch size, untouched coordinates cost nothing, and frequent parameters are held as
+    // firmly as their data pulls them, as per-example SGD does in LIBLINEAR-style and
+    // matrix-factorisation trainers.
+
+    /// Adds to `acc` the gradient of the batch's mean regularised loss, and returns the data loss summed over the batch's samples, computed with
     /// `params` as given (before any update).
     ///
     /// The batch is untrusted: out-of-range ids, bad labels, non-finite values, malformed

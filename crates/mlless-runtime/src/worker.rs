@@ -136,7 +136,8 @@ pub async fn run_worker(ctx: JobContext, id: u32) -> Result<()> {
     if let Some(previous) = pending_stats.take() {
         join(previous).await?;
     }
-    ctx.channel.discard(UPDATES, step, &[id]).await?;
+    // The last step's update stays: a slower peer may still be collecting it. The driver
+    // cleans the channel up when the job ends.
     let replica = ReplicaMessage {
         worker: id,
         step,

@@ -364,7 +364,7 @@ impl Channel for ObjectStoreChannel {
                 backoff = ?sleep,
                 "messages missing, backing off"
             );
-            tokio::time::sleep(sleep).await;
+            backoff_sleep(sleep).await;
             backoff = (backoff * 2).min(self.max_backoff);
         }
     }
@@ -396,6 +396,21 @@ impl Channel for ObjectStoreChannel {
 
     fn describe(&self) -> String {
         self.job.url().to_string()
+    }
+}
+
+/// Sleeps for `duration`. Tokio's timer has a resolution of 1 ms, which would round the first,
+/// sub-millisecond backoffs up to 1 ms or more; those short sleeps happen on the blocking pool
+/// instead, where a thread sleep is precise to tens of microseconds.
+async fn backoff_sleep(duration: Duration) {
+    if duration >= Duration::from_millis(1) {
+        tokio::time::sleep(duration).await;
+        return;
+    }
+    let sleeper = tokio::task::spawn_blocking(move || std::thread::sleep(duration));
+    if sleeper.await.is_err() {
+        // The blocking pool is shutting down: fall back to the timer.
+        tokio::time::sleep(duration).await;
     }
 }
 

@@ -11,12 +11,11 @@ struct Slot {
     pos: u32,
 }
 
-/// A touched coordinate: its index, its running sum and the pass that last added to it.
+/// A touched coordinate: its index and its running sum.
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {
     index: u32,
     value: f32,
-    pass: u32,
 }
 
 /// Up to this many entries `take` uses a comparison sort, above it a radix sort.
@@ -34,12 +33,6 @@ const DENSE_SCAN_RATIO: usize = 16;
 /// the sums live in that list. [`take`](Self::take) sorts the compact list (radix sort, O(touched);
 /// or, when more than 1/16 of the coordinates were touched, one ordered scan of the scratch)
 /// and returns it; the scratch is invalidated by bumping an epoch counter, never cleared.
-///
-/// The accumulator also knows which coordinates the current *pass* touched: a model calls
-/// [`begin_pass`](Self::begin_pass) at the start of a gradient computation and
-/// [`add_to_pass`](Self::add_to_pass) at its end to add a term (lazy L2 regularisation) to exactly
-/// the coordinates that this batch touched, even when the accumulator already held the
-/// gradient of an earlier batch.
 ///
 /// ```
 /// use mlless_core::GradientAccumulator;
@@ -61,8 +54,6 @@ pub struct GradientAccumulator {
     scratch: Vec<Entry>,
     /// Slots whose epoch differs from this one have no entry. Never 0 (the initial slot epoch).
     epoch: u32,
-    /// The current pass.
-    pass: u32,
 }
 
 impl std::fmt::Debug for GradientAccumulator {
@@ -83,7 +74,6 @@ impl GradientAccumulator {
             entries: Vec::new(),
             scratch: Vec::new(),
             epoch: 1,
-            pass: 1,
         }
     }
 
@@ -111,40 +101,12 @@ impl GradientAccumulator {
     pub fn add(&mut self, index: u32, value: f32) {
         let slot = &mut self.slots[index as usize];
         if slot.epoch == self.epoch {
-            let entry = &mut self.entries[slot.pos as usize];
-            entry.value += value;
-            entry.pass = self.pass;
+            self.entries[slot.pos as usize].value += value;
         } else {
             // At most dim <= u32::MAX + 1 entries, so a position fits a u32.
             slot.epoch = self.epoch;
             slot.pos = self.entries.len() as u32;
-            self.entries.push(Entry {
-                index,
-                value,
-                pass: self.pass,
-            });
-        }
-    }
-
-    /// Starts a new pass: from now on [`add_to_pass`](Self::add_to_pass) sees only the
-    /// coordinates added to after this call.
-    pub fn begin_pass(&mut self) {
-        if self.pass == u32::MAX {
-            // Once per ~4 billion passes: no entry may keep a stamp equal to a future pass.
-            self.entries.iter_mut().for_each(|e| e.pass = 0);
-            self.pass = 0;
-        }
-        self.pass += 1;
-    }
-
-    /// Adds `f(index)` to every coordinate touched since the last
-    /// [`begin_pass`](Self::begin_pass), once per coordinate.
-    ///
-    /// Costs O(touched since the last take), with no access to the dense scratch.
-    pub fn add_to_pass(&mut self, mut f: impl FnMut(u32) -> f32) {
-        let pass = self.pass;
-        for entry in self.entries.iter_mut().filter(|e| e.pass == pass) {
-            entry.value += f(entry.index);
+            self.entries.push(Entry { index, value });
         }
     }
 
@@ -193,12 +155,11 @@ impl GradientAccumulator {
         self.epoch += 1;
     }
 
-    /// Test hook: jump the epoch and pass counters close to wrapping.
+    /// Test hook: jump the epoch counter close to wrapping.
     #[cfg(test)]
     fn jump_counters_to(&mut self, counter: u32) {
         assert!(self.entries.is_empty());
         self.epoch = counter;
-        self.pass = counter;
         self.slots.iter_mut().for_each(|s| s.epoch = 0);
     }
 }
@@ -314,7 +275,6 @@ mod tests {
                     rng.random()
                 },
                 value: k as f32,
-                pass: 0,
             })
             .collect();
         let mut want: Vec<u32> = entries.iter().map(|e| e.index).collect();
@@ -334,22 +294,6 @@ mod tests {
     }
 
     #[test]
-    fn add_to_pass_sees_only_the_current_pass_once() {
-        let mut acc = GradientAccumulator::new(8);
-        acc.begin_pass();
-        acc.add(1, 1.0);
-        acc.add(2, 1.0);
-        acc.begin_pass();
-        acc.add(2, 1.0);
-        acc.add(5, 1.0);
-        acc.add(5, 1.0);
-        acc.add_to_pass(|i| 10.0 * i as f32);
-        let g = acc.take();
-        assert_eq!(g.indices(), &[1, 2, 5]);
-        assert_eq!(g.values(), &[1.0, 22.0, 52.0]);
-    }
-
-    #[test]
     fn clear_discards() {
         let mut acc = GradientAccumulator::new(8);
         acc.add(3, 1.0);
@@ -365,18 +309,12 @@ mod tests {
     fn survives_the_counters_wrapping() {
         let mut acc = GradientAccumulator::new(16);
         acc.jump_counters_to(u32::MAX - 2);
-        acc.add(3, 1.0); // pass MAX-2
-        acc.begin_pass(); // MAX-1
-        acc.add(4, 1.0);
-        acc.begin_pass(); // MAX
-        acc.add(5, 1.0);
-        acc.begin_pass(); // wraps
         acc.add(3, 1.0);
-        acc.add(6, 1.0);
-        acc.add_to_pass(|_| 100.0);
+        acc.add(4, 1.0);
+        acc.add(3, 1.0);
         let g = acc.take();
-        assert_eq!(g.indices(), &[3, 4, 5, 6]);
-        assert_eq!(g.values(), &[102.0, 1.0, 1.0, 101.0]);
+        assert_eq!(g.indices(), &[3, 4]);
+        assert_eq!(g.values(), &[2.0, 1.0]);
         // The epoch wraps over these takes; stale slots must never be mistaken for live ones.
         for round in 0..5 {
             acc.add(7, 1.0);

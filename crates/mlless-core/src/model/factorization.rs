@@ -8,8 +8,8 @@ use crate::metrics::Evaluation;
 ///
 /// Parameters `[user factors U×K][item factors I×K][user biases U][item biases I]`. The data
 /// loss of a rating is the squared error `(r̂ - r)²` (so the gradient carries the factor 2 of
-/// its derivative), and the lazy L2 term `l2 * w` applies to the factors *and* the biases of
-/// the users and items a batch touches, as in Koren's biased MF (a user with one rating would
+/// its derivative), and the per-example L2 term applies to the factors *and* the biases of
+/// the rating's user and item, as in Koren's biased MF (a user with one rating would
 /// otherwise fit its bias to that rating exactly).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MatrixFactorization {
@@ -118,12 +118,12 @@ impl Model for MatrixFactorization {
     ) -> Result<BatchLoss, ModelError> {
         let ratings = self.prepare(params, batch, Some(acc.dim()))?;
         let n = ratings.len();
-        acc.begin_pass();
         if n == 0 {
             return Ok(BatchLoss::default());
         }
         let k = self.factors;
         let scale = (2.0 / n as f64) as f32;
+        let l2 = (f64::from(self.l2) / n as f64) as f32;
         let mut loss = 0.0_f64;
         for (user, item, rating) in ratings.iter() {
             let (u, i) = (user as usize, item as usize);
@@ -134,18 +134,13 @@ impl Model for MatrixFactorization {
             let (pu, qi) = (u * k, self.item_factors + i * k);
             let p = &params[pu..pu + k];
             let q = &params[qi..qi + k];
-            for (f, &qf) in q.iter().enumerate() {
-                acc.add((pu + f) as u32, g * qf);
+            for (f, (&pf, &qf)) in p.iter().zip(q).enumerate() {
+                acc.add((pu + f) as u32, g * qf + l2 * pf);
+                acc.add((qi + f) as u32, g * pf + l2 * qf);
             }
-            for (f, &pf) in p.iter().enumerate() {
-                acc.add((qi + f) as u32, g * pf);
-            }
-            acc.add((self.user_biases + u) as u32, g);
-            acc.add((self.item_biases + i) as u32, g);
-        }
-        if self.l2 != 0.0 {
-            let l2 = self.l2;
-            acc.add_to_pass(|j| l2 * params[j as usize]);
+            let (bu, bi) = (self.user_biases + u, self.item_biases + i);
+            acc.add(bu as u32, g + l2 * params[bu]);
+            acc.add(bi as u32, g + l2 * params[bi]);
         }
         Ok(BatchLoss::new(loss, n as u64))
     }
@@ -193,8 +188,9 @@ mod tests {
         }
     }
 
-    /// The regularised objective in f64: mean squared error + l2/2 Σ_{j touched} w_j².
-    fn objective(b: &RatingBatch, l2: f64, touched: &[usize], x: &[f64]) -> f64 {
+    /// The regularised objective in f64: the mean over ratings of the squared error plus
+    /// l2/2 times the squared norm of the rating's parameters (per-example L2).
+    fn objective(b: &RatingBatch, l2: f64, x: &[f64]) -> f64 {
         let (u_n, i_n, k) = (U as usize, I as usize, K as usize);
         let mut sum = 0.0;
         for (u, i, r) in b.iter() {
@@ -202,12 +198,18 @@ mod tests {
             let dot: f64 = (0..k).map(|f| x[u * k + f] * x[u_n * k + i * k + f]).sum();
             let pred = 3.0 + x[(u_n + i_n) * k + u] + x[(u_n + i_n) * k + u_n + i] + dot;
             sum += (pred - f64::from(r)).powi(2);
+            let own = (0..k)
+                .map(|f| x[u * k + f].powi(2) + x[u_n * k + i * k + f].powi(2))
+                .sum::<f64>()
+                + x[(u_n + i_n) * k + u].powi(2)
+                + x[(u_n + i_n) * k + u_n + i].powi(2);
+            sum += 0.5 * l2 * own;
         }
-        sum / b.len() as f64 + 0.5 * l2 * touched.iter().map(|&j| x[j] * x[j]).sum::<f64>()
+        sum / b.len() as f64
     }
 
     #[test]
-    fn gradient_matches_finite_differences_with_lazy_l2() {
+    fn gradient_matches_finite_differences_with_per_example_l2() {
         let l2 = 0.2_f32;
         let spec = spec(l2);
         let mut rng = StdRng::seed_from_u64(3);
@@ -242,12 +244,12 @@ mod tests {
             .unwrap();
         let grad = acc.take();
         let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
-        assert_close(loss.mean(), objective(&b, 0.0, &touched, &x), 1e-6, "loss");
+        assert_close(loss.mean(), objective(&b, 0.0, &x), 1e-6, "loss");
         let support: Vec<usize> = grad.indices().iter().map(|&j| j as usize).collect();
         assert_eq!(support, touched);
         let mut dense = vec![0.0_f32; spec.num_params()];
         grad.scaled_add_to(&mut dense, 1.0);
-        let f = |x: &[f64]| objective(&b, f64::from(l2), &touched, x);
+        let f = |x: &[f64]| objective(&b, f64::from(l2), x);
         for (j, want) in finite_difference(f, &x, 0..spec.num_params()) {
             assert_close(f64::from(dense[j]), want, 1e-4, &format!("d/dx_{j}"));
         }

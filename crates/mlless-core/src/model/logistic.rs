@@ -138,13 +138,13 @@ impl Model for LogisticRegression {
     ) -> Result<BatchLoss, ModelError> {
         let batch = self.prepare(params, batch, Some(acc.dim()))?;
         let rows = batch.rows();
-        acc.begin_pass();
         if rows == 0 {
             return Ok(BatchLoss::default());
         }
         let (weights, bias) = params.split_at(self.features as usize);
         let bias = bias[0];
         let inv_n = 1.0 / rows as f64;
+        let l2 = (f64::from(self.l2) * inv_n) as f32;
         let mut loss = 0.0_f64;
         let mut bias_grad = 0.0_f64;
         for row in 0..rows {
@@ -158,20 +158,10 @@ impl Model for LogisticRegression {
             bias_grad += g;
             let g = g as f32;
             for (&j, &x) in indices.iter().zip(values) {
-                acc.add(j, g * x);
+                acc.add(j, g * x + l2 * weights[j as usize]);
             }
         }
         acc.add(self.features, bias_grad as f32);
-        if self.l2 != 0.0 {
-            let (l2, bias_index) = (self.l2, self.features);
-            acc.add_to_pass(|j| {
-                if j == bias_index {
-                    0.0
-                } else {
-                    l2 * params[j as usize]
-                }
-            });
-        }
         Ok(BatchLoss::new(loss, rows as u64))
     }
 
@@ -218,8 +208,9 @@ mod tests {
         batch
     }
 
-    /// The regularised objective in f64: mean log loss + l2/2 Σ_{j touched} w_j².
-    fn objective(batch: &SparseBatch, l2: f64, touched: &[usize], x: &[f64]) -> f64 {
+    /// The regularised objective in f64: the mean over rows of the log loss plus
+    /// l2/2 Σ_{j in the row} w_j² (per-example L2).
+    fn objective(batch: &SparseBatch, l2: f64, x: &[f64]) -> f64 {
         let features = x.len() - 1;
         let mut sum = 0.0;
         for (label, idx, vals) in batch.iter_rows() {
@@ -231,12 +222,13 @@ mod tests {
                     .sum::<f64>();
             let p = 1.0 / (1.0 + (-z).exp());
             sum += log_loss(p, f64::from(label));
+            sum += 0.5 * l2 * idx.iter().map(|&j| x[j as usize].powi(2)).sum::<f64>();
         }
-        sum / batch.rows() as f64 + 0.5 * l2 * touched.iter().map(|&j| x[j] * x[j]).sum::<f64>()
+        sum / batch.rows() as f64
     }
 
     #[test]
-    fn gradient_matches_finite_differences_with_lazy_l2() {
+    fn gradient_matches_finite_differences_with_per_example_l2() {
         let mut rng = StdRng::seed_from_u64(1);
         let features = 40;
         let l2 = 0.3_f32;
@@ -260,9 +252,9 @@ mod tests {
         let grad = acc.take();
 
         let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
-        let f = |x: &[f64]| objective(&batch, f64::from(l2), &touched, x);
+        let f = |x: &[f64]| objective(&batch, f64::from(l2), x);
         // Data loss is reported without the L2 term, with the params before the update.
-        let data = objective(&batch, 0.0, &touched, &x);
+        let data = objective(&batch, 0.0, &x);
         assert_close(loss.mean(), data, 1e-6, "batch loss");
         assert_eq!(loss.count, 6);
 
