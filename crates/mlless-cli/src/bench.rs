@@ -166,7 +166,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         workers: 4,
         optimizer: None,
         lr: None,
-        schedule: crate::train::LrSchedule::Constant,
+        schedule: crate::train::LrSchedule::InvSqrtEpoch,
         l2: None,
         factors: None,
         target_loss: None,

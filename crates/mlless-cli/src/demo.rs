@@ -124,7 +124,7 @@ fn train(
         workers: args.workers,
         optimizer: None,
         lr: None,
-        schedule: LrSchedule::Constant,
+        schedule: LrSchedule::InvSqrtEpoch,
         l2: None,
         factors: None,
         target_loss: None,

@@ -64,7 +64,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.
-    #[arg(long, value_enum, default_value_t = LrSchedule::Constant)]
+    #[arg(long, value_enum, default_value_t = LrSchedule::InvSqrtEpoch)]
     pub schedule: LrSchedule,
     /// L2 regularisation, per example [default: lr 1e-4, pmf 0.05].
     #[arg(long)]

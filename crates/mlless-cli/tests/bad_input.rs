@@ -21,7 +21,7 @@ fn prepare_error(format: &str, name: &str, text: &str, extra: &[&str]) -> (Strin
 fn a_malformed_line_names_file_and_line_in_every_format() {
     let cases: [(&str, &str, &str, &[&str]); 4] = [
         ("libsvm", "a.libsvm", "1 1:0.5 3:1\n0 2:x\n", &[]),
-        ("csv", "a.csv", "y,a,b\n1,0.5,1\n0,0.1\n", &[]),
+        ("csv", "a.csv", "1,0.5,1\n0,0.1\n", &[]),
         ("movielens", "u.data", "1\t1\t5\t0\n2\tbad\t3\t0\n", &[]),
         (
             "criteo",
@@ -49,12 +49,8 @@ fn an_empty_input_is_an_error() {
 #[test]
 fn a_test_fraction_outside_0_1_is_an_error() {
     for fraction in ["0", "1", "1.5", "-0.1"] {
-        let (stderr, _) = prepare_error(
-            "libsvm",
-            "a.libsvm",
-            "1 1:1\n0 2:1\n",
-            &["--test-fraction", fraction],
-        );
+        let arg = format!("--test-fraction={fraction}");
+        let (stderr, _) = prepare_error("libsvm", "a.libsvm", "1 1:1\n0 2:1\n", &[&arg]);
         assert!(stderr.contains("--test-fraction"), "{fraction}: {stderr}");
     }
 }

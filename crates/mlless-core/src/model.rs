@@ -38,7 +38,7 @@ pub const MAX_PARAMS: usize = u32::MAX as usize + 1;
 
 /// What model to train, with its shape and hyper-parameters; part of the job spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum ModelSpec {
     /// Binary logistic regression over sparse features, labels 0/1.
     ///
