@@ -61,8 +61,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line with the whole chain of causes: the invoker shows a function's last line.
-            eprintln!("error: {e:#}");
+            // One line with the whole chain of causes: the invoker shows a function's last line
+            // after the function's name, so a function's line needs no prefix of its own.
+            if function {
+                eprintln!("{e:#}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -185,3 +185,43 @@ fn minmax_normalisation_scales_features_into_unit_range() {
     }
     assert!(seen_one, "the training maximum maps to 1");
 }
+
+/// A minibatch with one flipped byte stops the run with an error naming the object.
+#[test]
+fn a_corrupt_minibatch_is_an_error_naming_it() {
+    let dir = tempdir();
+    let mut text = String::new();
+    for i in 0..400 {
+        text.push_str(&format!("{} 1:1 {}:1\n", i % 2, 2 + i % 7));
+    }
+    let input = write(dir.path(), "a.libsvm", &text);
+    let data = dir.path().join("store");
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "50",
+    ]);
+    let object = data.join("train/000003.bin");
+    let mut bytes = std::fs::read(&object).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(&object, bytes).unwrap();
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&data),
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+    ]);
+    assert!(stderr.contains("train/000003.bin"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("checksum"), "{stderr}");
+}

@@ -126,3 +126,30 @@ fn a_function_over_its_lifetime_fails_the_run_naming_it() {
         "{stderr}"
     );
 }
+
+/// A run whose loss explodes stops and says it diverged, naming the learning rate, instead of
+/// reporting NaN metrics.
+#[test]
+fn a_diverging_run_says_so() {
+    let dir = tempdir();
+    let data = small_data(dir.path());
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&data),
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1e30",
+        "--schedule",
+        "constant",
+    ]);
+    assert!(stderr.contains("diverged"), "{stderr}");
+    assert!(stderr.contains("--lr"), "{stderr}");
+    assert!(!stderr.contains("NaN metrics"), "{stderr}");
+}

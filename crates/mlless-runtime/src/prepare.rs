@@ -17,7 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use mlless_core::Batch;
 use mlless_data::{
     BatchInfo, DatasetKind, FeatureRange, InputFormat, MANIFEST_KEY, Manifest, ParseOptions,
-    Parsed, SourceInfo, SplitInfo,
+    Parsed, SourceInfo, SplitInfo, batch_key,
 };
 use mlless_faas::{FunctionRequest, Invoker, Limits};
 use mlless_store::Store;
@@ -117,18 +117,15 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
     store.check_writable().await?;
 
     let (train, test) = read_input(options).await?;
-    let kind = dataset_kind(&train)?;
+    let kind = train.dataset_kind();
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
         return Err(RuntimeError::InvalidJob(
             "--normalize minmax applies to feature data, not to ratings".into(),
         ));
     }
-    let label_map = match &train {
-        Parsed::Sparse { label_map, .. } => label_map.clone(),
-        Parsed::Ratings { .. } => None,
-    };
-    let train_samples = samples(&train);
-    let test_samples = samples(&test);
+    let label_map = train.label_map();
+    let train_samples = train.samples() as u64;
+    let test_samples = test.samples() as u64;
     let train_batches = mlless_data::into_batches(&train, options.batch_size)?;
     let test_batches = mlless_data::into_batches(&test, options.batch_size)?;
     drop((train, test));
@@ -224,37 +221,6 @@ async fn read_input(options: &PrepareOptions) -> Result<(Parsed, Parsed)> {
     .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
 }
 
-fn samples(parsed: &Parsed) -> u64 {
-    match parsed {
-        Parsed::Sparse { rows, .. } => rows.rows() as u64,
-        Parsed::Ratings { ratings, .. } => ratings.len() as u64,
-    }
-}
-
-fn dataset_kind(train: &Parsed) -> Result<DatasetKind> {
-    Ok(match train {
-        Parsed::Sparse { features, .. } => DatasetKind::Sparse {
-            features: *features,
-        },
-        Parsed::Ratings {
-            ratings,
-            users,
-            items,
-        } => {
-            let sum: f64 = ratings.ratings.iter().map(|&r| f64::from(r)).sum();
-            DatasetKind::Ratings {
-                users: *users,
-                items: *items,
-                mean: (sum / ratings.len().max(1) as f64) as f32,
-            }
-        }
-    })
-}
-
-fn batch_key(split: &str, index: usize) -> String {
-    format!("{split}/{index:06}.bin")
-}
-
 /// Writes minibatches under `split/`, a few at a time; returns their manifest entries in order.
 async fn upload(store: &Store, split: &str, batches: Vec<Batch>) -> Result<Vec<BatchInfo>> {
     futures::stream::iter(batches.into_iter().enumerate())
@@ -269,11 +235,7 @@ async fn upload(store: &Store, split: &str, batches: Vec<Batch>) -> Result<Vec<B
 
 async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInfo> {
     let bytes = mlless_data::encode_batch(batch);
-    let info = BatchInfo {
-        key: key.clone(),
-        samples: batch.samples() as u32,
-        crc32: crc32fast::hash(&bytes),
-    };
+    let info = BatchInfo::new(key.clone(), batch.samples() as u32, &bytes);
     store.put(&key, Bytes::from(bytes)).await?;
     Ok(info)
 }

@@ -1,0 +1,57 @@
+//! Data set, run and channel on S3 (a moto_server that `scripts/test.sh` starts on loopback):
+//! `prepare --out s3://…` and `train --data s3://…` end to end, with the functions reading and
+//! exchanging through S3.
+
+mod common;
+
+use common::*;
+use mlless_data::SparseLrSpec;
+
+#[test]
+fn prepare_and_train_on_s3() {
+    let Ok(base) = std::env::var("MLLESS_TEST_S3_URL") else {
+        eprintln!("MLLESS_TEST_S3_URL not set (scripts/test.sh sets it): skipped");
+        return;
+    };
+    let dir = tempdir();
+    let input = dir.path().join("lr.libsvm");
+    let file = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
+    mlless_data::write_sparse_lr(&SparseLrSpec::new(3_000, 500, 10, 4), file).unwrap();
+    let data = format!("{base}/cli-{}", std::process::id());
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &data,
+        "--batch-size",
+        "300",
+    ]);
+    let record = train(
+        dir.path(),
+        "s3",
+        &[
+            "--data",
+            &data,
+            "--model",
+            "lr",
+            "--workers",
+            "2",
+            "--max-epochs",
+            "3",
+        ],
+    );
+    assert!(
+        record.spec.run_url.starts_with("s3://"),
+        "{}",
+        record.spec.run_url
+    );
+    assert_eq!(
+        record.steps.len(),
+        3 * 9 / 2 + 1,
+        "3 epochs of 9 minibatches over 2 workers"
+    );
+    assert!(metric(&record, "test_auc") > 0.6, "{:?}", record.metrics);
+}
