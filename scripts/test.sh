@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command of the README. It starts the servers the tests talk to on loopback —
-# moto_server for S3 (installed from PyPI when missing) — runs every test of the workspace in
-# release mode (the convergence tests train real models), and stops the servers whatever
+# The test command of the README. It starts the servers the tests talk to on loopback — two
+# redis-servers and a password-protected one, a memcached (from Debian's packages), and a
+# moto_server for S3 (from PyPI) — installing what is missing, runs every test of the workspace
+# in release mode (the convergence tests train real models), and stops the servers whatever
 # happens. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,52 @@ wait_for() { # URL
     echo "test.sh: $1 did not come up" >&2
     return 1
 }
+
+wait_for_port() { # PORT
+    for _ in $(seq 1 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "test.sh: nothing listens on 127.0.0.1:$1" >&2
+    return 1
+}
+
+# Redis and Memcached, from Debian's packages.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+start_redis() { # PORT [extra args]
+    local port=$1
+    shift
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$work" --dbfilename "redis-$port.rdb" "$@" >"$work/redis-$port.log" 2>&1 &
+    pids+=($!)
+    wait_for_port "$port"
+}
+redis_a=$(free_port)
+redis_b=$(free_port)
+redis_auth=$(free_port)
+start_redis "$redis_a"
+start_redis "$redis_b"
+start_redis "$redis_auth" --requirepass mlless-test-secret
+export MLLESS_TEST_REDIS_URLS="redis://127.0.0.1:$redis_a,redis://127.0.0.1:$redis_b"
+export MLLESS_TEST_REDIS_PASSWORD_URL="redis://127.0.0.1:$redis_auth"
+
+memcached_port=$(free_port)
+memcached_user=()
+[ "$(id -u)" -eq 0 ] && memcached_user=(-u root)
+memcached -l 127.0.0.1 -p "$memcached_port" -U 0 -m 256 "${memcached_user[@]}" \
+    >"$work/memcached.log" 2>&1 &
+pids+=($!)
+wait_for_port "$memcached_port"
+export MLLESS_TEST_MEMCACHED_URL="memcached://127.0.0.1:$memcached_port"
 
 # S3: moto_server on a free loopback port, with one bucket for the tests.
 if ! command -v moto_server >/dev/null 2>&1; then

@@ -19,8 +19,11 @@ pub enum Bench {
     Exchange,
     /// The demo end to end.
     Demo,
-    /// All of the above.
+    /// Compute, exchange and demo.
     All,
+    /// Per-step exchange time of a channel with P worker processes (see --channel, --workers,
+    /// --update-bytes, --steps).
+    Channel,
 }
 
 /// Options of `mlless bench`.
@@ -32,13 +35,48 @@ pub struct BenchArgs {
     /// Seconds per compute measurement.
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
-    /// Directory for the data of the exchange and demo benchmarks.
+    /// Directory for the data of the exchange and demo benchmarks (and the default channel).
     #[arg(long, default_value = "mlless-bench")]
     pub dir: PathBuf,
+    /// Channel of the channel benchmark [default: a directory below --dir].
+    #[arg(long)]
+    pub channel: Option<String>,
+    /// Worker counts of the channel benchmark, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    pub workers: Vec<u32>,
+    /// Update sizes of the channel benchmark, comma-separated: bytes, or with KB / MB
+    /// (1000-based).
+    #[arg(long, value_delimiter = ',', default_value = "1KB", value_parser = parse_bytes)]
+    pub update_bytes: Vec<usize>,
+    /// Steps per channel-benchmark run.
+    #[arg(long, default_value_t = 100)]
+    pub steps: u64,
+}
+
+/// Parses `4096`, `1KB`, `100KB`, `4MB`.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let (digits, unit) = match upper.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => upper.split_at(i),
+        None => (upper.as_str(), ""),
+    };
+    let unit = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "K" => 1_000,
+        "MB" | "M" => 1_000_000,
+        other => return Err(format!("unknown unit {other:?}: use B, KB or MB")),
+    };
+    digits
+        .parse::<usize>()
+        .map(|n| n * unit)
+        .map_err(|_| format!("not a size: {text:?}"))
 }
 
 /// Runs the benchmarks.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.what == Bench::Channel {
+        return channel(&args);
+    }
     let budget = Duration::from_secs_f64(args.seconds.max(0.1));
     let all = args.what == Bench::All;
     if all || args.what == Bench::Compute {
@@ -208,4 +246,51 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         mean(&|w| w.step_ms - w.compute_ms)
     );
     Ok(())
+}
+
+/// One row per (workers, update size): the per-step exchange time through the channel.
+fn channel(args: &BenchArgs) -> anyhow::Result<()> {
+    let store = args.dir.join("channel-store");
+    let runtime = crate::runtime()?;
+    println!(
+        "{:<64} {:>3} {:>10} {:>11} {:>11} {:>12}",
+        "channel", "P", "update", "median ms", "p95 ms", "recv MB/s"
+    );
+    for &workers in &args.workers {
+        for &bytes in &args.update_bytes {
+            let report = runtime.block_on(mlless_runtime::bench::channel_bench(
+                crate::local_invoker()?,
+                args.channel.clone(),
+                &store.display().to_string(),
+                workers,
+                bytes,
+                args.steps,
+            ))?;
+            println!(
+                "{:<64} {:>3} {:>10} {:>11.3} {:>11.3} {:>12.1}",
+                report.channel,
+                report.workers,
+                report.update_bytes,
+                report.median_ms,
+                report.p95_ms,
+                report.received_mb_per_s
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("1KB"), Ok(1000));
+        assert_eq!(parse_bytes("100kb"), Ok(100_000));
+        assert_eq!(parse_bytes("4MB"), Ok(4_000_000));
+        assert!(parse_bytes("4GB").is_err());
+        assert!(parse_bytes("x").is_err());
+    }
 }

@@ -26,6 +26,8 @@ pub enum Payload {
     RangeMap(crate::prepare::RangeMapTask),
     /// Second map step of min-max normalisation: scale some minibatches.
     ScaleMap(crate::prepare::ScaleMapTask),
+    /// One worker of the channel benchmark.
+    ChannelBench(crate::bench::ChannelBenchTask),
 }
 
 impl Payload {
@@ -56,5 +58,6 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
         }
         Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
         Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,
+        Payload::ChannelBench(task) => crate::bench::run_channel_bench(task).await,
     }
 }

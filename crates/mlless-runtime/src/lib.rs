@@ -9,6 +9,7 @@
 //! supervisor and P workers with a [`Payload`] each, and polls the supervisor's progress; every
 //! function calls [`run_function`] with its payload.
 
+pub mod bench;
 pub mod context;
 pub mod dataset;
 pub mod driver;

@@ -1,0 +1,863 @@
+//! [`RedisChannel`]: the [`Channel`] on one or several Redis servers (MLLess's channel, DESIGN
+//! §3), with no second broker.
+//!
+//! # Layout
+//!
+//! With K shards (one Redis server, or database, per URL), worker `w`'s messages live on shard
+//! `w % K`. On every shard, each (topic, step) has
+//! - one **stream** `mlless:{job}:{topic}:{step}` whose entries are the messages of that step
+//!   from the shard's workers: fields `w` (the worker id, decimal) and `p` (the payload bytes);
+//! - one **index** hash `mlless:{job}:{topic}:{step}:idx`, worker id → stream entry id, which
+//!   makes publishing idempotent and lets a discard remove exactly one worker's entry.
+//!
+//! Keys live at `mlless:{job}:keys:{key}` on shard 0. Every key the job writes carries a TTL
+//! ([`DEFAULT_TTL`], refreshed by every write), so a job that dies leaves nothing behind for
+//! good; [`Channel::cleanup`] deletes the job's keys on every shard at once.
+//!
+//! # Why a stream per step
+//!
+//! A collect of step t is one `XREAD BLOCK … STREAMS mlless:{job}:{topic}:{t} {last id}` per
+//! shard: the reply carries exactly the step's payloads, the server wakes the reader as soon as
+//! a message arrives (no polling), and the last id read is kept so no entry is read twice. With
+//! one stream per topic instead, a reader would also receive every other step's messages (a
+//! worker ahead under SSP, a slow reader behind), payloads of megabytes it must skip.
+//!
+//! # Operations
+//!
+//! - [`publish`](Channel::publish): one `EVALSHA` of a small Lua script on the worker's shard:
+//!   if the index has no entry for the worker, `XADD` the message, record its id, and set the
+//!   TTLs — atomically, in one round trip. A second publish of the same (topic, step, worker)
+//!   finds the index entry and stores nothing.
+//! - [`collect`](Channel::collect): per shard holding wanted workers, concurrently, `XREAD BLOCK`
+//!   on a connection of its own (a blocked command stalls every other command of its
+//!   connection, so blocking reads never share the connection that publishes) until every
+//!   wanted worker's entry was seen or the timeout passes.
+//! - [`discard`](Channel::discard): a script that `XDEL`s exactly the given workers' entries
+//!   (found through the index) — never another worker's message that a slower reader may still
+//!   need. A stream left empty expires after [`EMPTY_STREAM_LINGER`] rather than at once: a
+//!   stream keeps its last entry id while it exists, so a late publish into it gets an id above
+//!   everything a blocked reader has already seen.
+//! - keys: `SET … EX` and `GET` on shard 0.
+//! - [`cleanup`](Channel::cleanup): `SCAN MATCH mlless:{job}:*` + `UNLINK` on every shard.
+//!
+//! Commands that fail on a dropped connection or a timeout are retried a few times (all of them
+//! are idempotent); the shared connection of each shard reconnects by itself.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use tracing::{debug, trace};
+
+use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::store::{StoreError, check_segment, redact};
+
+/// How long [`RedisChannel::connect`] waits for each server (TCP, TLS, authentication, `PING`).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a command other than a blocking read may wait for its reply (large payloads on a
+/// slow link take time).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default lifetime of every key the channel writes, refreshed on each write: what a job that
+/// never calls [`Channel::cleanup`] leaves behind is gone after this.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a step's stream lingers once every message in it was discarded.
+pub const EMPTY_STREAM_LINGER: Duration = Duration::from_secs(60);
+/// The prefix of every key of the channel: `mlless:{job}:…`.
+pub const KEY_PREFIX: &str = "mlless";
+
+/// How long a blocking read may overrun the collect's deadline before the connection is
+/// considered hung (the reply of a read may carry many large payloads).
+const BLOCKED_READ_GRACE: Duration = Duration::from_secs(10);
+/// Attempts of a command that failed on a dropped connection or a timeout.
+const ATTEMPTS: u32 = 3;
+/// First pause between two attempts; doubles after each.
+const RETRY_DELAY: Duration = Duration::from_millis(50);
+/// Idle blocking-read connections kept per shard.
+const MAX_IDLE_READERS: usize = 16;
+/// Keys removed per `UNLINK` (and asked per `SCAN`) by a cleanup.
+const CLEANUP_BATCH: usize = 500;
+/// The topic segment under which keys live; not usable as a topic.
+const KEYS_SEGMENT: &str = "keys";
+
+/// Publishes one message unless the worker's message of that step is already there.
+/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds. Returns 1 if stored, 0 if not.
+static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  return 0
+end
+local id = redis.call('XADD', KEYS[1], '*', 'w', ARGV[1], 'p', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], id)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+",
+    )
+});
+
+/// Removes the given workers' messages of one step.
+/// KEYS: stream, index. ARGV: linger of an emptied stream in ms, then the workers.
+/// Returns how many messages were removed.
+static DISCARD_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local removed = 0
+for i = 2, #ARGV do
+  local id = redis.call('HGET', KEYS[2], ARGV[i])
+  if id then
+    removed = removed + redis.call('XDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  end
+end
+if removed > 0 and redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return removed
+",
+    )
+});
+
+/// One Redis server (or database) of a [`RedisChannel`].
+struct Shard {
+    /// The shard's URL with any credentials redacted, for messages.
+    address: String,
+    client: Client,
+    /// The shared, self-reconnecting connection of every non-blocking command.
+    commands: ConnectionManager,
+    /// Idle connections for blocking reads, one per concurrent collect.
+    readers: Mutex<Vec<MultiplexedConnection>>,
+}
+
+impl Shard {
+    /// Connects to one server and checks that it answers `PING` (which also tells whether it
+    /// wants a password the URL lacks), all within [`CONNECT_TIMEOUT`].
+    async fn connect(url: &str) -> Result<Shard, ChannelError> {
+        let address = redact(url);
+        let secret = url_password(url);
+        let fail = |reason: String| ChannelError::InvalidUrl {
+            url: address.clone(),
+            reason: scrub(&reason, secret.as_deref()),
+        };
+        match url.split_once("://") {
+            Some(("redis" | "rediss", _)) => {}
+            _ => {
+                return Err(fail(
+                    "not a Redis URL: expected redis://host[:port][/db], rediss://… for TLS, or \
+                     redis://[user]:password@host…"
+                        .to_string(),
+                ));
+            }
+        }
+        let client = Client::open(url).map_err(|e| fail(format!("invalid Redis URL: {e}")))?;
+        let attempt = async {
+            let mut first = client
+                .get_multiplexed_async_connection_with_config(&reader_config())
+                .await
+                .map_err(|e| fail(connect_failure(&e)))?;
+            redis::cmd("PING")
+                .query_async::<()>(&mut first)
+                .await
+                .map_err(|e| fail(connect_failure(&e)))?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                .set_number_of_retries(6)
+                .set_max_delay(Duration::from_secs(2));
+            let commands = ConnectionManager::new_with_config(client.clone(), manager_config)
+                .await
+                .map_err(|e| fail(connect_failure(&e)))?;
+            Ok::<_, ChannelError>((first, commands))
+        };
+        let (first, commands) = tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+            .await
+            .map_err(|_| {
+                fail(format!(
+                    "no answer within {CONNECT_TIMEOUT:?} (is a Redis server listening there?)"
+                ))
+            })??;
+        debug!(shard = %address, "connected to Redis");
+        Ok(Shard {
+            address,
+            client,
+            commands,
+            readers: Mutex::new(vec![first]),
+        })
+    }
+
+    /// An idle blocking-read connection, or a new one.
+    async fn reader(&self) -> Result<MultiplexedConnection, RedisError> {
+        let idle = match self.readers.lock() {
+            Ok(mut readers) => readers.pop(),
+            Err(poisoned) => poisoned.into_inner().pop(),
+        };
+        if let Some(conn) = idle {
+            return Ok(conn);
+        }
+        trace!(shard = %self.address, "opening a connection for blocking reads");
+        self.client
+            .get_multiplexed_async_connection_with_config(&reader_config())
+            .await
+    }
+
+    /// Returns a blocking-read connection that is idle (its last command completed).
+    fn release(&self, conn: MultiplexedConnection) {
+        let mut readers = match self.readers.lock() {
+            Ok(readers) => readers,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if readers.len() < MAX_IDLE_READERS {
+            readers.push(conn);
+        }
+    }
+
+    /// Runs `attempt` on the shared connection, again after a short pause if it failed on a
+    /// dropped connection or a timeout (at most [`ATTEMPTS`] times in all).
+    async fn retry<T, F, Fut>(&self, op: &str, mut attempt: F) -> Result<T, RedisError>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let mut delay = RETRY_DELAY;
+        let mut tries = 1;
+        loop {
+            match attempt(self.commands.clone()).await {
+                Ok(value) => return Ok(value),
+                Err(e) if tries < ATTEMPTS && is_transient(&e) => {
+                    debug!(shard = %self.address, op, attempt = tries, error = %e, retry_in = ?delay, "Redis command failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The configuration of a blocking-read connection: no response timeout of its own (a read
+/// blocks as long as the collect allows; the collect bounds it).
+fn reader_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(None)
+}
+
+/// Errors worth another attempt: the connection dropped or timed out, or the server is busy.
+fn is_transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
+        )
+}
+
+/// Why a connection attempt failed, in words that say what to do.
+fn connect_failure(e: &RedisError) -> String {
+    let code = e.code().unwrap_or_default();
+    let text = e.to_string();
+    if code == "NOAUTH" || text.contains("NOAUTH") {
+        format!(
+            "the server requires a password and the URL gives none (use \
+             redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port): {text}"
+        )
+    } else if code == "WRONGPASS"
+        || text.contains("WRONGPASS")
+        || e.kind() == ErrorKind::AuthenticationFailed
+    {
+        format!("authentication failed (wrong user name or password): {text}")
+    } else if e.is_connection_refusal() {
+        format!("connection refused (is a Redis server listening there?): {text}")
+    } else if e.is_timeout() {
+        format!("no answer within {CONNECT_TIMEOUT:?}: {text}")
+    } else {
+        format!("cannot connect: {text}")
+    }
+}
+
+/// The password of a URL's `user:password@`, if any (to scrub it from error texts).
+fn url_password(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then(|| password.to_string())
+}
+
+/// `text` with every occurrence of `secret` replaced by `***`.
+fn scrub(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(secret) if !secret.is_empty() => text.replace(secret, "***"),
+        _ => text.to_string(),
+    }
+}
+
+/// What the shards of a channel share, across the jobs of [`RedisChannel::for_job`].
+struct Shards {
+    shards: Vec<Shard>,
+    describe: String,
+}
+
+/// The Redis channel (DESIGN §3, MLLess's channel): messages in one stream per (topic, step) on
+/// each of K shards, worker `w` on shard `w % K`; blocking reads to collect; keys on shard 0.
+/// See the [module documentation](self) for the layout and why.
+///
+/// Cloning is cheap and shares the connections.
+#[derive(Clone)]
+pub struct RedisChannel {
+    shared: Arc<Shards>,
+    job_id: String,
+    /// `mlless:{job}:`
+    prefix: String,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for RedisChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the clients: their connection info holds the password.
+        f.debug_struct("RedisChannel")
+            .field("endpoint", &self.shared.describe)
+            .field("job_id", &self.job_id)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl RedisChannel {
+    /// Connects to the Redis shards in `urls` for job `job_id`.
+    ///
+    /// `urls` is one URL or a comma-separated list of K URLs, one per shard:
+    /// `redis://host[:port][/db]`, `rediss://…` (TLS), with credentials as
+    /// `redis://:password@host` or `redis://user:password@host`. Every shard is connected (and
+    /// answers `PING`) within [`CONNECT_TIMEOUT`], or this fails with
+    /// [`ChannelError::InvalidUrl`] naming the address — never the password — and why: nothing
+    /// listening, no answer, a password needed that the URL lacks, or a wrong password.
+    ///
+    /// The job id must be one path segment without `:` (see [`for_job`](Self::for_job)).
+    pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel, ChannelError> {
+        let list: Vec<&str> = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if list.is_empty() {
+            return Err(ChannelError::InvalidUrl {
+                url: redact(urls.trim()),
+                reason: "no Redis URL given (expected redis://host:port, or a comma-separated \
+                         list of one URL per shard)"
+                    .to_string(),
+            });
+        }
+        for (i, url) in list.iter().enumerate() {
+            if list[..i].contains(url) {
+                return Err(ChannelError::InvalidUrl {
+                    url: redact(url),
+                    reason: "listed twice: every shard must be a distinct server or database"
+                        .to_string(),
+                });
+            }
+        }
+        let describe = match list.len() {
+            1 => redact(list[0]),
+            2 => format!("{} (+1 shard)", redact(list[0])),
+            k => format!("{} (+{} shards)", redact(list[0]), k - 1),
+        };
+        check_job_id(job_id, &describe)?;
+        let shards = futures::future::try_join_all(list.iter().map(|url| Shard::connect(url)))
+            .await?;
+        debug!(channel = %describe, shards = shards.len(), job = job_id, "Redis channel opened");
+        let shared = Arc::new(Shards { shards, describe });
+        Ok(Self::with_shared(shared, job_id))
+    }
+
+    fn with_shared(shared: Arc<Shards>, job_id: &str) -> RedisChannel {
+        RedisChannel {
+            shared,
+            job_id: job_id.to_string(),
+            prefix: format!("{KEY_PREFIX}:{job_id}:"),
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    /// The channel of another job on the same shards, sharing this one's connections.
+    ///
+    /// A job id is one path segment (not empty, no `/`, no control or glob character — the
+    /// rules of an object-store key segment) and contains no `:`, so that no job's keys are a
+    /// prefix of another's.
+    pub fn for_job(&self, job_id: &str) -> Result<RedisChannel, ChannelError> {
+        check_job_id(job_id, &self.shared.describe)?;
+        Ok(Self::with_shared(Arc::clone(&self.shared), job_id).with_ttl(self.ttl))
+    }
+
+    /// Sets the lifetime of the keys this channel writes (default [`DEFAULT_TTL`], at least one
+    /// second); every write refreshes it.
+    pub fn with_ttl(mut self, ttl: Duration) -> RedisChannel {
+        self.ttl = ttl.max(Duration::from_secs(1));
+        self
+    }
+
+    /// The job id this channel is namespaced by.
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// The lifetime of the keys this channel writes.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How many shards (Redis servers or databases) the channel spreads messages over.
+    pub fn shard_count(&self) -> usize {
+        self.shared.shards.len()
+    }
+
+    /// The shard that holds worker `worker`'s messages: `worker % K`.
+    pub fn shard_of(&self, worker: WorkerId) -> usize {
+        worker as usize % self.shared.shards.len()
+    }
+
+    /// The Redis key of the stream of (`topic`, `step`) on every shard.
+    pub fn stream_key(&self, topic: &str, step: u64) -> String {
+        format!("{}{topic}:{step}", self.prefix)
+    }
+
+    /// The Redis key (on shard 0) of the channel key `key`.
+    pub fn key_key(&self, key: &str) -> String {
+        format!("{}{KEYS_SEGMENT}:{key}", self.prefix)
+    }
+
+    fn index_key(&self, topic: &str, step: u64) -> String {
+        format!("{}{topic}:{step}:idx", self.prefix)
+    }
+
+    fn shard(&self, index: usize) -> &Shard {
+        &self.shared.shards[index]
+    }
+
+    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+        let reason = if topic == KEYS_SEGMENT {
+            Some(format!("{KEYS_SEGMENT:?} is reserved for keys"))
+        } else if topic.contains(':') {
+            Some("':' is not allowed here".to_string())
+        } else {
+            check_segment(topic).err()
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(ChannelError::InvalidName {
+                what: "topic",
+                name: topic.to_string(),
+                reason,
+                endpoint: self.describe(),
+            }),
+        }
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), ChannelError> {
+        if key.is_empty() || key.chars().any(char::is_control) {
+            return Err(ChannelError::InvalidName {
+                what: "key",
+                name: key.to_string(),
+                reason: "a key must be non-empty and free of control characters".to_string(),
+                endpoint: self.describe(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A failure of Redis on shard `shard` while doing `op` on `key`.
+    ///
+    /// [`ChannelError`] has no variant for a channel backend's own errors yet, so this wraps
+    /// the Redis error as a [`StoreError::Backend`] located at `{shard address} {key}`.
+    fn backend_error(&self, shard: &Shard, op: &str, key: &str, e: RedisError) -> ChannelError {
+        ChannelError::Store(StoreError::Backend {
+            location: format!("{} key {key} (job {})", shard.address, self.job_id),
+            source: object_store::Error::Generic {
+                store: "Redis",
+                source: Box::new(RedisOpError {
+                    op: op.to_string(),
+                    source: e,
+                }),
+            },
+        })
+    }
+
+    /// Groups `workers` by shard, without duplicates: `(shard, workers)` for every shard with any.
+    fn by_shard(&self, workers: &[WorkerId]) -> Vec<(usize, Vec<WorkerId>)> {
+        let mut groups: Vec<Vec<WorkerId>> = vec![Vec::new(); self.shard_count()];
+        let mut seen = HashSet::new();
+        for &w in workers {
+            if seen.insert(w) {
+                groups[self.shard_of(w)].push(w);
+            }
+        }
+        groups
+            .into_iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_empty())
+            .collect()
+    }
+
+    /// Reads the stream `key` on shard `index` until every worker of `wanted` was seen or
+    /// `deadline` passed; returns what it found (a timeout is not an error here).
+    async fn collect_shard(
+        &self,
+        index: usize,
+        key: &str,
+        wanted: &[WorkerId],
+        deadline: Instant,
+    ) -> Result<HashMap<WorkerId, Bytes>, ChannelError> {
+        let shard = self.shard(index);
+        let mut found: HashMap<WorkerId, Bytes> = HashMap::with_capacity(wanted.len());
+        let mut last_id = String::from("0-0");
+        let mut conn: Option<MultiplexedConnection> = None;
+        let mut delay = RETRY_DELAY;
+        let mut reads = 0u32;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let attempt = async {
+                let mut c = match conn.take() {
+                    Some(c) => c,
+                    None => shard.reader().await?,
+                };
+                let mut cmd = redis::cmd("XREAD");
+                if !remaining.is_zero() {
+                    // Round up: the read must not give up before the deadline.
+                    let ms = remaining.as_micros().div_ceil(1000).max(1);
+                    cmd.arg("BLOCK").arg(u64::try_from(ms).unwrap_or(u64::MAX));
+                }
+                cmd.arg("STREAMS").arg(key).arg(&last_id);
+                let reply: Value = cmd.query_async(&mut c).await?;
+                Ok::<_, RedisError>((c, reply))
+            };
+            let outcome = tokio::time::timeout(remaining + BLOCKED_READ_GRACE, attempt).await;
+            reads += 1;
+            let error = match outcome {
+                Ok(Ok((c, reply))) => {
+                    conn = Some(c);
+                    delay = RETRY_DELAY;
+                    for (id, worker, payload) in stream_entries(reply) {
+                        last_id = id;
+                        if let Some(worker) = worker.filter(|w| wanted.contains(w)) {
+                            found.entry(worker).or_insert(payload);
+                        }
+                    }
+                    None
+                }
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("a blocking read overran its deadline by {BLOCKED_READ_GRACE:?}"),
+                ))),
+            };
+            let done = found.len() == wanted.len();
+            let expired = Instant::now() >= deadline;
+            match error {
+                None if done || expired => {
+                    if let Some(c) = conn.take() {
+                        shard.release(c);
+                    }
+                    trace!(shard = %shard.address, key, reads, found = found.len(), wanted = wanted.len(), "shard read");
+                    return Ok(found);
+                }
+                None => {}
+                Some(e) if is_transient(&e) && !expired => {
+                    // `conn` is None: a failed connection is dropped, never reused.
+                    let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
+                    debug!(shard = %shard.address, key, error = %e, retry_in = ?pause, "blocking read failed, reconnecting");
+                    tokio::time::sleep(pause).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Some(e) => return Err(self.backend_error(shard, "collect (XREAD)", key, e)),
+            }
+        }
+    }
+}
+
+/// The entries of an `XREAD` reply (RESP2 or RESP3) as (entry id, worker, payload), in order.
+/// Entries without a valid worker field still advance the last id read.
+fn stream_entries(reply: Value) -> Vec<(String, Option<WorkerId>, Bytes)> {
+    let streams: Vec<Value> = match reply {
+        Value::Array(streams) => streams
+            .into_iter()
+            .filter_map(|s| match s {
+                Value::Array(mut pair) if pair.len() == 2 => pair.pop(),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(streams) => streams.into_iter().map(|(_, entries)| entries).collect(),
+        _ => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for entries in streams {
+        let Value::Array(entries) = entries else {
+            continue;
+        };
+        for entry in entries {
+            let Value::Array(mut parts) = entry else {
+                continue;
+            };
+            if parts.len() != 2 {
+                continue;
+            }
+            let fields = parts.pop();
+            let id = match parts.pop() {
+                Some(Value::BulkString(id)) => String::from_utf8_lossy(&id).into_owned(),
+                Some(Value::SimpleString(id)) => id,
+                _ => continue,
+            };
+            let mut worker = None;
+            let mut payload = Bytes::new();
+            let fields: Vec<Value> = match fields {
+                Some(Value::Array(fields)) => fields,
+                Some(Value::Map(pairs)) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                _ => Vec::new(),
+            };
+            let mut fields = fields.into_iter();
+            while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+                let Value::BulkString(value) = value else {
+                    continue;
+                };
+                match name {
+                    Value::BulkString(n) if n == b"w" => {
+                        worker = std::str::from_utf8(&value)
+                            .ok()
+                            .and_then(|s| s.parse().ok());
+                    }
+                    Value::BulkString(n) if n == b"p" => payload = Bytes::from(value),
+                    _ => {}
+                }
+            }
+            out.push((id, worker, payload));
+        }
+    }
+    out
+}
+
+fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
+    let reason = if job_id.contains(':') {
+        Some("':' is not allowed here".to_string())
+    } else {
+        check_segment(job_id).err()
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(ChannelError::InvalidName {
+            what: "job id",
+            name: job_id.to_string(),
+            reason,
+            endpoint: endpoint.to_string(),
+        }),
+    }
+}
+
+/// A Redis error during one operation of the channel.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} failed: {source}")]
+pub struct RedisOpError {
+    /// The operation (`publish`, `collect (XREAD)`, …).
+    pub op: String,
+    /// What Redis (or the connection) said.
+    #[source]
+    pub source: RedisError,
+}
+
+#[async_trait::async_trait]
+impl Channel for RedisChannel {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        self.check_topic(topic)?;
+        let shard = self.shard(self.shard_of(from));
+        let stream = self.stream_key(topic, step);
+        let index = self.index_key(topic, step);
+        let ttl = self.ttl.as_secs();
+        let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
+        let stored: i64 = shard
+            .retry("publish", |mut conn| async move {
+                let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
+                invocation
+                    .key(stream_ref)
+                    .key(index_ref)
+                    .arg(from)
+                    .arg(payload_ref.as_ref())
+                    .arg(ttl);
+                invocation.invoke_async(&mut conn).await
+            })
+            .await
+            .map_err(|e| self.backend_error(shard, "publish", &stream, e))?;
+        trace!(channel = %self.describe(), key = stream, from, len = payload.len(), stored = stored == 1, "publish");
+        Ok(())
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.check_topic(topic)?;
+        if from.is_empty() {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let key = self.stream_key(topic, step);
+        let groups = self.by_shard(from);
+        let reads = groups
+            .iter()
+            .map(|(index, wanted)| self.collect_shard(*index, &key, wanted, deadline));
+        let mut found: HashMap<WorkerId, Bytes> = HashMap::with_capacity(from.len());
+        for part in futures::future::try_join_all(reads).await? {
+            found.extend(part);
+        }
+        let mut out = Vec::with_capacity(from.len());
+        let mut missing: Vec<WorkerId> = Vec::new();
+        for w in from {
+            match found.get(w) {
+                Some(payload) => out.push(payload.clone()),
+                None if !missing.contains(w) => missing.push(*w),
+                None => {}
+            }
+        }
+        if missing.is_empty() {
+            trace!(channel = %self.describe(), key, workers = from.len(), waited = ?start.elapsed(), "collected");
+            return Ok(out);
+        }
+        Err(ChannelError::Timeout {
+            topic: topic.to_string(),
+            step,
+            missing,
+            waited: start.elapsed(),
+            endpoint: self.describe(),
+        })
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.check_topic(topic)?;
+        let stream = self.stream_key(topic, step);
+        let index = self.index_key(topic, step);
+        let linger = u64::try_from(EMPTY_STREAM_LINGER.as_millis()).unwrap_or(u64::MAX);
+        let groups = self.by_shard(from);
+        let discards = groups.iter().map(|(i, workers)| {
+            let shard = self.shard(*i);
+            let (stream, index) = (&stream, &index);
+            async move {
+                let removed: i64 = shard
+                    .retry("discard", |mut conn| async move {
+                        let mut invocation = DISCARD_SCRIPT.prepare_invoke();
+                        invocation.key(stream).key(index).arg(linger);
+                        for w in workers {
+                            invocation.arg(*w);
+                        }
+                        invocation.invoke_async(&mut conn).await
+                    })
+                    .await
+                    .map_err(|e| self.backend_error(shard, "discard", stream, e))?;
+                trace!(shard = %shard.address, key = stream, removed, "discard");
+                Ok::<_, ChannelError>(())
+            }
+        });
+        futures::future::try_join_all(discards).await?;
+        Ok(())
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.check_key(key)?;
+        let shard = self.shard(0);
+        let redis_key = self.key_key(key);
+        let ttl = self.ttl.as_secs();
+        let (k, v) = (&redis_key, &value);
+        shard
+            .retry("put_key", |mut conn| async move {
+                redis::cmd("SET")
+                    .arg(k)
+                    .arg(v.as_ref())
+                    .arg("EX")
+                    .arg(ttl)
+                    .query_async::<()>(&mut conn)
+                    .await
+            })
+            .await
+            .map_err(|e| self.backend_error(shard, "put_key (SET)", &redis_key, e))
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        self.check_key(key)?;
+        let shard = self.shard(0);
+        let redis_key = self.key_key(key);
+        let k = &redis_key;
+        shard
+            .retry("get_key", |mut conn| async move {
+                redis::cmd("GET")
+                    .arg(k)
+                    .query_async::<Option<Bytes>>(&mut conn)
+                    .await
+            })
+            .await
+            .map_err(|e| self.backend_error(shard, "get_key (GET)", &redis_key, e))
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        debug!(channel = %self.describe(), job = %self.job_id, "cleanup");
+        let pattern = format!("{}*", self.prefix);
+        let cleanups = self.shared.shards.iter().map(|shard| {
+            let pattern = &pattern;
+            async move {
+                let mut cursor: u64 = 0;
+                let mut removed = 0usize;
+                loop {
+                    let (next, keys): (u64, Vec<Vec<u8>>) = shard
+                        .retry("cleanup (SCAN)", |mut conn| async move {
+                            redis::cmd("SCAN")
+                                .arg(cursor)
+                                .arg("MATCH")
+                                .arg(pattern)
+                                .arg("COUNT")
+                                .arg(CLEANUP_BATCH)
+                                .query_async(&mut conn)
+                                .await
+                        })
+                        .await
+                        .map_err(|e| self.backend_error(shard, "cleanup (SCAN)", pattern, e))?;
+                    for batch in keys.chunks(CLEANUP_BATCH) {
+                        shard
+                            .retry("cleanup (UNLINK)", |mut conn| async move {
+                                redis::cmd("UNLINK")
+                                    .arg(batch)
+                                    .query_async::<()>(&mut conn)
+                                    .await
+                            })
+                            .await
+                            .map_err(|e| {
+                                self.backend_error(shard, "cleanup (UNLINK)", pattern, e)
+                            })?;
+                        removed += batch.len();
+                    }
+                    cursor = next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+                trace!(shard = %shard.address, removed, "cleanup");
+                Ok::<_, ChannelError>(())
+            }
+        });
+        futures::future::try_join_all(cleanups).await?;
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        self.shared.describe.clone()
+    }
+}
