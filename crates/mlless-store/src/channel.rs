@@ -7,7 +7,6 @@
 //!   who needs that step (updates, per-step statistics, final replicas);
 //! - *keys*: small named values where the last write wins (stop signal, progress).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,9 @@ pub type WorkerId = u32;
 
 /// What [`open_channel`] accepts, for error messages.
 pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
-     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix";
+     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
+     redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
+     memcached://host:port";
 
 /// Errors of a channel; every message names the channel's endpoint (never a secret).
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +49,17 @@ pub enum ChannelError {
     /// The store behind the channel failed (its message names the object's location).
     #[error("channel store error: {0}")]
     Store(#[from] StoreError),
+    /// The server behind the channel (Redis, Memcached) failed a command.
+    #[error("channel {endpoint}: {operation} failed: {source}")]
+    Backend {
+        /// The server, without credentials.
+        endpoint: String,
+        /// What was being done, naming the key or item.
+        operation: String,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The channel URL cannot be opened.
     #[error("cannot open channel {url}: {reason}")]
     InvalidUrl {
@@ -118,9 +130,9 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
 /// The object-store channel (DESIGN §3, LambdaML's S3 channel): every message is an object.
 ///
 /// Layout below the store handle: messages at `{job_id}/{topic}/{step:012}/{worker:05}`, keys at
-/// `{job_id}/keys/{key}`. [`Channel::collect`] lists the step's prefix, GETs the objects it has
-/// not read yet (concurrently), and sleeps with exponential backoff — from 0.5 ms, doubling, up
-/// to [`with_max_backoff`](Self::with_max_backoff) — until every worker's message is there.
+/// `{job_id}/keys/{key}`. [`Channel::collect`] GETs the messages it has not read yet
+/// (concurrently), and sleeps with exponential backoff — from 0.5 ms, doubling, up to
+/// [`with_max_backoff`](Self::with_max_backoff) — until every worker's message is there.
 /// The backoff restarts from 0.5 ms whenever a poll finds new messages, since a step's messages
 /// tend to arrive together.
 ///
@@ -137,7 +149,8 @@ pub struct ObjectStoreChannel {
 pub const INITIAL_BACKOFF: Duration = Duration::from_micros(500);
 /// Default backoff cap on a local or in-memory store.
 pub const DEFAULT_MAX_BACKOFF_LOCAL: Duration = Duration::from_millis(20);
-/// Default backoff cap on a remote store (S3), where every poll is a billed LIST request.
+/// Default backoff cap on a remote store (S3), where every poll is a billed GET request per
+/// missing message.
 pub const DEFAULT_MAX_BACKOFF_REMOTE: Duration = Duration::from_millis(100);
 /// How many GETs a collect runs at once.
 const GET_CONCURRENCY: usize = 32;
@@ -233,24 +246,13 @@ impl ObjectStoreChannel {
         from: &[WorkerId],
         slots: &mut [Option<Bytes>],
     ) -> Result<bool, ChannelError> {
-        let listed: HashSet<String> = self
-            .job
-            .list(prefix)
-            .await?
-            .into_iter()
-            .filter_map(|key| key.rsplit_once('/').map(|(_, name)| name.to_string()))
-            .collect();
+        // GET each missing message directly rather than LIST the step first: one round trip
+        // fewer, O(1) on every backend, and on S3 a GET costs a twelfth of a LIST.
         let mut wanted: Vec<WorkerId> = Vec::new();
         for (worker, slot) in from.iter().zip(slots.iter()) {
-            if slot.is_none()
-                && !wanted.contains(worker)
-                && listed.contains(&Self::worker_name(*worker))
-            {
+            if slot.is_none() && !wanted.contains(worker) {
                 wanted.push(*worker);
             }
-        }
-        if wanted.is_empty() {
-            return Ok(false);
         }
         let job = &self.job;
         let fetched: Vec<(WorkerId, Result<Option<Bytes>, StoreError>)> =
@@ -264,7 +266,7 @@ impl ObjectStoreChannel {
                 .await;
         let mut found = false;
         for (worker, payload) in fetched {
-            // Listed but gone by the time of the GET (discarded meanwhile): still missing.
+            // Not published yet: still missing.
             let Some(payload) = payload? else { continue };
             found = true;
             for (w, slot) in from.iter().zip(slots.iter_mut()) {
@@ -402,7 +404,7 @@ impl Channel for ObjectStoreChannel {
 /// Sleeps for `duration`. Tokio's timer has a resolution of 1 ms, which would round the first,
 /// sub-millisecond backoffs up to 1 ms or more; those short sleeps happen on the blocking pool
 /// instead, where a thread sleep is precise to tens of microseconds.
-async fn backoff_sleep(duration: Duration) {
+pub(crate) async fn backoff_sleep(duration: Duration) {
     if duration >= Duration::from_millis(1) {
         tokio::time::sleep(duration).await;
         return;
@@ -421,8 +423,10 @@ async fn backoff_sleep(duration: Duration) {
 ///   lives wherever the run's data is (the default; no server needed);
 /// - a directory path, `file://`, `memory://` or `s3://` URL: an [`ObjectStoreChannel`] on that
 ///   store (see [`Store::open`]);
-/// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms (Redis and
-///   Memcached channels are planned).
+/// - `redis://` / `rediss://` (a comma-separated list shards the exchange): a
+///   [`RedisChannel`](crate::RedisChannel);
+/// - `memcached://host:port`: a [`MemcachedChannel`](crate::MemcachedChannel);
+/// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
 pub async fn open_channel(
     url: Option<&str>,
     store: &Store,
@@ -440,6 +444,16 @@ pub async fn open_channel(
             let scheme = url.split_once("://").map(|(scheme, _)| scheme);
             match scheme {
                 None | Some("file" | "memory" | "s3" | "s3a") => Store::open(url)?,
+                Some("redis" | "rediss") => {
+                    let channel = crate::RedisChannel::connect(url, job_id).await?;
+                    debug!(channel = %channel.describe(), "channel opened");
+                    return Ok(Arc::new(channel));
+                }
+                Some("memcached") => {
+                    let channel = crate::MemcachedChannel::connect(url, job_id).await?;
+                    debug!(channel = %channel.describe(), "channel opened");
+                    return Ok(Arc::new(channel));
+                }
                 Some(scheme) => {
                     return Err(ChannelError::InvalidUrl {
                         url: redact(url),

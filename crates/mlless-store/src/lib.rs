@@ -38,12 +38,14 @@
 
 pub mod channel;
 pub mod conformance;
+pub mod memcached;
 pub mod redis;
 pub mod store;
 
+pub use self::redis::RedisChannel;
 pub use channel::{
     Channel, ChannelError, DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF,
     ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel,
 };
-pub use self::redis::RedisChannel;
+pub use memcached::MemcachedChannel;
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, StoreKind};

@@ -53,7 +53,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Server
 use tracing::{debug, trace};
 
 use crate::channel::{Channel, ChannelError, WorkerId};
-use crate::store::{StoreError, check_segment, redact};
+use crate::store::{check_segment, redact};
 
 /// How long [`RedisChannel::connect`] waits for each server (TCP, TLS, authentication, `PING`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -142,8 +142,9 @@ impl Shard {
             url: address.clone(),
             reason: scrub(&reason, secret.as_deref()),
         };
-        match url.split_once("://") {
-            Some(("redis" | "rediss", _)) => {}
+        let tls = match url.split_once("://") {
+            Some(("redis", _)) => false,
+            Some(("rediss", _)) => true,
             _ => {
                 return Err(fail(
                     "not a Redis URL: expected redis://host[:port][/db], rediss://… for TLS, or \
@@ -151,17 +152,17 @@ impl Shard {
                         .to_string(),
                 ));
             }
-        }
+        };
         let client = Client::open(url).map_err(|e| fail(format!("invalid Redis URL: {e}")))?;
         let attempt = async {
             let mut first = client
                 .get_multiplexed_async_connection_with_config(&reader_config())
                 .await
-                .map_err(|e| fail(connect_failure(&e)))?;
+                .map_err(|e| fail(connect_failure(&e, tls)))?;
             redis::cmd("PING")
                 .query_async::<()>(&mut first)
                 .await
-                .map_err(|e| fail(connect_failure(&e)))?;
+                .map_err(|e| fail(connect_failure(&e, tls)))?;
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(CONNECT_TIMEOUT))
                 .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -169,14 +170,15 @@ impl Shard {
                 .set_max_delay(Duration::from_secs(2));
             let commands = ConnectionManager::new_with_config(client.clone(), manager_config)
                 .await
-                .map_err(|e| fail(connect_failure(&e)))?;
+                .map_err(|e| fail(connect_failure(&e, tls)))?;
             Ok::<_, ChannelError>((first, commands))
         };
         let (first, commands) = tokio::time::timeout(CONNECT_TIMEOUT, attempt)
             .await
             .map_err(|_| {
                 fail(format!(
-                    "no answer within {CONNECT_TIMEOUT:?} (is a Redis server listening there?)"
+                    "no answer within {CONNECT_TIMEOUT:?} (is a Redis server listening there?){}",
+                    tls_hint(tls)
                 ))
             })??;
         debug!(shard = %address, "connected to Redis");
@@ -257,8 +259,9 @@ fn is_transient(e: &RedisError) -> bool {
         )
 }
 
-/// Why a connection attempt failed, in words that say what to do.
-fn connect_failure(e: &RedisError) -> String {
+/// Why a connection attempt failed, in words that say what to do. `tls`: the URL asked for
+/// TLS (`rediss://`).
+fn connect_failure(e: &RedisError, tls: bool) -> String {
     let code = e.code().unwrap_or_default();
     let text = e.to_string();
     if code == "NOAUTH" || text.contains("NOAUTH") {
@@ -274,9 +277,24 @@ fn connect_failure(e: &RedisError) -> String {
     } else if e.is_connection_refusal() {
         format!("connection refused (is a Redis server listening there?): {text}")
     } else if e.is_timeout() {
-        format!("no answer within {CONNECT_TIMEOUT:?}: {text}")
+        format!(
+            "no answer within {CONNECT_TIMEOUT:?}{}: {text}",
+            tls_hint(tls)
+        )
+    } else if tls && text.contains("certificate") {
+        format!("the server's TLS certificate was rejected: {text}")
     } else {
-        format!("cannot connect: {text}")
+        format!("cannot connect{}: {text}", tls_hint(tls))
+    }
+}
+
+/// A hint for a connection that failed or timed out: a plain server never completes a TLS
+/// handshake.
+fn tls_hint(tls: bool) -> &'static str {
+    if tls {
+        " (the URL asks for TLS with rediss://: does the server speak TLS on that port?)"
+    } else {
+        ""
     }
 }
 
@@ -368,8 +386,8 @@ impl RedisChannel {
             k => format!("{} (+{} shards)", redact(list[0]), k - 1),
         };
         check_job_id(job_id, &describe)?;
-        let shards = futures::future::try_join_all(list.iter().map(|url| Shard::connect(url)))
-            .await?;
+        let shards =
+            futures::future::try_join_all(list.iter().map(|url| Shard::connect(url))).await?;
         debug!(channel = %describe, shards = shards.len(), job = job_id, "Redis channel opened");
         let shared = Arc::new(Shards { shards, describe });
         Ok(Self::with_shared(shared, job_id))
@@ -471,20 +489,12 @@ impl RedisChannel {
     }
 
     /// A failure of Redis on shard `shard` while doing `op` on `key`.
-    ///
-    /// [`ChannelError`] has no variant for a channel backend's own errors yet, so this wraps
-    /// the Redis error as a [`StoreError::Backend`] located at `{shard address} {key}`.
     fn backend_error(&self, shard: &Shard, op: &str, key: &str, e: RedisError) -> ChannelError {
-        ChannelError::Store(StoreError::Backend {
-            location: format!("{} key {key} (job {})", shard.address, self.job_id),
-            source: object_store::Error::Generic {
-                store: "Redis",
-                source: Box::new(RedisOpError {
-                    op: op.to_string(),
-                    source: e,
-                }),
-            },
-        })
+        ChannelError::Backend {
+            endpoint: shard.address.clone(),
+            operation: format!("{op} of key {key}"),
+            source: Box::new(e),
+        }
     }
 
     /// Groups `workers` by shard, without duplicates: `(shard, workers)` for every shard with any.
@@ -656,17 +666,6 @@ fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
     }
 }
 
-/// A Redis error during one operation of the channel.
-#[derive(Debug, thiserror::Error)]
-#[error("{op} failed: {source}")]
-pub struct RedisOpError {
-    /// The operation (`publish`, `collect (XREAD)`, …).
-    pub op: String,
-    /// What Redis (or the connection) said.
-    #[source]
-    pub source: RedisError,
-}
-
 #[async_trait::async_trait]
 impl Channel for RedisChannel {
     async fn publish(
@@ -711,7 +710,10 @@ impl Channel for RedisChannel {
             return Ok(Vec::new());
         }
         let start = Instant::now();
-        let deadline = start + timeout;
+        // A timeout too large to add (Duration::MAX) means "a century".
+        let deadline = start
+            .checked_add(timeout)
+            .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
         let key = self.stream_key(topic, step);
         let groups = self.by_shard(from);
         let reads = groups

@@ -116,3 +116,86 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&path, text).expect("write input");
     path
 }
+
+/// Writes synthetic sparse-LR data as LIBSVM to `dir/lr.libsvm`; returns the path and the truth.
+pub fn write_sparse_lr(
+    dir: &Path,
+    spec: &mlless_data::SparseLrSpec,
+) -> (PathBuf, mlless_data::SparseLrTruth) {
+    let path = dir.join("lr.libsvm");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create input"));
+    let truth = mlless_data::write_sparse_lr(spec, file).expect("generate");
+    (path, truth)
+}
+
+/// The sparse-LR set of the convergence tests (300k rows × 100k features × 30 non-zeros),
+/// prepared in `dir/store/lr` with batches of 1000; returns its location and the true weights'
+/// mean log loss on its test set.
+pub fn sparse_lr_data(dir: &Path) -> (PathBuf, f64) {
+    let spec = mlless_data::SparseLrSpec::new(300_000, 100_000, 30, 11);
+    let (input, truth) = write_sparse_lr(dir, &spec);
+    let data = dir.join("store/lr");
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "1000",
+    ]);
+    let (mut sum, mut n) = (0.0, 0usize);
+    for batch in test_batches(&data) {
+        let mlless_core::Batch::Sparse(rows) = batch else {
+            panic!("sparse data")
+        };
+        sum += truth.log_loss(&rows) * rows.rows() as f64;
+        n += rows.rows();
+    }
+    (data, sum / n as f64)
+}
+
+/// The ratings set of the convergence tests (2,000 users × 1,500 items, rank 10, density 0.2,
+/// noise σ = 0.5), prepared in `dir/store/ratings`; returns its location and σ.
+pub fn ratings_data(dir: &Path) -> (PathBuf, f64) {
+    let spec = mlless_data::RatingsSpec {
+        users: 2000,
+        items: 1500,
+        rank: 10,
+        density: 0.2,
+        noise: 0.5,
+        seed: 5,
+    };
+    let input = dir.join("ratings.tsv");
+    let file = std::io::BufWriter::new(std::fs::File::create(&input).expect("create input"));
+    let truth = mlless_data::write_ratings(&spec, file).expect("generate");
+    let data = dir.join("store/ratings");
+    ok(&[
+        "prepare",
+        "--format",
+        "movielens",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "1000",
+    ]);
+    (data, truth.noise)
+}
+
+/// The trained model of a run.
+pub fn stored_params(record: &RunRecord) -> Vec<f32> {
+    use mlless_runtime::messages::Message;
+    let bytes = block_on(async {
+        let run = mlless_store::Store::open(&record.spec.run_url).expect("run store opens");
+        run.get(mlless_runtime::record::MODEL_KEY)
+            .await
+            .expect("model exists")
+    });
+    mlless_runtime::messages::StoredModel::decode(&bytes, || "model".into())
+        .expect("model decodes")
+        .params
+}

@@ -1,0 +1,698 @@
+//! The Redis channel: the conformance suite on one shard and on two, plus connection failures
+//! (nothing listening, a password missing or wrong, TLS against a plain server), the shard
+//! layout, TTLs, cleanup, job isolation, and recovery from dropped connections.
+//!
+//! The servers come from the environment (`scripts/test.sh` starts them):
+//! - `MLLESS_TEST_REDIS_URLS`: comma-separated URLs of at least 2 distinct servers;
+//! - `MLLESS_TEST_REDIS_PASSWORD_URL`: a server started with `--requirepass mlless-test-secret`,
+//!   URL without the password.
+//!
+//! - `MLLESS_TEST_REDIS_TLS_URL` (optional): a `rediss://` server whose certificate the machine
+//!   trusts (e.g. through `SSL_CERT_FILE=ca.crt`), for the conformance suite over TLS.
+//!
+//! A test whose variable is not set prints that it was skipped and passes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlless_store::redis::{CONNECT_TIMEOUT, DEFAULT_TTL};
+use mlless_store::{Channel, ChannelError, RedisChannel, conformance};
+
+const PASSWORD: &str = "mlless-test-secret";
+
+/// Tests that use the servers run one at a time: the conformance suite uses fixed job ids, and
+/// `survives_killed_connections` kills every client connection of a server.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The URLs of `MLLESS_TEST_REDIS_URLS` (at least 2), or `None` after printing a skip notice.
+fn redis_urls(test: &str) -> Option<Vec<String>> {
+    let Ok(value) = std::env::var("MLLESS_TEST_REDIS_URLS") else {
+        eprintln!("skipped {test}: MLLESS_TEST_REDIS_URLS is not set");
+        return None;
+    };
+    let urls: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect();
+    assert!(
+        urls.len() >= 2,
+        "MLLESS_TEST_REDIS_URLS must list at least 2 servers, got {value:?}"
+    );
+    Some(urls)
+}
+
+/// `MLLESS_TEST_REDIS_PASSWORD_URL`, or `None` after printing a skip notice.
+fn password_url(test: &str) -> Option<String> {
+    match std::env::var("MLLESS_TEST_REDIS_PASSWORD_URL") {
+        Ok(url) => Some(url.trim().to_string()),
+        Err(_) => {
+            eprintln!("skipped {test}: MLLESS_TEST_REDIS_PASSWORD_URL is not set");
+            None
+        }
+    }
+}
+
+/// `redis://host:port[/db]` with `userinfo@` inserted after the scheme.
+fn with_userinfo(url: &str, userinfo: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    format!("{scheme}://{userinfo}@{rest}")
+}
+
+/// `host:port` of a `redis://host:port[/db]` URL.
+fn host_port(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+fn factory(base: RedisChannel) -> impl Fn(&str) -> Arc<dyn Channel> {
+    move |job: &str| -> Arc<dyn Channel> { Arc::new(base.for_job(job).expect("for_job")) }
+}
+
+/// A direct connection to one server, to look at what the channel left there.
+async fn direct(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("direct connection")
+}
+
+async fn keys_of(url: &str, pattern: &str) -> Vec<String> {
+    let mut conn = direct(url).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    keys.sort();
+    keys
+}
+
+/// One entry of an `XRANGE` reply: id and field/value pairs.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// A loopback port with nothing listening.
+fn free_port() -> u16 {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    socket.local_addr().expect("addr").port()
+}
+
+fn connect_error(result: Result<RedisChannel, ChannelError>) -> ChannelError {
+    match result {
+        Ok(channel) => panic!("connected to {}, expected an error", channel.describe()),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_one_shard() {
+    let Some(urls) = redis_urls("conformance_one_shard") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let base = RedisChannel::connect(&urls[0], "base")
+        .await
+        .expect("connect");
+    assert_eq!(base.shard_count(), 1);
+    assert_eq!(base.describe(), urls[0]);
+    conformance::run_all(&factory(base)).await;
+    assert!(keys_of(&urls[0], "mlless:conformance-*").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_two_shards() {
+    let Some(urls) = redis_urls("conformance_two_shards") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let list = format!("{},{}", urls[0], urls[1]);
+    let base = RedisChannel::connect(&list, "base").await.expect("connect");
+    assert_eq!(base.shard_count(), 2);
+    assert_eq!(base.describe(), format!("{} (+1 shard)", urls[0]));
+    conformance::run_all(&factory(base)).await;
+    for url in &urls[..2] {
+        assert!(keys_of(url, "mlless:conformance-*").await.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn conformance_single_thread_runtime() {
+    let Some(urls) = redis_urls("conformance_single_thread_runtime") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let list = format!("{},{}", urls[1], urls[0]);
+    let base = RedisChannel::connect(&list, "base").await.expect("connect");
+    conformance::run_all(&factory(base)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_tls() {
+    let _serial = SERIAL.lock().await;
+    let Ok(url) = std::env::var("MLLESS_TEST_REDIS_TLS_URL") else {
+        eprintln!("skipped conformance_tls: MLLESS_TEST_REDIS_TLS_URL is not set");
+        return;
+    };
+    let base = RedisChannel::connect(url.trim(), "base")
+        .await
+        .expect("connect over TLS");
+    conformance::run_all(&factory(base)).await;
+}
+
+/// Worker w's message lives on shard w % K, in the step's stream, with a TTL; keys live on
+/// shard 0; cleanup removes everything of the job on every shard.
+#[tokio::test]
+async fn layout_shards_and_ttls() {
+    let _serial = SERIAL.lock().await;
+    let Some(urls) = redis_urls("layout_shards_and_ttls") else {
+        return;
+    };
+    let list = format!("{},{}", urls[0], urls[1]);
+    let channel = RedisChannel::connect(&list, "layout-test")
+        .await
+        .expect("connect");
+    channel.cleanup().await.expect("cleanup");
+    for w in 0..4 {
+        channel
+            .publish("updates", 7, w, Bytes::from(vec![w as u8; 10]))
+            .await
+            .expect("publish");
+    }
+    channel
+        .put_key("stop", Bytes::from_static(b"1"))
+        .await
+        .expect("put_key");
+    let stream = channel.stream_key("updates", 7);
+    assert_eq!(stream, "mlless:layout-test:updates:7");
+    assert_eq!(channel.key_key("stop"), "mlless:layout-test:keys:stop");
+    for (shard, url) in urls[..2].iter().enumerate() {
+        let mut conn = direct(url).await;
+        let entries: Vec<StreamEntry> = redis::cmd("XRANGE")
+            .arg(&stream)
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .expect("XRANGE");
+        let workers: Vec<String> = entries
+            .iter()
+            .map(|(_, fields)| {
+                let w = fields.iter().find(|(k, _)| k == "w").expect("worker field");
+                String::from_utf8(w.1.clone()).expect("utf-8")
+            })
+            .collect();
+        let expected: Vec<String> = (0..4u32)
+            .filter(|w| *w as usize % 2 == shard)
+            .map(|w| w.to_string())
+            .collect();
+        assert_eq!(
+            workers, expected,
+            "shard {shard} ({url}) holds the wrong workers"
+        );
+        let keys = keys_of(url, "mlless:layout-test:*").await;
+        for key in &keys {
+            let ttl: i64 = redis::cmd("TTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .expect("TTL");
+            assert!(
+                ttl > 0 && ttl <= DEFAULT_TTL.as_secs() as i64,
+                "key {key} on {url} has TTL {ttl}"
+            );
+        }
+        let key_there = keys.contains(&"mlless:layout-test:keys:stop".to_string());
+        assert_eq!(key_there, shard == 0, "keys live on shard 0 only");
+    }
+    // A timeout too large to add to an Instant is fine.
+    let collected = channel
+        .collect("updates", 7, &[3, 0, 2, 1], Duration::MAX)
+        .await
+        .expect("collect");
+    let firsts: Vec<u8> = collected.iter().map(|p| p[0]).collect();
+    assert_eq!(firsts, [3, 0, 2, 1]);
+    channel.cleanup().await.expect("cleanup");
+    for url in &urls[..2] {
+        assert!(keys_of(url, "mlless:layout-test:*").await.is_empty());
+    }
+}
+
+/// A discard by one worker removes only its own message; a slower reader still gets the rest,
+/// and a message published into an emptied stream still reaches a reader that was waiting.
+#[tokio::test]
+async fn discard_spares_other_workers() {
+    let _serial = SERIAL.lock().await;
+    let Some(urls) = redis_urls("discard_spares_other_workers") else {
+        return;
+    };
+    let channel = RedisChannel::connect(&urls[0], "discard-test")
+        .await
+        .expect("connect");
+    channel.cleanup().await.expect("cleanup");
+    for w in 0..2 {
+        channel
+            .publish("u", 1, w, Bytes::from(format!("m{w}")))
+            .await
+            .expect("publish");
+    }
+    // A reader waiting for worker 2, which has already read 0 and 1.
+    let reader = {
+        let channel = channel.clone();
+        tokio::spawn(async move {
+            channel
+                .collect("u", 1, &[0, 1, 2], Duration::from_secs(10))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    channel.discard("u", 1, &[0, 1]).await.expect("discard");
+    channel
+        .publish("u", 1, 2, Bytes::from_static(b"m2"))
+        .await
+        .expect("publish");
+    let got = reader.await.expect("join").expect("collect");
+    assert_eq!(got, [&b"m0"[..], b"m1", b"m2"]);
+    let left = channel
+        .collect("u", 1, &[2], Duration::from_secs(1))
+        .await
+        .expect("collect");
+    assert_eq!(left, [&b"m2"[..]]);
+    channel.cleanup().await.expect("cleanup");
+}
+
+/// A command the server refuses is an error naming the shard and the key, at once (no retry).
+#[tokio::test]
+async fn server_errors_name_the_shard_and_key() {
+    let _serial = SERIAL.lock().await;
+    let Some(urls) = redis_urls("server_errors_name_the_shard_and_key") else {
+        return;
+    };
+    let list = format!("{},{}", urls[0], urls[1]);
+    let channel = RedisChannel::connect(&list, "errors-test")
+        .await
+        .expect("connect");
+    channel.cleanup().await.expect("cleanup");
+    // Something that is not a stream where worker 1's stream of step 3 goes (shard 1).
+    let key = channel.stream_key("u", 3);
+    let mut conn = direct(&urls[1]).await;
+    redis::cmd("SET")
+        .arg(&key)
+        .arg("not a stream")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("SET");
+    let started = Instant::now();
+    let e = channel
+        .publish("u", 3, 1, Bytes::from_static(b"x"))
+        .await
+        .expect_err("publish onto a string");
+    let message = e.to_string();
+    eprintln!("server error: {message}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(message.contains(host_port(&urls[1])), "{message}");
+    assert!(message.contains(&key), "{message}");
+    assert!(message.contains("WRONGTYPE"), "{message}");
+    let e = channel
+        .collect("u", 3, &[0, 1], Duration::from_secs(5))
+        .await
+        .expect_err("collect from a string");
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    // Worker 0 (shard 0) is unaffected.
+    channel
+        .publish("u", 3, 0, Bytes::from_static(b"x"))
+        .await
+        .expect("publish on shard 0");
+    channel.cleanup().await.expect("cleanup");
+}
+
+/// Nothing listening: a clear error naming the address, within a few seconds.
+#[tokio::test]
+async fn down_server_is_a_clear_error() {
+    let _serial = SERIAL.lock().await;
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = Instant::now();
+    let e = connect_error(RedisChannel::connect(&url, "job").await);
+    let elapsed = started.elapsed();
+    let message = e.to_string();
+    assert!(
+        matches!(e, ChannelError::InvalidUrl { .. }),
+        "unexpected error {message}"
+    );
+    assert!(
+        message.contains(&format!("127.0.0.1:{port}")),
+        "{message} does not name the address"
+    );
+    assert!(
+        elapsed < CONNECT_TIMEOUT + Duration::from_secs(1),
+        "took {elapsed:?}"
+    );
+    eprintln!("down server: {message} (after {elapsed:?})");
+
+    // One shard down among several: the error names that one.
+    if let Some(urls) = redis_urls("down_server_is_a_clear_error (2 shards)") {
+        let list = format!("{},{url}", urls[0]);
+        let e = connect_error(RedisChannel::connect(&list, "job").await);
+        assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+    }
+}
+
+/// A server that wants a password: without one in the URL, a clear error naming the address;
+/// with the right one, a working channel; never the password in any message.
+#[tokio::test]
+async fn password_required() {
+    let _serial = SERIAL.lock().await;
+    let Some(url) = password_url("password_required") else {
+        return;
+    };
+    let address = host_port(&url).to_string();
+
+    let e = connect_error(RedisChannel::connect(&url, "pw-job").await);
+    let message = e.to_string();
+    eprintln!("no password: {message}");
+    assert!(
+        message.contains(&address),
+        "{message} does not name {address}"
+    );
+    assert!(message.contains("password"), "{message} does not say why");
+
+    for userinfo in ["nobody:wrong-secret", ":wrong-secret"] {
+        let wrong = with_userinfo(&url, userinfo);
+        let e = connect_error(RedisChannel::connect(&wrong, "pw-job").await);
+        let message = e.to_string();
+        eprintln!("wrong password: {message}");
+        assert!(
+            message.contains(&address),
+            "{message} does not name {address}"
+        );
+        assert!(
+            !message.contains("wrong-secret"),
+            "{message} shows the password"
+        );
+        assert!(
+            !format!("{e:?}").contains("wrong-secret"),
+            "{e:?} shows the password"
+        );
+    }
+
+    for userinfo in [format!(":{PASSWORD}"), format!("default:{PASSWORD}")] {
+        let good = with_userinfo(&url, &userinfo);
+        let channel = RedisChannel::connect(&good, "pw-job")
+            .await
+            .expect("connect with the password");
+        let describe = channel.describe();
+        assert!(!describe.contains(PASSWORD), "describe shows the password");
+        assert!(describe.contains(&address), "{describe}");
+        assert!(
+            !format!("{channel:?}").contains(PASSWORD),
+            "Debug shows the password"
+        );
+        channel.cleanup().await.expect("cleanup");
+        channel
+            .publish("updates", 0, 0, Bytes::from_static(b"x"))
+            .await
+            .expect("publish");
+        let got = channel
+            .collect("updates", 0, &[0], Duration::from_secs(5))
+            .await
+            .expect("collect");
+        assert_eq!(got, [&b"x"[..]]);
+        let e = channel
+            .collect("updates", 0, &[0, 1], Duration::from_millis(50))
+            .await
+            .expect_err("timeout");
+        assert!(!e.to_string().contains(PASSWORD), "{e}");
+        channel.cleanup().await.expect("cleanup");
+    }
+
+    // Both shards protected, one URL with the password and one without.
+    let list = format!(
+        "{},{url}",
+        with_userinfo(&url.replace("/0", ""), &format!(":{PASSWORD}"))
+    );
+    if let Err(e) = RedisChannel::connect(&list, "pw-job").await {
+        assert!(!e.to_string().contains(PASSWORD), "{e}");
+    }
+}
+
+/// Two jobs on the same shards, each with its own connections: neither sees the other's
+/// messages or keys, and one's cleanup leaves the other's keys alone.
+#[tokio::test]
+async fn two_jobs_isolated() {
+    let _serial = SERIAL.lock().await;
+    let Some(urls) = redis_urls("two_jobs_isolated") else {
+        return;
+    };
+    let list = format!("{},{}", urls[0], urls[1]);
+    let a = RedisChannel::connect(&list, "iso-a")
+        .await
+        .expect("connect");
+    let b = RedisChannel::connect(&list, "iso-a2")
+        .await
+        .expect("connect");
+    a.cleanup().await.expect("cleanup");
+    b.cleanup().await.expect("cleanup");
+    for w in 0..3 {
+        a.publish("updates", 1, w, Bytes::from_static(b"a"))
+            .await
+            .expect("publish");
+    }
+    a.put_key("stop", Bytes::from_static(b"a"))
+        .await
+        .expect("put");
+    b.publish("updates", 1, 0, Bytes::from_static(b"b"))
+        .await
+        .expect("publish");
+    match b
+        .collect("updates", 1, &[0, 1, 2], Duration::from_millis(100))
+        .await
+    {
+        Err(ChannelError::Timeout { missing, .. }) => assert_eq!(missing, [1, 2]),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(b.get_key("stop").await.expect("get").is_none());
+    b.cleanup().await.expect("cleanup");
+    let got = a
+        .collect("updates", 1, &[0, 1, 2], Duration::from_secs(5))
+        .await
+        .expect("collect");
+    assert_eq!(got, [&b"a"[..], b"a", b"a"]);
+    assert_eq!(
+        a.get_key("stop").await.expect("get").as_deref(),
+        Some(&b"a"[..])
+    );
+    a.cleanup().await.expect("cleanup");
+    for url in &urls[..2] {
+        assert!(keys_of(url, "mlless:iso-a*").await.is_empty());
+    }
+}
+
+/// Bad URLs and names are errors that say what is wrong.
+#[tokio::test]
+async fn invalid_urls_and_names() {
+    let _serial = SERIAL.lock().await;
+    for (urls, needle) in [
+        ("", "no Redis URL"),
+        (" , ", "no Redis URL"),
+        ("http://127.0.0.1:6379", "not a Redis URL"),
+        ("127.0.0.1:6379", "not a Redis URL"),
+        ("redis://127.0.0.1:6379/notadb", "invalid Redis URL"),
+        (
+            "redis://:pw@127.0.0.1:1,redis://:pw@127.0.0.1:1",
+            "listed twice",
+        ),
+    ] {
+        let e = connect_error(RedisChannel::connect(urls, "job").await);
+        let message = e.to_string();
+        assert!(
+            matches!(e, ChannelError::InvalidUrl { .. }),
+            "{urls}: {message}"
+        );
+        assert!(message.contains(needle), "{urls}: {message}");
+        assert!(!message.contains(":pw@"), "{urls}: {message}");
+    }
+    let port = free_port();
+    for job in ["a:b", "", "a/b", "a*"] {
+        let e =
+            connect_error(RedisChannel::connect(&format!("redis://127.0.0.1:{port}"), job).await);
+        assert!(
+            matches!(e, ChannelError::InvalidName { what: "job id", .. }),
+            "{job:?}: {e}"
+        );
+    }
+    let Some(urls) = redis_urls("invalid_urls_and_names (names)") else {
+        return;
+    };
+    let channel = RedisChannel::connect(&urls[0], "names")
+        .await
+        .expect("connect");
+    for topic in ["keys", "a:b", "a/b", ""] {
+        let e = channel
+            .publish(topic, 0, 0, Bytes::new())
+            .await
+            .expect_err("invalid topic");
+        assert!(
+            matches!(e, ChannelError::InvalidName { what: "topic", .. }),
+            "{topic:?}: {e}"
+        );
+    }
+    assert!(matches!(
+        channel.for_job("x:y"),
+        Err(ChannelError::InvalidName { .. })
+    ));
+    let e = channel
+        .put_key("", Bytes::new())
+        .await
+        .expect_err("empty key");
+    assert!(
+        matches!(e, ChannelError::InvalidName { what: "key", .. }),
+        "{e}"
+    );
+}
+
+/// `rediss://` against a server that does not speak TLS fails clearly and in bounded time.
+#[tokio::test]
+async fn tls_against_a_plain_server_fails_clearly() {
+    let _serial = SERIAL.lock().await;
+    let Some(urls) = redis_urls("tls_against_a_plain_server_fails_clearly") else {
+        return;
+    };
+    let tls = urls[0].replacen("redis://", "rediss://", 1);
+    let started = Instant::now();
+    let e = connect_error(RedisChannel::connect(&tls, "job").await);
+    let elapsed = started.elapsed();
+    eprintln!("TLS against plain: {e} (after {elapsed:?})");
+    assert!(e.to_string().contains(host_port(&urls[0])), "{e}");
+    assert!(e.to_string().contains("TLS"), "{e}");
+    assert!(
+        elapsed < CONNECT_TIMEOUT + Duration::from_secs(1),
+        "{elapsed:?}"
+    );
+}
+
+/// Connections killed by the server (failover, idle timeout, a function thawed after a long
+/// freeze): publish, keys and a collect already waiting all carry on over new connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_killed_connections() {
+    let Some(urls) = redis_urls("survives_killed_connections") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let channel = RedisChannel::connect(&urls[0], "kill-test")
+        .await
+        .expect("connect");
+    channel.cleanup().await.expect("cleanup");
+    channel
+        .publish("u", 0, 0, Bytes::from_static(b"0"))
+        .await
+        .expect("publish");
+    let reader = {
+        let channel = channel.clone();
+        tokio::spawn(async move {
+            channel
+                .collect("u", 0, &[0, 1], Duration::from_secs(10))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut admin = direct(&urls[0]).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT KILL");
+    assert!(killed >= 2, "killed {killed} connections");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    channel
+        .publish("u", 0, 1, Bytes::from_static(b"1"))
+        .await
+        .expect("publish after the kill");
+    let got = reader
+        .await
+        .expect("join")
+        .expect("collect across the kill");
+    assert_eq!(got, [&b"0"[..], b"1"]);
+    channel
+        .put_key("k", Bytes::from_static(b"v"))
+        .await
+        .expect("put_key");
+    channel.cleanup().await.expect("cleanup");
+}
+
+/// Median time of one publish + collect round, P workers (tasks) sharing one channel, as in
+/// `examples/channel_latency.rs`. Run with
+/// `cargo test --release -p mlless-store --test redis -- --ignored --nocapture round_latency`
+/// (`MLLESS_LATENCY_P`, `MLLESS_LATENCY_BYTES`, `MLLESS_LATENCY_ROUNDS` change 4, 1024, 2000).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement, not a test"]
+async fn round_latency() {
+    let Some(urls) = redis_urls("round_latency") else {
+        return;
+    };
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let p = env("MLLESS_LATENCY_P", 4) as u32;
+    let bytes = env("MLLESS_LATENCY_BYTES", 1024) as usize;
+    let rounds = env("MLLESS_LATENCY_ROUNDS", 2000);
+    let _serial = SERIAL.lock().await;
+    for shards in [1, 2] {
+        let list = urls[..shards].join(",");
+        let channel = Arc::new(
+            RedisChannel::connect(&list, "latency")
+                .await
+                .expect("connect"),
+        );
+        channel.cleanup().await.expect("cleanup");
+        let workers: Arc<[u32]> = (0..p).collect();
+        let payload = Bytes::from(vec![7u8; bytes]);
+        let mut times = Vec::with_capacity(rounds as usize);
+        for step in 0..rounds {
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..p)
+                .map(|id| {
+                    let (channel, workers, payload) =
+                        (Arc::clone(&channel), Arc::clone(&workers), payload.clone());
+                    tokio::spawn(async move {
+                        channel.publish("updates", step, id, payload).await?;
+                        channel
+                            .collect("updates", step, &workers, Duration::from_secs(30))
+                            .await
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("join").expect("round");
+            }
+            times.push(started.elapsed());
+            if step > 0 {
+                channel
+                    .discard("updates", step - 1, &workers)
+                    .await
+                    .expect("discard");
+            }
+        }
+        channel.cleanup().await.expect("cleanup");
+        times.sort();
+        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "{} P={p} payload={bytes} B rounds={rounds}: median {:?}, p10 {:?}, p90 {:?}, p99 {:?}",
+            channel.describe(),
+            at(0.5),
+            at(0.1),
+            at(0.9),
+            at(0.99)
+        );
+    }
+}
