@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlless_faas::{FunctionRequest, Invoker, Limits};
+use mlless_faas::{Invoker, Limits};
 use mlless_store::{Store, open_channel};
 use serde::{Deserialize, Serialize};
 
@@ -78,41 +78,24 @@ pub async fn channel_bench(
         memory_mb: 4096,
         timeout: Duration::from_secs(900),
     };
-    let mut running = Vec::new();
-    for worker in 0..workers {
-        let task = ChannelBenchTask {
-            channel: channel.clone(),
-            store_url: store.url().to_string(),
-            job_id: job_id.clone(),
-            worker,
-            workers,
-            update_bytes,
-            steps: steps + WARM_UP_STEPS,
-        };
-        running.push(
-            invoker
-                .invoke(FunctionRequest {
-                    name: format!("bench-{worker}"),
-                    payload: Payload::ChannelBench(task).to_json()?,
-                    limits,
-                })
-                .await?,
-        );
-    }
-    let kill_switches: Vec<_> = running.iter().map(|r| r.kill_switch()).collect();
-    let mut failure = None;
-    for invocation in running {
-        let report = invocation.wait().await?;
-        if let Some(message) = report.describe_failure()
-            && failure.is_none()
-        {
-            kill_switches.iter().for_each(|k| k.kill());
-            failure = Some(message);
+    let payloads: Vec<Payload> = (0..workers)
+        .map(|worker| {
+            Payload::ChannelBench(ChannelBenchTask {
+                channel: channel.clone(),
+                store_url: store.url().to_string(),
+                job_id: job_id.clone(),
+                worker,
+                workers,
+                update_bytes,
+                steps: steps + WARM_UP_STEPS,
+            })
+        })
+        .collect();
+    if let Err(e) = crate::prepare::run_tasks(&invoker, "bench", &payloads, limits).await {
+        if let Err(cleanup) = ch.cleanup().await {
+            tracing::warn!("could not clean up the benchmark's channel: {cleanup}");
         }
-    }
-    if let Some(message) = failure {
-        let _ = ch.cleanup().await;
-        return Err(RuntimeError::FunctionFailed(message));
+        return Err(e);
     }
     let mut times = Vec::new();
     for worker in 0..workers {

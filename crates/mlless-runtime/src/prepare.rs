@@ -339,8 +339,9 @@ fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
     out
 }
 
-/// Invokes one function per payload and waits for all; the first failure is the error.
-async fn run_tasks(
+/// Invokes one function per payload (named `{name}-{i}`) and waits for all; the first failure
+/// kills the others and is the error.
+pub(crate) async fn run_tasks(
     invoker: &Arc<dyn Invoker>,
     name: &str,
     payloads: &[Payload],

@@ -277,29 +277,6 @@ impl ObjectStoreChannel {
         }
         Ok(found)
     }
-
-    fn timeout_error(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-        slots: &[Option<Bytes>],
-        waited: Duration,
-    ) -> ChannelError {
-        let mut missing: Vec<WorkerId> = Vec::new();
-        for (worker, slot) in from.iter().zip(slots) {
-            if slot.is_none() && !missing.contains(worker) {
-                missing.push(*worker);
-            }
-        }
-        ChannelError::Timeout {
-            topic: topic.to_string(),
-            step,
-            missing,
-            waited,
-            endpoint: self.describe(),
-        }
-    }
 }
 
 #[async_trait::async_trait]
@@ -343,7 +320,14 @@ impl Channel for ObjectStoreChannel {
                 Ok(found) => found?,
                 Err(_) => {
                     debug!(channel = %self.job.url(), topic, step, "poll overran the deadline");
-                    return Err(self.timeout_error(topic, step, from, &slots, start.elapsed()));
+                    return Err(timeout_error(
+                        self.describe(),
+                        topic,
+                        step,
+                        from,
+                        &slots,
+                        start.elapsed(),
+                    ));
                 }
             };
             if slots.iter().all(Option::is_some) {
@@ -352,7 +336,14 @@ impl Channel for ObjectStoreChannel {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(self.timeout_error(topic, step, from, &slots, now - start));
+                return Err(timeout_error(
+                    self.describe(),
+                    topic,
+                    step,
+                    from,
+                    &slots,
+                    now - start,
+                ));
             }
             if found {
                 backoff = INITIAL_BACKOFF;
@@ -398,6 +389,31 @@ impl Channel for ObjectStoreChannel {
 
     fn describe(&self) -> String {
         self.job.url().to_string()
+    }
+}
+
+/// The [`ChannelError::Timeout`] of a collect that gave up: the workers of `from` whose slot is
+/// still empty, each named once.
+pub(crate) fn timeout_error(
+    endpoint: String,
+    topic: &str,
+    step: u64,
+    from: &[WorkerId],
+    slots: &[Option<Bytes>],
+    waited: Duration,
+) -> ChannelError {
+    let mut missing: Vec<WorkerId> = Vec::new();
+    for (worker, slot) in from.iter().zip(slots) {
+        if slot.is_none() && !missing.contains(worker) {
+            missing.push(*worker);
+        }
+    }
+    ChannelError::Timeout {
+        topic: topic.to_string(),
+        step,
+        missing,
+        waited,
+        endpoint,
     }
 }
 

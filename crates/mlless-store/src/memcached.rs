@@ -92,7 +92,7 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::sync::Semaphore;
 use tracing::{debug, trace, warn};
 
-use crate::channel::{Channel, ChannelError, WorkerId, backoff_sleep};
+use crate::channel::{Channel, ChannelError, WorkerId, backoff_sleep, timeout_error};
 use crate::store::redact;
 
 /// Item flags of a head that holds the payload itself.
@@ -611,29 +611,6 @@ impl MemcachedChannel {
         Ok(found)
     }
 
-    fn timeout_error(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-        slots: &[Option<Bytes>],
-        waited: Duration,
-    ) -> ChannelError {
-        let mut missing: Vec<WorkerId> = Vec::new();
-        for (worker, slot) in from.iter().zip(slots) {
-            if slot.is_none() && !missing.contains(worker) {
-                missing.push(*worker);
-            }
-        }
-        ChannelError::Timeout {
-            topic: topic.to_string(),
-            step,
-            missing,
-            waited,
-            endpoint: self.describe(),
-        }
-    }
-
     /// Records a message in the job's index unless this channel already did.
     async fn index_message(
         &self,
@@ -839,7 +816,14 @@ impl Channel for MemcachedChannel {
                 Ok(found) => found?,
                 Err(_) => {
                     debug!(channel = %self.client.endpoint, topic, step, "poll overran the deadline");
-                    return Err(self.timeout_error(topic, step, from, &slots, start.elapsed()));
+                    return Err(timeout_error(
+                        self.describe(),
+                        topic,
+                        step,
+                        from,
+                        &slots,
+                        start.elapsed(),
+                    ));
                 }
             };
             if slots.iter().all(Option::is_some) {
@@ -848,7 +832,14 @@ impl Channel for MemcachedChannel {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(self.timeout_error(topic, step, from, &slots, now - start));
+                return Err(timeout_error(
+                    self.describe(),
+                    topic,
+                    step,
+                    from,
+                    &slots,
+                    now - start,
+                ));
             }
             if found {
                 backoff = INITIAL_BACKOFF;
