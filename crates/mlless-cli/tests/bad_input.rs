@@ -98,17 +98,7 @@ fn a_failed_preparation_leaves_no_usable_data_set() {
     }
     let input = write(dir.path(), "a.libsvm", &text);
     let data = dir.path().join("store");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "50",
-    ]);
+    prepare_libsvm(&input, &data, 50);
     assert!(data.join("manifest.json").exists());
     let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "pmf"]);
     assert!(stderr.contains("--model lr"), "{stderr}");
@@ -196,17 +186,7 @@ fn a_corrupt_minibatch_is_an_error_naming_it() {
     }
     let input = write(dir.path(), "a.libsvm", &text);
     let data = dir.path().join("store");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "50",
-    ]);
+    prepare_libsvm(&input, &data, 50);
     let object = data.join("train/000003.bin");
     let mut bytes = std::fs::read(&object).unwrap();
     let middle = bytes.len() / 2;

@@ -37,17 +37,7 @@ fn one_worker_equals_a_plain_loop() {
     let spec = SparseLrSpec::new(5_000, 2_000, 20, 3);
     let (input, _) = write_sparse_lr(dir.path(), &spec);
     let data = dir.path().join("store/lr");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "250",
-    ]);
+    prepare_libsvm(&input, &data, 250);
     let record = train(
         dir.path(),
         "p1",

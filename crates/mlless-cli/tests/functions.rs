@@ -6,21 +6,9 @@ use common::*;
 use mlless_data::SparseLrSpec;
 
 fn small_data(dir: &std::path::Path) -> std::path::PathBuf {
-    let input = dir.join("lr.libsvm");
-    let file = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
-    mlless_data::write_sparse_lr(&SparseLrSpec::new(4_000, 1_000, 10, 9), file).unwrap();
+    let (input, _) = write_sparse_lr(dir, &SparseLrSpec::new(4_000, 1_000, 10, 9));
     let data = dir.join("store/lr");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "100",
-    ]);
+    prepare_libsvm(&input, &data, 100);
     data
 }
 

@@ -117,6 +117,21 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Prepares the LIBSVM file `input` into the data set `out` with minibatches of `batch_size`.
+pub fn prepare_libsvm(input: &Path, out: &Path, batch_size: u32) {
+    ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(input),
+        "--out",
+        &s(out),
+        "--batch-size",
+        &batch_size.to_string(),
+    ]);
+}
+
 /// Writes synthetic sparse-LR data as LIBSVM to `dir/lr.libsvm`; returns the path and the truth.
 pub fn write_sparse_lr(
     dir: &Path,
@@ -135,17 +150,7 @@ pub fn sparse_lr_data(dir: &Path) -> (PathBuf, f64) {
     let spec = mlless_data::SparseLrSpec::new(300_000, 100_000, 30, 11);
     let (input, truth) = write_sparse_lr(dir, &spec);
     let data = dir.join("store/lr");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "1000",
-    ]);
+    prepare_libsvm(&input, &data, 1000);
     let (mut sum, mut n) = (0.0, 0usize);
     for batch in test_batches(&data) {
         let mlless_core::Batch::Sparse(rows) = batch else {
