@@ -4,6 +4,7 @@
 //! standard input for every worker, supervisor and map task.
 
 mod bench;
+mod cost;
 mod demo;
 mod generate;
 mod prepare;
@@ -36,8 +37,10 @@ enum Command {
     Prepare(prepare::PrepareArgs),
     /// Train a model on a prepared data set with function workers.
     Train(train::TrainArgs),
-    /// Print the summary of a run record again.
+    /// Print the summary of a run record again and write its plots and HTML page.
     Report(summary::ReportArgs),
+    /// Predict the time and cost of a recorded run's work at other fleet sizes and on VMs.
+    Cost(cost::CostArgs),
     /// Measure the hot paths and the exchange.
     Bench(bench::BenchArgs),
     /// Run one function invocation (used by the local invoker; payload on standard input).
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Prepare(args) => prepare::run(args),
         Command::Train(args) => train::run(args).map(|_| ()),
         Command::Report(args) => summary::report(args),
+        Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),
     };
     match result {

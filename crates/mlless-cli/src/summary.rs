@@ -11,16 +11,51 @@ use mlless_runtime::RunRecord;
 pub struct ReportArgs {
     /// A run record (JSON), as written by `mlless train --record`.
     pub record: PathBuf,
+    /// Directory of the plots and the HTML page [default: RECORD's name without extension,
+    /// followed by `-report`, next to it: `runs/a.json` → `runs/a-report/`].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Only print the summary; write no files.
+    #[arg(long, conflicts_with = "out")]
+    pub summary_only: bool,
+    #[command(flatten)]
+    pub model: crate::cost::ModelArgs,
 }
 
-/// Runs `mlless report`.
+/// Runs `mlless report`: prints the summary, writes the plots and the page, prints their paths.
 pub fn report(args: ReportArgs) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.record)
-        .with_context(|| format!("reading {}", args.record.display()))?;
-    let record: RunRecord = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a run record", args.record.display()))?;
+    let record = read_record(&args.record)?;
     print(&record);
+    if args.summary_only {
+        return Ok(());
+    }
+    let options = args.model.options(&record)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_report_dir(&args.record));
+    let files = mlless_report::render_report_with(&record, &out, &options)?;
+    println!("report:");
+    for path in files.all() {
+        println!("  {}", path.display());
+    }
     Ok(())
+}
+
+/// Reads a run record from a local JSON file.
+pub fn read_record(path: &Path) -> anyhow::Result<RunRecord> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a run record", path.display()))
+}
+
+/// Where `mlless report` writes when `--out` is not given: `{dir}/{stem}-report` next to the
+/// record.
+pub fn default_report_dir(record: &Path) -> PathBuf {
+    let stem = record
+        .file_stem()
+        .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+    record.with_file_name(format!("{stem}-report"))
 }
 
 /// Writes a run record as pretty JSON to a local file.
@@ -104,4 +139,21 @@ pub fn render(record: &RunRecord) -> String {
     }
     let _ = writeln!(out, "  model: {}", record.model_url);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_dir_is_next_to_the_record() {
+        assert_eq!(
+            default_report_dir(Path::new("runs/a.json")),
+            PathBuf::from("runs/a-report")
+        );
+        assert_eq!(
+            default_report_dir(Path::new("record.json")),
+            PathBuf::from("record-report")
+        );
+    }
 }

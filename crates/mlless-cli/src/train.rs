@@ -3,11 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlless_core::{OptimizerKind, Schedule};
-use mlless_cost::PriceTable;
 use mlless_faas::Limits;
 use mlless_runtime::{
     Hyperparameters, LiveProgress, ModelChoice, RunRecord, StopCriteria, TrainOptions,
@@ -93,7 +91,7 @@ pub struct TrainArgs {
     /// Lifetime cap of every function, seconds.
     #[arg(long, default_value_t = 900.0)]
     pub timeout_s: f64,
-    /// Price table: aws-lambda or ibm-cf.
+    /// Price table: aws-lambda, ibm-cf or a TOML file (see `mlless cost`).
     #[arg(long, default_value = "aws-lambda")]
     pub platform: String,
     /// Seed of the model's initialisation and of the minibatch order.
@@ -110,12 +108,7 @@ pub struct TrainArgs {
 impl TrainArgs {
     /// The runtime's options for these arguments.
     pub fn options(&self) -> anyhow::Result<TrainOptions> {
-        let prices = PriceTable::by_name(&self.platform).with_context(|| {
-            format!(
-                "unknown --platform {:?}: use aws-lambda or ibm-cf",
-                self.platform
-            )
-        })?;
+        let prices = crate::cost::price_table(&self.platform)?;
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             anyhow::bail!("--timeout-s must be a positive number of seconds");
         }

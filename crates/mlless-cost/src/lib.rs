@@ -1,9 +1,10 @@
-//! What a run costs: price tables for FaaS platforms and the billed cost of invocations.
+//! What a run costs: price tables for FaaS platforms, the billed cost of invocations, and what
+//! the same work would take and cost at another fleet size or on rented VMs.
 //!
 //! A function invocation is billed per GB-second of configured memory, with its duration rounded
 //! up to the platform's granularity (1 ms on AWS Lambda, 100 ms on IBM Cloud Functions), plus a
 //! fee per request. A run also pays for the always-on services it uses for its wall time (a
-//! Redis for the exchange, say) and for the object-store requests its channel makes (DESIGN §8).
+//! Redis for the exchange, say) and for the object-store requests it makes (DESIGN §8).
 //!
 //! ```
 //! use mlless_cost::{PriceTable, Usage, ObjectRequests};
@@ -12,11 +13,87 @@
 //! assert_eq!(bill.billed_ms, 1_500);
 //! assert!((bill.compute_usd - 1.5 * 0.0000166667).abs() < 1e-12);
 //! ```
+//!
+//! - [`PriceTable`]: a platform's prices, built in ([`PriceTable::by_name`]) or read from TOML
+//!   ([`PriceTable::from_toml_str`]); [`PriceTable::for_channel`] adds the always-on services of
+//!   a [`ChannelKind`];
+//! - [`VmPrice`]: the hourly price of a VM type, for the IaaS comparison;
+//! - [`RunMeasurements`]: what a run measured, and its predictions
+//!   ([`RunMeasurements::predict_faas`], [`RunMeasurements::predict_vm`]).
 
 use serde::{Deserialize, Serialize};
 
+pub mod predict;
+mod vm;
+
+pub use predict::{ExchangeModel, PhaseMeasurement, Prediction, RunMeasurements};
+pub use vm::{DEFAULT_VM_STARTUP_S, VM_MINIMUM_BILLED_S, VmPrice, billed_vm_seconds};
+
+/// Price of one always-on Redis instance for the exchange, per hour (MLLess's estimate, DESIGN
+/// §8).
+pub const REDIS_USD_PER_HOUR: f64 = 0.17;
+/// Price of one always-on Memcached instance, per hour. An ElastiCache node of a given size costs
+/// the same whichever engine it runs, so this is MLLess's Redis estimate.
+pub const MEMCACHED_USD_PER_HOUR: f64 = 0.17;
+/// Price of a RabbitMQ broker, per hour (MLLess's estimate, DESIGN §8).
+pub const RABBITMQ_USD_PER_HOUR: f64 = 0.15;
+
+/// Errors of the cost model: a price table or a VM price that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CostError {
+    /// The TOML text is not a price table (syntax, a missing or unknown field, a wrong type);
+    /// the message says which field and where. (The parser's error is the message, not a
+    /// source, so that it is shown once.)
+    #[error("invalid price table: {0}")]
+    Toml(toml::de::Error),
+    /// A price is negative, not a number, or a granularity is zero.
+    #[error("invalid price table: {field} = {value} ({reason})")]
+    InvalidPrice {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A VM price given as text is not `TYPE:PRICE` (or the name of a built-in type).
+    #[error("invalid VM price {input:?}: {reason}")]
+    InvalidVm {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
 /// Prices of one FaaS platform, as public list prices in US dollars.
+///
+/// # TOML format
+///
+/// [`from_toml_str`](Self::from_toml_str) reads a table of this shape (the field names of this
+/// struct; `name`, `gb_second_usd` and `granularity_ms` are required, every other price is 0
+/// when left out, and unknown fields are refused so that a typo does not go unnoticed):
+///
+/// ```
+/// use mlless_cost::PriceTable;
+/// let table = PriceTable::from_toml_str(r#"
+///     name = "my-lambda"
+///     gb_second_usd = 0.0000133334     # per GB-second of configured memory
+///     granularity_ms = 1               # durations are rounded up to this
+///     request_usd = 0.0000002          # per invocation
+///     services_usd_per_hour = 0.15     # always-on services of every run (a broker, say)
+///     redis_usd_per_hour = 0.17        # per Redis instance, when the channel is Redis
+///     memcached_usd_per_hour = 0.17    # per Memcached instance, when the channel is Memcached
+///     object_write_usd_per_1000 = 0.005
+///     object_read_usd_per_1000 = 0.0004
+/// "#)?;
+/// assert_eq!(table.name, "my-lambda");
+/// assert_eq!(table.granularity_ms, 1);
+/// # Ok::<(), mlless_cost::CostError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PriceTable {
     /// Platform name, e.g. `aws-lambda`.
     pub name: String,
@@ -25,17 +102,29 @@ pub struct PriceTable {
     /// Billing granularity of an invocation's duration, in milliseconds.
     pub granularity_ms: u64,
     /// Fee per invocation request.
+    #[serde(default)]
     pub request_usd: f64,
-    /// Always-on services the run needs (e.g. a Redis for the exchange), per hour of wall time.
+    /// Always-on services the run needs (e.g. a broker), per hour of wall time. The channel's
+    /// own servers are added by [`for_channel`](Self::for_channel).
+    #[serde(default)]
     pub services_usd_per_hour: f64,
+    /// One Redis instance of a Redis channel, per hour of wall time.
+    #[serde(default)]
+    pub redis_usd_per_hour: f64,
+    /// One Memcached instance of a Memcached channel, per hour of wall time.
+    #[serde(default)]
+    pub memcached_usd_per_hour: f64,
     /// Object-store PUT, COPY, POST and LIST requests, per 1,000.
+    #[serde(default)]
     pub object_write_usd_per_1000: f64,
     /// Object-store GET and other read requests, per 1,000.
+    #[serde(default)]
     pub object_read_usd_per_1000: f64,
 }
 
 impl PriceTable {
-    /// AWS Lambda (x86, first pricing tier) with S3 standard request prices.
+    /// AWS Lambda (x86, first pricing tier) with S3 standard request prices and MLLess's
+    /// estimate for a Redis or Memcached instance.
     pub fn aws_lambda() -> Self {
         Self {
             name: "aws-lambda".into(),
@@ -43,6 +132,8 @@ impl PriceTable {
             granularity_ms: 1,
             request_usd: 0.20 / 1e6,
             services_usd_per_hour: 0.0,
+            redis_usd_per_hour: REDIS_USD_PER_HOUR,
+            memcached_usd_per_hour: MEMCACHED_USD_PER_HOUR,
             object_write_usd_per_1000: 0.005,
             object_read_usd_per_1000: 0.0004,
         }
@@ -56,6 +147,8 @@ impl PriceTable {
             granularity_ms: 100,
             request_usd: 0.0,
             services_usd_per_hour: 0.0,
+            redis_usd_per_hour: REDIS_USD_PER_HOUR,
+            memcached_usd_per_hour: MEMCACHED_USD_PER_HOUR,
             object_write_usd_per_1000: 0.005,
             object_read_usd_per_1000: 0.0004,
         }
@@ -68,6 +161,85 @@ impl PriceTable {
             "ibm-cf" => Some(Self::ibm_cloud_functions()),
             _ => None,
         }
+    }
+
+    /// Reads a price table from TOML (format in the [type's documentation](Self)) and checks
+    /// that every price is a finite non-negative number and the granularity at least 1 ms.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError::Toml`] naming the line and the field for a syntax error, a missing or
+    /// unknown field or a wrong type; [`CostError::InvalidPrice`] for a price that cannot be.
+    pub fn from_toml_str(text: &str) -> Result<Self, CostError> {
+        let table: Self = toml::from_str(text).map_err(CostError::Toml)?;
+        table.validate()?;
+        Ok(table)
+    }
+
+    /// The table as TOML, in the format [`from_toml_str`](Self::from_toml_str) reads.
+    pub fn to_toml_string(&self) -> String {
+        // A struct of strings and numbers always serialises.
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Checks that every price is finite and non-negative and the granularity at least 1 ms.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError::InvalidPrice`] naming the first field that is not.
+    pub fn validate(&self) -> Result<(), CostError> {
+        let prices = [
+            ("gb_second_usd", self.gb_second_usd),
+            ("request_usd", self.request_usd),
+            ("services_usd_per_hour", self.services_usd_per_hour),
+            ("redis_usd_per_hour", self.redis_usd_per_hour),
+            ("memcached_usd_per_hour", self.memcached_usd_per_hour),
+            ("object_write_usd_per_1000", self.object_write_usd_per_1000),
+            ("object_read_usd_per_1000", self.object_read_usd_per_1000),
+        ];
+        for (field, value) in prices {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(CostError::InvalidPrice {
+                    field,
+                    value,
+                    reason: "a price must be a finite number of dollars, 0 or more",
+                });
+            }
+        }
+        if self.granularity_ms == 0 {
+            return Err(CostError::InvalidPrice {
+                field: "granularity_ms",
+                value: 0.0,
+                reason: "the billing granularity must be at least 1 ms",
+            });
+        }
+        Ok(())
+    }
+
+    /// The table with one more always-on service of `usd_per_hour` (added to
+    /// [`services_usd_per_hour`](Self::services_usd_per_hour)).
+    pub fn with_services(mut self, usd_per_hour: f64) -> Self {
+        self.services_usd_per_hour += usd_per_hour.max(0.0);
+        self
+    }
+
+    /// What the servers of a channel of this kind cost per hour at these prices (Redis and
+    /// Memcached: per instance; the object store: nothing, its requests are billed instead).
+    pub fn channel_usd_per_hour(&self, channel: ChannelKind) -> f64 {
+        match channel {
+            ChannelKind::ObjectStore => 0.0,
+            ChannelKind::Redis { instances } => f64::from(instances) * self.redis_usd_per_hour,
+            ChannelKind::Memcached { instances } => {
+                f64::from(instances) * self.memcached_usd_per_hour
+            }
+        }
+    }
+
+    /// The table with the always-on servers of `channel` added to its services: what the driver
+    /// bills a run with, e.g. `prices.for_channel(ChannelKind::from_url(spec.channel.as_deref()))`.
+    pub fn for_channel(self, channel: ChannelKind) -> Self {
+        let extra = self.channel_usd_per_hour(channel);
+        self.with_services(extra)
     }
 
     /// The cost of one invocation: its billed GB-seconds plus the request fee.
@@ -105,6 +277,48 @@ impl PriceTable {
     }
 }
 
+/// The kind of channel a run exchanges through, as far as its price is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChannelKind {
+    /// The object store (files, S3): no server of its own, but every message is a request.
+    ObjectStore,
+    /// Redis, sharded over `instances` servers.
+    Redis {
+        /// Number of Redis instances.
+        instances: u32,
+    },
+    /// Memcached over `instances` servers.
+    Memcached {
+        /// Number of Memcached instances.
+        instances: u32,
+    },
+}
+
+impl ChannelKind {
+    /// The kind of a channel URL as `mlless train --channel` takes it (`None`, `store`, a path,
+    /// `file://`, `s3://`…: the object store; `redis://a,redis://b`: Redis with two instances;
+    /// `memcached://…`). Only the scheme is looked at; the URL is not checked otherwise.
+    pub fn from_url(url: Option<&str>) -> Self {
+        let Some(url) = url.map(str::trim) else {
+            return Self::ObjectStore;
+        };
+        let instances = || {
+            let n = url.split(',').filter(|s| !s.trim().is_empty()).count();
+            u32::try_from(n.max(1)).unwrap_or(u32::MAX)
+        };
+        match url.split_once("://").map(|(scheme, _)| scheme) {
+            Some("redis" | "rediss") => Self::Redis {
+                instances: instances(),
+            },
+            Some("memcached") => Self::Memcached {
+                instances: instances(),
+            },
+            _ => Self::ObjectStore,
+        }
+    }
+}
+
 /// How long one invocation ran and with how much configured memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
@@ -122,6 +336,30 @@ pub struct ObjectRequests {
     pub writes: u64,
     /// GET and HEAD requests.
     pub reads: u64,
+}
+
+impl ObjectRequests {
+    /// The requests a run of `steps` steps on `workers` workers makes at least, by the protocol
+    /// of the runtime (ARCHITECTURE "A training job"): per worker and step one GET of its
+    /// minibatch; on the object-store channel also one PUT of its update, one LIST and P GETs to
+    /// collect the step's updates, one DELETE of its previous update and one PUT of its
+    /// statistics, and per step the supervisor's LIST, P GETs and P DELETEs of the statistics.
+    /// Further polls of a collect that finds messages missing (one LIST each) are not counted,
+    /// so this is a lower bound.
+    pub fn estimate(channel: ChannelKind, workers: u32, steps: u64) -> Self {
+        let p = u64::from(workers);
+        let worker_steps = p * steps;
+        match channel {
+            ChannelKind::ObjectStore => Self {
+                writes: worker_steps * 4 + (p + 1) * steps,
+                reads: worker_steps * (1 + p) + p * steps,
+            },
+            ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => Self {
+                writes: 0,
+                reads: worker_steps,
+            },
+        }
+    }
 }
 
 impl std::ops::AddAssign for ObjectRequests {
@@ -193,9 +431,39 @@ mod tests {
     }
 
     #[test]
+    fn granularity_1ms_versus_100ms_on_the_same_durations() {
+        let durations = [1u64, 99, 100, 101, 250, 1001];
+        let usages: Vec<Usage> = durations
+            .iter()
+            .map(|&d| Usage {
+                duration_ms: d,
+                memory_mb: 1024,
+            })
+            .collect();
+        let mut fine = PriceTable::aws_lambda();
+        fine.request_usd = 0.0;
+        let mut coarse = fine.clone();
+        coarse.granularity_ms = 100;
+        let none = ObjectRequests::default();
+        let a = fine.bill(&usages, 0.0, none);
+        let b = coarse.bill(&usages, 0.0, none);
+        assert_eq!(a.billed_ms, durations.iter().sum::<u64>());
+        assert_eq!(b.billed_ms, 100 + 100 + 100 + 200 + 300 + 1100);
+        assert!((a.gb_seconds - a.billed_ms as f64 / 1000.0).abs() < 1e-12);
+        assert!(
+            (b.compute_usd / a.compute_usd - b.billed_ms as f64 / a.billed_ms as f64).abs() < 1e-9
+        );
+        // One invocation: the same rounding as the bill.
+        let one = Usage {
+            duration_ms: 101,
+            memory_mb: 512,
+        };
+        assert!((coarse.invocation_usd(one) - 0.2 * 0.5 * coarse.gb_second_usd).abs() < 1e-15);
+    }
+
+    #[test]
     fn bill_adds_every_part() {
-        let mut prices = PriceTable::aws_lambda();
-        prices.services_usd_per_hour = 0.17;
+        let prices = PriceTable::aws_lambda().with_services(0.17);
         let requests = ObjectRequests {
             writes: 2000,
             reads: 10_000,
@@ -219,5 +487,104 @@ mod tests {
             Some(PriceTable::aws_lambda())
         );
         assert_eq!(PriceTable::by_name("azure"), None);
+    }
+
+    #[test]
+    fn channel_services_are_billed_per_instance() {
+        assert_eq!(ChannelKind::from_url(None), ChannelKind::ObjectStore);
+        assert_eq!(
+            ChannelKind::from_url(Some("store")),
+            ChannelKind::ObjectStore
+        );
+        assert_eq!(
+            ChannelKind::from_url(Some("s3://bucket/x")),
+            ChannelKind::ObjectStore
+        );
+        assert_eq!(
+            ChannelKind::from_url(Some("redis://a:6379,redis://b:6379")),
+            ChannelKind::Redis { instances: 2 }
+        );
+        assert_eq!(
+            ChannelKind::from_url(Some("rediss://:secret@a:6380")),
+            ChannelKind::Redis { instances: 1 }
+        );
+        assert_eq!(
+            ChannelKind::from_url(Some("memcached://127.0.0.1:11211")),
+            ChannelKind::Memcached { instances: 1 }
+        );
+        let aws = PriceTable::aws_lambda();
+        let redis = aws.clone().for_channel(ChannelKind::Redis { instances: 2 });
+        assert!((redis.services_usd_per_hour - 0.34).abs() < 1e-12);
+        let bill = redis.bill(&[], 1800.0, ObjectRequests::default());
+        assert!((bill.services_usd - 0.17).abs() < 1e-12);
+        let store = aws.clone().for_channel(ChannelKind::ObjectStore);
+        assert_eq!(store, aws);
+    }
+
+    #[test]
+    fn object_requests_are_billed_and_estimated() {
+        let aws = PriceTable::aws_lambda();
+        let est = ObjectRequests::estimate(ChannelKind::ObjectStore, 4, 10);
+        // Per step: 4 × (update PUT + LIST + DELETE + stats PUT) + the supervisor's LIST and 4
+        // DELETEs; 4 × (minibatch GET + 4 update GETs) + 4 supervisor GETs.
+        assert_eq!(est.writes, 10 * (16 + 5));
+        assert_eq!(est.reads, 10 * (20 + 4));
+        let redis = ObjectRequests::estimate(ChannelKind::Redis { instances: 1 }, 4, 10);
+        assert_eq!(
+            redis,
+            ObjectRequests {
+                writes: 0,
+                reads: 40
+            }
+        );
+        let bill = aws.bill(&[], 0.0, est);
+        let expected = 210.0 / 1000.0 * 0.005 + 240.0 / 1000.0 * 0.0004;
+        assert!((bill.storage_usd - expected).abs() < 1e-15);
+        let mut sum = est;
+        sum += redis;
+        assert_eq!(sum.reads, 280);
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        for table in [
+            PriceTable::aws_lambda(),
+            PriceTable::ibm_cloud_functions().with_services(RABBITMQ_USD_PER_HOUR),
+        ] {
+            let text = table.to_toml_string();
+            assert!(text.contains("gb_second_usd"), "{text}");
+            assert_eq!(PriceTable::from_toml_str(&text).unwrap(), table);
+        }
+    }
+
+    #[test]
+    fn toml_defaults_optional_prices_to_zero() {
+        let t = PriceTable::from_toml_str(
+            "name = \"x\"\ngb_second_usd = 0.00001\ngranularity_ms = 100\n",
+        )
+        .unwrap();
+        assert_eq!(t.request_usd, 0.0);
+        assert_eq!(t.redis_usd_per_hour, 0.0);
+        assert_eq!(t.granularity_ms, 100);
+    }
+
+    #[test]
+    fn bad_toml_names_what_is_wrong() {
+        let err = |text: &str| PriceTable::from_toml_str(text).unwrap_err().to_string();
+        let missing = err("name = \"x\"\ngb_second_usd = 0.00001\n");
+        assert!(missing.contains("granularity_ms"), "{missing}");
+        let typo =
+            err("name = \"x\"\ngb_secnd_usd = 0.1\ngb_second_usd = 0.1\ngranularity_ms = 1\n");
+        assert!(typo.contains("gb_secnd_usd"), "{typo}");
+        let wrong_type = err("name = \"x\"\ngb_second_usd = \"cheap\"\ngranularity_ms = 1\n");
+        assert!(wrong_type.contains("gb_second_usd"), "{wrong_type}");
+        let syntax = err("name = \"x\ngb_second_usd = 1\n");
+        assert!(syntax.starts_with("invalid price table"), "{syntax}");
+        let negative = err("name = \"x\"\ngb_second_usd = -1.0\ngranularity_ms = 1\n");
+        assert!(negative.contains("gb_second_usd = -1"), "{negative}");
+        let zero = err("name = \"x\"\ngb_second_usd = 1.0\ngranularity_ms = 0\n");
+        assert!(zero.contains("granularity_ms"), "{zero}");
+        let nan = err("name = \"x\"\ngb_second_usd = nan\ngranularity_ms = 1\n");
+        assert!(nan.contains("gb_second_usd"), "{nan}");
     }
 }

@@ -1,0 +1,213 @@
+//! `mlless cost`: what the work of a recorded run would take and cost at other fleet sizes and
+//! on VMs; and the `--platform` price tables of `train`, `report` and `cost`.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, VmPrice};
+use mlless_report::ReportOptions;
+use mlless_runtime::RunRecord;
+
+/// The price table `--platform` names: a built-in (`aws-lambda`, `ibm-cf`) or a TOML file (see
+/// `mlless_cost::PriceTable` for its format).
+pub fn price_table(platform: &str) -> anyhow::Result<PriceTable> {
+    if let Some(table) = PriceTable::by_name(platform) {
+        return Ok(table);
+    }
+    let path = Path::new(platform);
+    if path.extension().is_some_and(|e| e == "toml") || path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the price table {}", path.display()))?;
+        return PriceTable::from_toml_str(&text)
+            .with_context(|| format!("in the price table {}", path.display()));
+    }
+    anyhow::bail!("unknown --platform {platform:?}: use aws-lambda, ibm-cf or a TOML price table")
+}
+
+/// The options of the cost model, shared by `mlless report` and `mlless cost`.
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Prices: aws-lambda, ibm-cf or a TOML price table [default: the run's own].
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// VM types to compare with, as TYPE:PRICE (dollars per hour) or a built-in type
+    /// (t3.medium, c5.large, c5.4xlarge) [default: the built-in types].
+    #[arg(long = "vm", value_name = "TYPE:PRICE")]
+    pub vms: Vec<VmPrice>,
+    /// CPUs the run's functions shared, for the contention model; 0: each had its own (a FaaS
+    /// platform) [default: this machine's CPUs if the run was local, else 0].
+    #[arg(long)]
+    pub cores: Option<u32>,
+    /// Seconds VMs take to boot and start the job.
+    #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S)]
+    pub vm_startup_s: f64,
+}
+
+impl ModelArgs {
+    /// The report options for `record` with these arguments.
+    pub fn options(&self, record: &RunRecord) -> anyhow::Result<ReportOptions> {
+        let mut options = ReportOptions::for_record(record);
+        if let Some(platform) = &self.platform {
+            options.prices = price_table(platform)?;
+        }
+        if !self.vms.is_empty() {
+            options.vms = self.vms.clone();
+        }
+        if let Some(cores) = self.cores {
+            options.cores = (cores > 0).then_some(cores);
+        }
+        if !(self.vm_startup_s.is_finite() && self.vm_startup_s >= 0.0) {
+            anyhow::bail!("--vm-startup-s must be a number of seconds, 0 or more");
+        }
+        options.vm_startup_s = self.vm_startup_s;
+        Ok(options)
+    }
+}
+
+/// Options of `mlless cost`.
+#[derive(Debug, Args)]
+pub struct CostArgs {
+    /// A run record (JSON), as written by `mlless train --record`.
+    pub record: PathBuf,
+    /// Fleet sizes to predict, e.g. 1,2,4,8 [default: powers of two up to 4× the run's, and
+    /// the run's].
+    #[arg(long, value_delimiter = ',', value_name = "P[,P…]")]
+    pub workers: Vec<u32>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Runs `mlless cost`.
+pub fn run(args: CostArgs) -> anyhow::Result<()> {
+    let record = crate::summary::read_record(&args.record)?;
+    let options = args.model.options(&record)?;
+    if args.workers.contains(&0) {
+        anyhow::bail!("--workers: a fleet needs at least 1 worker");
+    }
+    let fleets = if args.workers.is_empty() {
+        default_fleets(record.spec.workers)
+    } else {
+        args.workers.clone()
+    };
+    print!("{}", render(&record, &options, &fleets));
+    Ok(())
+}
+
+/// 1, 2, 4, … up to 4 P, and P itself, in order.
+fn default_fleets(p: u32) -> Vec<u32> {
+    let p = p.max(1);
+    let mut fleets: Vec<u32> = std::iter::successors(Some(1u32), |n| n.checked_mul(2))
+        .take_while(|&n| n <= p.saturating_mul(4))
+        .collect();
+    fleets.push(p);
+    fleets.sort_unstable();
+    fleets.dedup();
+    fleets
+}
+
+/// The table of `mlless cost` as text.
+fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String {
+    let m = options.measurements(record);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "run {}: {} workers, {} steps, {:.2} epochs, wall {:.2} s{}",
+        record.spec.job_id,
+        record.spec.workers,
+        record.steps.len(),
+        record.epochs,
+        record.wall_s,
+        record.bill.as_ref().map_or_else(String::new, |b| format!(
+            ", billed ${:.6} at {} prices",
+            b.total_usd, b.platform
+        ))
+    );
+    out.push_str(&describe_model(&m));
+    let _ = writeln!(
+        out,
+        "\n{:<24} {:>8} {:>8} {:>10} {:>10} {:>12}",
+        "platform", "workers", "steps", "step ms", "time s", "cost USD"
+    );
+    let mut row = |name: &str, p: &mlless_cost::Prediction| {
+        let mark = if p.workers == record.spec.workers && name.ends_with("(FaaS)") {
+            " *"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>8} {:>10.2} {:>10.2} {:>12.6}{mark}",
+            name, p.workers, p.steps, p.step_ms, p.time_s, p.cost_usd
+        );
+    };
+    let faas = format!("{} (FaaS)", options.prices.name);
+    for &p in fleets {
+        row(&faas, &m.predict_faas(p, &options.prices));
+    }
+    for vm in &options.vms {
+        let name = format!("{} ${}/h (VM)", vm.name, vm.usd_per_hour);
+        for &p in fleets {
+            row(&name, &m.predict_vm(vm, p));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n* the run's fleet size (for a run with one worker count the model reproduces it). \
+         FaaS costs include the object-store requests of the channel (estimated). VMs: one \
+         worker per machine, start-up {:.0} s, the machines only, billed per second with a \
+         60 s minimum.",
+        m.vm_startup_s
+    );
+    out
+}
+
+/// The fitted model in one or two lines.
+fn describe_model(m: &RunMeasurements) -> String {
+    let e = m.exchange_model();
+    let c = m
+        .cores
+        .map_or_else(|| "1 (own CPUs)".to_string(), |c| format!("max(1, P/{c})"));
+    let p = m.workers.max(1);
+    let step = m.step_ms_at(p) / m.contention(p);
+    let exchange = e.at(p);
+    format!(
+        "model: step(P) = c(P) · ({:.2} ms + exchange(P)), exchange(P) = {:.2} + {:.2}·(P − 1) \
+         ms, c(P) = {c}\n       start-up {:.2} s, teardown {:.2} s, {} phase(s) measured\n",
+        step - exchange,
+        e.floor_ms,
+        e.per_peer_ms,
+        m.startup_s,
+        m.teardown_s,
+        m.phases.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleets_and_platforms() {
+        assert_eq!(default_fleets(4), vec![1, 2, 4, 8, 16]);
+        assert_eq!(default_fleets(3), vec![1, 2, 3, 4, 8]);
+        assert_eq!(default_fleets(0), vec![1, 2, 4]);
+        assert_eq!(price_table("ibm-cf").unwrap().granularity_ms, 100);
+        let err = price_table("azure").unwrap_err().to_string();
+        assert!(err.contains("aws-lambda, ibm-cf"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prices.toml");
+        std::fs::write(&path, PriceTable::ibm_cloud_functions().to_toml_string()).unwrap();
+        let table = price_table(path.to_str().unwrap()).unwrap();
+        assert_eq!(table, PriceTable::ibm_cloud_functions());
+        std::fs::write(&path, "name = \"x\"\n").unwrap();
+        let err = format!("{:#}", price_table(path.to_str().unwrap()).unwrap_err());
+        assert!(
+            err.contains("prices.toml") && err.contains("gb_second_usd"),
+            "{err}"
+        );
+        let missing = format!("{:#}", price_table("/nonexistent/p.toml").unwrap_err());
+        assert!(missing.contains("/nonexistent/p.toml"), "{missing}");
+    }
+}

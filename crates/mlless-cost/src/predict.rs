@@ -1,0 +1,533 @@
+//! What the work of a measured run would take and cost at another fleet size, or on VMs.
+//!
+//! # The model
+//!
+//! A BSP step of a worker is read + compute + exchange (+ a little bookkeeping, "other"). A run
+//! of `E` epochs over `M` minibatches on `P` workers takes `ceil(E·M/P)` steps: every worker
+//! reads one minibatch per step, so the per-worker minibatch stays the same and the steps per
+//! epoch scale as `M/P`.
+//!
+//! **CPU contention.** When the functions share `cores` CPUs (local runs: P processes on one
+//! machine), everything a step does is slowed by `c(P) = max(1, P/cores)` (the exchange too:
+//! decoding and adding P updates is CPU work, and a worker waits for peers that wait for a
+//! core). On a FaaS platform every function has its own CPU share: `cores = None`, `c(P) = 1`.
+//! Each measured phase is brought back to one uncontended worker by dividing by its
+//! `c(P_measured)`; a prediction for the same machine multiplies by `c(P)`. A record does not
+//! say how many cores its functions had, so the caller passes it (the CLI: this machine's CPUs
+//! for a local run).
+//!
+//! **Exchange.** The uncontended exchange time of a step is `e(P) = a + b·(P − 1)`: a latency
+//! floor `a` (publish, wait for the barrier, collect one message) and a cost `b` per further
+//! peer (one more message to fetch, decode and add). With phases at two or more worker counts
+//! (the scale-in auto-tuner changes P during a run), `a` and `b` are fitted by least squares
+//! weighted by steps (kept non-negative). With one worker count `P_m`, the floor is taken to be
+//! the cost of one peer, `a = b`, so `e(P) = e(P_m) · P / P_m`: proportional to the messages a
+//! worker collects.
+//!
+//! Why `a = b`: on the local object-store channel the uncontended exchange measured
+//! `e(8)/e(4)` = 1.7 to 2.2 over four data sets (sparse LR with 20k and 100k features, PMF),
+//! 2 being `a = b`; `a = 0` (2.33) and a larger floor both miss one end. Predicting P = 4 from
+//! P = 8 runs on a loaded 2-core machine, this model was within −24 % … +24 % of single P = 4
+//! runs, most of it the ±10 % run-to-run noise of such a machine; it is least accurate towards
+//! P = 1 and 2, where a worker stops waiting for peers.
+//!
+//! **FaaS at P workers:**
+//!
+//! ```text
+//! step(P) = c(P) · (read_u + compute_u + other_u + e(P))          [ms, _u: uncontended means]
+//! time(P) = startup_s + ceil(E·M/P) · step(P) / 1000 + teardown_s  [s]
+//! cost(P) = the bill of P workers and the other functions (the supervisor), each running
+//!           time(P), plus the channel's servers for time(P) (PriceTable::for_channel) and the
+//!           object-store requests of ceil(E·M/P) steps (ObjectRequests::estimate)
+//! ```
+//!
+//! **VMs (LambdaML's analytical model)**: one worker per machine on `m` machines, the data set
+//! loaded once and kept in memory (so no reads per step), no contention:
+//!
+//! ```text
+//! time(m) = vm_startup_s + data_loading_s / m + E · ceil(M/m) · (compute_u + other_u + e(m)) / 1000
+//! cost(m) = usd_per_hour / 3600 · m · max(60, ceil(time(m)))
+//! ```
+//!
+//! The VMs' exchange keeps the run's exchange model `e(m)`, a conservative time (machines that
+//! talk directly, as LambdaML's all-reduce over the VPC, may exchange faster; the run did not
+//! measure that), while the cost counts the machines only (no channel servers or requests).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Bill, ChannelKind, ObjectRequests, PriceTable, Usage, VmPrice};
+
+/// The measured means of the steps a run made at one worker count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PhaseMeasurement {
+    /// Number of workers P in these steps.
+    pub workers: u32,
+    /// Steps made at this worker count.
+    pub steps: u64,
+    /// Mean time a worker spent reading data per step (not hidden by prefetching), ms.
+    pub read_ms: f64,
+    /// Mean time a worker spent computing per step, ms.
+    pub compute_ms: f64,
+    /// Mean time a worker spent exchanging per step, ms.
+    pub exchange_ms: f64,
+    /// Mean wall time of a step, ms (at least read + compute + exchange; the rest is
+    /// bookkeeping).
+    pub step_ms: f64,
+}
+
+impl PhaseMeasurement {
+    /// The part of a step that is neither read, compute nor exchange, ms (never negative).
+    pub fn other_ms(&self) -> f64 {
+        (self.step_ms - self.read_ms - self.compute_ms - self.exchange_ms).max(0.0)
+    }
+}
+
+/// What a run measured, enough to predict the same work at another fleet size or on VMs.
+///
+/// Built from a run record by `mlless_report::measurements`; the model is in the [module
+/// documentation](crate::predict).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunMeasurements {
+    /// Number of workers the run started with.
+    pub workers: u32,
+    /// Training minibatches M of the data set (one epoch).
+    pub train_batches: u64,
+    /// Passes over the training set the run made.
+    pub epochs: f64,
+    /// The steps, grouped by worker count.
+    pub phases: Vec<PhaseMeasurement>,
+    /// Seconds from the start of the run to the start of its first step (invoking the
+    /// functions, loading the job).
+    pub startup_s: f64,
+    /// Seconds from the end of the last step to the end of the run (final model, evaluation).
+    pub teardown_s: f64,
+    /// Seconds one uncontended worker would take to read the whole training set once.
+    pub data_loading_s: f64,
+    /// Configured memory of every function, MB.
+    pub memory_mb: u32,
+    /// Invocations per worker (more than 1 when functions re-invoke themselves).
+    pub invocations_per_worker: f64,
+    /// Invocations besides the workers' (the supervisor).
+    pub other_invocations: u64,
+    /// The channel the workers exchanged through.
+    pub channel: ChannelKind,
+    /// CPUs the functions of the run shared (`None`: each had its own, as on a FaaS platform).
+    /// Predictions assume the same machine; see the module documentation.
+    pub cores: Option<u32>,
+    /// Seconds rented VMs take to boot and start the job ([`crate::DEFAULT_VM_STARTUP_S`]).
+    pub vm_startup_s: f64,
+}
+
+/// A predicted run: how long it takes and what it costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The platform or VM type.
+    pub platform: String,
+    /// Workers (functions) or machines.
+    pub workers: u32,
+    /// Steps of the run.
+    pub steps: u64,
+    /// Wall time of one step, ms.
+    pub step_ms: f64,
+    /// Wall time of the run, s.
+    pub time_s: f64,
+    /// What it costs, US dollars.
+    pub cost_usd: f64,
+    /// The FaaS bill behind `cost_usd` (`None` for VMs).
+    pub bill: Option<Bill>,
+}
+
+/// The exchange time of a step as a function of the number of workers: `a + b·(P − 1)`, ms,
+/// uncontended.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ExchangeModel {
+    /// Latency floor `a`, ms.
+    pub floor_ms: f64,
+    /// Cost `b` of each peer beyond the first, ms.
+    pub per_peer_ms: f64,
+}
+
+impl ExchangeModel {
+    /// Exchange time at `workers` workers, ms.
+    pub fn at(&self, workers: u32) -> f64 {
+        self.floor_ms + self.per_peer_ms * f64::from(workers.max(1) - 1)
+    }
+}
+
+impl RunMeasurements {
+    /// `c(P) = max(1, P/cores)`: how much P workers sharing the measured machine's cores slow
+    /// each other; 1 without a core count.
+    pub fn contention(&self, workers: u32) -> f64 {
+        match self.cores {
+            Some(cores) if cores > 0 => (f64::from(workers) / f64::from(cores)).max(1.0),
+            _ => 1.0,
+        }
+    }
+
+    /// Steps the same work takes on `workers` workers: `ceil(epochs · M / P)`.
+    pub fn steps_at(&self, workers: u32) -> u64 {
+        let work = self.epochs.max(0.0) * self.train_batches as f64;
+        // Round first so that 10.000000001 epochs of float noise do not add a step.
+        ((work / f64::from(workers.max(1))) - 1e-6).ceil().max(0.0) as u64
+    }
+
+    /// Mean uncontended per-step time of one worker for (read, compute, other), ms, weighted by
+    /// the steps of each phase.
+    fn uncontended_parts(&self) -> (f64, f64, f64) {
+        let (mut read, mut compute, mut other, mut n) = (0.0, 0.0, 0.0, 0.0);
+        for phase in self.phases.iter().filter(|p| p.steps > 0) {
+            let w = phase.steps as f64;
+            let c = self.contention(phase.workers);
+            read += w * phase.read_ms / c;
+            compute += w * phase.compute_ms / c;
+            other += w * phase.other_ms() / c;
+            n += w;
+        }
+        if n == 0.0 {
+            (0.0, 0.0, 0.0)
+        } else {
+            (read / n, compute / n, other / n)
+        }
+    }
+
+    /// The exchange model fitted from the phases (see the module documentation).
+    pub fn exchange_model(&self) -> ExchangeModel {
+        // Points (P − 1, uncontended exchange) weighted by steps.
+        let points: Vec<(f64, f64, f64)> = self
+            .phases
+            .iter()
+            .filter(|p| p.steps > 0 && p.workers > 0)
+            .map(|p| {
+                (
+                    f64::from(p.workers - 1),
+                    p.exchange_ms.max(0.0) / self.contention(p.workers),
+                    p.steps as f64,
+                )
+            })
+            .collect();
+        let n: f64 = points.iter().map(|p| p.2).sum();
+        if n == 0.0 {
+            return ExchangeModel {
+                floor_ms: 0.0,
+                per_peer_ms: 0.0,
+            };
+        }
+        let mean_x = points.iter().map(|p| p.2 * p.0).sum::<f64>() / n;
+        let mean_y = points.iter().map(|p| p.2 * p.1).sum::<f64>() / n;
+        let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
+        if sxx <= 1e-12 {
+            // One worker count: a = b, e(P) = e(P_m) · P / P_m.
+            let per = mean_y / (mean_x + 1.0);
+            return ExchangeModel {
+                floor_ms: per,
+                per_peer_ms: per,
+            };
+        }
+        let sxy: f64 = points
+            .iter()
+            .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
+            .sum();
+        let mut b = (sxy / sxx).max(0.0);
+        let mut a = mean_y - b * mean_x;
+        if a < 0.0 {
+            // A negative floor: force it to 0 and fit the slope through the origin.
+            a = 0.0;
+            let sxx0: f64 = points.iter().map(|p| p.2 * p.0 * p.0).sum();
+            let sxy0: f64 = points.iter().map(|p| p.2 * p.0 * p.1).sum();
+            b = if sxx0 > 0.0 {
+                (sxy0 / sxx0).max(0.0)
+            } else {
+                0.0
+            };
+        }
+        ExchangeModel {
+            floor_ms: a,
+            per_peer_ms: b,
+        }
+    }
+
+    /// Predicted wall time of one FaaS step at `workers` workers, ms.
+    pub fn step_ms_at(&self, workers: u32) -> f64 {
+        let (read, compute, other) = self.uncontended_parts();
+        let exchange = self.exchange_model().at(workers);
+        self.contention(workers) * (read + compute + other + exchange)
+    }
+
+    /// The same work (same epochs, same per-worker minibatch) on `workers` functions at the
+    /// prices of `table`: time and bill (module documentation for the model).
+    pub fn predict_faas(&self, workers: u32, table: &PriceTable) -> Prediction {
+        let workers = workers.max(1);
+        let steps = self.steps_at(workers);
+        let step_ms = self.step_ms_at(workers);
+        let time_s =
+            self.startup_s.max(0.0) + steps as f64 * step_ms / 1000.0 + self.teardown_s.max(0.0);
+        let worker_invocations =
+            (self.invocations_per_worker.max(1.0) * f64::from(workers)).ceil() as u64;
+        let functions = u64::from(workers) + self.other_invocations;
+        // Every function runs for the whole run; re-invocations split that time, so they add
+        // requests but (at 1 ms granularity) no GB-seconds.
+        let duration_ms = (time_s * 1000.0).ceil() as u64;
+        let usages = vec![
+            Usage {
+                duration_ms,
+                memory_mb: self.memory_mb,
+            };
+            usize::try_from(functions).unwrap_or(usize::MAX)
+        ];
+        let prices = table.clone().for_channel(self.channel);
+        let mut bill = prices.bill(
+            &usages,
+            time_s,
+            ObjectRequests::estimate(self.channel, workers, steps),
+        );
+        let extra_requests =
+            (worker_invocations + self.other_invocations).saturating_sub(functions);
+        bill.invocations += extra_requests;
+        bill.request_usd += extra_requests as f64 * prices.request_usd;
+        bill.total_usd += extra_requests as f64 * prices.request_usd;
+        Prediction {
+            platform: table.name.clone(),
+            workers,
+            steps,
+            step_ms,
+            time_s,
+            cost_usd: bill.total_usd,
+            bill: Some(bill),
+        }
+    }
+
+    /// The same work on `machines` VMs of type `vm`, one worker per machine, by LambdaML's
+    /// analytical model: startup + data loading + epochs × (compute + communication per epoch),
+    /// billed per second with a one-minute minimum.
+    pub fn predict_vm(&self, vm: &VmPrice, machines: u32) -> Prediction {
+        let machines = machines.max(1);
+        let (_, compute, other) = self.uncontended_parts();
+        let exchange = self.exchange_model().at(machines);
+        let step_ms = compute + other + exchange;
+        let steps = self.steps_at(machines);
+        let time_s = self.vm_startup_s.max(0.0)
+            + self.data_loading_s.max(0.0) / f64::from(machines)
+            + steps as f64 * step_ms / 1000.0;
+        Prediction {
+            platform: vm.name.clone(),
+            workers: machines,
+            steps,
+            step_ms,
+            time_s,
+            cost_usd: vm.usd_for(machines, time_s),
+            bill: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(workers: u32, steps: u64, compute: f64, exchange: f64) -> PhaseMeasurement {
+        PhaseMeasurement {
+            workers,
+            steps,
+            read_ms: 0.2,
+            compute_ms: compute,
+            exchange_ms: exchange,
+            step_ms: 0.2 + compute + exchange + 0.1,
+        }
+    }
+
+    fn measured(phases: Vec<PhaseMeasurement>, cores: Option<u32>) -> RunMeasurements {
+        RunMeasurements {
+            workers: phases[0].workers,
+            train_batches: 270,
+            epochs: 10.0,
+            phases,
+            startup_s: 0.05,
+            teardown_s: 0.05,
+            data_loading_s: 270.0 * 0.2 / 1000.0,
+            memory_mb: 1024,
+            invocations_per_worker: 1.0,
+            other_invocations: 1,
+            channel: ChannelKind::ObjectStore,
+            cores,
+            vm_startup_s: crate::DEFAULT_VM_STARTUP_S,
+        }
+    }
+
+    #[test]
+    fn steps_scale_as_m_over_p() {
+        let m = measured(vec![phase(4, 675, 1.5, 8.0)], None);
+        assert_eq!(m.steps_at(1), 2700);
+        assert_eq!(m.steps_at(4), 675);
+        assert_eq!(m.steps_at(8), 338);
+        assert_eq!(m.steps_at(0), 2700);
+    }
+
+    #[test]
+    fn one_worker_count_gives_a_proportional_exchange() {
+        let m = measured(vec![phase(8, 338, 3.0, 16.0)], None);
+        let e = m.exchange_model();
+        assert!((e.floor_ms - 2.0).abs() < 1e-12);
+        assert!((e.per_peer_ms - 2.0).abs() < 1e-12);
+        assert!((e.at(8) - 16.0).abs() < 1e-12);
+        assert!((e.at(4) - 8.0).abs() < 1e-12);
+        // The prediction at the measured P reproduces the measured step.
+        assert!((m.step_ms_at(8) - m.phases[0].step_ms).abs() < 1e-9);
+    }
+
+    #[test]
+    fn two_worker_counts_fit_floor_and_slope() {
+        // e(P) = 1 + 0.5 (P − 1), uncontended.
+        let m = measured(vec![phase(8, 100, 1.0, 4.5), phase(4, 200, 1.0, 2.5)], None);
+        let e = m.exchange_model();
+        assert!((e.floor_ms - 1.0).abs() < 1e-9, "{e:?}");
+        assert!((e.per_peer_ms - 0.5).abs() < 1e-9, "{e:?}");
+        // Exchange falling with P (noise): no negative slope.
+        let m = measured(vec![phase(8, 100, 1.0, 2.0), phase(4, 100, 1.0, 3.0)], None);
+        let e = m.exchange_model();
+        assert_eq!(e.per_peer_ms, 0.0);
+        assert!((e.floor_ms - 2.5).abs() < 1e-9);
+        // A negative floor is refitted through the origin.
+        let m = measured(vec![phase(8, 100, 1.0, 7.0), phase(4, 100, 1.0, 1.0)], None);
+        let e = m.exchange_model();
+        assert_eq!(e.floor_ms, 0.0);
+        assert!(e.per_peer_ms > 0.0);
+    }
+
+    #[test]
+    fn contention_inflates_compute_beyond_the_cores() {
+        let m = measured(vec![phase(8, 338, 4.0, 16.0)], Some(2));
+        assert_eq!(m.contention(1), 1.0);
+        assert_eq!(m.contention(2), 1.0);
+        assert_eq!(m.contention(8), 4.0);
+        // At the measured P the step is reproduced; at P = 4 the step is c(4)/c(8) = 1/2 of
+        // the compute part and 1/2 · 4/8 of the exchange part.
+        assert!((m.step_ms_at(8) - m.phases[0].step_ms).abs() < 1e-9);
+        let expected4 = (0.2 + 4.0 + 0.1) / 2.0 + 16.0 / 4.0;
+        assert!((m.step_ms_at(4) - expected4).abs() < 1e-9);
+        // Without a core count the compute part does not change with P.
+        let free = measured(vec![phase(8, 338, 4.0, 16.0)], None);
+        assert!((free.step_ms_at(4) - (0.2 + 4.0 + 0.1 + 8.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn faas_predictions_are_sane_and_monotone() {
+        let m = measured(vec![phase(4, 675, 1.5, 8.0)], None);
+        let aws = PriceTable::aws_lambda();
+        let p4 = m.predict_faas(4, &aws);
+        let measured_time = 0.1 + 675.0 * m.phases[0].step_ms / 1000.0;
+        assert!((p4.time_s - measured_time).abs() < 1e-9);
+        let bill = p4.bill.as_ref().unwrap();
+        assert_eq!(bill.invocations, 5);
+        assert!(p4.cost_usd > 0.0);
+        // Here a step is 1.8 ms + e(P) = 2·P ms: time ∝ 1.8/P + 2 falls with P, while the
+        // GB-seconds, (P + 1) functions × time, grow.
+        let (mut last_time, mut last_gb_s) = (f64::INFINITY, 0.0);
+        for p in [1, 2, 4, 8, 16, 32] {
+            let pred = m.predict_faas(p, &aws);
+            let bill = pred.bill.as_ref().unwrap();
+            assert!(
+                pred.time_s.is_finite() && pred.time_s < last_time,
+                "P = {p}: {pred:?}"
+            );
+            assert!(bill.gb_seconds > last_gb_s, "P = {p}: {pred:?}");
+            assert!((pred.cost_usd - bill.total_usd).abs() < 1e-15);
+            assert_eq!(bill.invocations, u64::from(p) + 1);
+            (last_time, last_gb_s) = (pred.time_s, bill.gb_seconds);
+        }
+        // The exchange's requests grow as P² per step, so as P over the run (beyond the
+        // per-step requests of the supervisor, which fewer steps save).
+        let storage = |p| m.predict_faas(p, &aws).bill.unwrap().storage_usd;
+        assert!(storage(32) > storage(8) && storage(8) > storage(4));
+        // IBM's 100 ms granularity never bills less GB-seconds than AWS's 1 ms.
+        let ibm = m.predict_faas(4, &PriceTable::ibm_cloud_functions());
+        assert!(ibm.bill.unwrap().billed_ms >= bill.billed_ms);
+        // A Redis channel adds its instance for the run's time.
+        let mut redis = m.clone();
+        redis.channel = ChannelKind::Redis { instances: 1 };
+        let r = redis.predict_faas(4, &aws);
+        let services = r.bill.unwrap().services_usd;
+        assert!((services - r.time_s / 3600.0 * 0.17).abs() < 1e-12);
+    }
+
+    /// Measurements of real P = 8 runs on a loaded 2-core machine (local object-store channel),
+    /// and the wall times of three P = 4 runs of the same work each.
+    #[test]
+    fn predicts_p4_from_p8_within_20_percent_on_two_cores() {
+        let cases = [
+            // sparse LR, 100k features, 270 minibatches, 10 epochs
+            (
+                270,
+                10.015,
+                [0.254, 2.907, 34.477, 38.21],
+                (0.059, 0.073),
+                [6.385, 7.171, 7.480],
+            ),
+            // PMF, 540 minibatches, 5 epochs
+            (
+                540,
+                5.007,
+                [0.321, 0.929, 33.148, 34.878],
+                (0.039, 0.047),
+                [5.519, 6.890, 6.292],
+            ),
+        ];
+        for (batches, epochs, [read, compute, exchange, step], (startup, teardown), walls) in cases
+        {
+            let mut m = measured(
+                vec![PhaseMeasurement {
+                    workers: 8,
+                    steps: 338,
+                    read_ms: read,
+                    compute_ms: compute,
+                    exchange_ms: exchange,
+                    step_ms: step,
+                }],
+                Some(2),
+            );
+            m.train_batches = batches;
+            m.epochs = epochs;
+            m.startup_s = startup;
+            m.teardown_s = teardown;
+            let predicted = m.predict_faas(4, &PriceTable::aws_lambda()).time_s;
+            for wall in walls {
+                let error = predicted / wall - 1.0;
+                assert!(
+                    error.abs() < 0.2,
+                    "{predicted} s for {wall} s ({error:+.2})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reinvocations_add_requests() {
+        let mut m = measured(vec![phase(4, 675, 1.5, 8.0)], None);
+        m.invocations_per_worker = 3.0;
+        let p = m.predict_faas(2, &PriceTable::aws_lambda());
+        let bill = p.bill.unwrap();
+        assert_eq!(bill.invocations, 7);
+        assert!((bill.request_usd - 7.0 * 0.2e-6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn vm_prediction_follows_lambdaml() {
+        let m = measured(vec![phase(4, 675, 1.5, 8.0)], Some(2));
+        let vm = VmPrice::new("c5.large", 0.085);
+        let one = m.predict_vm(&vm, 1);
+        // Uncontended at P = 4 on 2 cores: compute 1.5 / 2, exchange 8 / 2, so e(1) = 4 / 4.
+        let step = (1.5 + 0.1) / 2.0 + 1.0;
+        let expected = 60.0 + m.data_loading_s + 2700.0 * step / 1000.0;
+        assert!((one.time_s - expected).abs() < 1e-9, "{one:?}");
+        assert!((one.cost_usd - 0.085 / 3600.0 * expected.ceil()).abs() < 1e-12);
+        // A short run on 4 machines pays the one-minute minimum on each.
+        let mut quick = m.clone();
+        quick.vm_startup_s = 0.0;
+        let four = quick.predict_vm(&vm, 4);
+        assert!(four.time_s < 60.0);
+        assert!((four.cost_usd - 4.0 * 60.0 * 0.085 / 3600.0).abs() < 1e-12);
+        // A dearer type costs more for the same time.
+        let big = m.predict_vm(&VmPrice::new("c5.4xlarge", 0.68), 4);
+        assert!(big.cost_usd > m.predict_vm(&vm, 4).cost_usd);
+        assert!(big.bill.is_none());
+    }
+}

@@ -1,0 +1,162 @@
+//! Reports of mlless runs: three SVG plots and one self-contained HTML page per run record.
+//!
+//! [`render_report`] writes into a directory:
+//!
+//! - `loss.svg`: the training loss over time (seconds since the run started), with the number of
+//!   workers on a secondary axis;
+//! - `cost.svg`: the billed cost so far over time (see [`cost_curve`] for how it is derived);
+//! - `bytes.svg`: bytes sent and received by all workers in each step;
+//! - `report.html`: the summary of the run, the three plots inlined, and the FaaS-versus-VM
+//!   comparison of [`mlless_cost::RunMeasurements`] (this run as measured, the same work on a
+//!   few VM types). No external resource, no JavaScript.
+//!
+//! ```no_run
+//! # fn demo(record: &mlless_runtime::RunRecord) -> Result<(), mlless_report::ReportError> {
+//! let files = mlless_report::render_report(record, std::path::Path::new("report"))?;
+//! println!("{}", files.html.display());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, VmPrice};
+use mlless_runtime::RunRecord;
+
+mod html;
+mod measure;
+mod plots;
+
+pub use html::{comparison, escape, html_report};
+pub use measure::{cost_curve, default_cores, measurements, price_table_of, time_offset_s};
+pub use plots::{bytes_svg, cost_svg, loss_svg};
+
+/// Errors of a report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// A file or the directory of the report could not be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A plot could not be drawn.
+    #[error("cannot draw the {plot} plot: {reason}")]
+    Plot {
+        /// Which plot.
+        plot: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// What goes into a report besides the record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportOptions {
+    /// Prices of the FaaS platform (default: the table the run was billed with, see
+    /// [`price_table_of`]).
+    pub prices: PriceTable,
+    /// VM types of the comparison (default: [`VmPrice::builtins`]).
+    pub vms: Vec<VmPrice>,
+    /// CPUs the run's functions shared (default: [`default_cores`]); see
+    /// [`mlless_cost::RunMeasurements::cores`].
+    pub cores: Option<u32>,
+    /// Seconds VMs take to boot and start the job (default [`DEFAULT_VM_STARTUP_S`]).
+    pub vm_startup_s: f64,
+}
+
+impl ReportOptions {
+    /// The defaults for `record`.
+    pub fn for_record(record: &RunRecord) -> Self {
+        Self {
+            prices: price_table_of(record),
+            vms: VmPrice::builtins(),
+            cores: default_cores(record),
+            vm_startup_s: DEFAULT_VM_STARTUP_S,
+        }
+    }
+
+    /// What the run measured, with these options' core count and VM start-up time.
+    pub fn measurements(&self, record: &RunRecord) -> RunMeasurements {
+        let mut m = measurements(record, self.cores);
+        m.vm_startup_s = self.vm_startup_s;
+        m
+    }
+}
+
+/// The files of a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFiles {
+    /// The directory they are in.
+    pub dir: PathBuf,
+    /// Loss and workers over time.
+    pub loss_svg: PathBuf,
+    /// Cumulative billed cost over time.
+    pub cost_svg: PathBuf,
+    /// Bytes sent and received per step.
+    pub bytes_svg: PathBuf,
+    /// The page with the summary, the plots and the comparison.
+    pub html: PathBuf,
+}
+
+impl ReportFiles {
+    /// Every file, the page last.
+    pub fn all(&self) -> [&Path; 4] {
+        [&self.loss_svg, &self.cost_svg, &self.bytes_svg, &self.html]
+    }
+}
+
+/// Renders the report of `record` into `out_dir` (created if missing; files of an earlier report
+/// there are replaced) with the [default options](ReportOptions::for_record).
+///
+/// # Errors
+///
+/// [`ReportError::Io`] if the directory or a file cannot be written, [`ReportError::Plot`] if a
+/// plot cannot be drawn.
+pub fn render_report(record: &RunRecord, out_dir: &Path) -> Result<ReportFiles, ReportError> {
+    render_report_with(record, out_dir, &ReportOptions::for_record(record))
+}
+
+/// Renders the report of `record` into `out_dir` with `options`.
+///
+/// # Errors
+///
+/// As [`render_report`].
+pub fn render_report_with(
+    record: &RunRecord,
+    out_dir: &Path,
+    options: &ReportOptions,
+) -> Result<ReportFiles, ReportError> {
+    let loss = loss_svg(record)?;
+    let cost = cost_svg(record, &options.prices)?;
+    let bytes = bytes_svg(record)?;
+    let page = html_report(record, options, [&loss, &cost, &bytes]);
+
+    std::fs::create_dir_all(out_dir).map_err(|source| ReportError::Io {
+        path: out_dir.to_path_buf(),
+        source,
+    })?;
+    let files = ReportFiles {
+        dir: out_dir.to_path_buf(),
+        loss_svg: out_dir.join("loss.svg"),
+        cost_svg: out_dir.join("cost.svg"),
+        bytes_svg: out_dir.join("bytes.svg"),
+        html: out_dir.join("report.html"),
+    };
+    for (path, text) in [
+        (&files.loss_svg, &loss),
+        (&files.cost_svg, &cost),
+        (&files.bytes_svg, &bytes),
+        (&files.html, &page),
+    ] {
+        std::fs::write(path, text).map_err(|source| ReportError::Io {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(files)
+}

@@ -1,0 +1,245 @@
+//! What a run record measured: the inputs of the cost model and of the cost plot.
+
+use mlless_cost::{
+    ChannelKind, DEFAULT_VM_STARTUP_S, PhaseMeasurement, PriceTable, RunMeasurements,
+    billed_duration_ms, gb_seconds,
+};
+use mlless_runtime::RunRecord;
+use mlless_runtime::record::StepRecord;
+
+/// Seconds from the start of the run (the driver) to the start of the supervisor, whose clock
+/// the steps' `time_s` use; 0 when the record has no supervisor invocation.
+pub fn time_offset_s(record: &RunRecord) -> f64 {
+    record
+        .invocations
+        .iter()
+        .find(|i| i.name == "supervisor")
+        .map_or(0.0, |i| {
+            i.started_at_unix_ms
+                .saturating_sub(record.started_at_unix_ms) as f64
+                / 1000.0
+        })
+}
+
+/// The CPUs the functions of `record` shared, as far as this machine can tell: when the
+/// invocations have process ids the run was made by the local invoker, taken to be on this
+/// machine, and this machine's CPU count is returned; otherwise (a FaaS platform, where every
+/// function has its own CPU share) `None`.
+pub fn default_cores(record: &RunRecord) -> Option<u32> {
+    if record.invocations.iter().any(|i| i.pid.is_some()) {
+        std::thread::available_parallelism()
+            .ok()
+            .and_then(|n| u32::try_from(n.get()).ok())
+    } else {
+        None
+    }
+}
+
+/// The price table `record` was billed with: the built-in table of its bill's platform, or, for
+/// a table of the user's, one rebuilt from the bill (price per GB-second, request fee, services
+/// per hour, and the billing granularity among 1, 10, 100 and 1000 ms that gives the billed
+/// milliseconds; the object-store request prices, which a bill does not show, are S3's). AWS
+/// Lambda's prices when the record has no bill.
+pub fn price_table_of(record: &RunRecord) -> PriceTable {
+    let Some(bill) = &record.bill else {
+        return PriceTable::aws_lambda();
+    };
+    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    if let Some(table) = PriceTable::by_name(&bill.platform) {
+        return table;
+    }
+    let mut table = PriceTable::aws_lambda();
+    table.name = bill.platform.clone();
+    if bill.gb_seconds > 0.0 {
+        table.gb_second_usd = bill.compute_usd / bill.gb_seconds;
+    }
+    if bill.invocations > 0 {
+        table.request_usd = bill.request_usd / bill.invocations as f64;
+    }
+    if record.wall_s > 0.0 {
+        // The channel's servers are added back by `for_channel`.
+        let hourly = bill.services_usd / record.wall_s * 3600.0;
+        table.services_usd_per_hour = (hourly - table.channel_usd_per_hour(channel)).max(0.0);
+    }
+    if let Some(g) = [1, 10, 100, 1000].into_iter().find(|&g| {
+        record
+            .invocations
+            .iter()
+            .map(|i| billed_duration_ms(i.duration_ms, g))
+            .sum::<u64>()
+            == bill.billed_ms
+    }) {
+        table.granularity_ms = g;
+    }
+    table
+}
+
+/// The billed cost so far at each time of the run: `(seconds since the run started, dollars)`,
+/// from the start of the run to the end of its last invocation.
+///
+/// Derived from the invocations' start times and durations at the prices of `prices`: at time
+/// `t` an invocation that started at `s` has cost its request fee plus the GB-seconds of
+/// `min(t − s, duration)` rounded up to the billing granularity (so the curve steps by one unit
+/// of granularity, as the platform bills); always-on services accrue for the time passed, and
+/// the object-store requests of the record's bill (whose times the record does not keep) are
+/// spread evenly over the run. Where the record has a bill, the services are billed at the
+/// bill's own rate, so the curve ends near the bill's total.
+pub fn cost_curve(record: &RunRecord, prices: &PriceTable) -> Vec<(f64, f64)> {
+    let t0 = record.started_at_unix_ms;
+    let spans: Vec<(f64, u64, u32)> = record
+        .invocations
+        .iter()
+        .map(|i| {
+            (
+                i.started_at_unix_ms.saturating_sub(t0) as f64 / 1000.0,
+                i.duration_ms,
+                i.memory_mb,
+            )
+        })
+        .collect();
+    let end = spans
+        .iter()
+        .map(|&(s, d, _)| s + d as f64 / 1000.0)
+        .fold(record.wall_s.max(0.0), f64::max);
+    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    let (services_per_s, storage_usd) = match &record.bill {
+        Some(bill) if record.wall_s > 0.0 => (bill.services_usd / record.wall_s, bill.storage_usd),
+        _ => (
+            prices.clone().for_channel(channel).services_usd_per_hour / 3600.0,
+            0.0,
+        ),
+    };
+    let cost_at = |t: f64| -> f64 {
+        let mut usd = services_per_s * t;
+        if end > 0.0 {
+            usd += storage_usd * (t / end).min(1.0);
+        }
+        for &(start, duration_ms, memory_mb) in &spans {
+            if t < start {
+                continue;
+            }
+            let elapsed_ms = (((t - start) * 1000.0).round() as u64).min(duration_ms);
+            let billed = billed_duration_ms(elapsed_ms, prices.granularity_ms);
+            usd += prices.request_usd + gb_seconds(billed, memory_mb) * prices.gb_second_usd;
+        }
+        usd
+    };
+    let mut times: Vec<f64> = (0..=400).map(|k| end * f64::from(k) / 400.0).collect();
+    for &(start, duration_ms, _) in &spans {
+        times.push(start);
+        times.push(start + duration_ms as f64 / 1000.0);
+    }
+    times.retain(|t| t.is_finite());
+    times.sort_by(f64::total_cmp);
+    times.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
+    times.into_iter().map(|t| (t, cost_at(t))).collect()
+}
+
+/// What `record` measured, for [`RunMeasurements::predict_faas`] and
+/// [`RunMeasurements::predict_vm`]; `cores` is the number of CPUs its functions shared (`None`
+/// on a FaaS platform; see [`default_cores`]).
+///
+/// - phases: the steps grouped by their number of workers, with the workers' mean read, compute
+///   and exchange times, and as step time the mean interval between consecutive steps on the
+///   supervisor's clock (the wall time a BSP step takes, bookkeeping included);
+/// - start-up: from the start of the run to the start of the first step; teardown: from the end
+///   of the last step to the end of the run;
+/// - data loading: the uncontended mean read time of a step times the M minibatches.
+pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
+    let spec = &record.spec;
+    let mut phases: Vec<PhaseMeasurement> = Vec::new();
+    let mut sums: Vec<[f64; 5]> = Vec::new();
+    let mut previous_time: Option<f64> = None;
+    for step in &record.steps {
+        let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
+        let wall_ms = match previous_time {
+            Some(t) if step.time_s > t => (step.time_s - t) * 1000.0,
+            _ => slowest_step_ms(step),
+        };
+        previous_time = Some(step.time_s);
+        let i = match phases.iter().position(|p| p.workers == workers) {
+            Some(i) => i,
+            None => {
+                phases.push(PhaseMeasurement {
+                    workers,
+                    steps: 0,
+                    read_ms: 0.0,
+                    compute_ms: 0.0,
+                    exchange_ms: 0.0,
+                    step_ms: 0.0,
+                });
+                sums.push([0.0; 5]);
+                phases.len() - 1
+            }
+        };
+        phases[i].steps += 1;
+        let n = step.workers.len().max(1) as f64;
+        let s = &mut sums[i];
+        s[0] += step.workers.iter().map(|w| w.read_ms).sum::<f64>() / n;
+        s[1] += step.workers.iter().map(|w| w.compute_ms).sum::<f64>() / n;
+        s[2] += step.workers.iter().map(|w| w.exchange_ms).sum::<f64>() / n;
+        s[3] += wall_ms;
+    }
+    for (phase, s) in phases.iter_mut().zip(&sums) {
+        let n = phase.steps.max(1) as f64;
+        phase.read_ms = s[0] / n;
+        phase.compute_ms = s[1] / n;
+        phase.exchange_ms = s[2] / n;
+        phase.step_ms = (s[3] / n).max(phase.read_ms + phase.compute_ms + phase.exchange_ms);
+    }
+    phases.retain(|p| p.workers > 0);
+
+    let offset = time_offset_s(record);
+    let (startup_s, teardown_s) = match (record.steps.first(), record.steps.last()) {
+        (Some(first), Some(last)) => (
+            (offset + first.time_s - slowest_step_ms(first) / 1000.0).max(0.0),
+            (record.wall_s - offset - last.time_s).max(0.0),
+        ),
+        _ => (record.wall_s.max(0.0), 0.0),
+    };
+
+    let worker_invocations = record
+        .invocations
+        .iter()
+        .filter(|i| i.name.starts_with("worker"))
+        .count();
+    let other_invocations = (record.invocations.len() - worker_invocations) as u64;
+    let invocations_per_worker = if worker_invocations == 0 {
+        1.0
+    } else {
+        (worker_invocations as f64 / f64::from(spec.workers.max(1))).max(1.0)
+    };
+
+    let mut m = RunMeasurements {
+        workers: spec.workers,
+        train_batches: u64::from(spec.train_batches),
+        epochs: record.epochs,
+        phases,
+        startup_s,
+        teardown_s,
+        data_loading_s: 0.0,
+        memory_mb: spec.limits.memory_mb,
+        invocations_per_worker,
+        other_invocations: if record.invocations.is_empty() {
+            1
+        } else {
+            other_invocations
+        },
+        channel: ChannelKind::from_url(spec.channel.as_deref()),
+        cores,
+        vm_startup_s: DEFAULT_VM_STARTUP_S,
+    };
+    let (read, steps) = m.phases.iter().fold((0.0, 0.0), |(r, n), p| {
+        let w = p.steps as f64;
+        (r + w * p.read_ms / m.contention(p.workers), n + w)
+    });
+    if steps > 0.0 {
+        m.data_loading_s = read / steps * m.train_batches as f64 / 1000.0;
+    }
+    m
+}
+
+/// The longest step time any worker reported for `step`, ms.
+fn slowest_step_ms(step: &StepRecord) -> f64 {
+    step.workers.iter().map(|w| w.step_ms).fold(0.0, f64::max)
+}
