@@ -41,6 +41,7 @@
 //! ```
 
 pub mod batch;
+pub mod filter;
 pub mod metrics;
 pub mod model;
 pub mod optim;
@@ -48,6 +49,10 @@ pub mod params;
 pub mod sparse;
 
 pub use batch::{Batch, RatingBatch, SparseBatch};
+pub use filter::{
+    Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, UpdateFilter,
+    WireDelta,
+};
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, LogisticRegression, MAX_PARAMS, MatrixFactorization, Model,
