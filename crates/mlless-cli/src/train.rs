@@ -10,7 +10,7 @@ use mlless_core::{OptimizerKind, Schedule};
 use mlless_cost::PriceTable;
 use mlless_faas::Limits;
 use mlless_runtime::{
-    Hyperparameters, LiveProgress, ModelChoice, RunRecord, StopCriteria, TrainOptions,
+    Hyperparameters, LiveProgress, ModelChoice, RunRecord, StopCriteria, SyncMode, TrainOptions,
 };
 
 /// Models, as the CLI names them.
@@ -42,6 +42,20 @@ pub enum LrSchedule {
     Constant,
     /// lr / sqrt(epoch + 1).
     InvSqrtEpoch,
+}
+
+/// Synchronisation models, as the CLI names them (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sync {
+    /// Bulk synchronous: every update of a step is applied before the next step.
+    Bsp,
+    /// MLLess's significance filter: synchronous, but only significant updates are sent
+    /// (see --significance).
+    Isp,
+    /// Stale synchronous: a worker may run --slack steps ahead of the slowest.
+    Ssp,
+    /// Asynchronous: no barrier; updates are applied as they arrive (none lost).
+    Asp,
 }
 
 /// Options of `mlless train`.
@@ -81,6 +95,19 @@ pub struct TrainArgs {
     /// Stop after this much wall time, seconds.
     #[arg(long)]
     pub max_time: Option<f64>,
+    /// How the workers synchronise.
+    #[arg(long, value_enum, default_value_t = Sync::Bsp)]
+    pub sync: Sync,
+    /// ISP's threshold V: an accumulated update a_j is sent once |a_j / x_j| > V / sqrt(t+1).
+    #[arg(long, default_value_t = 0.7)]
+    pub significance: f32,
+    /// SSP's slack: how many steps a worker may run ahead of the slowest.
+    #[arg(long, default_value_t = 3)]
+    pub slack: u32,
+    /// Compression of the updates, with error feedback: none, topk:K (K entries per step, or
+    /// a fraction 0 < K < 1 of them) or onebit (signs and one scale).
+    #[arg(long, default_value = "none")]
+    pub compress: mlless_core::Compression,
     /// Channel for the updates [default: the object store the run is written to].
     #[arg(long)]
     pub channel: Option<String>,
@@ -116,6 +143,9 @@ impl TrainArgs {
                 self.platform
             )
         })?;
+        if !(self.significance >= 0.0 && self.significance.is_finite()) {
+            anyhow::bail!("--significance must be a number ≥ 0");
+        }
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             anyhow::bail!("--timeout-s must be a positive number of seconds");
         }
@@ -155,6 +185,15 @@ impl TrainArgs {
                 timeout: Duration::from_secs_f64(self.timeout_s),
             },
             prices,
+            sync: match self.sync {
+                Sync::Bsp => SyncMode::Bsp,
+                Sync::Isp => SyncMode::Isp {
+                    significance: self.significance,
+                },
+                Sync::Ssp => SyncMode::Ssp { slack: self.slack },
+                Sync::Asp => SyncMode::Asp,
+            },
+            compression: self.compress,
         })
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use mlless_core::{ModelSpec, OptimizerConfig, OptimizerKind, Schedule};
+use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule};
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
@@ -20,7 +20,7 @@ use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::messages::{PROGRESS_KEY, Progress, STOP_KEY, StopRequest};
 use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{JobSpec, SPEC_KEY, StopCriteria};
+use crate::spec::{JobSpec, SPEC_KEY, StopCriteria, SyncMode};
 
 /// How often the driver polls the supervisor's progress.
 const POLL: Duration = Duration::from_millis(100);
@@ -130,6 +130,10 @@ pub struct TrainOptions {
     pub limits: Limits,
     /// Prices to bill the run at.
     pub prices: PriceTable,
+    /// How the workers synchronise.
+    pub sync: SyncMode,
+    /// How the workers compress their updates.
+    pub compression: Compression,
 }
 
 /// What the driver shows while a job runs.
@@ -384,6 +388,8 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         channel: options.channel.clone(),
         limits: options.limits,
         train_batches,
+        sync: options.sync,
+        compression: options.compression,
     })
 }
 

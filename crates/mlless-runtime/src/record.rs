@@ -44,6 +44,9 @@ pub struct RunRecord {
     pub bill: Option<Bill>,
     /// Location of the final model.
     pub model_url: String,
+    /// Largest difference between two workers' final replicas of one parameter: 0 under BSP;
+    /// under the other protocols only float rounding, since every update reaches every replica.
+    pub replica_spread: f64,
 }
 
 impl RunRecord {
@@ -87,6 +90,20 @@ pub struct WorkerStep {
     pub step_ms: f64,
     /// Bytes published.
     pub bytes_sent: u64,
-    /// Bytes collected.
+    /// Bytes received.
     pub bytes_received: u64,
+    /// Messages published.
+    pub messages_sent: u32,
+    /// Messages received.
+    pub messages_received: u32,
+    /// Parameter entries sent.
+    pub entries_sent: u64,
+    /// Parameter entries the filter held back after the step.
+    pub entries_held: u64,
+    /// Updates applied to the worker's replica during the step, its own included.
+    pub updates_applied: u32,
+    /// When the worker started computing the step (after any barrier), Unix ms.
+    pub started_unix_ms: f64,
+    /// When the worker started publishing its update, Unix ms.
+    pub published_unix_ms: f64,
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mlless_core::{ModelSpec, OptimizerConfig, Schedule};
+use mlless_core::{Compression, FilterConfig, ModelSpec, OptimizerConfig, Schedule};
 use mlless_faas::Limits;
 use serde::{Deserialize, Serialize};
 
@@ -39,12 +39,88 @@ pub struct JobSpec {
     pub limits: Limits,
     /// Number of training minibatches in the data set.
     pub train_batches: u32,
+    /// How the workers synchronise.
+    pub sync: SyncMode,
+    /// How the workers compress what they send.
+    pub compression: Compression,
 }
 
 impl JobSpec {
     /// How long a worker waits for its peers' messages of one step before it gives up.
     pub fn collect_timeout(&self) -> Duration {
         self.limits.timeout
+    }
+
+    /// What each worker's update filter keeps back and how it compresses the rest.
+    pub fn filter(&self) -> FilterConfig {
+        FilterConfig {
+            significance: match self.sync {
+                SyncMode::Isp { significance } => Some(significance),
+                _ => None,
+            },
+            compression: self.compression,
+        }
+    }
+}
+
+/// How the workers keep their replicas in step (`--sync`, DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SyncMode {
+    /// Bulk synchronous: every worker applies every update of step t before step t + 1.
+    Bsp,
+    /// Insignificance-bounded synchronous (MLLess): BSP's barrier, but each worker sends only
+    /// the accumulated updates that are significant relative to the parameter, and keeps
+    /// accumulating the rest.
+    Isp {
+        /// The threshold `V`; an accumulated update `a_j` is sent once
+        /// `|a_j / x_j| > V / sqrt(t + 1)`.
+        significance: f32,
+    },
+    /// Stale synchronous: a worker starts step t + 1 only once it has applied every worker's
+    /// updates up to step t − slack, and applies whatever else has arrived.
+    Ssp {
+        /// How many steps a worker may run ahead of the slowest; 0 is BSP.
+        slack: u32,
+    },
+    /// Asynchronous: no barrier; every update is applied, once, when it arrives.
+    Asp,
+}
+
+impl SyncMode {
+    /// The steps a worker may run ahead of the slowest: `Some(0)` for the synchronous modes,
+    /// `None` (unbounded) for ASP.
+    pub fn slack(&self) -> Option<u64> {
+        match self {
+            Self::Bsp | Self::Isp { .. } => Some(0),
+            Self::Ssp { slack } => Some(u64::from(*slack)),
+            Self::Asp => None,
+        }
+    }
+
+    /// Whether every worker applies every step's updates at the same point (BSP, ISP).
+    pub fn is_synchronous(&self) -> bool {
+        matches!(self, Self::Bsp | Self::Isp { .. })
+    }
+
+    /// The mode's name as `--sync` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Bsp => "bsp",
+            Self::Isp { .. } => "isp",
+            Self::Ssp { .. } => "ssp",
+            Self::Asp => "asp",
+        }
+    }
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bsp | Self::Asp => f.write_str(self.name()),
+            Self::Isp { significance } => write!(f, "isp (V = {significance})"),
+            Self::Ssp { slack } => write!(f, "ssp (slack {slack})"),
+        }
     }
 }
 

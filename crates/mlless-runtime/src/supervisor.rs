@@ -36,19 +36,22 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
     let manifest = ctx.dataset.manifest();
     let train_batches = f64::from(spec.train_batches);
 
+    // Under SSP and ASP workers may stop after different steps: each one's last statistics
+    // say so, and it is not waited for after that.
+    let mut active = workers.clone();
     let mut step = 0u64;
     loop {
         let payloads = ctx
             .channel
-            .collect(STATS, step, &workers, spec.collect_timeout())
+            .collect(STATS, step, &active, spec.collect_timeout())
             .await?;
         let mut stats = Vec::with_capacity(payloads.len());
-        for (payload, &from) in payloads.iter().zip(&workers) {
+        for (payload, &from) in payloads.iter().zip(&active) {
             stats.push(StatsMessage::decode(payload, || {
                 format!("statistics of worker {from} for step {step}")
             })?);
         }
-        ctx.channel.discard(STATS, step, &workers).await?;
+        ctx.channel.discard(STATS, step, &active).await?;
         let mut total = BatchLoss::default();
         for s in &stats {
             total.merge(s.loss);
@@ -62,7 +65,8 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
             loss,
             workers: stats.iter().map(worker_step).collect(),
         });
-        let last = stats.iter().any(|s| s.last);
+        active.retain(|w| !stats.iter().any(|s| s.worker == *w && s.last));
+        let last = active.is_empty();
 
         if diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
             diverged = Some((step, loss));
@@ -116,6 +120,7 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
     ctx.channel.discard(FINAL, 0, &workers).await?;
     let views: Vec<&[f32]> = replicas.iter().map(|r| r.params.as_slice()).collect();
     let params = mlless_core::average(&views);
+    let replica_spread = spread(&views);
 
     let metrics = evaluate(&ctx, &params).await?;
     info!(?metrics, "test metrics");
@@ -142,11 +147,29 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         invocations: Vec::new(),
         bill: None,
         model_url: format!("{}/{MODEL_KEY}", ctx.run_store.url()),
+        replica_spread,
     };
     ctx.run_store
         .put(RECORD_KEY, Bytes::from(json(&record)?))
         .await?;
     Ok(())
+}
+
+/// The largest difference between two replicas of one parameter.
+fn spread(replicas: &[&[f32]]) -> f64 {
+    let Some(first) = replicas.first() else {
+        return 0.0;
+    };
+    (0..first.len())
+        .map(|j| {
+            let (lo, hi) = replicas
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), r| {
+                    (lo.min(r[j]), hi.max(r[j]))
+                });
+            f64::from(hi) - f64::from(lo)
+        })
+        .fold(0.0, f64::max)
 }
 
 fn worker_step(s: &StatsMessage) -> WorkerStep {
@@ -160,6 +183,13 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
         step_ms: s.step_ms,
         bytes_sent: s.bytes_sent,
         bytes_received: s.bytes_received,
+        messages_sent: s.messages_sent,
+        messages_received: s.messages_received,
+        entries_sent: s.entries_sent,
+        entries_held: s.entries_held,
+        updates_applied: s.updates_applied,
+        started_unix_ms: s.started_unix_ms,
+        published_unix_ms: s.published_unix_ms,
     }
 }
 
