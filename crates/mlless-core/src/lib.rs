@@ -47,6 +47,7 @@ pub mod model;
 pub mod optim;
 pub mod params;
 pub mod sparse;
+pub mod tuner;
 
 pub use batch::{Batch, RatingBatch, SparseBatch};
 pub use filter::{
@@ -64,3 +65,7 @@ pub use optim::{
 };
 pub use params::{apply_mean, average, try_apply_mean};
 pub use sparse::{SparseError, SparseVector};
+pub use tuner::{
+    DecisionBasis, Ewma, KneeDetector, ReferenceCurve, ScaleInDecision, ScaleInTuner, SlowCurve,
+    StepDurationModel, TunerConfig, TunerError, pick_worker_to_remove,
+};
