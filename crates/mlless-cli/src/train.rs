@@ -58,6 +58,15 @@ pub enum Sync {
     Asp,
 }
 
+/// Whether the scale-in auto-tuner runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScaleIn {
+    /// The fleet keeps its size.
+    Off,
+    /// The supervisor removes workers once the loss curve flattens (BSP and ISP).
+    Auto,
+}
+
 /// Options of `mlless train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -108,6 +117,22 @@ pub struct TrainArgs {
     /// a fraction 0 < K < 1 of them) or onebit (signs and one scale).
     #[arg(long, default_value = "none")]
     pub compress: mlless_core::Compression,
+    /// Scale-in auto-tuner: remove workers one by one once the loss curve flattens.
+    #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
+    pub scale_in: ScaleIn,
+    /// Scale-in: remove a worker when the projected loss with one fewer is less than this much
+    /// (relative) worse than the full fleet's at the horizon.
+    #[arg(long, default_value_t = 0.05)]
+    pub scale_in_threshold: f64,
+    /// Scale-in: seconds between two decisions.
+    #[arg(long, default_value_t = 10.0)]
+    pub scale_in_interval: f64,
+    /// Scale-in: how far ahead the loss is projected, seconds (at most the interval).
+    #[arg(long, default_value_t = 10.0)]
+    pub horizon: f64,
+    /// Scale-in: never fewer workers than this.
+    #[arg(long, default_value_t = 1)]
+    pub min_workers: u32,
     /// Channel for the updates [default: the object store the run is written to].
     #[arg(long)]
     pub channel: Option<String>,
@@ -194,6 +219,13 @@ impl TrainArgs {
                 Sync::Asp => SyncMode::Asp,
             },
             compression: self.compress,
+            scale_in: (self.scale_in == ScaleIn::Auto).then(|| mlless_core::TunerConfig {
+                threshold: self.scale_in_threshold,
+                interval_s: self.scale_in_interval,
+                horizon_s: self.horizon,
+                min_workers: self.min_workers,
+                ..Default::default()
+            }),
         })
     }
 }

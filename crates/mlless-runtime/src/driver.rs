@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule};
+use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule, TunerConfig};
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
@@ -134,6 +134,8 @@ pub struct TrainOptions {
     pub sync: SyncMode,
     /// How the workers compress their updates.
     pub compression: Compression,
+    /// The scale-in auto-tuner (`None`: off).
+    pub scale_in: Option<TunerConfig>,
 }
 
 /// What the driver shows while a job runs.
@@ -175,6 +177,24 @@ pub async fn train(
         return Err(RuntimeError::InvalidJob(
             "--max-epochs must be at least 1".into(),
         ));
+    }
+    if let Some(tuner) = &options.scale_in {
+        if !options.sync.is_synchronous() {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--scale-in auto needs --sync bsp or isp, not {}: under SSP and ASP the \
+                 replicas differ and removing a worker would drop its replica's progress",
+                options.sync.name()
+            )));
+        }
+        tuner
+            .validate()
+            .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
+        if tuner.min_workers > options.workers {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--min-workers {} is more than --workers {}",
+                tuner.min_workers, options.workers
+            )));
+        }
     }
     let dataset = Dataset::open(&options.data_url).await?;
     let spec = job_spec(options, &dataset)?;
@@ -390,6 +410,7 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         train_batches,
         sync: options.sync,
         compression: options.compression,
+        scale_in: options.scale_in.clone(),
     })
 }
 

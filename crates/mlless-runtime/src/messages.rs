@@ -21,6 +21,8 @@ pub const FINAL: &str = "final";
 pub const FLUSH: &str = "flush";
 /// Key of the supervisor's stop request.
 pub const STOP_KEY: &str = "stop";
+/// Key of the supervisor's latest scale-in removal request (a JSON [`Removal`]).
+pub const SCALE_IN_KEY: &str = "scale-in";
 /// Key of the supervisor's progress report, read by the driver.
 pub const PROGRESS_KEY: &str = "progress";
 
@@ -60,6 +62,9 @@ pub struct UpdateMessage {
     /// SSP and ASP: the sender has applied every peer's updates of the steps before this one,
     /// so the peers may discard their messages of those steps.
     pub applied_through: u64,
+    /// Scale-in: the removal request the sender has seen and not applied yet. Every worker
+    /// applies it after the step in whose updates it first appears.
+    pub removal: Option<Removal>,
     /// The delta to the flat parameter vector.
     pub delta: WireDelta,
 }
@@ -106,6 +111,8 @@ pub struct StatsMessage {
     pub published_unix_ms: f64,
     /// Whether this was the worker's last step.
     pub last: bool,
+    /// Whether the worker ends because the scale-in tuner removed it.
+    pub removed: bool,
 }
 
 impl Message for StatsMessage {
@@ -138,6 +145,15 @@ pub struct StoredModel {
 
 impl Message for StoredModel {
     const MAGIC: [u8; 4] = *b"MLLM";
+}
+
+/// The supervisor's request to remove one worker (scale-in), the `seq`-th of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removal {
+    /// 1 for the run's first removal, 2 for the second, …
+    pub seq: u32,
+    /// The worker to remove.
+    pub worker: u32,
 }
 
 /// Why the supervisor asks the workers to stop.

@@ -47,6 +47,30 @@ pub struct RunRecord {
     /// Largest difference between two workers' final replicas of one parameter: 0 under BSP;
     /// under the other protocols only float rounding, since every update reaches every replica.
     pub replica_spread: f64,
+    /// What the scale-in auto-tuner decided and did (empty when it was off).
+    pub scale_in: ScaleInRecord,
+}
+
+/// The scale-in auto-tuner's part of a run record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScaleInRecord {
+    /// Every decision, with its inputs (fitted curves, step durations) and predictions.
+    pub decisions: Vec<mlless_core::ScaleInDecision>,
+    /// Every worker removed.
+    pub removals: Vec<RemovalRecord>,
+}
+
+/// One worker removed by the scale-in auto-tuner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemovalRecord {
+    /// The worker.
+    pub worker: u32,
+    /// The last step it took part in.
+    pub after_step: u64,
+    /// Seconds since the supervisor started.
+    pub time_s: f64,
+    /// Workers left.
+    pub workers_after: u32,
 }
 
 impl RunRecord {

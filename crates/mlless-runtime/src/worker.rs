@@ -2,7 +2,8 @@
 //! kept in step with the other replicas through the channel (DESIGN §3–4, broadcast).
 //!
 //! At step `t`, worker `i` of `P`:
-//! 1. reads minibatch position `i + t·P` of the shared shuffled order (the next one is
+//! 1. reads its minibatch position of the shared shuffled order — `i + t·P` while the fleet
+//!    keeps its size, see [`Fleet`] for scale-in (the next one is
 //!    prefetched while it computes);
 //! 2. computes the gradient of its minibatch and its optimiser's delta `u`;
 //! 3. publishes on [`UPDATES`] what its [`UpdateFilter`] lets through of `u` (all of it under
@@ -39,9 +40,10 @@ use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::messages::{
-    FINAL, FLUSH, Message, ReplicaMessage, STATS, STOP_KEY, StatsMessage, UPDATES, UpdateMessage,
+    FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage,
+    UPDATES, UpdateMessage,
 };
-use crate::spec::{batch_order, epochs_done, position};
+use crate::spec::{Fleet, batch_order};
 
 /// How often a worker looks for the supervisor's stop request.
 const STOP_POLL: Duration = Duration::from_millis(200);
@@ -70,6 +72,12 @@ struct Worker {
     accumulator: GradientAccumulator,
     filter: Option<UpdateFilter>,
     reader: BatchReader,
+    /// The active workers over the steps (fewer after scale-in removals).
+    fleet: Fleet,
+    /// Scale-in removals applied so far.
+    removals: u32,
+    /// The supervisor's latest removal request not applied yet.
+    requested: Option<Removal>,
     last_stop_poll: Option<Instant>,
     stop_seen: bool,
     pending_stats: Option<JoinHandle<Result<()>>>,
@@ -106,7 +114,8 @@ impl Worker {
         let filter = Some(spec.filter())
             .filter(|f| !f.is_identity())
             .map(|f| UpdateFilter::new(params.len(), f));
-        let reader = BatchReader::new(&ctx, id);
+        let reader = BatchReader::new(&ctx);
+        let fleet = Fleet::new(spec.workers);
         let workers = ctx.workers();
         let me = workers.iter().position(|&w| w == id).unwrap_or(0);
         Self {
@@ -120,6 +129,9 @@ impl Worker {
             accumulator,
             filter,
             reader,
+            fleet,
+            removals: 0,
+            requested: None,
             last_stop_poll: None,
             stop_seen: false,
             pending_stats: None,
@@ -130,7 +142,11 @@ impl Worker {
     async fn compute(&mut self, step: u64) -> Result<(Computed, SparseVector)> {
         let started = Instant::now();
         let started_unix_ms = unix_ms();
-        let (epoch, batch) = self.reader.next(step).await?;
+        let pos = self.fleet.position(self.id, step).ok_or_else(|| {
+            RuntimeError::FunctionFailed(format!("worker {} is not active at step {step}", self.id))
+        })?;
+        let next = self.fleet.position(self.id, step + 1);
+        let (epoch, batch) = self.reader.next(pos, next).await?;
         let read_ms = ms(started.elapsed());
         let compute_started = Instant::now();
         let loss = self
@@ -153,10 +169,23 @@ impl Worker {
         Ok((computed, delta))
     }
 
-    /// Whether the supervisor has asked to stop (looked up at most every [`STOP_POLL`]).
+    /// Whether the supervisor has asked to stop, and (with scale-in) its latest removal
+    /// request; looked up at most every [`STOP_POLL`].
     async fn poll_stop(&mut self) -> Result<bool> {
         if !self.stop_seen && self.last_stop_poll.is_none_or(|t| t.elapsed() >= STOP_POLL) {
             self.stop_seen = self.ctx.channel.get_key(STOP_KEY).await?.is_some();
+            if self.ctx.spec.scale_in.is_some()
+                && let Some(bytes) = self.ctx.channel.get_key(SCALE_IN_KEY).await?
+            {
+                let request: Removal =
+                    serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+                        location: format!("channel key {SCALE_IN_KEY}"),
+                        source,
+                    })?;
+                if request.seq == self.removals + 1 {
+                    self.requested = Some(request);
+                }
+            }
             self.last_stop_poll = Some(Instant::now());
         }
         Ok(self.stop_seen)
@@ -216,8 +245,11 @@ impl Worker {
     /// last step.
     async fn run_synchronous(&mut self) -> Result<u64> {
         let spec = self.ctx.spec.clone();
+        let positions = u64::from(spec.stop.max_epochs) * u64::from(spec.train_batches);
         let mut step = 0u64;
         loop {
+            let workers = self.fleet.workers(step).to_vec();
+            let me = workers.iter().position(|&w| w == self.id).unwrap_or(0);
             let started = Instant::now();
             let (computed, own) = self.compute(step).await?;
             let stop = self.poll_stop().await?;
@@ -233,28 +265,33 @@ impl Worker {
                 stop,
                 last: false,
                 applied_through: step,
+                removal: self.requested,
                 delta: sent,
             };
             self.publish(&message, &mut traffic).await?;
             let payloads = self
                 .ctx
                 .channel
-                .collect(UPDATES, step, &self.workers, spec.collect_timeout())
+                .collect(UPDATES, step, &workers, spec.collect_timeout())
                 .await?;
             let mut deltas = Vec::with_capacity(payloads.len());
             let mut any_stop = stop;
-            for (k, (payload, &from)) in payloads.iter().zip(&self.workers).enumerate() {
-                if k == self.me {
+            let mut removal = self.requested;
+            for (k, (payload, &from)) in payloads.iter().zip(&workers).enumerate() {
+                if k == me {
                     continue;
                 }
                 traffic.bytes_received += payload.len() as u64;
                 traffic.messages_received += 1;
                 let update = self.decode_update(payload, from, step)?;
                 any_stop |= update.stop;
+                if removal.is_none() {
+                    removal = update.removal.filter(|r| r.seq == self.removals + 1);
+                }
                 deltas.push(self.into_delta(update.delta, from, step)?);
             }
             let mut ordered: Vec<&SparseVector> = deltas.iter().collect();
-            ordered.insert(self.me.min(ordered.len()), &own);
+            ordered.insert(me.min(ordered.len()), &own);
             mlless_core::apply_mean(&mut self.params, &ordered);
             traffic.updates_applied = ordered.len() as u32;
             if step > 0 {
@@ -263,26 +300,106 @@ impl Worker {
                     .discard(UPDATES, step - 1, &[self.id])
                     .await?;
             }
-            let last = any_stop
-                || epochs_done(step, spec.workers, spec.train_batches, spec.stop.max_epochs);
+            let last = any_stop || self.fleet.positions_done(step) >= positions;
+            // A removal every worker saw in this step's updates takes effect after it.
+            let mut removed = false;
+            if let Some(r) = removal.filter(|_| !last) {
+                self.removals = r.seq;
+                self.requested = None;
+                if self.fleet.remove_after(r.worker, step) {
+                    removed = r.worker == self.id;
+                    self.merge_removed(r.worker, step, workers.len(), &mut traffic)
+                        .await?;
+                    debug!(worker = self.id, step, removed = r.worker, "scale-in");
+                }
+            }
             if last {
-                self.flush(&mut traffic).await?;
+                self.flush(step, &mut traffic).await?;
             }
             let exchange_ms = ms(exchange_started.elapsed());
-            self.send_stats(step, computed, exchange_ms, started, traffic, last)
-                .await?;
-            if last {
-                debug!(worker = self.id, step, "last step");
+            self.send_stats(
+                step,
+                computed,
+                exchange_ms,
+                started,
+                traffic,
+                last || removed,
+                removed,
+            )
+            .await?;
+            if last || removed {
+                debug!(worker = self.id, step, removed, "last step");
                 return Ok(step);
             }
             step += 1;
         }
     }
 
+    /// Merges the replica of `worker`, removed after `step`, into the survivors: replicas are
+    /// equal under BSP and ISP, but the removed worker's filter still holds updates, which it
+    /// publishes on [`FLUSH`] (at step `step + 1`) and the survivors apply with the weight of
+    /// the fleet of `workers` workers that made them.
+    async fn merge_removed(
+        &mut self,
+        worker: u32,
+        step: u64,
+        workers: usize,
+        traffic: &mut Traffic,
+    ) -> Result<()> {
+        let Some(filter) = &mut self.filter else {
+            return Ok(());
+        };
+        let flush_step = step + 1;
+        if worker == self.id {
+            let message = UpdateMessage {
+                step: flush_step,
+                worker: self.id,
+                loss: BatchLoss::default(),
+                stop: false,
+                last: true,
+                applied_through: 0,
+                removal: None,
+                delta: WireDelta::Sparse(filter.flush()),
+            };
+            let bytes = message.encode();
+            traffic.bytes_sent += bytes.len() as u64;
+            traffic.messages_sent += 1;
+            traffic.entries_sent += message.delta.nnz() as u64;
+            traffic.entries_held = 0;
+            self.ctx
+                .channel
+                .publish(FLUSH, flush_step, self.id, bytes)
+                .await?;
+            return Ok(());
+        }
+        let payloads = self
+            .ctx
+            .channel
+            .collect(
+                FLUSH,
+                flush_step,
+                &[worker],
+                self.ctx.spec.collect_timeout(),
+            )
+            .await?;
+        for payload in payloads {
+            traffic.bytes_received += payload.len() as u64;
+            traffic.messages_received += 1;
+            let update = UpdateMessage::decode(&payload, || {
+                format!("updates held by worker {worker}, removed after step {step}")
+            })?;
+            let delta = self.into_delta(update.delta, worker, flush_step)?;
+            delta.scaled_add_to(&mut self.params, 1.0 / workers as f32);
+            traffic.updates_applied += 1;
+        }
+        Ok(())
+    }
+
     /// SSP and ASP: each worker applies its peers' updates as they arrive, waiting (SSP) only
     /// for those more than the slack behind. Returns the last step.
     async fn run_stale(&mut self) -> Result<u64> {
         let spec = self.ctx.spec.clone();
+        let positions = u64::from(spec.stop.max_epochs) * u64::from(spec.train_batches);
         let slack = spec.sync.slack();
         let peers = self.workers.len();
         // Per peer: the next step of theirs to apply, the step they ended at (once seen), and
@@ -296,8 +413,7 @@ impl Worker {
         loop {
             let started = Instant::now();
             let (computed, own) = self.compute(step).await?;
-            let last = self.poll_stop().await?
-                || epochs_done(step, spec.workers, spec.train_batches, spec.stop.max_epochs);
+            let last = self.poll_stop().await? || self.fleet.positions_done(step) >= positions;
 
             let exchange_started = Instant::now();
             let mut traffic = Traffic::default();
@@ -315,6 +431,7 @@ impl Worker {
                 stop: false,
                 last,
                 applied_through,
+                removal: None,
                 delta: sent,
             };
             self.publish(&message, &mut traffic).await?;
@@ -404,10 +521,10 @@ impl Worker {
                 discarded_through += 1;
             }
             if last {
-                self.flush(&mut traffic).await?;
+                self.flush(step, &mut traffic).await?;
             }
             let exchange_ms = ms(exchange_started.elapsed());
-            self.send_stats(step, computed, exchange_ms, started, traffic, last)
+            self.send_stats(step, computed, exchange_ms, started, traffic, last, false)
                 .await?;
             if last {
                 debug!(worker = self.id, step, "last step");
@@ -442,9 +559,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Publishes what the filter still holds and applies the peers' flushes (nothing to do
-    /// without a filter).
-    async fn flush(&mut self, traffic: &mut Traffic) -> Result<()> {
+    /// Publishes what the filter still holds after the last step `step` and applies the
+    /// peers' flushes (nothing to do without a filter).
+    async fn flush(&mut self, step: u64, traffic: &mut Traffic) -> Result<()> {
         let Some(filter) = &mut self.filter else {
             return Ok(());
         };
@@ -456,6 +573,7 @@ impl Worker {
             stop: true,
             last: true,
             applied_through: 0,
+            removal: None,
             delta: WireDelta::Sparse(rest),
         };
         let bytes = message.encode();
@@ -464,18 +582,14 @@ impl Worker {
         traffic.entries_sent += message.delta.nnz() as u64;
         traffic.entries_held = 0;
         self.ctx.channel.publish(FLUSH, 0, self.id, bytes).await?;
-        let peers: Vec<u32> = self
-            .workers
-            .iter()
-            .copied()
-            .filter(|&w| w != self.id)
-            .collect();
+        let fleet = self.fleet.workers(step);
+        let peers: Vec<u32> = fleet.iter().copied().filter(|&w| w != self.id).collect();
+        let weight = 1.0 / fleet.len() as f32;
         let payloads = self
             .ctx
             .channel
             .collect(FLUSH, 0, &peers, self.ctx.spec.collect_timeout())
             .await?;
-        let weight = 1.0 / self.workers.len() as f32;
         for (payload, &from) in payloads.iter().zip(&peers) {
             traffic.bytes_received += payload.len() as u64;
             traffic.messages_received += 1;
@@ -498,6 +612,7 @@ impl Worker {
         started: Instant,
         traffic: Traffic,
         last: bool,
+        removed: bool,
     ) -> Result<()> {
         let stats = StatsMessage {
             step,
@@ -517,6 +632,7 @@ impl Worker {
             started_unix_ms: computed.started_unix_ms,
             published_unix_ms: traffic.published_unix_ms,
             last,
+            removed,
         };
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;
@@ -532,10 +648,14 @@ impl Worker {
         Ok(())
     }
 
-    /// Waits for the last statistics and publishes the replica for the supervisor.
+    /// Waits for the last statistics and publishes the replica for the supervisor (unless the
+    /// worker was removed: its replica lives on in the survivors').
     async fn finish(mut self, step: u64) -> Result<()> {
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;
+        }
+        if self.fleet.position(self.id, step + 1).is_none() {
+            return Ok(());
         }
         // The last step's updates stay: a slower peer may still be collecting them. The driver
         // cleans the channel up when the job ends.
@@ -567,8 +687,6 @@ async fn join(handle: JoinHandle<Result<()>>) -> Result<()> {
 /// Reads a worker's minibatches in the shared order, prefetching the next one.
 struct BatchReader {
     dataset: crate::dataset::Dataset,
-    worker: u32,
-    workers: u32,
     batches: u32,
     seed: u64,
     order: (u64, Vec<u32>),
@@ -576,12 +694,10 @@ struct BatchReader {
 }
 
 impl BatchReader {
-    fn new(ctx: &JobContext, worker: u32) -> Self {
+    fn new(ctx: &JobContext) -> Self {
         let spec = &ctx.spec;
         Self {
             dataset: ctx.dataset.clone(),
-            worker,
-            workers: spec.workers,
             batches: spec.train_batches,
             seed: spec.seed,
             order: (0, batch_order(spec.seed, 0, spec.train_batches)),
@@ -589,9 +705,8 @@ impl BatchReader {
         }
     }
 
-    /// The epoch and minibatch index of the worker's batch at `step`.
-    fn locate(&mut self, step: u64) -> (u64, usize) {
-        let pos = position(self.worker, step, self.workers);
+    /// The epoch and minibatch index of stream position `pos`.
+    fn locate(&mut self, pos: u64) -> (u64, usize) {
         let m = u64::from(self.batches);
         let epoch = pos / m;
         if self.order.0 != epoch {
@@ -600,24 +715,31 @@ impl BatchReader {
         (epoch, self.order.1[(pos % m) as usize] as usize)
     }
 
-    fn fetch(&mut self, step: u64) -> JoinHandle<Result<Batch>> {
-        let (_, index) = self.locate(step);
+    fn fetch(&mut self, pos: u64) -> JoinHandle<Result<Batch>> {
+        let (_, index) = self.locate(pos);
         let dataset = self.dataset.clone();
         tokio::spawn(async move { dataset.read_batch(Split::Train, index).await })
     }
 
-    /// The minibatch of `step` with its epoch; starts fetching the one of `step + 1`.
-    async fn next(&mut self, step: u64) -> Result<(u64, Batch)> {
+    /// The minibatch at position `pos` with its epoch; starts fetching the one at `next` (the
+    /// worker's position at the next step, as far as it knows; a wrong guess is refetched).
+    async fn next(&mut self, pos: u64, next: Option<u64>) -> Result<(u64, Batch)> {
         let handle = match self.prefetched.take() {
-            Some((s, handle)) if s == step => handle,
-            _ => self.fetch(step),
+            Some((p, handle)) if p == pos => handle,
+            Some((_, stale)) => {
+                stale.abort();
+                self.fetch(pos)
+            }
+            None => self.fetch(pos),
         };
         let batch = handle
             .await
             .map_err(|e| RuntimeError::FunctionFailed(format!("minibatch reader failed: {e}")))??;
-        let next = self.fetch(step + 1);
-        self.prefetched = Some((step + 1, next));
-        let (epoch, _) = self.locate(step);
+        if let Some(next) = next {
+            let handle = self.fetch(next);
+            self.prefetched = Some((next, handle));
+        }
+        let (epoch, _) = self.locate(pos);
         Ok((epoch, batch))
     }
 }
