@@ -92,8 +92,8 @@ pub fn render(record: &RunRecord) -> String {
     );
     let _ = writeln!(
         out,
-        "  workers {} · optimizer {:?} · lr {} · seed {}",
-        spec.workers, spec.optimizer.kind, spec.lr, spec.seed
+        "  workers {} · optimizer {:?} · lr {} · seed {} · sync {} · compress {}",
+        spec.workers, spec.optimizer.kind, spec.lr, spec.seed, spec.sync, spec.compression
     );
     let _ = writeln!(
         out,
@@ -113,6 +113,18 @@ pub fn render(record: &RunRecord) -> String {
         mean(&|w| w.read_ms),
         mean(&|w| w.compute_ms),
         mean(&|w| w.exchange_ms)
+    );
+    let total = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> u64| -> u64 {
+        record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
+    };
+    let _ = writeln!(
+        out,
+        "  sent {:.2} MB in {} messages ({} entries) · received {:.2} MB · replica spread {:.2e}",
+        total(&|w| w.bytes_sent) as f64 / 1e6,
+        total(&|w| u64::from(w.messages_sent)),
+        total(&|w| w.entries_sent),
+        total(&|w| w.bytes_received) as f64 / 1e6,
+        record.replica_spread
     );
     let metrics: Vec<String> = record
         .metrics

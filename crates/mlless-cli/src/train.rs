@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mlless_core::{OptimizerKind, Schedule};
 use mlless_faas::Limits;
 use mlless_runtime::{
-    Hyperparameters, LiveProgress, ModelChoice, RunRecord, StopCriteria, TrainOptions,
+    Hyperparameters, LiveProgress, ModelChoice, RunRecord, StopCriteria, SyncMode, TrainOptions,
 };
 
 /// Models, as the CLI names them.
@@ -40,6 +40,29 @@ pub enum LrSchedule {
     Constant,
     /// lr / sqrt(epoch + 1).
     InvSqrtEpoch,
+}
+
+/// Synchronisation models, as the CLI names them (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sync {
+    /// Bulk synchronous: every update of a step is applied before the next step.
+    Bsp,
+    /// MLLess's significance filter: synchronous, but only significant updates are sent
+    /// (see --significance).
+    Isp,
+    /// Stale synchronous: a worker may run --slack steps ahead of the slowest.
+    Ssp,
+    /// Asynchronous: no barrier; updates are applied as they arrive (none lost).
+    Asp,
+}
+
+/// Whether the scale-in auto-tuner runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScaleIn {
+    /// The fleet keeps its size.
+    Off,
+    /// The supervisor removes workers once the loss curve flattens (BSP and ISP).
+    Auto,
 }
 
 /// Options of `mlless train`.
@@ -79,6 +102,35 @@ pub struct TrainArgs {
     /// Stop after this much wall time, seconds.
     #[arg(long)]
     pub max_time: Option<f64>,
+    /// How the workers synchronise.
+    #[arg(long, value_enum, default_value_t = Sync::Bsp)]
+    pub sync: Sync,
+    /// ISP's threshold V: an accumulated update a_j is sent once |a_j / x_j| > V / sqrt(t+1).
+    #[arg(long, default_value_t = 0.7)]
+    pub significance: f32,
+    /// SSP's slack: how many steps a worker may run ahead of the slowest.
+    #[arg(long, default_value_t = 3)]
+    pub slack: u32,
+    /// Compression of the updates, with error feedback: none, topk:K (K entries per step, or
+    /// a fraction 0 < K < 1 of them) or onebit (signs and one scale).
+    #[arg(long, default_value = "none")]
+    pub compress: mlless_core::Compression,
+    /// Scale-in auto-tuner: remove workers one by one once the loss curve flattens.
+    #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
+    pub scale_in: ScaleIn,
+    /// Scale-in: remove a worker when the projected loss with one fewer is less than this much
+    /// (relative) worse than the full fleet's at the horizon.
+    #[arg(long, default_value_t = 0.05)]
+    pub scale_in_threshold: f64,
+    /// Scale-in: seconds between two decisions.
+    #[arg(long, default_value_t = 10.0)]
+    pub scale_in_interval: f64,
+    /// Scale-in: how far ahead the loss is projected, seconds (at most the interval).
+    #[arg(long, default_value_t = 10.0)]
+    pub horizon: f64,
+    /// Scale-in: never fewer workers than this.
+    #[arg(long, default_value_t = 1)]
+    pub min_workers: u32,
     /// Channel for the updates [default: the object store the run is written to].
     #[arg(long)]
     pub channel: Option<String>,
@@ -109,6 +161,9 @@ impl TrainArgs {
     /// The runtime's options for these arguments.
     pub fn options(&self) -> anyhow::Result<TrainOptions> {
         let prices = crate::cost::price_table(&self.platform)?;
+        if !(self.significance >= 0.0 && self.significance.is_finite()) {
+            anyhow::bail!("--significance must be a number ≥ 0");
+        }
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             anyhow::bail!("--timeout-s must be a positive number of seconds");
         }
@@ -148,6 +203,22 @@ impl TrainArgs {
                 timeout: Duration::from_secs_f64(self.timeout_s),
             },
             prices,
+            sync: match self.sync {
+                Sync::Bsp => SyncMode::Bsp,
+                Sync::Isp => SyncMode::Isp {
+                    significance: self.significance,
+                },
+                Sync::Ssp => SyncMode::Ssp { slack: self.slack },
+                Sync::Asp => SyncMode::Asp,
+            },
+            compression: self.compress,
+            scale_in: (self.scale_in == ScaleIn::Auto).then(|| mlless_core::TunerConfig {
+                threshold: self.scale_in_threshold,
+                interval_s: self.scale_in_interval,
+                horizon_s: self.horizon,
+                min_workers: self.min_workers,
+                ..Default::default()
+            }),
         })
     }
 }

@@ -41,13 +41,19 @@
 //! ```
 
 pub mod batch;
+pub mod filter;
 pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod params;
 pub mod sparse;
+pub mod tuner;
 
 pub use batch::{Batch, RatingBatch, SparseBatch};
+pub use filter::{
+    Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, UpdateFilter,
+    WireDelta,
+};
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, LogisticRegression, MAX_PARAMS, MatrixFactorization, Model,
@@ -59,3 +65,7 @@ pub use optim::{
 };
 pub use params::{apply_mean, average, try_apply_mean};
 pub use sparse::{SparseError, SparseVector};
+pub use tuner::{
+    DecisionBasis, Ewma, KneeDetector, ReferenceCurve, ScaleInDecision, ScaleInTuner, SlowCurve,
+    StepDurationModel, TunerConfig, TunerError, pick_worker_to_remove,
+};

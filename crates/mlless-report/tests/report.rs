@@ -62,6 +62,13 @@ fn record() -> RunRecord {
                     step_ms,
                     bytes_sent: 70_000 + 100 * step,
                     bytes_received: u64::from(p) * (70_000 + 100 * step),
+                    messages_sent: 1,
+                    messages_received: p - 1,
+                    entries_sent: 8_000,
+                    entries_held: 0,
+                    updates_applied: p,
+                    started_unix_ms: 1.7e12 + time_s * 1000.0,
+                    published_unix_ms: 1.7e12 + time_s * 1000.0 + compute,
                 })
                 .collect(),
         });
@@ -114,6 +121,8 @@ fn record() -> RunRecord {
         invocations,
         bill: Some(bill),
         model_url: "file:///tmp/data/runs/job/model.bin".into(),
+        replica_spread: 0.0,
+        scale_in: Default::default(),
     }
 }
 

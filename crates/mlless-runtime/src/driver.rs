@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use mlless_core::{ModelSpec, OptimizerConfig, OptimizerKind, Schedule};
+use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule, TunerConfig};
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
@@ -20,7 +20,7 @@ use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::messages::{PROGRESS_KEY, Progress, STOP_KEY, StopRequest};
 use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{JobSpec, SPEC_KEY, StopCriteria};
+use crate::spec::{JobSpec, SPEC_KEY, StopCriteria, SyncMode};
 
 /// How often the driver polls the supervisor's progress.
 const POLL: Duration = Duration::from_millis(100);
@@ -130,6 +130,12 @@ pub struct TrainOptions {
     pub limits: Limits,
     /// Prices to bill the run at.
     pub prices: PriceTable,
+    /// How the workers synchronise.
+    pub sync: SyncMode,
+    /// How the workers compress their updates.
+    pub compression: Compression,
+    /// The scale-in auto-tuner (`None`: off).
+    pub scale_in: Option<TunerConfig>,
 }
 
 /// What the driver shows while a job runs.
@@ -171,6 +177,24 @@ pub async fn train(
         return Err(RuntimeError::InvalidJob(
             "--max-epochs must be at least 1".into(),
         ));
+    }
+    if let Some(tuner) = &options.scale_in {
+        if !options.sync.is_synchronous() {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--scale-in auto needs --sync bsp or isp, not {}: under SSP and ASP the \
+                 replicas differ and removing a worker would drop its replica's progress",
+                options.sync.name()
+            )));
+        }
+        tuner
+            .validate()
+            .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
+        if tuner.min_workers > options.workers {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--min-workers {} is more than --workers {}",
+                tuner.min_workers, options.workers
+            )));
+        }
     }
     let dataset = Dataset::open(&options.data_url).await?;
     let spec = job_spec(options, &dataset)?;
@@ -384,6 +408,9 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         channel: options.channel.clone(),
         limits: options.limits,
         train_batches,
+        sync: options.sync,
+        compression: options.compression,
+        scale_in: options.scale_in.clone(),
     })
 }
 

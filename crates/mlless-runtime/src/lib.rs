@@ -27,4 +27,4 @@ pub use error::{Result, RuntimeError};
 pub use function::{Payload, run_function};
 pub use prepare::{PrepareOptions, TestSet, prepare};
 pub use record::RunRecord;
-pub use spec::{JobSpec, StopCriteria};
+pub use spec::{JobSpec, StopCriteria, SyncMode};

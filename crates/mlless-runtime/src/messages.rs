@@ -5,7 +5,7 @@
 //! panic.
 
 use bytes::Bytes;
-use mlless_core::{BatchLoss, SparseVector};
+use mlless_core::{BatchLoss, WireDelta};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::error::{Result, RuntimeError};
@@ -16,8 +16,13 @@ pub const UPDATES: &str = "updates";
 pub const STATS: &str = "stats";
 /// Topic of the final replicas that workers send the supervisor.
 pub const FINAL: &str = "final";
+/// Topic of what the workers' update filters still held when training stopped (one message per
+/// worker, at step 0), so that no update is lost.
+pub const FLUSH: &str = "flush";
 /// Key of the supervisor's stop request.
 pub const STOP_KEY: &str = "stop";
+/// Key of the supervisor's latest scale-in removal request (a JSON [`Removal`]).
+pub const SCALE_IN_KEY: &str = "scale-in";
 /// Key of the supervisor's progress report, read by the driver.
 pub const PROGRESS_KEY: &str = "progress";
 
@@ -40,7 +45,8 @@ pub trait Message: Serialize + DeserializeOwned {
     }
 }
 
-/// A worker's update for one step: the delta its optimiser computed on its minibatch.
+/// A worker's update for one step: what its filter lets through of the delta its optimiser
+/// computed on its minibatch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateMessage {
     /// The step.
@@ -49,10 +55,18 @@ pub struct UpdateMessage {
     pub worker: u32,
     /// Loss of the sender's minibatch before the update.
     pub loss: BatchLoss,
-    /// Whether the sender has seen a stop request: every worker stops after this step.
+    /// BSP and ISP: the sender has seen a stop request, so every worker stops after this step.
     pub stop: bool,
+    /// SSP and ASP: this is the sender's last step.
+    pub last: bool,
+    /// SSP and ASP: the sender has applied every peer's updates of the steps before this one,
+    /// so the peers may discard their messages of those steps.
+    pub applied_through: u64,
+    /// Scale-in: the removal request the sender has seen and not applied yet. Every worker
+    /// applies it after the step in whose updates it first appears.
+    pub removal: Option<Removal>,
     /// The delta to the flat parameter vector.
-    pub delta: SparseVector,
+    pub delta: WireDelta,
 }
 
 impl Message for UpdateMessage {
@@ -76,12 +90,29 @@ pub struct StatsMessage {
     pub exchange_ms: f64,
     /// Wall time of the whole step, in ms.
     pub step_ms: f64,
-    /// Bytes of the update the worker published.
+    /// Bytes the worker published (its update; at the last step also its flush).
     pub bytes_sent: u64,
-    /// Bytes of the updates the worker collected.
+    /// Bytes of the updates the worker received.
     pub bytes_received: u64,
+    /// Messages the worker published.
+    pub messages_sent: u32,
+    /// Messages the worker received from its peers.
+    pub messages_received: u32,
+    /// Entries of the flat parameter vector the worker sent.
+    pub entries_sent: u64,
+    /// Entries its filter held back (accumulated, not sent yet).
+    pub entries_held: u64,
+    /// Updates the worker applied to its replica in this step (its own included; at the last
+    /// step also the peers' flushes).
+    pub updates_applied: u32,
+    /// When the worker started computing the step (after any barrier), Unix ms.
+    pub started_unix_ms: f64,
+    /// When the worker started publishing its update, Unix ms.
+    pub published_unix_ms: f64,
     /// Whether this was the worker's last step.
     pub last: bool,
+    /// Whether the worker ends because the scale-in tuner removed it.
+    pub removed: bool,
 }
 
 impl Message for StatsMessage {
@@ -114,6 +145,15 @@ pub struct StoredModel {
 
 impl Message for StoredModel {
     const MAGIC: [u8; 4] = *b"MLLM";
+}
+
+/// The supervisor's request to remove one worker (scale-in), the `seq`-th of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removal {
+    /// 1 for the run's first removal, 2 for the second, …
+    pub seq: u32,
+    /// The worker to remove.
+    pub worker: u32,
 }
 
 /// Why the supervisor asks the workers to stop.

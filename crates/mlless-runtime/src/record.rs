@@ -12,8 +12,9 @@ use crate::spec::JobSpec;
 pub const RECORD_KEY: &str = "record.json";
 /// Key of the trained model below the run's location.
 pub const MODEL_KEY: &str = "model.bin";
-/// Version of the run-record format.
-pub const RECORD_VERSION: u32 = 1;
+/// Version of the run-record format. Version 1 records (before the synchronisation models and
+/// scale-in) still read: the fields added since default to zero or empty.
+pub const RECORD_VERSION: u32 = 2;
 
 /// Everything a run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +45,35 @@ pub struct RunRecord {
     pub bill: Option<Bill>,
     /// Location of the final model.
     pub model_url: String,
+    /// Largest difference between two workers' final replicas of one parameter: 0 under BSP;
+    /// under the other protocols only float rounding, since every update reaches every replica.
+    #[serde(default)]
+    pub replica_spread: f64,
+    /// What the scale-in auto-tuner decided and did (empty when it was off).
+    #[serde(default)]
+    pub scale_in: ScaleInRecord,
+}
+
+/// The scale-in auto-tuner's part of a run record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScaleInRecord {
+    /// Every decision, with its inputs (fitted curves, step durations) and predictions.
+    pub decisions: Vec<mlless_core::ScaleInDecision>,
+    /// Every worker removed.
+    pub removals: Vec<RemovalRecord>,
+}
+
+/// One worker removed by the scale-in auto-tuner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemovalRecord {
+    /// The worker.
+    pub worker: u32,
+    /// The last step it took part in.
+    pub after_step: u64,
+    /// Seconds since the supervisor started.
+    pub time_s: f64,
+    /// Workers left.
+    pub workers_after: u32,
 }
 
 impl RunRecord {
@@ -87,6 +117,27 @@ pub struct WorkerStep {
     pub step_ms: f64,
     /// Bytes published.
     pub bytes_sent: u64,
-    /// Bytes collected.
+    /// Bytes received.
     pub bytes_received: u64,
+    /// Messages published.
+    #[serde(default)]
+    pub messages_sent: u32,
+    /// Messages received.
+    #[serde(default)]
+    pub messages_received: u32,
+    /// Parameter entries sent.
+    #[serde(default)]
+    pub entries_sent: u64,
+    /// Parameter entries the filter held back after the step.
+    #[serde(default)]
+    pub entries_held: u64,
+    /// Updates applied to the worker's replica during the step, its own included.
+    #[serde(default)]
+    pub updates_applied: u32,
+    /// When the worker started computing the step (after any barrier), Unix ms.
+    #[serde(default)]
+    pub started_unix_ms: f64,
+    /// When the worker started publishing its update, Unix ms.
+    #[serde(default)]
+    pub published_unix_ms: f64,
 }

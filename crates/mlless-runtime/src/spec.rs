@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mlless_core::{ModelSpec, OptimizerConfig, Schedule};
+use mlless_core::{Compression, FilterConfig, ModelSpec, OptimizerConfig, Schedule, TunerConfig};
 use mlless_faas::Limits;
 use serde::{Deserialize, Serialize};
 
@@ -39,12 +39,94 @@ pub struct JobSpec {
     pub limits: Limits,
     /// Number of training minibatches in the data set.
     pub train_batches: u32,
+    /// How the workers synchronise.
+    #[serde(default)]
+    pub sync: SyncMode,
+    /// How the workers compress what they send.
+    #[serde(default)]
+    pub compression: Compression,
+    /// The scale-in auto-tuner's settings; `None`: the fleet keeps its size.
+    #[serde(default)]
+    pub scale_in: Option<TunerConfig>,
 }
 
 impl JobSpec {
     /// How long a worker waits for its peers' messages of one step before it gives up.
     pub fn collect_timeout(&self) -> Duration {
         self.limits.timeout
+    }
+
+    /// What each worker's update filter keeps back and how it compresses the rest.
+    pub fn filter(&self) -> FilterConfig {
+        FilterConfig {
+            significance: match self.sync {
+                SyncMode::Isp { significance } => Some(significance),
+                _ => None,
+            },
+            compression: self.compression,
+        }
+    }
+}
+
+/// How the workers keep their replicas in step (`--sync`, DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SyncMode {
+    /// Bulk synchronous: every worker applies every update of step t before step t + 1.
+    #[default]
+    Bsp,
+    /// Insignificance-bounded synchronous (MLLess): BSP's barrier, but each worker sends only
+    /// the accumulated updates that are significant relative to the parameter, and keeps
+    /// accumulating the rest.
+    Isp {
+        /// The threshold `V`; an accumulated update `a_j` is sent once
+        /// `|a_j / x_j| > V / sqrt(t + 1)`.
+        significance: f32,
+    },
+    /// Stale synchronous: a worker starts step t + 1 only once it has applied every worker's
+    /// updates up to step t − slack, and applies whatever else has arrived.
+    Ssp {
+        /// How many steps a worker may run ahead of the slowest; 0 is BSP.
+        slack: u32,
+    },
+    /// Asynchronous: no barrier; every update is applied, once, when it arrives.
+    Asp,
+}
+
+impl SyncMode {
+    /// The steps a worker may run ahead of the slowest: `Some(0)` for the synchronous modes,
+    /// `None` (unbounded) for ASP.
+    pub fn slack(&self) -> Option<u64> {
+        match self {
+            Self::Bsp | Self::Isp { .. } => Some(0),
+            Self::Ssp { slack } => Some(u64::from(*slack)),
+            Self::Asp => None,
+        }
+    }
+
+    /// Whether every worker applies every step's updates at the same point (BSP, ISP).
+    pub fn is_synchronous(&self) -> bool {
+        matches!(self, Self::Bsp | Self::Isp { .. })
+    }
+
+    /// The mode's name as `--sync` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Bsp => "bsp",
+            Self::Isp { .. } => "isp",
+            Self::Ssp { .. } => "ssp",
+            Self::Asp => "asp",
+        }
+    }
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bsp | Self::Asp => f.write_str(self.name()),
+            Self::Isp { significance } => write!(f, "isp (V = {significance})"),
+            Self::Ssp { slack } => write!(f, "ssp (slack {slack})"),
+        }
     }
 }
 
@@ -61,17 +143,93 @@ pub struct StopCriteria {
     pub max_time_s: Option<f64>,
 }
 
-/// The worker that reads position `pos` of the endless stream of minibatches, and the epoch and
-/// minibatch index that position means.
+/// The active workers over the steps of a job: all `P` at first, fewer after each scale-in
+/// removal. Every worker and the supervisor keep the same fleet, since they all learn of a
+/// removal at the same step (it travels in that step's updates).
 ///
-/// Worker `i` at step `t` of a job with `P` workers reads position `i + t·P`; epoch `e` covers
-/// positions `e·M .. (e+1)·M` and reads the `M` training minibatches in the order
-/// [`batch_order`]`(seed, e, M)`, which every worker computes alike without talking.
-pub fn position(worker: u32, step: u64, workers: u32) -> u64 {
-    u64::from(worker) + step * u64::from(workers)
+/// Positions in the endless stream of minibatches stay contiguous across a change: from step
+/// `t0` on, with the active workers `w_0 < … < w_{p−1}`, worker `w_r` reads position
+/// `base + (t − t0)·p + r`, where `base` is the number of positions read before `t0`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    segments: Vec<FleetSegment>,
 }
 
-/// The shuffled order of the `batches` minibatches in `epoch`, shared by all workers.
+/// The workers active from a step on, and the positions read before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetSegment {
+    /// First step of the segment.
+    pub from_step: u64,
+    /// Minibatch positions read before `from_step`.
+    pub base: u64,
+    /// The active workers, ascending.
+    pub workers: Vec<u32>,
+}
+
+impl Fleet {
+    /// All `workers` workers active from step 0.
+    pub fn new(workers: u32) -> Self {
+        Self {
+            segments: vec![FleetSegment {
+                from_step: 0,
+                base: 0,
+                workers: (0..workers).collect(),
+            }],
+        }
+    }
+
+    /// The segment that holds `step`.
+    pub fn segment(&self, step: u64) -> &FleetSegment {
+        let i = self.segments.partition_point(|s| s.from_step <= step);
+        &self.segments[i.saturating_sub(1)]
+    }
+
+    /// The workers active at `step`.
+    pub fn workers(&self, step: u64) -> &[u32] {
+        &self.segment(step).workers
+    }
+
+    /// The minibatch position worker `worker` reads at `step`, if it is active then.
+    pub fn position(&self, worker: u32, step: u64) -> Option<u64> {
+        let segment = self.segment(step);
+        let rank = segment.workers.iter().position(|&w| w == worker)? as u64;
+        let p = segment.workers.len() as u64;
+        Some(segment.base + (step - segment.from_step) * p + rank)
+    }
+
+    /// Minibatch positions read once `step` is done.
+    pub fn positions_done(&self, step: u64) -> u64 {
+        let segment = self.segment(step);
+        segment.base + (step + 1 - segment.from_step) * segment.workers.len() as u64
+    }
+
+    /// Removes `worker` after step `step`: from `step + 1` on it is not active. Returns whether
+    /// it was active then (removing an inactive worker, or at a step before the last change,
+    /// changes nothing).
+    pub fn remove_after(&mut self, worker: u32, step: u64) -> bool {
+        let last = self.segments.last().map_or(0, |s| s.from_step);
+        if step + 1 < last {
+            return false;
+        }
+        let mut workers = self.workers(step + 1).to_vec();
+        let before = workers.len();
+        workers.retain(|&w| w != worker);
+        if workers.len() == before || workers.is_empty() {
+            return false;
+        }
+        let base = self.positions_done(step);
+        self.segments.retain(|s| s.from_step <= step);
+        self.segments.push(FleetSegment {
+            from_step: step + 1,
+            base,
+            workers,
+        });
+        true
+    }
+}
+
+/// The shuffled order of the `batches` minibatches in `epoch`, shared by all workers: epoch `e`
+/// covers stream positions `e·M .. (e+1)·M` (see [`Fleet::position`]).
 pub fn batch_order(seed: u64, epoch: u64, batches: u32) -> Vec<u32> {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
@@ -80,12 +238,6 @@ pub fn batch_order(seed: u64, epoch: u64, batches: u32) -> Vec<u32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(mix);
     order.shuffle(&mut rng);
     order
-}
-
-/// Whether a job of `workers` workers over `batches` minibatches has finished `max_epochs`
-/// epochs once step `step` is done.
-pub fn epochs_done(step: u64, workers: u32, batches: u32, max_epochs: u32) -> bool {
-    (step + 1) * u64::from(workers) >= u64::from(max_epochs) * u64::from(batches)
 }
 
 #[cfg(test)]
@@ -104,13 +256,47 @@ mod tests {
     }
 
     #[test]
+    fn fleet_positions_stay_contiguous_across_removals() {
+        let mut fleet = Fleet::new(4);
+        let mut seen = Vec::new();
+        for t in 0..10u64 {
+            if t == 3 {
+                assert!(fleet.remove_after(1, 2));
+                assert!(!fleet.remove_after(1, 2), "already removed");
+            }
+            if t == 6 {
+                assert!(fleet.remove_after(3, 5));
+            }
+            let mut step: Vec<u64> = (0..4).filter_map(|w| fleet.position(w, t)).collect();
+            step.sort_unstable();
+            assert_eq!(step.len(), fleet.workers(t).len());
+            seen.extend(step);
+            assert_eq!(fleet.positions_done(t), seen.len() as u64);
+        }
+        assert_eq!(seen, (0..seen.len() as u64).collect::<Vec<_>>());
+        assert_eq!(fleet.workers(2), &[0, 1, 2, 3]);
+        assert_eq!(fleet.workers(3), &[0, 2, 3]);
+        assert_eq!(fleet.workers(9), &[0, 2]);
+        assert_eq!(fleet.position(1, 5), None);
+        assert!(!fleet.remove_after(0, 9) || fleet.workers(10) == [2]);
+        let mut last = Fleet::new(1);
+        assert!(!last.remove_after(0, 0), "the last worker stays");
+    }
+
+    #[test]
     fn positions_cover_each_epoch_once() {
-        let (p, m) = (4u32, 10u32);
+        let (p, m) = (4u32, 10u64);
+        let fleet = Fleet::new(p);
         let seen: Vec<u64> = (0..5u64)
-            .flat_map(|t| (0..p).map(move |w| position(w, t, p)))
+            .flat_map(|t| {
+                (0..p)
+                    .filter_map(|w| fleet.position(w, t))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
-        assert!(!epochs_done(3, p, m, 2));
-        assert!(epochs_done(4, p, m, 2));
+        // Two epochs of 10 minibatches end with step 4 (positions 16..20).
+        assert!(fleet.positions_done(3) < 2 * m);
+        assert!(fleet.positions_done(4) >= 2 * m);
     }
 }

@@ -5,17 +5,23 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlless_core::{BatchLoss, Evaluation};
+use std::collections::BTreeMap;
+
+use mlless_core::{BatchLoss, Evaluation, Ewma, ScaleInTuner, TunerConfig};
 use tracing::info;
 
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::messages::{
-    FINAL, Message, PROGRESS_KEY, Progress, ReplicaMessage, STATS, STOP_KEY, StatsMessage,
-    StopRequest, StoredModel,
+    FINAL, Message, PROGRESS_KEY, Progress, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
+    StatsMessage, StopRequest, StoredModel,
 };
-use crate::record::{MODEL_KEY, RECORD_KEY, RECORD_VERSION, RunRecord, StepRecord, WorkerStep};
+use crate::record::{
+    MODEL_KEY, RECORD_KEY, RECORD_VERSION, RemovalRecord, RunRecord, ScaleInRecord, StepRecord,
+    WorkerStep,
+};
+use crate::spec::Fleet;
 
 /// A loss above this is taken for divergence (log loss and squared error of sane models stay far
 /// below it).
@@ -36,25 +42,36 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
     let manifest = ctx.dataset.manifest();
     let train_batches = f64::from(spec.train_batches);
 
+    // Under SSP and ASP workers may stop after different steps, and the scale-in tuner
+    // removes workers: each one's last statistics say so, and it is not waited for after that.
+    let mut active = workers.clone();
+    let mut fleet = Fleet::new(spec.workers);
+    let mut scale_in = match &spec.scale_in {
+        Some(config) => Some(ScaleIn::new(config.clone(), spec.workers)?),
+        None => None,
+    };
     let mut step = 0u64;
     loop {
         let payloads = ctx
             .channel
-            .collect(STATS, step, &workers, spec.collect_timeout())
+            .collect(STATS, step, &active, spec.collect_timeout())
             .await?;
         let mut stats = Vec::with_capacity(payloads.len());
-        for (payload, &from) in payloads.iter().zip(&workers) {
+        for (payload, &from) in payloads.iter().zip(&active) {
             stats.push(StatsMessage::decode(payload, || {
                 format!("statistics of worker {from} for step {step}")
             })?);
         }
-        ctx.channel.discard(STATS, step, &workers).await?;
+        ctx.channel.discard(STATS, step, &active).await?;
         let mut total = BatchLoss::default();
         for s in &stats {
             total.merge(s.loss);
         }
         let loss = total.mean();
-        let epoch = (step + 1) as f64 * f64::from(spec.workers) / train_batches;
+        for s in stats.iter().filter(|s| s.removed) {
+            fleet.remove_after(s.worker, step);
+        }
+        let epoch = fleet.positions_done(step) as f64 / train_batches;
         steps.push(StepRecord {
             step,
             time_s: started.elapsed().as_secs_f64(),
@@ -62,7 +79,8 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
             loss,
             workers: stats.iter().map(worker_step).collect(),
         });
-        let last = stats.iter().any(|s| s.last);
+        active.retain(|w| !stats.iter().any(|s| s.worker == *w && s.last));
+        let last = active.is_empty();
 
         if diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
             diverged = Some((step, loss));
@@ -70,12 +88,23 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         } else if let Some(reason) = stopper.check(step, loss, started.elapsed()) {
             stopper.request(&ctx, &reason).await?;
         }
+        if let Some(tuner) = &mut scale_in
+            && !last
+            && stopper.reason.is_none()
+        {
+            let now = started.elapsed().as_secs_f64();
+            if let Some(request) = tuner.step(step, now, &stats)? {
+                ctx.channel
+                    .put_key(SCALE_IN_KEY, Bytes::from(json(&request)?))
+                    .await?;
+            }
+        }
         if last || last_progress.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
             let progress = Progress {
                 step,
                 epoch,
                 loss,
-                workers: spec.workers,
+                workers: fleet.workers(step + 1).len() as u32,
             };
             ctx.channel
                 .put_key(PROGRESS_KEY, Bytes::from(json(&progress)?))
@@ -96,12 +125,14 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         });
     }
 
+    // The workers removed by the tuner have merged their replicas into the survivors'.
+    let survivors = fleet.workers(step).to_vec();
     let payloads = ctx
         .channel
-        .collect(FINAL, 0, &workers, spec.collect_timeout())
+        .collect(FINAL, 0, &survivors, spec.collect_timeout())
         .await?;
     let mut replicas = Vec::with_capacity(payloads.len());
-    for (payload, &from) in payloads.iter().zip(&workers) {
+    for (payload, &from) in payloads.iter().zip(&survivors) {
         let replica =
             ReplicaMessage::decode(payload, || format!("final replica of worker {from}"))?;
         if replica.params.len() != spec.model.num_params() {
@@ -113,9 +144,10 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         }
         replicas.push(replica);
     }
-    ctx.channel.discard(FINAL, 0, &workers).await?;
+    ctx.channel.discard(FINAL, 0, &survivors).await?;
     let views: Vec<&[f32]> = replicas.iter().map(|r| r.params.as_slice()).collect();
     let params = mlless_core::average(&views);
+    let replica_spread = spread(&views);
 
     let metrics = evaluate(&ctx, &params).await?;
     info!(?metrics, "test metrics");
@@ -142,11 +174,30 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         invocations: Vec::new(),
         bill: None,
         model_url: format!("{}/{MODEL_KEY}", ctx.run_store.url()),
+        replica_spread,
+        scale_in: scale_in.map(ScaleIn::into_record).unwrap_or_default(),
     };
     ctx.run_store
         .put(RECORD_KEY, Bytes::from(json(&record)?))
         .await?;
     Ok(())
+}
+
+/// The largest difference between two replicas of one parameter.
+fn spread(replicas: &[&[f32]]) -> f64 {
+    let Some(first) = replicas.first() else {
+        return 0.0;
+    };
+    (0..first.len())
+        .map(|j| {
+            let (lo, hi) = replicas
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), r| {
+                    (lo.min(r[j]), hi.max(r[j]))
+                });
+            f64::from(hi) - f64::from(lo)
+        })
+        .fold(0.0, f64::max)
 }
 
 fn worker_step(s: &StatsMessage) -> WorkerStep {
@@ -160,6 +211,13 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
         step_ms: s.step_ms,
         bytes_sent: s.bytes_sent,
         bytes_received: s.bytes_received,
+        messages_sent: s.messages_sent,
+        messages_received: s.messages_received,
+        entries_sent: s.entries_sent,
+        entries_held: s.entries_held,
+        updates_applied: s.updates_applied,
+        started_unix_ms: s.started_unix_ms,
+        published_unix_ms: s.published_unix_ms,
     }
 }
 
@@ -178,6 +236,108 @@ async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metri
     }
     Ok(evaluation.finish())
 }
+
+/// The scale-in auto-tuner in the supervisor (DESIGN §6): feeds it each step, asks it for a
+/// decision, picks the worker to remove and keeps the record of it all.
+struct ScaleIn {
+    tuner: ScaleInTuner,
+    /// Per worker, the EWMA of its minibatch loss: the quality of its replica.
+    recent: BTreeMap<u32, Ewma>,
+    /// The request sent and not applied yet.
+    pending: Option<Removal>,
+    removals: u32,
+    record: ScaleInRecord,
+}
+
+impl ScaleIn {
+    fn new(config: TunerConfig, workers: u32) -> Result<Self> {
+        let tuner = ScaleInTuner::new(config, workers)
+            .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
+        Ok(Self {
+            tuner,
+            recent: BTreeMap::new(),
+            pending: None,
+            removals: 0,
+            record: ScaleInRecord::default(),
+        })
+    }
+
+    /// Feeds the tuner one step; returns a removal request to publish, if it decides one.
+    fn step(&mut self, step: u64, now_s: f64, stats: &[StatsMessage]) -> Result<Option<Removal>> {
+        let tuner_error = |e: mlless_core::TunerError| {
+            RuntimeError::FunctionFailed(format!("scale-in tuner at step {step}: {e}"))
+        };
+        for s in stats {
+            let ewma = self
+                .recent
+                .entry(s.worker)
+                .or_insert_with(|| Ewma::new(RECENT_LOSS_ALPHA).expect("a valid constant"));
+            ewma.update(s.loss.mean());
+        }
+        if let Some(removed) = stats.iter().find(|s| s.removed) {
+            let workers = stats.len() as u32 - 1;
+            self.tuner
+                .notify_removed(step, workers)
+                .map_err(tuner_error)?;
+            self.recent.remove(&removed.worker);
+            self.record.removals.push(RemovalRecord {
+                worker: removed.worker,
+                after_step: step,
+                time_s: now_s,
+                workers_after: workers,
+            });
+            self.pending = None;
+            return Ok(None);
+        }
+        let mut total = BatchLoss::default();
+        for s in stats {
+            total.merge(s.loss);
+        }
+        let duration_s = stats.iter().map(|s| s.step_ms).fold(0.0, f64::max) / 1000.0;
+        if !total.mean().is_finite() {
+            return Ok(None);
+        }
+        self.tuner
+            .observe(step, total.mean(), duration_s, stats.len() as u32)
+            .map_err(tuner_error)?;
+        if self.pending.is_some() {
+            return Ok(None);
+        }
+        let Some(decision) = self.tuner.decide(now_s) else {
+            return Ok(None);
+        };
+        let remove = decision.remove;
+        self.record.decisions.push(decision);
+        if !remove {
+            return Ok(None);
+        }
+        let candidates: Vec<(u32, f64)> = stats
+            .iter()
+            .map(|s| {
+                let loss = self.recent.get(&s.worker).and_then(Ewma::value);
+                (s.worker, loss.unwrap_or(f64::NAN))
+            })
+            .collect();
+        let Some(worker) = mlless_core::pick_worker_to_remove(&candidates) else {
+            return Ok(None);
+        };
+        self.removals += 1;
+        let request = Removal {
+            seq: self.removals,
+            worker,
+        };
+        info!(worker, step, "scale-in: removing a worker");
+        self.pending = Some(request);
+        Ok(Some(request))
+    }
+
+    fn into_record(self) -> ScaleInRecord {
+        self.record
+    }
+}
+
+/// Smoothing of each worker's recent loss, by which the tuner picks the worker to remove.
+const RECENT_LOSS_ALPHA: f64 = 0.1;
 
 /// The stop criteria other than the epoch count (which the workers apply themselves).
 struct Stopper {

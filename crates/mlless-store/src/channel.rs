@@ -110,6 +110,16 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError>;
 
+    /// Returns, without waiting, the messages of `step` on `topic` from the workers in `from`
+    /// that are present now, in the order of `from`: `None` where a message has not arrived.
+    /// For the protocols without a barrier (SSP, ASP), which apply whatever has arrived.
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError>;
+
     /// Deletes the messages of `step` on `topic` from the given workers (once nobody needs them
     /// any more). Messages that are already gone are not an error.
     async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError>;
@@ -294,6 +304,19 @@ impl Channel for ObjectStoreChannel {
             .put(&Self::message_key(topic, step, from), payload)
             .await?;
         Ok(())
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.check_topic(topic)?;
+        let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
+        self.poll_step(&Self::step_prefix(topic, step), from, &mut slots)
+            .await?;
+        Ok(slots)
     }
 
     async fn collect(

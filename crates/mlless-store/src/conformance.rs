@@ -526,6 +526,62 @@ pub async fn discard_removes_messages(channel: &dyn Channel) {
     must(channel, "cleanup", channel.cleanup()).await;
 }
 
+/// Poll returns at once what has arrived, in the order asked, `None` for the rest, and never
+/// waits for the missing messages.
+pub async fn poll_returns_what_is_there(channel: &dyn Channel) {
+    must(channel, "cleanup", channel.cleanup()).await;
+    let topic = "updates";
+    let none = must(channel, "poll", channel.poll(topic, 3, &[0, 1])).await;
+    assert!(
+        none == vec![None, None],
+        "{}: poll of an empty step found messages",
+        channel.describe()
+    );
+    for w in [0, 2, 5] {
+        must(
+            channel,
+            "publish",
+            channel.publish(topic, 3, w, payload(3, w)),
+        )
+        .await;
+    }
+    must(
+        channel,
+        "publish",
+        channel.publish(topic, 4, 1, payload(4, 1)),
+    )
+    .await;
+    let started = Instant::now();
+    let got = must(channel, "poll", channel.poll(topic, 3, &[5, 1, 0, 2])).await;
+    assert!(
+        started.elapsed() < PATIENT / 4,
+        "{}: poll waited {:?}",
+        channel.describe(),
+        started.elapsed()
+    );
+    let expected = vec![
+        Some(payload(3, 5)),
+        None,
+        Some(payload(3, 0)),
+        Some(payload(3, 2)),
+    ];
+    assert!(
+        got == expected,
+        "{}: poll returned the wrong messages",
+        channel.describe()
+    );
+    must(channel, "discard", channel.discard(topic, 3, &[0])).await;
+    let after = must(channel, "poll", channel.poll(topic, 3, &[0, 2])).await;
+    assert!(
+        after == vec![None, Some(payload(3, 2))],
+        "{}: poll after discard",
+        channel.describe()
+    );
+    let empty = must(channel, "poll", channel.poll(topic, 3, &[])).await;
+    assert!(empty.is_empty(), "{}: poll of nobody", channel.describe());
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
 /// Runs every channel conformance test, each on its own job id.
 pub async fn run_all(factory: ChannelFactory<'_>) {
     publish_collect_step(factory("conformance-publish").as_ref()).await;
@@ -537,6 +593,7 @@ pub async fn run_all(factory: ChannelFactory<'_>) {
     collect_times_out(factory("conformance-timeout").as_ref()).await;
     keys_last_write_wins(factory("conformance-keys").as_ref()).await;
     discard_removes_messages(factory("conformance-discard").as_ref()).await;
+    poll_returns_what_is_there(factory("conformance-poll").as_ref()).await;
 }
 
 fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T {

@@ -787,6 +787,22 @@ impl Channel for MemcachedChannel {
         }
     }
 
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.check_topic(topic)?;
+        let keys: Vec<String> = from
+            .iter()
+            .map(|&w| self.message_key(topic, step, w))
+            .collect();
+        let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
+        self.poll_step(&keys, &mut slots).await?;
+        Ok(slots)
+    }
+
     async fn collect(
         &self,
         topic: &str,

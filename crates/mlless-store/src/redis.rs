@@ -515,6 +515,25 @@ impl RedisChannel {
 
     /// Reads the stream `key` on shard `index` until every worker of `wanted` was seen or
     /// `deadline` passed; returns what it found (a timeout is not an error here).
+    /// Reads the messages of `from` in stream `key` from every shard concurrently, blocking
+    /// until `deadline` for the missing ones.
+    async fn gather(
+        &self,
+        key: &str,
+        from: &[WorkerId],
+        deadline: Instant,
+    ) -> Result<HashMap<WorkerId, Bytes>, ChannelError> {
+        let groups = self.by_shard(from);
+        let reads = groups
+            .iter()
+            .map(|(index, wanted)| self.collect_shard(*index, key, wanted, deadline));
+        let mut found: HashMap<WorkerId, Bytes> = HashMap::with_capacity(from.len());
+        for part in futures::future::try_join_all(reads).await? {
+            found.extend(part);
+        }
+        Ok(found)
+    }
+
     async fn collect_shard(
         &self,
         index: usize,
@@ -698,6 +717,22 @@ impl Channel for RedisChannel {
         Ok(())
     }
 
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.check_topic(topic)?;
+        if from.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A deadline already passed: one non-blocking XREAD per shard.
+        let key = self.stream_key(topic, step);
+        let found = self.gather(&key, from, Instant::now()).await?;
+        Ok(from.iter().map(|w| found.get(w).cloned()).collect())
+    }
+
     async fn collect(
         &self,
         topic: &str,
@@ -715,14 +750,7 @@ impl Channel for RedisChannel {
             .checked_add(timeout)
             .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
         let key = self.stream_key(topic, step);
-        let groups = self.by_shard(from);
-        let reads = groups
-            .iter()
-            .map(|(index, wanted)| self.collect_shard(*index, &key, wanted, deadline));
-        let mut found: HashMap<WorkerId, Bytes> = HashMap::with_capacity(from.len());
-        for part in futures::future::try_join_all(reads).await? {
-            found.extend(part);
-        }
+        let found = self.gather(&key, from, deadline).await?;
         let mut out = Vec::with_capacity(from.len());
         let mut missing: Vec<WorkerId> = Vec::new();
         for w in from {

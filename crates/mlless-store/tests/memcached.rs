@@ -155,6 +155,7 @@ async fn channel_conformance_memcached_single_thread_own_connections() {
         "conformance-timeout",
         "conformance-keys",
         "conformance-discard",
+        "conformance-poll",
     ] {
         let channel = connect(&url, &format!("st-{job}")).await;
         channels.insert(job.to_string(), Arc::new(channel) as Arc<dyn Channel>);

@@ -1,0 +1,128 @@
+//! The scale-in auto-tuner, end to end: it removes workers once the loss flattens, never below
+//! the minimum, the removed workers stop being billed, and the model still converges.
+
+mod common;
+
+use common::*;
+
+/// Synthetic ratings (2,000 × 1,500, σ = 0.5), 4 workers, decisions every second: the tuner
+/// removes workers after the knee, the record shows each removal in the steps' worker counts,
+/// and the run costs less than the same run without the tuner while reaching an RMSE within
+/// 10% of σ.
+#[test]
+fn scale_in_removes_workers_and_cuts_the_bill() {
+    let dir = tempdir();
+    let (data, sigma) = ratings_data(dir.path());
+    let data = s(&data);
+    let common = [
+        "--data",
+        data.as_str(),
+        "--model",
+        "pmf",
+        "--workers",
+        "4",
+        "--max-epochs",
+        "10",
+    ];
+    let full = train(dir.path(), "full", &common);
+    let mut args = common.to_vec();
+    args.extend_from_slice(&[
+        "--scale-in",
+        "auto",
+        "--scale-in-interval",
+        "1",
+        "--horizon",
+        "1",
+        "--min-workers",
+        "2",
+    ]);
+    let tuned = train(dir.path(), "tuned", &args);
+
+    let scale_in = &tuned.scale_in;
+    assert!(
+        !scale_in.removals.is_empty(),
+        "no worker removed; decisions: {:?}",
+        scale_in.decisions
+    );
+    let knee_step = scale_in.decisions[0].knee_step;
+    assert!(
+        scale_in.removals[0].after_step >= knee_step,
+        "removed before the knee"
+    );
+    assert!(scale_in.removals.len() <= 2, "below --min-workers");
+    for removal in &scale_in.removals {
+        for step in &tuned.steps {
+            let present = step.workers.iter().any(|w| w.worker == removal.worker);
+            assert_eq!(
+                present,
+                step.step <= removal.after_step,
+                "worker {} at step {} (removed after {})",
+                removal.worker,
+                step.step,
+                removal.after_step
+            );
+        }
+    }
+    let last = tuned.steps.last().expect("steps");
+    assert_eq!(last.workers.len(), 4 - scale_in.removals.len());
+    assert!(
+        scale_in
+            .decisions
+            .iter()
+            .all(|d| d.predicted_loss_full.is_finite() && d.duration_full_s > 0.0),
+        "a decision without its inputs"
+    );
+
+    // The removed workers' invocations ended early.
+    let duration = |name: String| {
+        tuned
+            .invocations
+            .iter()
+            .find(|i| i.name == name)
+            .map(|i| i.duration_ms)
+            .expect("invocation")
+    };
+    let survivor = last.workers[0].worker;
+    for removal in &scale_in.removals {
+        assert!(
+            duration(format!("worker-{}", removal.worker)) < duration(format!("worker-{survivor}")),
+            "removed worker {} ran as long as a survivor",
+            removal.worker
+        );
+    }
+    let cost = |r: &mlless_runtime::RunRecord| r.bill.as_ref().expect("bill").gb_seconds;
+    assert!(
+        cost(&tuned) < 0.9 * cost(&full),
+        "tuned {} GB-s vs full {} GB-s",
+        cost(&tuned),
+        cost(&full)
+    );
+    let rmse = metric(&tuned, "test_rmse");
+    assert!(rmse < 1.1 * sigma, "RMSE {rmse} vs σ {sigma}");
+}
+
+/// Scale-in needs the replicas equal at every step: it refuses SSP and ASP, and a minimum
+/// above the fleet.
+#[test]
+fn scale_in_refuses_what_it_cannot_do() {
+    let dir = tempdir();
+    let input = write(dir.path(), "tiny.libsvm", &"1 1:1\n0 2:1\n".repeat(20));
+    let data = dir.path().join("data");
+    prepare_libsvm(&input, &data, 1);
+    let data = s(&data);
+    let base = [
+        "train",
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--scale-in",
+        "auto",
+    ];
+    let mut asp = base.to_vec();
+    asp.extend_from_slice(&["--sync", "asp"]);
+    assert!(fails(&asp).contains("--sync bsp or isp"));
+    let mut min = base.to_vec();
+    min.extend_from_slice(&["--workers", "2", "--min-workers", "3"]);
+    assert!(fails(&min).contains("--min-workers 3"));
+}

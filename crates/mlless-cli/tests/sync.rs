@@ -1,0 +1,235 @@
+//! Synchronisation models (BSP, ISP, SSP, ASP) and compressed updates, end to end: what each
+//! one promises, checked from the run record and the trained model.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use mlless_data::SparseLrSpec;
+use mlless_runtime::RunRecord;
+
+/// A sparse-LR set small enough for many runs: 50k rows × 20k features, batches of 500.
+fn lr_data(dir: &Path) -> PathBuf {
+    let spec = SparseLrSpec::new(50_000, 20_000, 30, 17);
+    let (input, _) = write_sparse_lr(dir, &spec);
+    let data = dir.join("store/lr");
+    prepare_libsvm(&input, &data, 500);
+    data
+}
+
+/// Trains LR with 4 workers for 3 epochs with `extra` arguments.
+fn run(dir: &Path, data: &Path, name: &str, extra: &[&str]) -> RunRecord {
+    let data = s(data);
+    let mut args = vec![
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--workers",
+        "4",
+        "--max-epochs",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    train(dir, name, &args)
+}
+
+fn total(record: &RunRecord, f: impl Fn(&mlless_runtime::record::WorkerStep) -> u64) -> u64 {
+    record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
+}
+
+/// ISP with V = 0 sends every update as it is: the model is BSP's, bit for bit.
+#[test]
+fn isp_with_zero_significance_is_bsp() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let bsp = run(dir.path(), &data, "bsp", &["--sync", "bsp"]);
+    let isp = run(
+        dir.path(),
+        &data,
+        "isp0",
+        &["--sync", "isp", "--significance", "0"],
+    );
+    assert_eq!(bsp.steps.len(), isp.steps.len());
+    assert!(stored_params(&bsp) == stored_params(&isp), "ISP(0) ≠ BSP");
+    assert_eq!(bsp.replica_spread, 0.0);
+    assert_eq!(isp.replica_spread, 0.0);
+    // Nothing is held back (BSP's messages may also carry exact zeros, which ISP skips).
+    assert_eq!(total(&isp, |w| w.entries_held), 0);
+    assert!(total(&isp, |w| w.entries_sent) <= total(&bsp, |w| w.entries_sent));
+}
+
+/// ISP with V > 0 holds updates back (fewer entries sent), yet every replica ends with every
+/// worker's every update — the replicas agree to float rounding, which they would not if a held
+/// update were lost — and the model reaches BSP's test log loss. Top-k and 1-bit with error
+/// feedback, alone and composed with ISP, likewise.
+#[test]
+fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let bsp = run(dir.path(), &data, "bsp", &[]);
+    let target = metric(&bsp, "test_logloss");
+    let bsp_bytes = total(&bsp, |w| w.bytes_sent);
+    let bsp_entries = total(&bsp, |w| w.entries_sent);
+    for (name, args, max_loss_ratio) in [
+        ("isp", &["--sync", "isp", "--significance", "0.7"][..], 1.01),
+        ("topk", &["--compress", "topk:0.1"][..], 1.01),
+        ("onebit", &["--compress", "onebit"][..], 1.01),
+        (
+            "isp-onebit",
+            &["--sync", "isp", "--compress", "onebit"][..],
+            1.01,
+        ),
+        // A large V holds most updates back for long: it still converges, if more slowly.
+        (
+            "isp-large",
+            &["--sync", "isp", "--significance", "5"][..],
+            1.15,
+        ),
+    ] {
+        let record = run(dir.path(), &data, name, args);
+        let loss = metric(&record, "test_logloss");
+        assert!(
+            loss <= max_loss_ratio * target,
+            "{name}: test log loss {loss} vs BSP's {target}"
+        );
+        assert!(
+            record.replica_spread < 1e-4,
+            "{name}: replicas differ by {} at the end: an update was lost",
+            record.replica_spread
+        );
+        let held = record
+            .steps
+            .iter()
+            .flat_map(|s| &s.workers)
+            .map(|w| w.entries_held)
+            .max()
+            .unwrap_or(0);
+        assert!(held > 0, "{name}: nothing was ever held back");
+        let last = record.steps.last().expect("steps");
+        assert!(
+            last.workers.iter().all(|w| w.entries_held == 0),
+            "{name}: updates still held after the flush"
+        );
+        let bytes = total(&record, |w| w.bytes_sent);
+        assert!(
+            bytes < bsp_bytes,
+            "{name}: sent {bytes} bytes, BSP {bsp_bytes}"
+        );
+        if !name.contains("onebit") {
+            assert!(total(&record, |w| w.entries_sent) < bsp_entries, "{name}");
+        }
+    }
+}
+
+/// Under SSP no worker starts step t before every worker has published step t − 1 − S, checked
+/// from the timestamps of the run record; and the model reaches BSP's target.
+#[test]
+fn ssp_never_runs_more_than_the_slack_ahead() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let bsp = run(dir.path(), &data, "bsp", &[]);
+    let slack = 1u64;
+    let record = run(
+        dir.path(),
+        &data,
+        "ssp",
+        &["--sync", "ssp", "--slack", &slack.to_string()],
+    );
+    let mut published = std::collections::HashMap::new();
+    for step in &record.steps {
+        for w in &step.workers {
+            published.insert((w.worker, step.step), w.published_unix_ms);
+        }
+    }
+    let mut checked = 0;
+    for step in record.steps.iter().filter(|s| s.step > slack) {
+        let required = step.step - 1 - slack;
+        for w in &step.workers {
+            for peer in 0..record.spec.workers {
+                let done = published[&(peer, required)];
+                assert!(
+                    w.started_unix_ms >= done,
+                    "worker {} started step {} at {} before worker {peer} published step \
+                     {required} at {done}",
+                    w.worker,
+                    step.step,
+                    w.started_unix_ms
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} checks");
+    assert!(record.replica_spread < 1e-4, "{}", record.replica_spread);
+    let (loss, target) = (
+        metric(&record, "test_logloss"),
+        metric(&bsp, "test_logloss"),
+    );
+    assert!(loss <= 1.01 * target, "SSP {loss} vs BSP {target}");
+}
+
+/// Under ASP every published update is applied exactly once by every worker: each worker's
+/// count of applied updates equals the number of updates published by all, and the replicas
+/// agree at the end (a lost or doubled delta would set one apart).
+#[test]
+fn asp_applies_every_update_exactly_once() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let record = run(dir.path(), &data, "asp", &["--sync", "asp"]);
+    let published = total(&record, |w| u64::from(w.messages_sent));
+    for worker in 0..record.spec.workers {
+        let applied: u64 = record
+            .steps
+            .iter()
+            .flat_map(|s| &s.workers)
+            .filter(|w| w.worker == worker)
+            .map(|w| u64::from(w.updates_applied))
+            .sum();
+        assert_eq!(
+            applied, published,
+            "worker {worker} applied {applied} updates of {published} published"
+        );
+    }
+    assert!(record.replica_spread < 1e-4, "{}", record.replica_spread);
+    assert!(metric(&record, "test_auc") > 0.75);
+}
+
+/// The protocols without a barrier and the filter work through every channel backend there is
+/// a server for (set by `scripts/test.sh`); the object-store channel is covered above.
+#[test]
+fn protocols_work_on_redis_and_memcached() {
+    let mut channels: Vec<String> = Vec::new();
+    if let Ok(urls) = std::env::var("MLLESS_TEST_REDIS_URLS") {
+        channels.extend(urls.split(',').next().map(str::to_string));
+    }
+    if let Ok(url) = std::env::var("MLLESS_TEST_MEMCACHED_URL") {
+        channels.push(url);
+    }
+    if channels.is_empty() {
+        eprintln!("no Redis or Memcached server: run through scripts/test.sh");
+        return;
+    }
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let bsp = run(dir.path(), &data, "bsp", &[]);
+    let target = metric(&bsp, "test_logloss");
+    for channel in &channels {
+        for (name, args) in [
+            ("asp", &["--sync", "asp"][..]),
+            ("ssp", &["--sync", "ssp", "--slack", "2"][..]),
+            ("isp-topk", &["--sync", "isp", "--compress", "topk:0.1"][..]),
+        ] {
+            let mut all = vec!["--channel", channel.as_str()];
+            all.extend_from_slice(args);
+            let record = run(dir.path(), &data, name, &all);
+            let loss = metric(&record, "test_logloss");
+            assert!(
+                loss <= 1.01 * target,
+                "{name} on {channel}: {loss} vs BSP {target}"
+            );
+            assert!(record.replica_spread < 1e-4, "{name} on {channel}");
+        }
+    }
+}
