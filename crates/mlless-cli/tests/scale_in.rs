@@ -99,6 +99,33 @@ fn scale_in_removes_workers_and_cuts_the_bill() {
     );
     let rmse = metric(&tuned, "test_rmse");
     assert!(rmse < 1.1 * sigma, "RMSE {rmse} vs σ {sigma}");
+
+    // The report of this real run: well-formed SVG plots, shown inline by the HTML page.
+    let out = dir.path().join("report");
+    ok(&[
+        "report",
+        &s(&dir.path().join("tuned.json")),
+        "--out",
+        &s(&out),
+    ]);
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    for plot in ["loss.svg", "cost.svg", "bytes.svg"] {
+        let svg = std::fs::read_to_string(out.join(plot)).expect("plot written");
+        let doc = roxmltree::Document::parse(&svg)
+            .unwrap_or_else(|e| panic!("{plot} is not well-formed: {e}"));
+        assert_eq!(doc.root_element().tag_name().name(), "svg", "{plot}");
+        let lines = doc
+            .descendants()
+            .filter(|n| matches!(n.tag_name().name(), "polyline" | "path"))
+            .count();
+        assert!(lines > 0, "{plot} draws nothing");
+        let body = &svg[svg.find("<svg").expect("svg element")..];
+        assert!(
+            html.contains(body.trim_end()),
+            "report.html does not show {plot}"
+        );
+    }
+    assert!(html.contains(&tuned.spec.job_id));
 }
 
 /// Scale-in needs the replicas equal at every step: it refuses SSP and ASP, and a minimum

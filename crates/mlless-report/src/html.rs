@@ -109,6 +109,10 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: [&str; 3]
                 .clone()
                 .unwrap_or_else(|| "object store".into()),
         ),
+        (
+            "synchronisation",
+            format!("{}, compression {}", spec.sync, spec.compression),
+        ),
         ("steps", record.steps.len().to_string()),
         ("epochs", format!("{:.2}", record.epochs)),
         ("stop reason", record.stop_reason.clone()),
@@ -146,6 +150,44 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: [&str; 3]
             ));
         }
         None => rows.push(("billed cost", "not recorded".into())),
+    }
+    let traffic = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> u64| -> u64 {
+        record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
+    };
+    rows.push((
+        "updates sent",
+        format!(
+            "{:.2} MB in {} messages ({} entries); replica spread {:.2e}",
+            traffic(&|w| w.bytes_sent) as f64 / 1e6,
+            traffic(&|w| u64::from(w.messages_sent)),
+            traffic(&|w| w.entries_sent),
+            record.replica_spread
+        ),
+    ));
+    if spec.scale_in.is_some() {
+        let removals: Vec<String> = record
+            .scale_in
+            .removals
+            .iter()
+            .map(|r| {
+                format!(
+                    "worker {} after step {} ({:.1} s, {} left)",
+                    r.worker, r.after_step, r.time_s, r.workers_after
+                )
+            })
+            .collect();
+        rows.push((
+            "scale-in",
+            format!(
+                "{} decisions; removed: {}",
+                record.scale_in.decisions.len(),
+                if removals.is_empty() {
+                    "none".to_string()
+                } else {
+                    removals.join("; ")
+                }
+            ),
+        ));
     }
     rows.push(("model location", record.model_url.clone()));
     out.push_str("<h2>Summary</h2>\n<table class=\"summary\">\n");

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule, TunerConfig};
-use mlless_cost::{ObjectRequests, PriceTable, Usage};
+use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
 use mlless_store::{Store, open_channel};
@@ -329,11 +329,20 @@ pub async fn train(
             memory_mb: r.memory_mb,
         })
         .collect();
-    record.bill = Some(
-        options
-            .prices
-            .bill(&usages, record.wall_s, ObjectRequests::default()),
-    );
+    // The channel's servers are billed for the wall time; its object-store requests are
+    // estimated from the steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
+    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    let mut requests = ObjectRequests::default();
+    for step in &record.steps {
+        let r = ObjectRequests::estimate(channel, step.workers.len() as u32, 1);
+        requests.writes += r.writes;
+        requests.reads += r.reads;
+    }
+    record.bill = Some(options.prices.clone().for_channel(channel).bill(
+        &usages,
+        record.wall_s,
+        requests,
+    ));
     record.invocations = reports;
     if let Some(last) = record.steps.last() {
         let p = Progress {
