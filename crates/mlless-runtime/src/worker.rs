@@ -86,6 +86,8 @@ struct Worker {
 /// A step's local work, apart from the optimiser's delta.
 #[derive(Clone, Copy)]
 struct Computed {
+    /// When the step started.
+    started: Instant,
     loss: BatchLoss,
     read_ms: f64,
     compute_ms: f64,
@@ -161,6 +163,7 @@ impl Worker {
         let lr = spec.schedule.rate(spec.lr, epoch);
         let delta = self.optimizer.step(&self.params, &gradient, lr);
         let computed = Computed {
+            started,
             loss,
             read_ms,
             compute_ms: ms(compute_started.elapsed()),
@@ -233,7 +236,7 @@ impl Worker {
         Ok(message)
     }
 
-    fn into_delta(&self, delta: WireDelta, from: u32, step: u64) -> Result<SparseVector> {
+    fn peer_delta(&self, delta: WireDelta, from: u32, step: u64) -> Result<SparseVector> {
         delta.into_sparse(self.params.len()).map_err(|e| {
             RuntimeError::FunctionFailed(format!(
                 "the update of worker {from} for step {step} does not fit the model: {e}"
@@ -250,7 +253,6 @@ impl Worker {
         loop {
             let workers = self.fleet.workers(step).to_vec();
             let me = workers.iter().position(|&w| w == self.id).unwrap_or(0);
-            let started = Instant::now();
             let (computed, own) = self.compute(step).await?;
             let stop = self.poll_stop().await?;
 
@@ -288,7 +290,7 @@ impl Worker {
                 if removal.is_none() {
                     removal = update.removal.filter(|r| r.seq == self.removals + 1);
                 }
-                deltas.push(self.into_delta(update.delta, from, step)?);
+                deltas.push(self.peer_delta(update.delta, from, step)?);
             }
             let mut ordered: Vec<&SparseVector> = deltas.iter().collect();
             ordered.insert(me.min(ordered.len()), &own);
@@ -321,7 +323,6 @@ impl Worker {
                 step,
                 computed,
                 exchange_ms,
-                started,
                 traffic,
                 last || removed,
                 removed,
@@ -388,7 +389,7 @@ impl Worker {
             let update = UpdateMessage::decode(&payload, || {
                 format!("updates held by worker {worker}, removed after step {step}")
             })?;
-            let delta = self.into_delta(update.delta, worker, flush_step)?;
+            let delta = self.peer_delta(update.delta, worker, flush_step)?;
             delta.scaled_add_to(&mut self.params, 1.0 / workers as f32);
             traffic.updates_applied += 1;
         }
@@ -411,7 +412,6 @@ impl Worker {
         let weight = 1.0 / peers as f32;
         let mut step = 0u64;
         loop {
-            let started = Instant::now();
             let (computed, own) = self.compute(step).await?;
             let last = self.poll_stop().await? || self.fleet.positions_done(step) >= positions;
 
@@ -524,7 +524,7 @@ impl Worker {
                 self.flush(step, &mut traffic).await?;
             }
             let exchange_ms = ms(exchange_started.elapsed());
-            self.send_stats(step, computed, exchange_ms, started, traffic, last, false)
+            self.send_stats(step, computed, exchange_ms, traffic, last, false)
                 .await?;
             if last {
                 debug!(worker = self.id, step, "last step");
@@ -552,7 +552,7 @@ impl Worker {
         if update.last {
             ended[k] = Some(s);
         }
-        let delta = self.into_delta(update.delta, from, s)?;
+        let delta = self.peer_delta(update.delta, from, s)?;
         delta.scaled_add_to(&mut self.params, weight);
         traffic.updates_applied += 1;
         cursor[k] = s + 1;
@@ -595,7 +595,7 @@ impl Worker {
             traffic.messages_received += 1;
             let update =
                 UpdateMessage::decode(payload, || format!("flushed updates of worker {from}"))?;
-            let delta = self.into_delta(update.delta, from, 0)?;
+            let delta = self.peer_delta(update.delta, from, 0)?;
             delta.scaled_add_to(&mut self.params, weight);
             traffic.updates_applied += 1;
         }
@@ -609,7 +609,6 @@ impl Worker {
         step: u64,
         computed: Computed,
         exchange_ms: f64,
-        started: Instant,
         traffic: Traffic,
         last: bool,
         removed: bool,
@@ -621,7 +620,7 @@ impl Worker {
             read_ms: computed.read_ms,
             compute_ms: computed.compute_ms,
             exchange_ms,
-            step_ms: ms(started.elapsed()),
+            step_ms: ms(computed.started.elapsed()),
             bytes_sent: traffic.bytes_sent,
             bytes_received: traffic.bytes_received,
             messages_sent: traffic.messages_sent,
