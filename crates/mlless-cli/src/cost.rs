@@ -124,6 +124,7 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
             b.total_usd, b.platform
         ))
     );
+    out.push_str(&describe_run_bill(record, &options.prices));
     out.push_str(&describe_model(&m));
     let _ = writeln!(
         out,
@@ -154,12 +155,45 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
     }
     let _ = writeln!(
         out,
-        "\n* the run's fleet size (for a run with one worker count the model reproduces it). \
-         FaaS costs include the object-store requests of the channel (estimated). VMs: one \
-         worker per machine, start-up {:.0} s, the machines only, billed per second with a \
-         60 s minimum.",
+        "\n* the run's fleet size (for a run with one worker count the model reproduces its \
+         time and, within the few ms by which the functions' durations differ from the wall \
+         time, its cost at these prices as broken down above). FaaS costs include the \
+         channel's servers and the object-store requests (estimated: a minibatch GET per \
+         worker and step, and on the object-store channel the exchange's). VMs: one worker \
+         per machine, start-up {:.0} s, the machines only, billed per second with a 60 s \
+         minimum.",
         m.vm_startup_s
     );
+    out
+}
+
+/// What the run costs at `prices` as runs are billed (`mlless_report::bill_at`), broken down: the
+/// figure the starred row reproduces. Says so when the record's own bill, at the same prices,
+/// leaves out the channel's servers and object-store requests (records written before they
+/// were billed).
+fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
+    let bill = mlless_report::bill_at(record, prices);
+    let mut out = format!(
+        "the run at {} prices: ${:.6} = compute {:.6} ({:.1} GB-s) + requests {:.6} + channel \
+         servers {:.6} + object-store requests {:.6} (estimated)\n",
+        bill.platform,
+        bill.total_usd,
+        bill.compute_usd,
+        bill.gb_seconds,
+        bill.request_usd,
+        bill.services_usd,
+        bill.storage_usd
+    );
+    if let Some(recorded) = &record.bill
+        && recorded.platform == bill.platform
+        && recorded.services_usd + recorded.storage_usd == 0.0
+        && bill.services_usd + bill.storage_usd > 0.0
+    {
+        out.push_str(
+            "       (the record's bill leaves these servers and requests out: it was written \
+             before they were billed)\n",
+        );
+    }
     out
 }
 

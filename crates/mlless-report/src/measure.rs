@@ -1,8 +1,8 @@
 //! What a run record measured: the inputs of the cost model and of the cost plot.
 
 use mlless_cost::{
-    ChannelKind, DEFAULT_VM_STARTUP_S, PhaseMeasurement, PriceTable, RunMeasurements,
-    billed_duration_ms, gb_seconds,
+    Bill, ChannelKind, DEFAULT_VM_STARTUP_S, ObjectRequests, PhaseMeasurement, PriceTable,
+    RunMeasurements, Usage, billed_duration_ms, gb_seconds,
 };
 use mlless_runtime::RunRecord;
 use mlless_runtime::record::StepRecord;
@@ -72,6 +72,37 @@ pub fn price_table_of(record: &RunRecord) -> PriceTable {
         table.granularity_ms = g;
     }
     table
+}
+
+/// What `record` costs at `prices`, billed as the driver bills a run: its invocations'
+/// durations, the servers of its channel for its wall time ([`PriceTable::for_channel`]) and the
+/// object-store requests [`ObjectRequests::estimate`] gives for the workers of each step (one
+/// minibatch GET per worker and step on every channel, the exchange's requests too on the object
+/// store).
+///
+/// This is what [`RunMeasurements::predict_faas`] at the run's own fleet size reproduces (for a
+/// run with one worker count), so the basis to compare it with. It is the record's own bill when
+/// that was written at these prices, except for records written before the channel's servers and
+/// the object-store requests were billed, whose bills have `services_usd` and `storage_usd` 0.
+pub fn bill_at(record: &RunRecord, prices: &PriceTable) -> Bill {
+    let usages: Vec<Usage> = record
+        .invocations
+        .iter()
+        .map(|i| Usage {
+            duration_ms: i.duration_ms,
+            memory_mb: i.memory_mb,
+        })
+        .collect();
+    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    let mut requests = ObjectRequests::default();
+    for step in &record.steps {
+        let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
+        requests += ObjectRequests::estimate(channel, workers, 1);
+    }
+    prices
+        .clone()
+        .for_channel(channel)
+        .bill(&usages, record.wall_s, requests)
 }
 
 /// The billed cost so far at each time of the run: `(seconds since the run started, dollars)`,

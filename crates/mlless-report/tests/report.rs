@@ -7,7 +7,7 @@ use std::path::Path;
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_faas::{InvocationReport, Outcome};
 use mlless_report::{
-    ReportOptions, comparison, cost_curve, measurements, price_table_of, render_report,
+    ReportOptions, bill_at, comparison, cost_curve, measurements, price_table_of, render_report,
     render_report_with,
 };
 use mlless_runtime::RunRecord;
@@ -280,6 +280,67 @@ fn cost_curve_rises_to_the_bill() {
     assert_eq!(rebuilt.name, "my-cloud");
     assert_eq!(rebuilt.granularity_ms, 100);
     assert!((rebuilt.gb_second_usd - b.gb_second_usd).abs() < 1e-15);
+}
+
+/// The first 40 steps of [`record`] (4 workers throughout) on a Redis channel, every function
+/// running to the end of the run, with a bill of the old kind (no channel servers, no
+/// object-store requests).
+fn steady_redis_record() -> RunRecord {
+    let mut record = record();
+    record.steps.truncate(40);
+    record.epochs = record.steps[39].epoch;
+    record.spec.channel = Some("redis://127.0.0.1:6379".into());
+    let end_ms = ((0.02 + record.steps[39].time_s) * 1000.0) as u64 + 40;
+    for i in &mut record.invocations {
+        i.duration_ms = end_ms - (i.started_at_unix_ms - STARTED);
+    }
+    record.wall_s = end_ms as f64 / 1000.0 + 0.01;
+    let usages: Vec<Usage> = record
+        .invocations
+        .iter()
+        .map(|i| Usage {
+            duration_ms: i.duration_ms,
+            memory_mb: i.memory_mb,
+        })
+        .collect();
+    record.bill =
+        Some(PriceTable::aws_lambda().bill(&usages, record.wall_s, ObjectRequests::default()));
+    record
+}
+
+#[test]
+fn the_prediction_at_the_runs_fleet_is_its_bill() {
+    let record = steady_redis_record();
+    let aws = PriceTable::aws_lambda();
+    // The bill by hand: 5 functions of 1 GB for their durations, 5 requests, one Redis for the
+    // wall time, one minibatch GET per worker and step.
+    let billed_ms: u64 = record.invocations.iter().map(|i| i.duration_ms).sum();
+    let compute = billed_ms as f64 / 1000.0 * 0.000_016_666_7;
+    let requests = 5.0 * 0.2e-6;
+    let redis = record.wall_s / 3600.0 * 0.17;
+    let gets = 4.0 * 40.0 / 1000.0 * 0.0004;
+    let by_hand = compute + requests + redis + gets;
+    let bill = bill_at(&record, &aws);
+    assert_eq!((bill.invocations, bill.billed_ms), (5, billed_ms));
+    assert!((bill.services_usd - redis).abs() < 1e-15, "{bill:?}");
+    assert!((bill.storage_usd - gets).abs() < 1e-15, "{bill:?}");
+    assert!((bill.total_usd - by_hand).abs() < 1e-15, "{bill:?}");
+    // The record's own bill is of the old kind: the same compute, nothing else.
+    let recorded = record.bill.as_ref().unwrap();
+    assert_eq!(recorded.compute_usd, bill.compute_usd);
+    assert_eq!(recorded.services_usd + recorded.storage_usd, 0.0);
+    // The model at the run's own fleet size reproduces its time and its bill (every function
+    // is taken to run the whole wall time, a few ms more than the workers did).
+    for cores in [None, Some(2)] {
+        let m = measurements(&record, cores);
+        let p = m.predict_faas(4, &price_table_of(&record));
+        assert!((p.time_s / record.wall_s - 1.0).abs() < 0.01, "{p:?}");
+        let error = p.cost_usd / by_hand - 1.0;
+        assert!(error.abs() < 0.03, "{p:?} for {by_hand} ({error:+.3})");
+        let predicted = p.bill.unwrap();
+        assert!((predicted.storage_usd - gets).abs() < 1e-15);
+        assert!((predicted.services_usd / redis - 1.0).abs() < 0.01);
+    }
 }
 
 #[test]
