@@ -28,7 +28,6 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use mlless_core::{
     Batch, BatchLoss, FilterStats, GradientAccumulator, Model, Optimizer, SparseVector,
     UpdateFilter, WireDelta,
@@ -454,46 +453,30 @@ impl Worker {
                         groups.entry(cursor[k]).or_default().push(k);
                     }
                 }
-                let Some((&s, group)) = groups.iter().next() else {
+                if groups.is_empty() {
                     break;
-                };
-                let blocking = required.is_some_and(|r| s <= r);
-                let from: Vec<u32> = group.iter().map(|&k| self.workers[k]).collect();
-                let payloads: Vec<Option<Bytes>> = if blocking {
-                    self.ctx
-                        .channel
-                        .collect(UPDATES, s, &from, spec.collect_timeout())
-                        .await?
-                        .into_iter()
-                        .map(Some)
-                        .collect()
-                } else {
-                    // Poll every group once; stop when a poll finds nothing new.
-                    let mut any = false;
-                    for (&s, group) in &groups {
-                        let from: Vec<u32> = group.iter().map(|&k| self.workers[k]).collect();
-                        let found = self.ctx.channel.poll(UPDATES, s, &from).await?;
-                        for (&k, payload) in group.iter().zip(found) {
-                            if let Some(payload) = payload {
-                                any = true;
-                                self.apply_peer(
-                                    &payload,
-                                    k,
-                                    s,
-                                    weight,
-                                    &mut traffic,
-                                    (&mut cursor, &mut ended, &mut reported),
-                                )?;
-                            }
-                        }
+                }
+                // The earliest step is waited for if the slack requires it; otherwise every
+                // group is polled once, and the loop ends when a poll finds nothing new.
+                let mut fetched = Vec::new();
+                for (&s, group) in &groups {
+                    let from: Vec<u32> = group.iter().map(|&k| self.workers[k]).collect();
+                    if required.is_some_and(|r| s <= r) {
+                        let payloads = self
+                            .ctx
+                            .channel
+                            .collect(UPDATES, s, &from, spec.collect_timeout())
+                            .await?;
+                        fetched.push((s, group, payloads.into_iter().map(Some).collect()));
+                        break;
                     }
-                    if any {
-                        continue;
-                    }
-                    break;
-                };
-                for (&k, payload) in group.iter().zip(payloads) {
-                    if let Some(payload) = payload {
+                    fetched.push((s, group, self.ctx.channel.poll(UPDATES, s, &from).await?));
+                }
+                let mut any = false;
+                for (s, group, payloads) in fetched {
+                    for (&k, payload) in group.iter().zip(payloads) {
+                        let Some(payload) = payload else { continue };
+                        any = true;
                         self.apply_peer(
                             &payload,
                             k,
@@ -503,6 +486,9 @@ impl Worker {
                             (&mut cursor, &mut ended, &mut reported),
                         )?;
                     }
+                }
+                if !any {
+                    break;
                 }
             }
 
