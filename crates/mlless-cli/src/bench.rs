@@ -198,36 +198,13 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         memory_mb: 1024,
         timeout_s: 900.0,
     })?;
-    let record = crate::train::train_with_progress(&crate::train::TrainArgs {
-        data: data.display().to_string(),
-        model: crate::train::Model::Lr,
-        workers: 4,
-        optimizer: None,
-        lr: None,
-        schedule: crate::train::LrSchedule::InvSqrtEpoch,
-        l2: None,
-        factors: None,
-        target_loss: None,
-        max_epochs: 3,
-        max_time: None,
-        sync: crate::train::Sync::Bsp,
-        significance: 0.7,
-        slack: 3,
-        compress: mlless_core::Compression::None,
-        scale_in: crate::train::ScaleIn::Off,
-        scale_in_threshold: 0.05,
-        scale_in_interval: 10.0,
-        horizon: 10.0,
-        min_workers: 1,
-        channel: None,
-        runs: None,
-        memory_mb: 1024,
-        timeout_s: 900.0,
-        platform: "aws-lambda".into(),
-        seed: 1,
-        record: None,
-        quiet: true,
-    })?;
+    let mut train = crate::train::TrainArgs::with_defaults(
+        &data.display().to_string(),
+        crate::train::Model::Lr,
+    )?;
+    train.max_epochs = 3;
+    train.quiet = true;
+    let record = crate::train::train_with_progress(&train)?;
     // Skip the first steps: process start-up and cold caches.
     let steps: Vec<_> = record
         .steps

@@ -10,7 +10,7 @@ use mlless_data::{RatingsTruth, SparseLrTruth};
 
 use crate::generate::{RatingsArgs, SparseLrArgs};
 use crate::prepare::{Format, PrepareArgs};
-use crate::train::{LrSchedule, Model, TrainArgs};
+use crate::train::{Model, TrainArgs};
 
 /// Options of `mlless demo`.
 #[derive(Debug, Args)]
@@ -118,36 +118,11 @@ fn train(
     data: &Path,
     record: &Path,
 ) -> anyhow::Result<mlless_runtime::RunRecord> {
-    crate::train::run(TrainArgs {
-        data: data.display().to_string(),
-        model,
-        workers: args.workers,
-        optimizer: None,
-        lr: None,
-        schedule: LrSchedule::InvSqrtEpoch,
-        l2: None,
-        factors: None,
-        target_loss: None,
-        max_epochs: 10,
-        max_time: None,
-        sync: crate::train::Sync::Bsp,
-        significance: 0.7,
-        slack: 3,
-        compress: mlless_core::Compression::None,
-        scale_in: crate::train::ScaleIn::Off,
-        scale_in_threshold: 0.05,
-        scale_in_interval: 10.0,
-        horizon: 10.0,
-        min_workers: 1,
-        channel: None,
-        runs: None,
-        memory_mb: 1024,
-        timeout_s: 900.0,
-        platform: "aws-lambda".into(),
-        seed: 1,
-        record: Some(record.to_path_buf()),
-        quiet: args.quiet,
-    })
+    let mut train = TrainArgs::with_defaults(&data.display().to_string(), model)?;
+    train.workers = args.workers;
+    train.record = Some(record.to_path_buf());
+    train.quiet = args.quiet;
+    crate::train::run(train)
 }
 
 /// The mean log loss of the true weights on the prepared test set.

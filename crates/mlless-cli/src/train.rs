@@ -158,6 +158,20 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// The options of `mlless train --data DATA --model MODEL` with every other option at its
+    /// default (for the commands that train on the user's behalf: demo, bench).
+    pub fn with_defaults(data: &str, model: Model) -> anyhow::Result<Self> {
+        use clap::{FromArgMatches, ValueEnum};
+        let model = model
+            .to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default();
+        let command = <Self as Args>::augment_args(clap::Command::new("train"));
+        let matches =
+            command.try_get_matches_from(["train", "--data", data, "--model", model.as_str()])?;
+        Ok(Self::from_arg_matches(&matches)?)
+    }
+
     /// The runtime's options for these arguments.
     pub fn options(&self) -> anyhow::Result<TrainOptions> {
         let prices = crate::cost::price_table(&self.platform)?;
