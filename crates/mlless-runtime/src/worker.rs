@@ -346,53 +346,16 @@ impl Worker {
         workers: usize,
         traffic: &mut Traffic,
     ) -> Result<()> {
-        let Some(filter) = &mut self.filter else {
+        if self.filter.is_none() {
             return Ok(());
-        };
+        }
         let flush_step = step + 1;
         if worker == self.id {
-            let message = UpdateMessage {
-                step: flush_step,
-                worker: self.id,
-                loss: BatchLoss::default(),
-                stop: false,
-                last: true,
-                applied_through: 0,
-                removal: None,
-                delta: WireDelta::Sparse(filter.flush()),
-            };
-            let bytes = message.encode();
-            traffic.bytes_sent += bytes.len() as u64;
-            traffic.messages_sent += 1;
-            traffic.entries_sent += message.delta.nnz() as u64;
-            traffic.entries_held = 0;
-            self.ctx
-                .channel
-                .publish(FLUSH, flush_step, self.id, bytes)
-                .await?;
-            return Ok(());
+            self.publish_flush(flush_step, traffic).await
+        } else {
+            self.apply_flushes(flush_step, &[worker], 1.0 / workers as f32, traffic)
+                .await
         }
-        let payloads = self
-            .ctx
-            .channel
-            .collect(
-                FLUSH,
-                flush_step,
-                &[worker],
-                self.ctx.spec.collect_timeout(),
-            )
-            .await?;
-        for payload in payloads {
-            traffic.bytes_received += payload.len() as u64;
-            traffic.messages_received += 1;
-            let update = UpdateMessage::decode(&payload, || {
-                format!("updates held by worker {worker}, removed after step {step}")
-            })?;
-            let delta = self.peer_delta(update.delta, worker, flush_step)?;
-            delta.scaled_add_to(&mut self.params, 1.0 / workers as f32);
-            traffic.updates_applied += 1;
-        }
-        Ok(())
     }
 
     /// SSP and ASP: each worker applies its peers' updates as they arrive, waiting (SSP) only
@@ -548,40 +511,63 @@ impl Worker {
     /// Publishes what the filter still holds after the last step `step` and applies the
     /// peers' flushes (nothing to do without a filter).
     async fn flush(&mut self, step: u64, traffic: &mut Traffic) -> Result<()> {
+        if self.filter.is_none() {
+            return Ok(());
+        }
+        self.publish_flush(0, traffic).await?;
+        let fleet = self.fleet.workers(step);
+        let peers: Vec<u32> = fleet.iter().copied().filter(|&w| w != self.id).collect();
+        let weight = 1.0 / fleet.len() as f32;
+        self.apply_flushes(0, &peers, weight, traffic).await
+    }
+
+    /// Publishes on [`FLUSH`] at `flush_step` everything the filter still holds, emptying it.
+    async fn publish_flush(&mut self, flush_step: u64, traffic: &mut Traffic) -> Result<()> {
         let Some(filter) = &mut self.filter else {
             return Ok(());
         };
-        let rest = filter.flush();
         let message = UpdateMessage {
-            step: 0,
+            step: flush_step,
             worker: self.id,
             loss: BatchLoss::default(),
-            stop: true,
+            stop: false,
             last: true,
             applied_through: 0,
             removal: None,
-            delta: WireDelta::Sparse(rest),
+            delta: WireDelta::Sparse(filter.flush()),
         };
         let bytes = message.encode();
         traffic.bytes_sent += bytes.len() as u64;
         traffic.messages_sent += 1;
         traffic.entries_sent += message.delta.nnz() as u64;
         traffic.entries_held = 0;
-        self.ctx.channel.publish(FLUSH, 0, self.id, bytes).await?;
-        let fleet = self.fleet.workers(step);
-        let peers: Vec<u32> = fleet.iter().copied().filter(|&w| w != self.id).collect();
-        let weight = 1.0 / fleet.len() as f32;
+        self.ctx
+            .channel
+            .publish(FLUSH, flush_step, self.id, bytes)
+            .await?;
+        Ok(())
+    }
+
+    /// Collects the flushes of `from` at `flush_step` and applies them with `weight`.
+    async fn apply_flushes(
+        &mut self,
+        flush_step: u64,
+        from: &[u32],
+        weight: f32,
+        traffic: &mut Traffic,
+    ) -> Result<()> {
         let payloads = self
             .ctx
             .channel
-            .collect(FLUSH, 0, &peers, self.ctx.spec.collect_timeout())
+            .collect(FLUSH, flush_step, from, self.ctx.spec.collect_timeout())
             .await?;
-        for (payload, &from) in payloads.iter().zip(&peers) {
+        for (payload, &peer) in payloads.iter().zip(from) {
             traffic.bytes_received += payload.len() as u64;
             traffic.messages_received += 1;
-            let update =
-                UpdateMessage::decode(payload, || format!("flushed updates of worker {from}"))?;
-            let delta = self.peer_delta(update.delta, from, 0)?;
+            let update = UpdateMessage::decode(payload, || {
+                format!("updates worker {peer} held back, flushed at step {flush_step}")
+            })?;
+            let delta = self.peer_delta(update.delta, peer, flush_step)?;
             delta.scaled_add_to(&mut self.params, weight);
             traffic.updates_applied += 1;
         }

@@ -342,6 +342,13 @@ impl MemcachedChannel {
         format!("mlless:{}", self.job_id)
     }
 
+    /// The items of the messages of `step` on `topic` from `from`, in that order.
+    fn message_keys(&self, topic: &str, step: u64, from: &[WorkerId]) -> Vec<String> {
+        from.iter()
+            .map(|&w| self.message_key(topic, step, w))
+            .collect()
+    }
+
     fn message_key(&self, topic: &str, step: u64, worker: WorkerId) -> String {
         format!("{}:m:{topic}:{step}:{worker}", self.prefix())
     }
@@ -794,10 +801,7 @@ impl Channel for MemcachedChannel {
         from: &[WorkerId],
     ) -> Result<Vec<Option<Bytes>>, ChannelError> {
         self.check_topic(topic)?;
-        let keys: Vec<String> = from
-            .iter()
-            .map(|&w| self.message_key(topic, step, w))
-            .collect();
+        let keys = self.message_keys(topic, step, from);
         let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
         self.poll_step(&keys, &mut slots).await?;
         Ok(slots)
@@ -814,10 +818,7 @@ impl Channel for MemcachedChannel {
         if from.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = from
-            .iter()
-            .map(|&w| self.message_key(topic, step, w))
-            .collect();
+        let keys = self.message_keys(topic, step, from);
         let start = Instant::now();
         let deadline = start + timeout;
         // A poll still running at the deadline may finish, but not past this.
