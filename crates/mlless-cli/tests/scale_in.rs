@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 
-/// Synthetic ratings (2,000 × 1,500, σ = 0.5), 4 workers, decisions every second: the tuner
+/// Synthetic ratings (2,000 × 1,500, σ = 0.5), 4 workers under ISP, decisions every second: the tuner
 /// removes workers after the knee, the record shows each removal in the steps' worker counts,
 /// the removed workers' invocations end (they stop being billed), and the model reaches an
 /// RMSE within 10% of σ. What that saves depends on how much faster fewer workers step, which
@@ -27,6 +27,8 @@ fn scale_in_removes_workers_and_ends_their_invocations() {
     ];
     let mut args = common.to_vec();
     args.extend_from_slice(&[
+        "--sync",
+        "isp",
         "--scale-in",
         "auto",
         "--scale-in-interval",
@@ -90,6 +92,12 @@ fn scale_in_removes_workers_and_ends_their_invocations() {
             removal.worker
         );
     }
+    // ISP: what each removed worker held back reached the survivors, with its own weight.
+    assert!(
+        tuned.replica_spread < 1e-4,
+        "replicas differ by {} after scale-in",
+        tuned.replica_spread
+    );
     let rmse = metric(&tuned, "test_rmse");
     assert!(rmse < 1.1 * sigma, "RMSE {rmse} vs σ {sigma}");
 

@@ -329,6 +329,15 @@ impl UpdateFilter {
         (sent, stats)
     }
 
+    /// Multiplies the residual by `factor`. Receivers apply a sent delta with the weight 1/P of
+    /// the fleet at the time they receive it; when the fleet shrinks from P to P', what was held
+    /// back under P is rescaled by P'/P so that it still arrives with the weight 1/P.
+    pub fn rescale(&mut self, factor: f32) {
+        for &j in &self.support {
+            self.residual[j as usize] *= factor;
+        }
+    }
+
     /// The residual: what has been accumulated and not sent yet.
     pub fn residual(&self) -> SparseVector {
         let mut pairs: Vec<(u32, f32)> = self
@@ -482,6 +491,21 @@ mod tests {
         let sent = sent.into_sparse(3).expect("valid");
         assert_eq!(sent.iter().collect::<Vec<_>>(), vec![(0, 2.0)]);
         assert_eq!(stats.held, 0);
+    }
+
+    #[test]
+    fn rescale_scales_what_is_held() {
+        let mut filter = UpdateFilter::new(
+            3,
+            FilterConfig {
+                significance: None,
+                compression: Compression::TopK(1),
+            },
+        );
+        let u = SparseVector::from_pairs(vec![(0, 4.0), (2, 1.0)]);
+        filter.filter(&u, &[1.0; 3], 0);
+        filter.rescale(0.5);
+        assert_eq!(filter.residual().iter().collect::<Vec<_>>(), vec![(2, 0.5)]);
     }
 
     #[test]

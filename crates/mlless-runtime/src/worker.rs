@@ -309,6 +309,10 @@ impl Worker {
                 self.requested = None;
                 if self.fleet.remove_after(r.worker, step) {
                     removed = r.worker == self.id;
+                    if !removed && let Some(filter) = &mut self.filter {
+                        let survivors = self.fleet.workers(step + 1).len();
+                        filter.rescale(survivors as f32 / workers.len() as f32);
+                    }
                     self.merge_removed(r.worker, step, workers.len(), &mut traffic)
                         .await?;
                     debug!(worker = self.id, step, removed = r.worker, "scale-in");
