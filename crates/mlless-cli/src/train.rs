@@ -8,7 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mlless_core::{OptimizerKind, Schedule};
 use mlless_faas::Limits;
 use mlless_runtime::{
-    Hyperparameters, LiveProgress, ModelChoice, RunRecord, StopCriteria, SyncMode, TrainOptions,
+    Hyperparameters, LiveProgress, ModelChoice, Pattern, RunRecord, StopCriteria, SyncMode,
+    TrainOptions,
 };
 
 /// Models, as the CLI names them.
@@ -54,6 +55,18 @@ pub enum Sync {
     Ssp,
     /// Asynchronous: no barrier; updates are applied as they arrive (none lost).
     Asp,
+}
+
+/// Communication patterns, as the CLI names them (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CommPattern {
+    /// Every worker reads every other worker's update (MLLess).
+    Broadcast,
+    /// A leader averages everyone's update and publishes the mean (LambdaML's AllReduce).
+    Allreduce,
+    /// Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's
+    /// ScatterReduce).
+    ScatterReduce,
 }
 
 /// Whether the scale-in auto-tuner runs.
@@ -115,6 +128,15 @@ pub struct TrainArgs {
     /// a fraction 0 < K < 1 of them) or onebit (signs and one scale).
     #[arg(long, default_value = "none")]
     pub compress: mlless_core::Compression,
+    /// How the workers combine their work: ga (updates averaged every step), ma[:K] (local
+    /// steps, models averaged every K steps or every epoch) or admm[:RHO[:LOCAL_EPOCHS]]
+    /// (consensus ADMM; RHO defaults to 0.1, LOCAL_EPOCHS to 1).
+    #[arg(long, default_value = "ga")]
+    pub algorithm: mlless_runtime::Algorithm,
+    /// How an exchange aggregates the updates (allreduce and scatter-reduce need --sync bsp or
+    /// isp).
+    #[arg(long, value_enum, default_value_t = CommPattern::Broadcast)]
+    pub pattern: CommPattern,
     /// Scale-in auto-tuner: remove workers one by one once the loss curve flattens.
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
     pub scale_in: ScaleIn,
@@ -233,6 +255,12 @@ impl TrainArgs {
                 min_workers: self.min_workers,
                 ..Default::default()
             }),
+            algorithm: self.algorithm,
+            pattern: match self.pattern {
+                CommPattern::Broadcast => Pattern::Broadcast,
+                CommPattern::Allreduce => Pattern::AllReduce,
+                CommPattern::ScatterReduce => Pattern::ScatterReduce,
+            },
         })
     }
 }

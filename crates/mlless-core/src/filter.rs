@@ -191,7 +191,9 @@ pub struct FilterStats {
 }
 
 /// A worker's filter: the residual accumulator and the rule that picks what to send.
-#[derive(Debug, Clone)]
+///
+/// Serialisable, so that a checkpoint carries what the filter holds back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UpdateFilter {
     config: FilterConfig,
     residual: Vec<f32>,

@@ -63,7 +63,7 @@ pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,
     ParseError, Schedule, Sgd, build_optimizer,
 };
-pub use params::{apply_mean, average, try_apply_mean};
+pub use params::{apply_mean, average, mean_of, try_apply_mean};
 pub use sparse::{SparseError, SparseVector};
 pub use tuner::{
     DecisionBasis, Ewma, KneeDetector, ReferenceCurve, ScaleInDecision, ScaleInTuner, SlowCurve,

@@ -35,10 +35,10 @@ pub fn average(replicas: &[&[f32]]) -> Vec<f32> {
 /// Adds the mean of `deltas`, `(1/n) Σ_k deltas[k]`, to `params`, with `n = deltas.len()`
 /// (empty deltas count: a worker with nothing to send still took part in the step).
 ///
-/// Deterministic: per coordinate the deltas are summed in f64 in the given order, divided by
-/// `n` and added once, so replicas that apply the same deltas in the same order stay
-/// bit-identical. With one delta this is bit-for-bit `params[j] += delta[j]`, the plain
-/// single-worker loop. Costs O(N log n) for N stored entries in total.
+/// Deterministic: it adds [`mean_of`]`(deltas)`, so replicas that apply the same deltas in the
+/// same order stay bit-identical, and adding a mean computed elsewhere (by an all-reduce
+/// leader, or chunk by chunk in a scatter-reduce) gives the same bits. With one delta this is
+/// bit-for-bit `params[j] += delta[j]`, the plain single-worker loop.
 ///
 /// # Panics
 /// Panics if an index is out of bounds; use [`try_apply_mean`] for updates received from
@@ -47,36 +47,46 @@ pub fn apply_mean(params: &mut [f32], deltas: &[&SparseVector]) {
     match deltas {
         [] => {}
         [single] => single.scaled_add_to(params, 1.0),
-        _ => {
-            let n = deltas.len() as f64;
-            // k-way merge by (index, position in `deltas`), so equal indices pop in order.
-            let mut cursors = vec![0_usize; deltas.len()];
-            let mut heap: BinaryHeap<Reverse<(u32, usize)>> = deltas
-                .iter()
-                .enumerate()
-                .filter_map(|(k, d)| d.indices().first().map(|&i| Reverse((i, k))))
-                .collect();
-            let mut advance = |k: usize, heap: &mut BinaryHeap<Reverse<(u32, usize)>>| {
-                let c = cursors[k];
-                cursors[k] += 1;
-                if let Some(&next) = deltas[k].indices().get(c + 1) {
-                    heap.push(Reverse((next, k)));
-                }
-                f64::from(deltas[k].values()[c])
-            };
-            while let Some(Reverse((index, k))) = heap.pop() {
-                let mut sum = advance(k, &mut heap);
-                while let Some(&Reverse((next, k2))) = heap.peek() {
-                    if next != index {
-                        break;
-                    }
-                    heap.pop();
-                    sum += advance(k2, &mut heap);
-                }
-                params[index as usize] += (sum / n) as f32;
-            }
-        }
+        _ => mean_of(deltas).scaled_add_to(params, 1.0),
     }
+}
+
+/// The mean of `deltas`, `(1/n) Σ_k deltas[k]` with `n = deltas.len()`, over the union of their
+/// indices.
+///
+/// Per coordinate the deltas are summed in f64 in the given order and divided by `n` once, so
+/// the same deltas in the same order give the same bits wherever the mean is computed. Costs
+/// O(N log n) for N stored entries in total.
+pub fn mean_of(deltas: &[&SparseVector]) -> SparseVector {
+    let n = deltas.len() as f64;
+    let mut out = SparseVector::with_capacity(deltas.iter().map(|d| d.nnz()).max().unwrap_or(0));
+    // k-way merge by (index, position in `deltas`), so equal indices pop in order.
+    let mut cursors = vec![0_usize; deltas.len()];
+    let mut heap: BinaryHeap<Reverse<(u32, usize)>> = deltas
+        .iter()
+        .enumerate()
+        .filter_map(|(k, d)| d.indices().first().map(|&i| Reverse((i, k))))
+        .collect();
+    let mut advance = |k: usize, heap: &mut BinaryHeap<Reverse<(u32, usize)>>| {
+        let c = cursors[k];
+        cursors[k] += 1;
+        if let Some(&next) = deltas[k].indices().get(c + 1) {
+            heap.push(Reverse((next, k)));
+        }
+        f64::from(deltas[k].values()[c])
+    };
+    while let Some(Reverse((index, k))) = heap.pop() {
+        let mut sum = advance(k, &mut heap);
+        while let Some(&Reverse((next, k2))) = heap.peek() {
+            if next != index {
+                break;
+            }
+            heap.pop();
+            sum += advance(k2, &mut heap);
+        }
+        out.push(index, (sum / n) as f32);
+    }
+    out
 }
 
 /// [`apply_mean`] for untrusted deltas: checks every index first and leaves `params` unchanged
@@ -125,6 +135,28 @@ mod tests {
     #[should_panic(expected = "differ in length")]
     fn average_rejects_mismatched_replicas() {
         average(&[&[1.0, 2.0], &[1.0]]);
+    }
+
+    #[test]
+    fn mean_of_chunks_is_the_mean_of_the_whole() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let deltas: Vec<SparseVector> = (0..5).map(|_| random_delta(&mut rng, 300, 80)).collect();
+        let refs: Vec<&SparseVector> = deltas.iter().collect();
+        let mut applied = vec![0.5_f32; 300];
+        apply_mean(&mut applied, &refs);
+        let whole = mean_of(&refs);
+        let mut added = vec![0.5_f32; 300];
+        whole.scaled_add_to(&mut added, 1.0);
+        assert_eq!(applied, added);
+        // Chunk by chunk, as a scatter-reduce computes it: the same bits.
+        let bounds = [0, 7, 150, 151, 300];
+        let split: Vec<Vec<SparseVector>> =
+            deltas.iter().map(|d| d.split_at_bounds(&bounds)).collect();
+        let chunks: Vec<SparseVector> = (0..4)
+            .map(|c| mean_of(&split.iter().map(|s| &s[c]).collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(SparseVector::concat(chunks).unwrap(), whole);
+        assert!(mean_of(&[]).is_empty());
     }
 
     #[test]

@@ -112,6 +112,68 @@ impl SparseVector {
         self.values.push(value);
     }
 
+    /// `self + scale · other`, over the union of their indices.
+    pub fn plus_scaled(&self, other: &SparseVector, scale: f32) -> SparseVector {
+        let mut out = Self::with_capacity(self.nnz().max(other.nnz()));
+        let (mut a, mut b) = (0, 0);
+        while a < self.nnz() || b < other.nnz() {
+            let ia = self.indices.get(a).copied().unwrap_or(u32::MAX);
+            let ib = other.indices.get(b).copied().unwrap_or(u32::MAX);
+            let take_a = a < self.nnz() && (b >= other.nnz() || ia <= ib);
+            let take_b = b < other.nnz() && (a >= self.nnz() || ib <= ia);
+            let mut value = 0.0;
+            if take_a {
+                value += self.values[a];
+                a += 1;
+            }
+            if take_b {
+                value += scale * other.values[b];
+                b += 1;
+            }
+            out.indices.push(if take_a { ia } else { ib });
+            out.values.push(value);
+        }
+        out
+    }
+
+    /// Cuts the vector at `bounds` (ascending, first 0, last at least the dimension): part `c`
+    /// holds the entries with `bounds[c] <= index < bounds[c + 1]`. Entries at or beyond the
+    /// last bound are dropped.
+    pub fn split_at_bounds(&self, bounds: &[u64]) -> Vec<SparseVector> {
+        bounds
+            .windows(2)
+            .map(|w| {
+                let lo = self.indices.partition_point(|&i| u64::from(i) < w[0]);
+                let hi = self.indices.partition_point(|&i| u64::from(i) < w[1]);
+                Self::from_sorted_unchecked(
+                    self.indices[lo..hi].to_vec(),
+                    self.values[lo..hi].to_vec(),
+                )
+            })
+            .collect()
+    }
+
+    /// Joins parts whose index ranges follow one another (as [`split_at_bounds`] cuts them);
+    /// an error if an index of one part is not above every index of the parts before it.
+    ///
+    /// [`split_at_bounds`]: Self::split_at_bounds
+    pub fn concat(parts: impl IntoIterator<Item = SparseVector>) -> Result<Self, SparseError> {
+        let mut out = Self::new();
+        for part in parts {
+            if let (Some(&last), Some(&first)) = (out.indices.last(), part.indices.first())
+                && first <= last
+            {
+                return Err(SparseError::NotAscending {
+                    index: first,
+                    position: out.indices.len(),
+                });
+            }
+            out.indices.extend_from_slice(&part.indices);
+            out.values.extend_from_slice(&part.values);
+        }
+        Ok(out)
+    }
+
     /// Checks that every index is below `dim`.
     pub fn check_dim(&self, dim: usize) -> Result<(), SparseError> {
         match self.indices.last() {
@@ -181,6 +243,16 @@ impl SparseVector {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn plus_scaled_merges_indices() {
+        let a = super::SparseVector::from_pairs(vec![(1, 1.0), (4, 2.0), (9, 3.0)]);
+        let b = super::SparseVector::from_pairs(vec![(0, 1.0), (4, 1.0), (10, 2.0)]);
+        let c = a.plus_scaled(&b, -0.5);
+        assert_eq!(c.indices(), &[0, 1, 4, 9, 10]);
+        assert_eq!(c.values(), &[-0.5, 1.0, 1.5, 3.0, -1.0]);
+        assert_eq!(a.plus_scaled(&super::SparseVector::new(), 2.0), a);
+    }
+
     use super::*;
 
     #[test]

@@ -13,14 +13,17 @@ use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
 use mlless_store::{Store, open_channel};
-use tracing::warn;
+use tracing::{info, warn};
 
+use crate::checkpoint;
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::messages::{PROGRESS_KEY, Progress, STOP_KEY, StopRequest};
 use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{JobSpec, SPEC_KEY, StopCriteria, SyncMode};
+use crate::spec::{Algorithm, JobSpec, Pattern, SPEC_KEY, StopCriteria, SyncMode};
+use crate::supervisor::SUPERVISOR_ROLE;
+use crate::worker::worker_role;
 
 /// How often the driver polls the supervisor's progress.
 const POLL: Duration = Duration::from_millis(100);
@@ -136,6 +139,10 @@ pub struct TrainOptions {
     pub compression: Compression,
     /// The scale-in auto-tuner (`None`: off).
     pub scale_in: Option<TunerConfig>,
+    /// How the workers combine their work.
+    pub algorithm: Algorithm,
+    /// How an exchange aggregates the workers' vectors.
+    pub pattern: Pattern,
 }
 
 /// What the driver shows while a job runs.
@@ -178,6 +185,7 @@ pub async fn train(
             "--max-epochs must be at least 1".into(),
         ));
     }
+    check_combination(options)?;
     if let Some(tuner) = &options.scale_in {
         if !options.sync.is_synchronous() {
             return Err(RuntimeError::InvalidJob(format!(
@@ -207,81 +215,94 @@ pub async fn train(
     run_store.put(SPEC_KEY, Bytes::from(spec_json)).await?;
     let channel = open_channel(spec.channel.as_deref(), &run_store, &spec.job_id).await?;
 
-    let mut requests = vec![(
-        "supervisor".to_string(),
-        Payload::Supervisor {
+    // Every role is invoked once, and again each time it hands off at its lifetime limit.
+    let mut roles = vec![SUPERVISOR_ROLE.to_string()];
+    roles.extend((0..spec.workers).map(worker_role));
+    let payload = |role: usize, generation: u32| match role {
+        0 => Payload::Supervisor {
             run_url: spec.run_url.clone(),
+            generation,
         },
-    )];
-    for worker in 0..spec.workers {
-        requests.push((
-            format!("worker-{worker}"),
-            Payload::Worker {
-                run_url: spec.run_url.clone(),
-                worker,
-            },
-        ));
-    }
+        _ => Payload::Worker {
+            run_url: spec.run_url.clone(),
+            worker: role as u32 - 1,
+            generation,
+        },
+    };
     let mut running = FuturesUnordered::new();
     let mut kill_switches: Vec<KillSwitch> = Vec::new();
     let mut starts: Vec<(String, Instant)> = Vec::new();
-    for (name, payload) in requests {
-        let invocation = invoker
-            .invoke(FunctionRequest {
-                name: name.clone(),
-                payload: payload.to_json()?,
-                limits: spec.limits,
-            })
-            .await;
+    for (role, name) in roles.iter().enumerate() {
+        let invocation = invoke(&*invoker, name, &payload(role, 0), spec.limits).await;
         let invocation = match invocation {
             Ok(invocation) => invocation,
             Err(e) => {
                 kill_switches.iter().for_each(KillSwitch::kill);
-                return Err(e.into());
+                return Err(e);
             }
         };
         kill_switches.push(invocation.kill_switch());
-        starts.push((name, Instant::now()));
-        running.push(invocation.wait());
+        starts.push((name.clone(), Instant::now()));
+        running.push(tag(invocation.wait(), role, 0));
     }
 
     let mut reports: Vec<InvocationReport> = Vec::new();
     let mut failure: Option<String> = None;
     let mut progress = Progress::default();
     let mut ticker = tokio::time::interval(POLL);
-    let mut show = |progress: &Progress, reports: &[InvocationReport]| {
-        let cost_usd: f64 = starts
-            .iter()
-            .map(|(name, start)| {
-                let duration_ms = reports
-                    .iter()
-                    .find(|r| &r.name == name)
-                    .map_or(start.elapsed().as_millis() as u64, |r| r.duration_ms);
-                options.prices.invocation_usd(Usage {
-                    duration_ms,
-                    memory_mb: spec.limits.memory_mb,
+    let mut show =
+        |progress: &Progress, reports: &[InvocationReport], starts: &[(String, Instant)]| {
+            let cost_usd: f64 = starts
+                .iter()
+                .map(|(name, start)| {
+                    let duration_ms = reports
+                        .iter()
+                        .find(|r| &r.name == name)
+                        .map_or(start.elapsed().as_millis() as u64, |r| r.duration_ms);
+                    options.prices.invocation_usd(Usage {
+                        duration_ms,
+                        memory_mb: spec.limits.memory_mb,
+                    })
                 })
-            })
-            .sum();
-        observe(&LiveProgress {
-            job_id: spec.job_id.clone(),
-            step: progress.step,
-            epoch: progress.epoch,
-            loss: progress.loss,
-            workers: progress.workers,
-            max_epochs: spec.stop.max_epochs,
-            elapsed_s: started.elapsed().as_secs_f64(),
-            cost_usd,
-        });
-    };
+                .sum();
+            observe(&LiveProgress {
+                job_id: spec.job_id.clone(),
+                step: progress.step,
+                epoch: progress.epoch,
+                loss: progress.loss,
+                workers: progress.workers,
+                max_epochs: spec.stop.max_epochs,
+                elapsed_s: started.elapsed().as_secs_f64(),
+                cost_usd,
+            });
+        };
     progress.loss = f64::NAN;
     progress.workers = spec.workers;
     while !running.is_empty() {
         tokio::select! {
             done = running.next() => {
-                let Some(done) = done else { break };
+                let Some((role, generation, done)) = done else { break };
                 let report = done?;
-                if let Some(message) = report.describe_failure()
+                let next = generation + 1;
+                if report.outcome.is_success()
+                    && failure.is_none()
+                    && checkpoint::exists(&run_store, &roles[role], next).await?
+                {
+                    // The function handed off at its lifetime limit: invoke its next generation.
+                    let name = format!("{}#{next}", roles[role]);
+                    info!(%name, "invoking again after a hand-off");
+                    match invoke(&*invoker, &name, &payload(role, next), spec.limits).await {
+                        Ok(invocation) => {
+                            kill_switches.push(invocation.kill_switch());
+                            starts.push((name, Instant::now()));
+                            running.push(tag(invocation.wait(), role, next));
+                        }
+                        Err(e) => {
+                            failure = Some(format!("could not invoke {name} again: {e}"));
+                            kill_switches.iter().for_each(KillSwitch::kill);
+                        }
+                    }
+                } else if let Some(message) = report.describe_failure()
                     && failure.is_none()
                 {
                     // One function failed: the others cannot finish without it.
@@ -302,7 +323,7 @@ pub async fn train(
                 {
                     progress = p;
                 }
-                show(&progress, &reports);
+                show(&progress, &reports, &starts);
             }
         }
     }
@@ -351,7 +372,7 @@ pub async fn train(
             loss: last.loss,
             workers: spec.workers,
         };
-        show(&p, &record.invocations);
+        show(&p, &record.invocations, &starts);
     }
     let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{RECORD_KEY}", run_store.url()),
@@ -359,6 +380,79 @@ pub async fn train(
     })?;
     run_store.put(RECORD_KEY, Bytes::from(json)).await?;
     Ok(record)
+}
+
+/// Starts one invocation of `name` with `payload`.
+async fn invoke(
+    invoker: &dyn Invoker,
+    name: &str,
+    payload: &Payload,
+    limits: Limits,
+) -> Result<mlless_faas::Invocation> {
+    Ok(invoker
+        .invoke(FunctionRequest {
+            name: name.to_string(),
+            payload: payload.to_json()?,
+            limits,
+        })
+        .await?)
+}
+
+/// Tags an invocation's end with its role and generation.
+async fn tag<F: std::future::Future>(
+    wait: F,
+    role: usize,
+    generation: u32,
+) -> (usize, u32, F::Output) {
+    (role, generation, wait.await)
+}
+
+/// Refuses the combinations of algorithm, pattern, synchronisation and compression that make
+/// no sense, naming why.
+fn check_combination(options: &TrainOptions) -> Result<()> {
+    let refuse = |why: String| Err(RuntimeError::InvalidJob(why));
+    if options.pattern != Pattern::Broadcast && !options.sync.is_synchronous() {
+        return refuse(format!(
+            "--pattern {} needs --sync bsp or isp, not {}: a leader or a chunk owner can only \
+             reduce a step that every worker has reached",
+            options.pattern.name(),
+            options.sync.name()
+        ));
+    }
+    match options.algorithm {
+        Algorithm::Ga => Ok(()),
+        algorithm => {
+            if options.sync != SyncMode::Bsp {
+                return refuse(format!(
+                    "--algorithm {} averages models at barriers: it needs --sync bsp, not {}",
+                    algorithm.name(),
+                    options.sync.name()
+                ));
+            }
+            if options.compression != Compression::None {
+                return refuse(format!(
+                    "--compress works on the per-step updates of --algorithm ga, not on {}'s \
+                     model averages",
+                    algorithm.name()
+                ));
+            }
+            if options.scale_in.is_some() {
+                return refuse(format!(
+                    "--scale-in auto works with --algorithm ga, not {}",
+                    algorithm.name()
+                ));
+            }
+            if let Algorithm::Admm { rho, local_epochs } = algorithm
+                && !(rho.is_finite() && rho > 0.0 && local_epochs > 0)
+            {
+                return refuse(format!(
+                    "admm needs rho > 0 and at least one local epoch, got rho {rho} and \
+                     {local_epochs} local epochs"
+                ));
+            }
+            Ok(())
+        }
+    }
 }
 
 /// The job spec of `options` on `dataset`.
@@ -420,6 +514,8 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         sync: options.sync,
         compression: options.compression,
         scale_in: options.scale_in.clone(),
+        algorithm: options.algorithm,
+        pattern: options.pattern,
     })
 }
 

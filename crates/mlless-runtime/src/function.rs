@@ -16,11 +16,18 @@ pub enum Payload {
         run_url: String,
         /// Worker id, `0..P`.
         worker: u32,
+        /// 0 for the first invocation; n resumes from the checkpoint the invocation n − 1
+        /// left when its lifetime ran out.
+        #[serde(default)]
+        generation: u32,
     },
     /// Supervise the job whose spec is at `run_url`.
     Supervisor {
         /// Location of the job's spec.
         run_url: String,
+        /// As for a worker.
+        #[serde(default)]
+        generation: u32,
     },
     /// Map step of min-max normalisation: compute the feature ranges of some minibatches.
     RangeMap(crate::prepare::RangeMapTask),
@@ -48,13 +55,20 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
             source,
         })?;
     match payload {
-        Payload::Worker { run_url, worker } => {
+        Payload::Worker {
+            run_url,
+            worker,
+            generation,
+        } => {
             let ctx = JobContext::load(&run_url).await?;
-            crate::worker::run_worker(ctx, worker).await
+            crate::worker::run_worker(ctx, worker, generation).await
         }
-        Payload::Supervisor { run_url } => {
+        Payload::Supervisor {
+            run_url,
+            generation,
+        } => {
             let ctx = JobContext::load(&run_url).await?;
-            crate::supervisor::run_supervisor(ctx).await
+            crate::supervisor::run_supervisor(ctx, generation).await
         }
         Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
         Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,

@@ -10,10 +10,12 @@
 //! function calls [`run_function`] with its payload.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod context;
 pub mod dataset;
 pub mod driver;
 pub mod error;
+mod exchange;
 pub mod function;
 pub mod messages;
 pub mod prepare;
@@ -27,4 +29,4 @@ pub use error::{Result, RuntimeError};
 pub use function::{Payload, run_function};
 pub use prepare::{PrepareOptions, TestSet, prepare};
 pub use record::RunRecord;
-pub use spec::{JobSpec, StopCriteria, SyncMode};
+pub use spec::{Algorithm, JobSpec, Pattern, StopCriteria, SyncMode};

@@ -49,6 +49,10 @@ pub struct RunRecord {
     /// under the other protocols only float rounding, since every update reaches every replica.
     #[serde(default)]
     pub replica_spread: f64,
+    /// Communication rounds: the steps in which the workers exchanged (every step under GA-SGD;
+    /// one per round under MA-SGD and ADMM; one per Lloyd iteration for k-means).
+    #[serde(default)]
+    pub rounds: u64,
     /// What the scale-in auto-tuner decided and did (empty when it was off).
     #[serde(default)]
     pub scale_in: ScaleInRecord,

@@ -48,6 +48,12 @@ pub struct JobSpec {
     /// The scale-in auto-tuner's settings; `None`: the fleet keeps its size.
     #[serde(default)]
     pub scale_in: Option<TunerConfig>,
+    /// How the workers combine their work (GA-SGD, MA-SGD, ADMM).
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    /// How an exchange aggregates the workers' vectors.
+    #[serde(default)]
+    pub pattern: Pattern,
 }
 
 impl JobSpec {
@@ -127,6 +133,182 @@ impl std::fmt::Display for SyncMode {
             Self::Isp { significance } => write!(f, "isp (V = {significance})"),
             Self::Ssp { slack } => write!(f, "ssp (slack {slack})"),
         }
+    }
+}
+
+/// How the workers combine their work (`--algorithm`, DESIGN §5, LambdaML's algorithms).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Gradient averaging (GA-SGD): every step, each worker's update is averaged over the fleet.
+    #[default]
+    Ga,
+    /// Model averaging (MA-SGD): each worker takes local steps on its own replica, and every
+    /// `every` steps (`None`: every epoch) the replicas are averaged.
+    Ma {
+        /// Local steps between two averagings; `None`: one epoch's worth.
+        every: Option<u32>,
+    },
+    /// Consensus ADMM: each worker minimises its shard's loss plus `ρ/2·‖w − z + u‖²` for
+    /// `local_epochs` passes over its shard, then `z = mean(w_i + u_i)` and `u_i += w_i − z`.
+    Admm {
+        /// The penalty ρ.
+        rho: f32,
+        /// Passes over the worker's shard between two rounds.
+        local_epochs: u32,
+    },
+}
+
+impl Algorithm {
+    /// The algorithm's name as `--algorithm` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Ga => "ga",
+            Self::Ma { .. } => "ma",
+            Self::Admm { .. } => "admm",
+        }
+    }
+
+    /// Steps between two exchanges, with `batches` training minibatches and `workers` workers:
+    /// 1 for GA-SGD.
+    pub fn round_steps(&self, batches: u32, workers: u32) -> u64 {
+        let epoch = u64::from(batches.div_ceil(workers.max(1))).max(1);
+        match *self {
+            Self::Ga => 1,
+            Self::Ma { every } => every.map_or(epoch, |k| u64::from(k.max(1))),
+            Self::Admm { local_epochs, .. } => epoch * u64::from(local_epochs.max(1)),
+        }
+    }
+}
+
+/// ADMM's penalty ρ when `--algorithm admm` does not give one.
+pub const DEFAULT_ADMM_RHO: f32 = 0.1;
+
+/// `ga`, `ma`, `ma:K`, `admm`, `admm:RHO` or `admm:RHO:LOCAL_EPOCHS`.
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let mut parts = text.split(':');
+        let name = parts.next().unwrap_or_default();
+        let args: Vec<&str> = parts.collect();
+        let bad = |what: &str| format!("{what} in --algorithm {text:?}");
+        let number = |s: &str, what: &str| -> std::result::Result<f64, String> {
+            s.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| bad(&format!("{what} must be a positive number, got {s:?}")))
+        };
+        let count = |s: &str, what: &str| -> std::result::Result<u32, String> {
+            s.parse::<u32>()
+                .ok()
+                .filter(|&k| k > 0)
+                .ok_or_else(|| bad(&format!("{what} must be a whole number >= 1, got {s:?}")))
+        };
+        match (name, args.as_slice()) {
+            ("ga", []) => Ok(Self::Ga),
+            ("ma", []) => Ok(Self::Ma { every: None }),
+            ("ma", [k]) => Ok(Self::Ma {
+                every: Some(count(k, "K")?),
+            }),
+            ("admm", rest) if rest.len() <= 2 => Ok(Self::Admm {
+                rho: match rest.first() {
+                    Some(r) => number(r, "RHO")? as f32,
+                    None => DEFAULT_ADMM_RHO,
+                },
+                local_epochs: match rest.get(1) {
+                    Some(e) => count(e, "LOCAL_EPOCHS")?,
+                    None => 1,
+                },
+            }),
+            _ => Err(format!(
+                "unknown --algorithm {text:?}: expected ga, ma[:K] or admm[:RHO[:LOCAL_EPOCHS]]"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ga => f.write_str("ga"),
+            Self::Ma { every: None } => f.write_str("ma (every epoch)"),
+            Self::Ma { every: Some(k) } => write!(f, "ma (every {k} steps)"),
+            Self::Admm { rho, local_epochs } => {
+                write!(f, "admm (rho {rho}, {local_epochs} local epochs)")
+            }
+        }
+    }
+}
+
+/// How an exchange aggregates the workers' vectors (`--pattern`, DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pattern {
+    /// Every worker reads every other worker's vector and averages them itself (MLLess).
+    #[default]
+    Broadcast,
+    /// Every worker publishes; a leader averages and publishes the mean; the others read it
+    /// (LambdaML's AllReduce).
+    AllReduce,
+    /// The vector is cut into one chunk per worker; worker k averages chunk k of everyone's and
+    /// publishes it; everyone reads the averaged chunks (LambdaML's ScatterReduce).
+    ScatterReduce,
+}
+
+impl Pattern {
+    /// The pattern's name as `--pattern` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Broadcast => "broadcast",
+            Self::AllReduce => "allreduce",
+            Self::ScatterReduce => "scatter-reduce",
+        }
+    }
+}
+
+#[cfg(test)]
+mod algorithm_tests {
+    use super::*;
+
+    #[test]
+    fn algorithms_parse_with_defaults() {
+        assert_eq!("ga".parse(), Ok(Algorithm::Ga));
+        assert_eq!("ma".parse(), Ok(Algorithm::Ma { every: None }));
+        assert_eq!("ma:8".parse(), Ok(Algorithm::Ma { every: Some(8) }));
+        assert_eq!(
+            "admm".parse(),
+            Ok(Algorithm::Admm {
+                rho: DEFAULT_ADMM_RHO,
+                local_epochs: 1
+            })
+        );
+        assert_eq!(
+            "admm:0.5:3".parse(),
+            Ok(Algorithm::Admm {
+                rho: 0.5,
+                local_epochs: 3
+            })
+        );
+        for bad in [
+            "sgd",
+            "ma:0",
+            "ma:x",
+            "admm:-1",
+            "admm:1:0",
+            "admm:1:2:3",
+            "ga:1",
+        ] {
+            assert!(bad.parse::<Algorithm>().is_err(), "{bad}");
+        }
+        assert_eq!(Algorithm::Ga.round_steps(10, 4), 1);
+        assert_eq!(Algorithm::Ma { every: None }.round_steps(10, 4), 3);
+        assert_eq!(Algorithm::Ma { every: Some(5) }.round_steps(10, 4), 5);
+        let admm = Algorithm::Admm {
+            rho: 1.0,
+            local_epochs: 2,
+        };
+        assert_eq!(admm.round_steps(10, 4), 6);
     }
 }
 

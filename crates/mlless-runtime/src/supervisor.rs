@@ -4,12 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
 use mlless_core::{BatchLoss, Evaluation, Ewma, ScaleInTuner, TunerConfig};
 use tracing::info;
 
+use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
@@ -30,28 +33,65 @@ const DIVERGED_LOSS: f64 = 1e6;
 /// How often the supervisor refreshes its progress report.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
-/// Runs the supervisor of the job until the workers have stopped and the model is written.
-pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
+/// The role name of the supervisor, as invocations and checkpoints name it.
+pub const SUPERVISOR_ROLE: &str = "supervisor";
+
+/// The supervisor's whole state between two steps: what a new invocation resumes from.
+#[derive(Debug, Serialize, Deserialize)]
+struct SupervisorState {
+    /// The next step to collect.
+    step: u64,
+    /// When the first invocation started, ms since the Unix epoch.
+    started_unix_ms: f64,
+    steps: Vec<StepRecord>,
+    stopper: Stopper,
+    diverged: Option<(u64, f64)>,
+    /// The workers still sending statistics.
+    active: Vec<u32>,
+    fleet: Fleet,
+    scale_in: Option<ScaleIn>,
+}
+
+impl Message for SupervisorState {
+    const MAGIC: [u8; 4] = *b"MLLV";
+}
+
+/// Runs the supervisor of the job until the workers have stopped and the model is written, or
+/// until its lifetime nearly runs out (then it leaves a checkpoint for its next `generation`).
+pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
     let spec = &ctx.spec;
-    let workers = ctx.workers();
-    let started = Instant::now();
-    let mut steps: Vec<StepRecord> = Vec::new();
-    let mut stopper = Stopper::new(spec);
+    let mut lifetime = Lifetime::new(spec.limits.timeout);
+    let mut state = if generation == 0 {
+        SupervisorState {
+            step: 0,
+            started_unix_ms: unix_ms(),
+            steps: Vec::new(),
+            stopper: Stopper::new(spec),
+            diverged: None,
+            // Under SSP and ASP workers may stop after different steps, and the scale-in
+            // tuner removes workers: each one's last statistics say so, and it is not waited
+            // for after that.
+            active: ctx.workers(),
+            fleet: Fleet::new(spec.workers),
+            scale_in: match &spec.scale_in {
+                Some(config) => Some(ScaleIn::new(config.clone(), spec.workers)?),
+                None => None,
+            },
+        }
+    } else {
+        checkpoint::load(&ctx.run_store, SUPERVISOR_ROLE, generation).await?
+    };
+    let elapsed = |state: &SupervisorState| {
+        Duration::from_secs_f64(((unix_ms() - state.started_unix_ms) / 1000.0).max(0.0))
+    };
     let mut last_progress: Option<Instant> = None;
-    let mut diverged: Option<(u64, f64)> = None;
     let manifest = ctx.dataset.manifest();
     let train_batches = f64::from(spec.train_batches);
 
-    // Under SSP and ASP workers may stop after different steps, and the scale-in tuner
-    // removes workers: each one's last statistics say so, and it is not waited for after that.
-    let mut active = workers.clone();
-    let mut fleet = Fleet::new(spec.workers);
-    let mut scale_in = match &spec.scale_in {
-        Some(config) => Some(ScaleIn::new(config.clone(), spec.workers)?),
-        None => None,
-    };
-    let mut step = 0u64;
     loop {
+        let step_started = Instant::now();
+        let step = state.step;
+        let active = state.active.clone();
         let payloads = ctx
             .channel
             .collect(STATS, step, &active, spec.collect_timeout())
@@ -69,42 +109,43 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         }
         let loss = total.mean();
         for s in stats.iter().filter(|s| s.removed) {
-            fleet.remove_after(s.worker, step);
+            state.fleet.remove_after(s.worker, step);
         }
-        let epoch = fleet.positions_done(step) as f64 / train_batches;
-        steps.push(StepRecord {
+        let epoch = state.fleet.positions_done(step) as f64 / train_batches;
+        let now = elapsed(&state);
+        state.steps.push(StepRecord {
             step,
-            time_s: started.elapsed().as_secs_f64(),
+            time_s: now.as_secs_f64(),
             epoch,
             loss,
             workers: stats.iter().map(worker_step).collect(),
         });
-        active.retain(|w| !stats.iter().any(|s| s.worker == *w && s.last));
-        let last = active.is_empty();
+        state
+            .active
+            .retain(|w| !stats.iter().any(|s| s.worker == *w && s.last));
+        let last = state.active.is_empty();
 
-        if diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
-            diverged = Some((step, loss));
-            stopper.request(&ctx, "the loss diverged").await?;
-        } else if let Some(reason) = stopper.check(step, loss, started.elapsed()) {
-            stopper.request(&ctx, &reason).await?;
+        if state.diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
+            state.diverged = Some((step, loss));
+            state.stopper.request(&ctx, "the loss diverged").await?;
+        } else if let Some(reason) = state.stopper.check(step, loss, now) {
+            state.stopper.request(&ctx, &reason).await?;
         }
-        if let Some(tuner) = &mut scale_in
+        if let Some(tuner) = &mut state.scale_in
             && !last
-            && stopper.reason.is_none()
+            && state.stopper.reason.is_none()
+            && let Some(request) = tuner.step(step, now.as_secs_f64(), &stats)?
         {
-            let now = started.elapsed().as_secs_f64();
-            if let Some(request) = tuner.step(step, now, &stats)? {
-                ctx.channel
-                    .put_key(SCALE_IN_KEY, Bytes::from(json(&request)?))
-                    .await?;
-            }
+            ctx.channel
+                .put_key(SCALE_IN_KEY, Bytes::from(json(&request)?))
+                .await?;
         }
         if last || last_progress.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
             let progress = Progress {
                 step,
                 epoch,
                 loss,
-                workers: fleet.workers(step + 1).len() as u32,
+                workers: state.fleet.workers(step + 1).len() as u32,
             };
             ctx.channel
                 .put_key(PROGRESS_KEY, Bytes::from(json(&progress)?))
@@ -114,8 +155,24 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         if last {
             break;
         }
-        step += 1;
+        state.step += 1;
+        lifetime.observe_step(step_started.elapsed());
+        if lifetime.nearly_over() {
+            checkpoint::save(&ctx.run_store, SUPERVISOR_ROLE, generation + 1, &state).await?;
+            info!(step = state.step, "supervisor handed off");
+            return Ok(());
+        }
     }
+    let SupervisorState {
+        step,
+        started_unix_ms,
+        steps,
+        stopper,
+        diverged,
+        fleet,
+        scale_in,
+        ..
+    } = state;
 
     if let Some((step, loss)) = diverged {
         return Err(RuntimeError::Diverged {
@@ -158,11 +215,15 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
     ctx.run_store.put(MODEL_KEY, model.encode()).await?;
 
     let epochs = steps.last().map_or(0.0, |s| s.epoch);
+    let rounds = steps
+        .iter()
+        .filter(|s| s.workers.iter().any(|w| w.messages_sent > 0))
+        .count() as u64;
     let record = RunRecord {
         format_version: RECORD_VERSION,
         spec: spec.clone(),
         started_at_unix_ms: 0,
-        wall_s: started.elapsed().as_secs_f64(),
+        wall_s: (unix_ms() - started_unix_ms) / 1000.0,
         train_samples: manifest.train.samples,
         test_samples: manifest.test.samples,
         steps,
@@ -175,6 +236,7 @@ pub async fn run_supervisor(ctx: JobContext) -> Result<()> {
         bill: None,
         model_url: format!("{}/{MODEL_KEY}", ctx.run_store.url()),
         replica_spread,
+        rounds,
         scale_in: scale_in.map(ScaleIn::into_record).unwrap_or_default(),
     };
     ctx.run_store
@@ -239,6 +301,7 @@ async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metri
 
 /// The scale-in auto-tuner in the supervisor (DESIGN §6): feeds it each step, asks it for a
 /// decision, picks the worker to remove and keeps the record of it all.
+#[derive(Debug, Serialize, Deserialize)]
 struct ScaleIn {
     tuner: ScaleInTuner,
     /// Per worker, the EWMA of its minibatch loss: the quality of its replica.
@@ -340,6 +403,7 @@ impl ScaleIn {
 const RECENT_LOSS_ALPHA: f64 = 0.1;
 
 /// The stop criteria other than the epoch count (which the workers apply themselves).
+#[derive(Debug, Serialize, Deserialize)]
 struct Stopper {
     target: Option<f64>,
     patience: u32,
@@ -400,6 +464,10 @@ impl Stopper {
             .await?;
         Ok(())
     }
+}
+
+fn unix_ms() -> f64 {
+    crate::worker::unix_ms()
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {

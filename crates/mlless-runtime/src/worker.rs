@@ -35,27 +35,84 @@ use mlless_core::{
 use tokio::task::JoinHandle;
 use tracing::debug;
 
+use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
+use crate::exchange::{Exchange, Traffic};
 use crate::messages::{
     FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage,
     UPDATES, UpdateMessage,
 };
-use crate::spec::{Fleet, batch_order};
+use crate::spec::{Algorithm, Fleet, batch_order};
 
 /// How often a worker looks for the supervisor's stop request.
 const STOP_POLL: Duration = Duration::from_millis(200);
 
-/// Runs worker `id` of the job until training stops.
-pub async fn run_worker(ctx: JobContext, id: u32) -> Result<()> {
+/// Runs worker `id` of the job until training stops, or until its lifetime nearly runs out
+/// (then it leaves a checkpoint for its next `generation`; see [`crate::checkpoint`]).
+/// `generation` 0 starts afresh; a later one resumes from the checkpoint of that generation.
+pub async fn run_worker(ctx: JobContext, id: u32, generation: u32) -> Result<()> {
     let mut worker = Worker::new(ctx, id);
-    let last_step = if worker.ctx.spec.sync.is_synchronous() {
+    if generation > 0 {
+        let saved = checkpoint::load(&worker.ctx.run_store, &worker_role(id), generation).await?;
+        worker.restore(saved)?;
+    }
+    let end = if worker.ctx.spec.sync.is_synchronous() {
         worker.run_synchronous().await?
     } else {
         worker.run_stale().await?
     };
-    worker.finish(last_step).await
+    match end {
+        End::Last(step) => worker.finish(step).await,
+        End::HandOff => worker.hand_off(generation + 1).await,
+    }
+}
+
+/// The role name of worker `id`, as invocations and checkpoints name it.
+pub fn worker_role(id: u32) -> String {
+    format!("worker-{id}")
+}
+
+/// How a worker's run ended.
+enum End {
+    /// Training ended after this step.
+    Last(u64),
+    /// The lifetime nearly ran out: hand off to the next invocation.
+    HandOff,
+}
+
+/// A worker's whole state between two steps: what a new invocation resumes from.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct WorkerCheckpoint {
+    worker: u32,
+    next_step: u64,
+    params: Vec<f32>,
+    optimizer: mlless_core::OptimizerState,
+    filter: Option<UpdateFilter>,
+    fleet: Fleet,
+    removals: u32,
+    requested: Option<Removal>,
+    stop_seen: bool,
+    rounds: RoundState,
+    stale: Option<StaleState>,
+}
+
+impl Message for WorkerCheckpoint {
+    const MAGIC: [u8; 4] = *b"MLLW";
+}
+
+/// SSP and ASP: what a worker knows of each peer (indexed by position in the fleet).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct StaleState {
+    /// The next step of theirs to apply.
+    cursor: Vec<u64>,
+    /// The step they ended at, once seen.
+    ended: Vec<Option<u64>>,
+    /// The `applied_through` they last reported.
+    reported: Vec<u64>,
+    /// Own messages before this step are deleted.
+    discarded_through: u64,
 }
 
 /// A worker's state between steps.
@@ -80,6 +137,24 @@ struct Worker {
     last_stop_poll: Option<Instant>,
     stop_seen: bool,
     pending_stats: Option<JoinHandle<Result<()>>>,
+    /// What the algorithm keeps between exchanges (MA-SGD, ADMM).
+    rounds: RoundState,
+    /// The step to run next (not 0 after a hand-off).
+    next_step: u64,
+    /// SSP and ASP: the peers' progress (restored after a hand-off).
+    stale: Option<StaleState>,
+    lifetime: Lifetime,
+}
+
+/// What MA-SGD and ADMM keep between two exchanges.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+enum RoundState {
+    /// GA-SGD: nothing; every step exchanges.
+    None,
+    /// MA-SGD: the averaged model of the last exchange.
+    Anchor(Vec<f32>),
+    /// ADMM: the consensus `z` and this worker's scaled dual `u`.
+    Admm { z: Vec<f32>, u: Vec<f32> },
 }
 
 /// A step's local work, apart from the optimiser's delta.
@@ -91,25 +166,16 @@ struct Computed {
     read_ms: f64,
     compute_ms: f64,
     started_unix_ms: f64,
-}
-
-/// The traffic of one step, for the supervisor.
-#[derive(Default)]
-struct Traffic {
-    bytes_sent: u64,
-    bytes_received: u64,
-    messages_sent: u32,
-    messages_received: u32,
-    entries_sent: u64,
-    entries_held: u64,
-    updates_applied: u32,
-    published_unix_ms: f64,
+    /// The learning rate of the step.
+    lr: f32,
 }
 
 impl Worker {
     fn new(ctx: JobContext, id: u32) -> Self {
         let spec = &ctx.spec;
         let params = spec.model.init_params(spec.seed);
+        let (params_copy, n) = (params.clone(), params.len());
+        let (algorithm, timeout) = (spec.algorithm, spec.limits.timeout);
         let optimizer = mlless_core::build_optimizer(&spec.optimizer, params.len());
         let accumulator = GradientAccumulator::new(params.len());
         let filter = Some(spec.filter())
@@ -136,17 +202,116 @@ impl Worker {
             last_stop_poll: None,
             stop_seen: false,
             pending_stats: None,
+            rounds: match algorithm {
+                Algorithm::Ga => RoundState::None,
+                Algorithm::Ma { .. } => RoundState::Anchor(params_copy),
+                Algorithm::Admm { .. } => RoundState::Admm {
+                    z: params_copy,
+                    u: vec![0.0; n],
+                },
+            },
+            next_step: 0,
+            stale: None,
+            lifetime: Lifetime::new(timeout),
         }
+    }
+
+    /// Takes up the state a previous invocation left.
+    fn restore(&mut self, saved: WorkerCheckpoint) -> Result<()> {
+        let bad = |what: String| {
+            RuntimeError::FunctionFailed(format!(
+                "the checkpoint of worker {} does not fit the job: {what}",
+                self.id
+            ))
+        };
+        if saved.worker != self.id || saved.params.len() != self.params.len() {
+            return Err(bad(format!(
+                "it is worker {}'s, with {} parameters",
+                saved.worker,
+                saved.params.len()
+            )));
+        }
+        self.optimizer
+            .restore(saved.optimizer)
+            .map_err(|e| bad(e.to_string()))?;
+        self.params = saved.params;
+        self.filter = saved.filter;
+        self.fleet = saved.fleet;
+        self.removals = saved.removals;
+        self.requested = saved.requested;
+        self.stop_seen = saved.stop_seen;
+        self.rounds = saved.rounds;
+        self.stale = saved.stale;
+        self.next_step = saved.next_step;
+        Ok(())
+    }
+
+    /// Writes the state for the invocation of `generation` and ends this one.
+    async fn hand_off(mut self, generation: u32) -> Result<()> {
+        if let Some(previous) = self.pending_stats.take() {
+            join(previous).await?;
+        }
+        let saved = WorkerCheckpoint {
+            worker: self.id,
+            next_step: self.next_step,
+            params: self.params,
+            optimizer: self.optimizer.state(),
+            filter: self.filter,
+            fleet: self.fleet,
+            removals: self.removals,
+            requested: self.requested,
+            stop_seen: self.stop_seen,
+            rounds: self.rounds,
+            stale: self.stale,
+        };
+        checkpoint::save(
+            &self.ctx.run_store,
+            &worker_role(self.id),
+            generation,
+            &saved,
+        )
+        .await?;
+        debug!(
+            worker = self.id,
+            generation,
+            step = saved.next_step,
+            "handed off"
+        );
+        Ok(())
+    }
+
+    /// After `step`: whether to hand off to a new invocation before the lifetime runs out
+    /// (remembering where to go on).
+    fn time_to_hand_off(&mut self, step: u64, started: Instant) -> bool {
+        self.lifetime.observe_step(started.elapsed());
+        self.next_step = step + 1;
+        self.lifetime.nearly_over()
     }
 
     /// Reads the step's minibatch and computes the optimiser's delta on it.
     async fn compute(&mut self, step: u64) -> Result<(Computed, SparseVector)> {
         let started = Instant::now();
         let started_unix_ms = unix_ms();
-        let pos = self.fleet.position(self.id, step).ok_or_else(|| {
-            RuntimeError::FunctionFailed(format!("worker {} is not active at step {step}", self.id))
-        })?;
-        let next = self.fleet.position(self.id, step + 1);
+        let (pos, next) = match self.rounds {
+            // ADMM: each worker passes over its own shard of epoch 0's order again and again.
+            RoundState::Admm { .. } => (
+                self.reader
+                    .shard_position(self.me, self.workers.len(), step),
+                Some(
+                    self.reader
+                        .shard_position(self.me, self.workers.len(), step + 1),
+                ),
+            ),
+            _ => {
+                let pos = self.fleet.position(self.id, step).ok_or_else(|| {
+                    RuntimeError::FunctionFailed(format!(
+                        "worker {} is not active at step {step}",
+                        self.id
+                    ))
+                })?;
+                (pos, self.fleet.position(self.id, step + 1))
+            }
+        };
         let (epoch, batch) = self.reader.next(pos, next).await?;
         let read_ms = ms(started.elapsed());
         let compute_started = Instant::now();
@@ -159,6 +324,12 @@ impl Worker {
             })?;
         let gradient = self.accumulator.take();
         let spec = &self.ctx.spec;
+        let epoch = match self.rounds {
+            RoundState::Admm { .. } => {
+                step * self.workers.len() as u64 / u64::from(spec.train_batches.max(1))
+            }
+            _ => epoch,
+        };
         let lr = spec.schedule.rate(spec.lr, epoch);
         let delta = self.optimizer.step(&self.params, &gradient, lr);
         let computed = Computed {
@@ -167,6 +338,7 @@ impl Worker {
             read_ms,
             compute_ms: ms(compute_started.elapsed()),
             started_unix_ms,
+            lr,
         };
         Ok((computed, delta))
     }
@@ -245,63 +417,57 @@ impl Worker {
 
     /// BSP and ISP: every worker applies every step's updates before the next step. Returns the
     /// last step.
-    async fn run_synchronous(&mut self) -> Result<u64> {
+    ///
+    /// GA-SGD exchanges every step. MA-SGD and ADMM take local steps and exchange every
+    /// [`Algorithm::round_steps`] steps and after the last one.
+    async fn run_synchronous(&mut self) -> Result<End> {
         let spec = self.ctx.spec.clone();
         let positions = u64::from(spec.stop.max_epochs) * u64::from(spec.train_batches);
-        let mut step = 0u64;
+        let round = spec.algorithm.round_steps(spec.train_batches, spec.workers);
+        let mut step = self.next_step;
         loop {
             let workers = self.fleet.workers(step).to_vec();
-            let me = workers.iter().position(|&w| w == self.id).unwrap_or(0);
             let (computed, own) = self.compute(step).await?;
             let stop = self.poll_stop().await?;
-
             let exchange_started = Instant::now();
             let mut traffic = Traffic::default();
-            let (sent, filtered) = self.outgoing(&own, step);
-            traffic.entries_held = filtered.held as u64;
-            let message = UpdateMessage {
-                step,
-                worker: self.id,
-                loss: computed.loss,
-                stop,
-                last: false,
-                applied_through: step,
-                removal: self.requested,
-                delta: sent,
+            let by_epochs = self.fleet.positions_done(step) >= positions;
+            let exchanged = match self.rounds {
+                RoundState::None => {
+                    let (sent, filtered) = self.outgoing(&own, step);
+                    traffic.entries_held = filtered.held as u64;
+                    let message = self.message(step, computed.loss, stop, sent);
+                    let exchange = self.exchange(&workers);
+                    let own_slot = self.filter.is_some().then_some(&own);
+                    let exchanged = exchange.run(message, own_slot, &mut traffic).await?;
+                    exchanged.mean.scaled_add_to(&mut self.params, 1.0);
+                    Some(exchanged)
+                }
+                _ => {
+                    self.local_step(&own, computed.lr);
+                    if (step + 1) % round == 0 || by_epochs {
+                        Some(
+                            self.average_models(step, computed.loss, stop, &workers, &mut traffic)
+                                .await?,
+                        )
+                    } else {
+                        None
+                    }
+                }
             };
-            self.publish(&message, &mut traffic).await?;
-            let payloads = self
-                .ctx
-                .channel
-                .collect(UPDATES, step, &workers, spec.collect_timeout())
-                .await?;
-            let mut deltas = Vec::with_capacity(payloads.len());
-            let mut any_stop = stop;
-            let mut removal = self.requested;
-            for (k, (payload, &from)) in payloads.iter().zip(&workers).enumerate() {
-                if k == me {
-                    continue;
+            let (any_stop, removal) = match &exchanged {
+                Some(e) => (e.stop, e.removal),
+                None => (false, None),
+            };
+            if exchanged.is_some() {
+                // Our messages of the exchange before this one are no longer needed.
+                if let Some(previous) = step.checked_sub(round) {
+                    self.exchange(self.fleet.workers(previous))
+                        .discard(previous)
+                        .await?;
                 }
-                traffic.bytes_received += payload.len() as u64;
-                traffic.messages_received += 1;
-                let update = self.decode_update(payload, from, step)?;
-                any_stop |= update.stop;
-                if removal.is_none() {
-                    removal = update.removal.filter(|r| r.seq == self.removals + 1);
-                }
-                deltas.push(self.peer_delta(update.delta, from, step)?);
             }
-            let mut ordered: Vec<&SparseVector> = deltas.iter().collect();
-            ordered.insert(me.min(ordered.len()), &own);
-            mlless_core::apply_mean(&mut self.params, &ordered);
-            traffic.updates_applied = ordered.len() as u32;
-            if step > 0 {
-                self.ctx
-                    .channel
-                    .discard(UPDATES, step - 1, &[self.id])
-                    .await?;
-            }
-            let last = any_stop || self.fleet.positions_done(step) >= positions;
+            let last = any_stop || by_epochs;
             // A removal every worker saw in this step's updates takes effect after it.
             let mut removed = false;
             if let Some(r) = removal.filter(|_| !last) {
@@ -333,10 +499,102 @@ impl Worker {
             .await?;
             if last || removed {
                 debug!(worker = self.id, step, removed, "last step");
-                return Ok(step);
+                return Ok(End::Last(step));
+            }
+            if self.time_to_hand_off(step, computed.started) {
+                return Ok(End::HandOff);
             }
             step += 1;
         }
+    }
+
+    /// This worker's side of an exchange among `workers`.
+    fn exchange<'a>(&'a self, workers: &'a [u32]) -> Exchange<'a> {
+        Exchange {
+            ctx: &self.ctx,
+            pattern: self.ctx.spec.pattern,
+            worker: self.id,
+            workers,
+            dim: self.params.len(),
+            expected_removal: self.removals + 1,
+        }
+    }
+
+    /// The update message of `step` carrying `delta`.
+    fn message(&self, step: u64, loss: BatchLoss, stop: bool, delta: WireDelta) -> UpdateMessage {
+        UpdateMessage {
+            step,
+            worker: self.id,
+            loss,
+            stop,
+            last: false,
+            applied_through: step,
+            removal: self.requested,
+            delta,
+        }
+    }
+
+    /// MA-SGD and ADMM: applies the worker's own delta to its replica in full; ADMM also takes
+    /// the proximal step towards `z − u` (in closed form, stable for any `lr · ρ`).
+    fn local_step(&mut self, own: &SparseVector, lr: f32) {
+        own.scaled_add_to(&mut self.params, 1.0);
+        if let (RoundState::Admm { z, u }, Algorithm::Admm { rho, .. }) =
+            (&self.rounds, self.ctx.spec.algorithm)
+        {
+            let c = lr * rho;
+            for ((w, &z), &u) in self.params.iter_mut().zip(z).zip(u) {
+                *w = (*w + c * (z - u)) / (1.0 + c);
+            }
+        }
+    }
+
+    /// MA-SGD: the replicas' average becomes everyone's replica. ADMM: `z` becomes the mean of
+    /// `w_i + u_i`, and `u_i += w_i − z`.
+    async fn average_models(
+        &mut self,
+        step: u64,
+        loss: BatchLoss,
+        stop: bool,
+        workers: &[u32],
+        traffic: &mut Traffic,
+    ) -> Result<crate::exchange::Exchanged> {
+        // What is sent is the difference to the last consensus, so that only what moved travels.
+        let mut sent = SparseVector::new();
+        match &self.rounds {
+            RoundState::Anchor(anchor) => {
+                for (j, (&w, &a)) in self.params.iter().zip(anchor).enumerate() {
+                    if w != a {
+                        sent.push(j as u32, w - a);
+                    }
+                }
+            }
+            RoundState::Admm { z, u } => {
+                for (j, ((&w, &z), &u)) in self.params.iter().zip(z).zip(u).enumerate() {
+                    let v = w + u - z;
+                    if v != 0.0 {
+                        sent.push(j as u32, v);
+                    }
+                }
+            }
+            RoundState::None => {}
+        }
+        traffic.entries_held = 0;
+        let message = self.message(step, loss, stop, WireDelta::Sparse(sent));
+        let exchanged = self.exchange(workers).run(message, None, traffic).await?;
+        match &mut self.rounds {
+            RoundState::Anchor(anchor) => {
+                exchanged.mean.scaled_add_to(anchor, 1.0);
+                self.params.copy_from_slice(anchor);
+            }
+            RoundState::Admm { z, u } => {
+                exchanged.mean.scaled_add_to(z, 1.0);
+                for ((u, &w), &z) in u.iter_mut().zip(&self.params).zip(z.iter()) {
+                    *u += w - z;
+                }
+            }
+            RoundState::None => {}
+        }
+        Ok(exchanged)
     }
 
     /// Merges the replica of `worker`, removed after `step`, into the survivors: replicas are
@@ -364,19 +622,24 @@ impl Worker {
 
     /// SSP and ASP: each worker applies its peers' updates as they arrive, waiting (SSP) only
     /// for those more than the slack behind. Returns the last step.
-    async fn run_stale(&mut self) -> Result<u64> {
+    async fn run_stale(&mut self) -> Result<End> {
         let spec = self.ctx.spec.clone();
         let positions = u64::from(spec.stop.max_epochs) * u64::from(spec.train_batches);
         let slack = spec.sync.slack();
         let peers = self.workers.len();
-        // Per peer: the next step of theirs to apply, the step they ended at (once seen), and
-        // the `applied_through` they last reported.
-        let mut cursor = vec![0u64; peers];
-        let mut ended: Vec<Option<u64>> = vec![None; peers];
-        let mut reported = vec![0u64; peers];
-        let mut discarded_through = 0u64;
+        let StaleState {
+            mut cursor,
+            mut ended,
+            mut reported,
+            mut discarded_through,
+        } = self.stale.take().unwrap_or(StaleState {
+            cursor: vec![0; peers],
+            ended: vec![None; peers],
+            reported: vec![0; peers],
+            discarded_through: 0,
+        });
         let weight = 1.0 / peers as f32;
-        let mut step = 0u64;
+        let mut step = self.next_step;
         loop {
             let (computed, own) = self.compute(step).await?;
             let last = self.poll_stop().await? || self.fleet.positions_done(step) >= positions;
@@ -481,7 +744,16 @@ impl Worker {
                 .await?;
             if last {
                 debug!(worker = self.id, step, "last step");
-                return Ok(step);
+                return Ok(End::Last(step));
+            }
+            if self.time_to_hand_off(step, computed.started) {
+                self.stale = Some(StaleState {
+                    cursor,
+                    ended,
+                    reported,
+                    discarded_through,
+                });
+                return Ok(End::HandOff);
             }
             step += 1;
         }
@@ -634,10 +906,15 @@ impl Worker {
         }
         // The last step's updates stay: a slower peer may still be collecting them. The driver
         // cleans the channel up when the job ends.
+        let params = match self.rounds {
+            // ADMM's model is the consensus.
+            RoundState::Admm { z, .. } => z,
+            _ => self.params,
+        };
         let replica = ReplicaMessage {
             worker: self.id,
             step,
-            params: self.params,
+            params,
         };
         self.ctx
             .channel
@@ -647,7 +924,8 @@ impl Worker {
     }
 }
 
-fn unix_ms() -> f64 {
+/// Milliseconds since the Unix epoch, for the timestamps of the run record.
+pub(crate) fn unix_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
@@ -688,6 +966,16 @@ impl BatchReader {
             self.order = (epoch, batch_order(self.seed, epoch, self.batches));
         }
         (epoch, self.order.1[(pos % m) as usize] as usize)
+    }
+
+    /// ADMM's fixed shards: the position in epoch 0's order of the `step`-th minibatch of the
+    /// worker in position `rank` of `workers`, which passes over positions `rank`,
+    /// `rank + workers`, … below the number of minibatches, again and again.
+    fn shard_position(&self, rank: usize, workers: usize, step: u64) -> u64 {
+        let m = u64::from(self.batches.max(1));
+        let (rank, p) = (rank as u64 % m, workers.max(1) as u64);
+        let len = (m - rank).div_ceil(p);
+        rank + (step % len) * p
     }
 
     fn fetch(&mut self, pos: u64) -> JoinHandle<Result<Batch>> {

@@ -1,0 +1,341 @@
+//! The communication patterns of one exchange (DESIGN §5): how the workers of a step turn the
+//! vectors they send into the mean that every one of them applies.
+//!
+//! - broadcast: every worker publishes on [`UPDATES`] and reads every other worker's message;
+//! - all-reduce: every worker publishes on [`UPDATES`]; the leader (the first active worker)
+//!   reads them all and publishes the mean on [`REDUCED`]; the others read that one message;
+//! - scatter-reduce: the vector is cut into one chunk per worker (index ranges of equal width);
+//!   every worker publishes chunk `c` for the worker in position `c` on [`SCATTER`], that worker
+//!   averages its chunk and publishes it on [`REDUCED`], and everyone reads the averaged chunks.
+//!
+//! Every pattern averages with [`mean_of`] in worker order, so without a filter all three give
+//! the same bits. A worker whose filter holds part of its update back applies its own update in
+//! full (DESIGN §4): under broadcast its full update takes its place in the mean; under the
+//! other patterns the part it held back is added at the same weight after the mean.
+
+use mlless_core::{SparseVector, WireDelta, mean_of};
+
+use crate::context::JobContext;
+use crate::error::{Result, RuntimeError};
+use crate::messages::{Message, Removal, UPDATES, UpdateMessage};
+use crate::spec::Pattern;
+
+/// Topic of the chunks a scatter-reduce sends to their owners; the message of worker `w` for
+/// the owner in position `c` has the id `w · N + c`, `N` being the job's worker count.
+pub const SCATTER: &str = "scatter";
+/// Topic of the means an all-reduce leader or a scatter-reduce chunk owner publishes.
+pub const REDUCED: &str = "reduced";
+
+/// The traffic of one step, for the supervisor.
+#[derive(Debug, Default)]
+pub(crate) struct Traffic {
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub messages_sent: u32,
+    pub messages_received: u32,
+    pub entries_sent: u64,
+    pub entries_held: u64,
+    pub updates_applied: u32,
+    pub published_unix_ms: f64,
+}
+
+/// What every worker of a step learns from an exchange.
+#[derive(Debug)]
+pub(crate) struct Exchanged {
+    /// The mean to add to the replica.
+    pub mean: SparseVector,
+    /// Some worker has seen the supervisor's stop request.
+    pub stop: bool,
+    /// The first removal request with the sequence number `expected_removal` that some worker
+    /// carried.
+    pub removal: Option<Removal>,
+}
+
+/// One worker's side of one exchange.
+pub(crate) struct Exchange<'a> {
+    pub ctx: &'a JobContext,
+    /// The pattern.
+    pub pattern: Pattern,
+    /// This worker.
+    pub worker: u32,
+    /// The active workers of the step, in order.
+    pub workers: &'a [u32],
+    /// Dimension of the vectors exchanged.
+    pub dim: usize,
+    /// The sequence number of the removal request to look for.
+    pub expected_removal: u32,
+}
+
+impl Exchange<'_> {
+    /// Publishes `message` (whose delta is what this worker sends), and returns the mean of
+    /// every worker's sent vector, with `own` (this worker's whole update, when its filter held
+    /// part of it back) in place of its own.
+    pub async fn run(
+        &self,
+        message: UpdateMessage,
+        own: Option<&SparseVector>,
+        traffic: &mut Traffic,
+    ) -> Result<Exchanged> {
+        let step = message.step;
+        let me = self.position();
+        match self.pattern {
+            Pattern::Broadcast => {
+                let sent = self.sent_vector(&message)?;
+                self.publish(UPDATES, step, self.worker, &message, traffic)
+                    .await?;
+                let mut messages = self.collect(UPDATES, step, self.workers, traffic).await?;
+                let own_slot = own.cloned().unwrap_or(sent);
+                let mut flags = Flags::new(self.expected_removal);
+                flags.take(&message);
+                let mut vectors = Vec::with_capacity(messages.len());
+                for (k, update) in messages.drain(..).enumerate() {
+                    if k == me {
+                        vectors.push(None);
+                    } else {
+                        flags.take(&update);
+                        vectors.push(Some(self.vector(update)?));
+                    }
+                }
+                let ordered: Vec<&SparseVector> = vectors
+                    .iter()
+                    .map(|v| v.as_ref().unwrap_or(&own_slot))
+                    .collect();
+                traffic.updates_applied = ordered.len() as u32;
+                Ok(flags.with_mean(mean_of(&ordered)))
+            }
+            Pattern::AllReduce => {
+                let leader = self.workers[0];
+                let held = own.map(|own| self.held(own, &message)).transpose()?;
+                self.publish(UPDATES, step, self.worker, &message, traffic)
+                    .await?;
+                if self.worker == leader {
+                    let messages = self.collect(UPDATES, step, self.workers, traffic).await?;
+                    let reduced = self.reduce(step, messages)?;
+                    self.publish(REDUCED, step, self.worker, &reduced, traffic)
+                        .await?;
+                }
+                let reduced = self.collect(REDUCED, step, &[leader], traffic).await?;
+                let mut flags = Flags::new(self.expected_removal);
+                let mut mean = SparseVector::new();
+                for update in reduced {
+                    flags.take(&update);
+                    mean = self.vector(update)?;
+                }
+                traffic.updates_applied = self.workers.len() as u32;
+                Ok(flags.with_mean(self.add_held(mean, held)))
+            }
+            Pattern::ScatterReduce => {
+                let held = own.map(|own| self.held(own, &message)).transpose()?;
+                let sent = self.sent_vector(&message)?;
+                let bounds = self.bounds();
+                let n = u64::from(self.ctx.spec.workers);
+                for (c, chunk) in sent.split_at_bounds(&bounds).into_iter().enumerate() {
+                    let part = UpdateMessage {
+                        delta: WireDelta::Sparse(chunk),
+                        ..message.clone()
+                    };
+                    let id = scatter_id(self.worker, c, n)?;
+                    self.publish(SCATTER, step, id, &part, traffic).await?;
+                }
+                let from: Vec<u32> = self
+                    .workers
+                    .iter()
+                    .map(|&w| scatter_id(w, me, n))
+                    .collect::<Result<_>>()?;
+                let parts = self.collect(SCATTER, step, &from, traffic).await?;
+                let reduced = self.reduce(step, parts)?;
+                self.publish(REDUCED, step, self.worker, &reduced, traffic)
+                    .await?;
+                let chunks = self.collect(REDUCED, step, self.workers, traffic).await?;
+                let mut flags = Flags::new(self.expected_removal);
+                let mut vectors = Vec::with_capacity(chunks.len());
+                for chunk in chunks {
+                    flags.take(&chunk);
+                    vectors.push(self.vector(chunk)?);
+                }
+                let mean = SparseVector::concat(vectors).map_err(|e| {
+                    RuntimeError::FunctionFailed(format!(
+                        "the averaged chunks of step {step} do not join up: {e}"
+                    ))
+                })?;
+                traffic.updates_applied = self.workers.len() as u32;
+                Ok(flags.with_mean(self.add_held(mean, held)))
+            }
+        }
+    }
+
+    /// Deletes what this worker published in the exchange of `step`, once no peer needs it.
+    pub async fn discard(&self, step: u64) -> Result<()> {
+        let channel = &self.ctx.channel;
+        match self.pattern {
+            Pattern::Broadcast => channel.discard(UPDATES, step, &[self.worker]).await?,
+            Pattern::AllReduce => {
+                channel.discard(UPDATES, step, &[self.worker]).await?;
+                channel.discard(REDUCED, step, &[self.worker]).await?;
+            }
+            Pattern::ScatterReduce => {
+                let n = u64::from(self.ctx.spec.workers);
+                let ids: Vec<u32> = (0..self.ctx.spec.workers as usize)
+                    .map(|c| scatter_id(self.worker, c, n))
+                    .collect::<Result<_>>()?;
+                channel.discard(SCATTER, step, &ids).await?;
+                channel.discard(REDUCED, step, &[self.worker]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn position(&self) -> usize {
+        self.workers
+            .iter()
+            .position(|&w| w == self.worker)
+            .unwrap_or(0)
+    }
+
+    /// Chunk boundaries of a scatter-reduce: one index range of equal width per worker.
+    fn bounds(&self) -> Vec<u64> {
+        let p = self.workers.len() as u64;
+        let dim = self.dim as u64;
+        (0..=p).map(|c| c * dim / p).collect()
+    }
+
+    /// The mean of `messages` (in worker order), as the message a leader or chunk owner
+    /// publishes, with the flags of them all.
+    fn reduce(&self, step: u64, messages: Vec<UpdateMessage>) -> Result<UpdateMessage> {
+        let mut flags = Flags::new(self.expected_removal);
+        let mut vectors = Vec::with_capacity(messages.len());
+        for update in messages {
+            flags.take(&update);
+            vectors.push(self.vector(update)?);
+        }
+        let refs: Vec<&SparseVector> = vectors.iter().collect();
+        Ok(UpdateMessage {
+            step,
+            worker: self.worker,
+            loss: Default::default(),
+            stop: flags.stop,
+            last: false,
+            applied_through: step,
+            removal: flags.removal,
+            delta: WireDelta::Sparse(mean_of(&refs)),
+        })
+    }
+
+    /// What this worker held back of `own`: `own` minus what it sends.
+    fn held(&self, own: &SparseVector, message: &UpdateMessage) -> Result<SparseVector> {
+        Ok(own.plus_scaled(&self.sent_vector(message)?, -1.0))
+    }
+
+    /// `mean` plus this worker's held-back part at the weight of one worker.
+    fn add_held(&self, mean: SparseVector, held: Option<SparseVector>) -> SparseVector {
+        match held {
+            None => mean,
+            Some(held) => mean.plus_scaled(&held, 1.0 / self.workers.len() as f32),
+        }
+    }
+
+    fn sent_vector(&self, message: &UpdateMessage) -> Result<SparseVector> {
+        self.vector(message.clone())
+    }
+
+    /// The delta of `message` as a sparse vector that fits the exchange's dimension.
+    fn vector(&self, message: UpdateMessage) -> Result<SparseVector> {
+        let (from, step) = (message.worker, message.step);
+        message.delta.into_sparse(self.dim).map_err(|e| {
+            RuntimeError::FunctionFailed(format!(
+                "the update of worker {from} for step {step} does not fit the model: {e}"
+            ))
+        })
+    }
+
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        id: u32,
+        message: &UpdateMessage,
+        traffic: &mut Traffic,
+    ) -> Result<()> {
+        let bytes = message.encode();
+        traffic.bytes_sent += bytes.len() as u64;
+        traffic.messages_sent += 1;
+        traffic.entries_sent += message.delta.nnz() as u64;
+        traffic.published_unix_ms = crate::worker::unix_ms();
+        self.ctx.channel.publish(topic, step, id, bytes).await?;
+        Ok(())
+    }
+
+    /// Collects and decodes the messages of `from` on `topic` at `step`, checking that each is
+    /// the step's.
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[u32],
+        traffic: &mut Traffic,
+    ) -> Result<Vec<UpdateMessage>> {
+        let payloads = self
+            .ctx
+            .channel
+            .collect(topic, step, from, self.ctx.spec.collect_timeout())
+            .await?;
+        let mut messages = Vec::with_capacity(payloads.len());
+        for (payload, &id) in payloads.iter().zip(from) {
+            if id != self.worker {
+                traffic.bytes_received += payload.len() as u64;
+                traffic.messages_received += 1;
+            }
+            let message =
+                UpdateMessage::decode(payload, || format!("{topic} message {id} for step {step}"))?;
+            if message.step != step {
+                return Err(RuntimeError::FunctionFailed(format!(
+                    "the {topic} message {id} for step {step} claims step {}",
+                    message.step
+                )));
+            }
+            messages.push(message);
+        }
+        Ok(messages)
+    }
+}
+
+/// The message id of worker `worker`'s chunk for the owner in position `chunk`.
+fn scatter_id(worker: u32, chunk: usize, workers: u64) -> Result<u32> {
+    u32::try_from(u64::from(worker) * workers + chunk as u64).map_err(|_| {
+        RuntimeError::InvalidJob(format!(
+            "scatter-reduce message ids overflow with {workers} workers"
+        ))
+    })
+}
+
+/// The stop flag and removal request seen in an exchange's messages.
+struct Flags {
+    expected_removal: u32,
+    stop: bool,
+    removal: Option<Removal>,
+}
+
+impl Flags {
+    fn new(expected_removal: u32) -> Self {
+        Self {
+            expected_removal,
+            stop: false,
+            removal: None,
+        }
+    }
+
+    fn take(&mut self, message: &UpdateMessage) {
+        self.stop |= message.stop;
+        if self.removal.is_none() {
+            self.removal = message.removal.filter(|r| r.seq == self.expected_removal);
+        }
+    }
+
+    fn with_mean(self, mean: SparseVector) -> Exchanged {
+        Exchanged {
+            mean,
+            stop: self.stop,
+            removal: self.removal,
+        }
+    }
+}
