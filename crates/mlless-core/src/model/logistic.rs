@@ -77,9 +77,11 @@ mod tests {
     use super::*;
     use crate::metrics::log_loss;
     use crate::model::ModelSpec;
-    use crate::model::testutil::{assert_close, finite_difference};
+    use crate::model::testutil::{
+        assert_close, dense, finite_difference, split_rows, synthetic_linear,
+    };
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
-    use crate::{RatingBatch, SparseBatch, SparseVector};
+    use crate::{RatingBatch, SparseBatch};
 
     fn random_batch(rng: &mut StdRng, rows: usize, features: u32, nnz: usize) -> SparseBatch {
         let mut batch = SparseBatch::new();
@@ -155,12 +157,6 @@ mod tests {
         for (j, want) in finite_difference(f, &x, 0..spec.num_params()) {
             assert_close(f64::from(dense[j]), want, 1e-4, &format!("d/dw_{j}"));
         }
-    }
-
-    fn dense(v: &SparseVector, dim: usize) -> Vec<f32> {
-        let mut d = vec![0.0; dim];
-        v.scaled_add_to(&mut d, 1.0);
-        d
     }
 
     #[test]
@@ -296,42 +292,9 @@ mod tests {
 
     /// Synthetic sparse LR data with a known weight vector.
     fn synthetic(rng: &mut StdRng, rows: usize, w: &[f64], bias: f64) -> SparseBatch {
-        let features = w.len() as u32;
-        let mut batch = SparseBatch::new();
-        for _ in 0..rows {
-            let mut idx: Vec<u32> = (0..6).map(|_| rng.random_range(0..features)).collect();
-            idx.sort_unstable();
-            idx.dedup();
-            let vals: Vec<f32> = idx.iter().map(|_| rng.sample(StandardNormal)).collect();
-            let z = bias
-                + idx
-                    .iter()
-                    .zip(&vals)
-                    .map(|(&j, &v)| w[j as usize] * f64::from(v))
-                    .sum::<f64>();
-            let p = 1.0 / (1.0 + (-z).exp());
-            let label = if rng.random_bool(p) { 1.0 } else { 0.0 };
-            batch.push_row(label, &idx, &vals);
-        }
-        batch
-    }
-
-    fn chunks(batch: &SparseBatch, size: usize) -> Vec<Batch> {
-        let mut out = Vec::new();
-        let mut cur = SparseBatch::new();
-        for (label, idx, vals) in batch.iter_rows() {
-            cur.push_row(label, idx, vals);
-            if cur.rows() == size {
-                out.push(Batch::Sparse(std::mem::replace(
-                    &mut cur,
-                    SparseBatch::new(),
-                )));
-            }
-        }
-        if cur.rows() > 0 {
-            out.push(Batch::Sparse(cur));
-        }
-        out
+        synthetic_linear(rng, rows, w, bias, 6, |rng, z| {
+            rng.random_bool(1.0 / (1.0 + (-z).exp()))
+        })
     }
 
     #[test]
@@ -353,7 +316,7 @@ mod tests {
         let mut params = spec.init_params(0);
         let mut opt = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
         let mut acc = GradientAccumulator::new(params.len());
-        let batches = chunks(&train, 100);
+        let batches = split_rows(&train, 100);
         for _epoch in 0..8 {
             for b in &batches {
                 model.gradient(&params, b, &mut acc).unwrap();

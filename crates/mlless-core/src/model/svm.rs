@@ -267,11 +267,13 @@ mod tests {
     use rand_distr::StandardNormal;
 
     use super::*;
+    use crate::RatingBatch;
     use crate::batch::SparseBatch;
     use crate::model::ModelSpec;
-    use crate::model::testutil::{assert_close, finite_difference};
+    use crate::model::testutil::{
+        assert_close, dense, finite_difference, split_rows, synthetic_linear,
+    };
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
-    use crate::{RatingBatch, SparseVector};
 
     /// Rows of `nnz` random features; the label is the sign of `w·x + bias` flipped with
     /// probability `noise`.
@@ -283,42 +285,9 @@ mod tests {
         nnz: usize,
         noise: f64,
     ) -> SparseBatch {
-        let features = w.len() as u32;
-        let mut batch = SparseBatch::new();
-        for _ in 0..rows {
-            let mut idx: Vec<u32> = (0..nnz).map(|_| rng.random_range(0..features)).collect();
-            idx.sort_unstable();
-            idx.dedup();
-            let vals: Vec<f32> = idx.iter().map(|_| rng.sample(StandardNormal)).collect();
-            let z = bias
-                + idx
-                    .iter()
-                    .zip(&vals)
-                    .map(|(&j, &v)| w[j as usize] * f64::from(v))
-                    .sum::<f64>();
-            let positive = (z > 0.0) != rng.random_bool(noise);
-            batch.push_row(f32::from(u8::from(positive)), &idx, &vals);
-        }
-        batch
-    }
-
-    fn split(batch: &SparseBatch, size: usize) -> Vec<Batch> {
-        let rows: Vec<_> = batch.iter_rows().collect();
-        rows.chunks(size)
-            .map(|chunk| {
-                let mut b = SparseBatch::new();
-                for &(label, idx, vals) in chunk {
-                    b.push_row(label, idx, vals);
-                }
-                Batch::Sparse(b)
-            })
-            .collect()
-    }
-
-    fn dense(v: &SparseVector, dim: usize) -> Vec<f32> {
-        let mut d = vec![0.0; dim];
-        v.scaled_add_to(&mut d, 1.0);
-        d
+        synthetic_linear(rng, rows, w, bias, nnz, |rng, z| {
+            (z > 0.0) != rng.random_bool(noise)
+        })
     }
 
     #[test]
@@ -482,7 +451,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         let features = 20_u32;
         let w: Vec<f64> = (0..features).map(|_| rng.sample(StandardNormal)).collect();
-        let train = split(&synthetic(&mut rng, 2000, &w, 0.3, 8, 0.02), 128);
+        let train = split_rows(&synthetic(&mut rng, 2000, &w, 0.3, 8, 0.02), 128);
         let test = Batch::Sparse(synthetic(&mut rng, 2000, &w, 0.3, 8, 0.0));
         let l2 = 1e-3_f32;
 
