@@ -1,8 +1,13 @@
 //! The pure maths of mlless: sparse vectors, models, losses, optimisers, metrics. No I/O, no
 //! async.
 //!
+//! Models ([`ModelSpec`]): sparse logistic regression (`lr`), a linear SVM with hinge loss
+//! (`svm`), biased matrix factorisation of ratings (`pmf`), and k-means clustering (`kmeans`,
+//! trained by Lloyd steps — see [`model::kmeans`] — rather than by gradients).
+//!
 //! Every model is a flat vector of `f32` parameters held by the caller; gradients and the
-//! updates that workers exchange are [`SparseVector`]s over it. A worker's step is
+//! updates that workers exchange are [`SparseVector`]s over it. A gradient-trained worker's step
+//! is
 //!
 //! 1. `model.gradient(&params, &batch, &mut acc)` — the gradient of the batch's mean loss (plus
 //!    per-example L2) into a [`GradientAccumulator`], returning the batch's [`BatchLoss`];
@@ -56,8 +61,9 @@ pub use filter::{
 };
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
-    BatchLoss, GradientAccumulator, LogisticRegression, MAX_PARAMS, MatrixFactorization, Model,
-    ModelError, ModelSpec,
+    BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, MAX_PARAMS,
+    MatrixFactorization, Model, ModelError, ModelSpec, Svm, kmeans_plus_plus, lloyd,
+    solve_svm_reference, svm_objective,
 };
 pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,

@@ -1,4 +1,5 @@
-//! Test metrics: log loss, accuracy and AUC for binary classifiers, RMSE for ratings.
+//! Test metrics: log loss, accuracy and AUC for binary classifiers, hinge loss, accuracy and
+//! AUC for margin classifiers (SVM), RMSE for ratings, inertia for clustering.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,8 @@ const EPS: f64 = 1e-15;
 
 /// Accumulates a model's predictions on test data and turns them into [`Metrics`].
 ///
-/// Binary classifiers keep every logit (AUC needs the whole ranking); regressions keep only sums.
+/// Binary and margin classifiers keep every score (AUC needs the whole ranking); regressions and
+/// clusterings keep only sums.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
     state: State,
@@ -24,15 +26,32 @@ pub struct Evaluation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum State {
     Binary {
+        /// Logits, or margins when `score` is [`Score::Margin`].
         logits: Vec<f64>,
         labels: Vec<bool>,
+        /// Sum of the log losses, or of the hinge losses for margins.
         log_loss: f64,
         correct: u64,
+        score: Score,
     },
     Regression {
         squared_error: f64,
         count: u64,
     },
+    Clustering {
+        /// Sum of the squared distances of the points to their nearest centroid.
+        inertia: f64,
+        count: u64,
+    },
+}
+
+/// What a binary evaluation's scores are, and so which loss it sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Score {
+    /// Logits of a probabilistic classifier: log loss.
+    Logit,
+    /// Margins `w·x + b` of a margin classifier (SVM): hinge loss, no log loss.
+    Margin,
 }
 
 impl Evaluation {
@@ -41,18 +60,44 @@ impl Evaluation {
         match spec {
             ModelSpec::LogisticRegression { .. } => Self::binary(),
             ModelSpec::MatrixFactorization { .. } => Self::regression(),
+            ModelSpec::Svm { .. } => Self::margin_classifier(),
+            ModelSpec::KMeans { .. } => Self::clustering(),
         }
     }
 
     /// An empty evaluation of a binary classifier: `test_logloss`, `test_accuracy`,
     /// `test_auc`, `test_samples`.
     pub fn binary() -> Self {
+        Self::scored(Score::Logit)
+    }
+
+    /// An empty evaluation of a margin classifier (linear SVM), whose scores are margins
+    /// `w·x + b` rather than logits: `test_hinge`, `test_accuracy`, `test_auc`, `test_samples`
+    /// (a margin is no probability, so there is no log loss).
+    pub fn margin_classifier() -> Self {
+        Self::scored(Score::Margin)
+    }
+
+    fn scored(score: Score) -> Self {
         Self {
             state: State::Binary {
                 logits: Vec::new(),
                 labels: Vec::new(),
                 log_loss: 0.0,
                 correct: 0,
+                score,
+            },
+        }
+    }
+
+    /// An empty evaluation of a clustering: `test_inertia` (the sum of the squared distances of
+    /// the points to their nearest centroid), `test_mean_sq_distance` (inertia per point),
+    /// `test_samples`.
+    pub fn clustering() -> Self {
+        Self {
+            state: State::Clustering {
+                inertia: 0.0,
+                count: 0,
             },
         }
     }
@@ -67,11 +112,19 @@ impl Evaluation {
         }
     }
 
-    /// `"binary"` or `"regression"`.
+    /// `"binary"`, `"margin"`, `"regression"` or `"clustering"`.
     pub fn task(&self) -> &'static str {
         match self.state {
-            State::Binary { .. } => "binary",
+            State::Binary {
+                score: Score::Logit,
+                ..
+            } => "binary",
+            State::Binary {
+                score: Score::Margin,
+                ..
+            } => "margin",
             State::Regression { .. } => "regression",
+            State::Clustering { .. } => "clustering",
         }
     }
 
@@ -79,45 +132,71 @@ impl Evaluation {
     pub fn samples(&self) -> u64 {
         match &self.state {
             State::Binary { labels, .. } => labels.len() as u64,
-            State::Regression { count, .. } => *count,
+            State::Regression { count, .. } | State::Clustering { count, .. } => *count,
+        }
+    }
+
+    /// `Ok` when the evaluation's [`task`](Self::task) is `expected`.
+    pub(crate) fn check_task(&self, expected: &'static str) -> Result<(), ModelError> {
+        let got = self.task();
+        if got == expected {
+            Ok(())
+        } else {
+            Err(ModelError::EvaluationKind { expected, got })
         }
     }
 
     pub(crate) fn check_binary(&self) -> Result<(), ModelError> {
-        match self.state {
-            State::Binary { .. } => Ok(()),
-            State::Regression { .. } => Err(ModelError::EvaluationKind {
-                expected: "binary",
-                got: "regression",
-            }),
-        }
+        self.check_task("binary")
     }
 
     pub(crate) fn check_regression(&self) -> Result<(), ModelError> {
-        match self.state {
-            State::Regression { .. } => Ok(()),
-            State::Binary { .. } => Err(ModelError::EvaluationKind {
-                expected: "regression",
-                got: "binary",
-            }),
-        }
+        self.check_task("regression")
     }
 
     /// Adds a binary prediction given as a logit `z` (probability `σ(z)`); the sample counts as
     /// predicted positive when `σ(z) > 0.5`, i.e. `z > 0`.
     pub fn push_logit(&mut self, logit: f64, label: bool) -> Result<(), ModelError> {
         self.check_binary()?;
+        self.push_score(
+            logit,
+            label,
+            log_loss_from_logit(logit, f64::from(u8::from(label))),
+        );
+        Ok(())
+    }
+
+    /// Adds a margin-classifier prediction given as a margin `m = w·x + b`; the sample counts as
+    /// predicted positive when `m > 0`, and its hinge loss is `max(0, 1 - y m)` with `y = ±1`.
+    pub fn push_margin(&mut self, margin: f64, label: bool) -> Result<(), ModelError> {
+        self.check_task("margin")?;
+        let y = if label { 1.0 } else { -1.0 };
+        self.push_score(margin, label, (1.0 - y * margin).max(0.0));
+        Ok(())
+    }
+
+    fn push_score(&mut self, score: f64, label: bool, loss: f64) {
         if let State::Binary {
             logits,
             labels,
             log_loss,
             correct,
+            ..
         } = &mut self.state
         {
-            *log_loss += log_loss_from_logit(logit, if label { 1.0 } else { 0.0 });
-            *correct += u64::from((logit > 0.0) == label);
-            logits.push(logit);
+            *log_loss += loss;
+            *correct += u64::from((score > 0.0) == label);
+            logits.push(score);
             labels.push(label);
+        }
+    }
+
+    /// Adds a clustering point at squared distance `sq_distance` from its nearest centroid.
+    pub fn push_sq_distance(&mut self, sq_distance: f64) -> Result<(), ModelError> {
+        self.check_task("clustering")?;
+        if let State::Clustering { inertia, count } = &mut self.state {
+            *inertia += sq_distance;
+            *count += 1;
         }
         Ok(())
     }
@@ -145,14 +224,16 @@ impl Evaluation {
                     labels,
                     log_loss,
                     correct,
+                    score,
                 },
                 State::Binary {
                     logits: l2,
                     labels: y2,
                     log_loss: ll2,
                     correct: c2,
+                    score: s2,
                 },
-            ) => {
+            ) if score == s2 => {
                 logits.extend_from_slice(l2);
                 labels.extend_from_slice(y2);
                 *log_loss += ll2;
@@ -161,15 +242,25 @@ impl Evaluation {
             }
             (
                 State::Regression {
-                    squared_error,
+                    squared_error: sum,
                     count,
                 },
                 State::Regression {
                     squared_error: s2,
                     count: c2,
                 },
+            )
+            | (
+                State::Clustering {
+                    inertia: sum,
+                    count,
+                },
+                State::Clustering {
+                    inertia: s2,
+                    count: c2,
+                },
             ) => {
-                *squared_error += s2;
+                *sum += s2;
                 *count += c2;
                 Ok(())
             }
@@ -192,9 +283,14 @@ impl Evaluation {
                 labels,
                 log_loss,
                 correct,
+                score,
             } => {
                 if n > 0 {
-                    m.insert("test_logloss".into(), log_loss / n as f64);
+                    let loss = match score {
+                        Score::Logit => "test_logloss",
+                        Score::Margin => "test_hinge",
+                    };
+                    m.insert(loss.into(), log_loss / n as f64);
                     m.insert("test_accuracy".into(), *correct as f64 / n as f64);
                 }
                 if let Some(a) = auc(logits, labels) {
@@ -207,6 +303,12 @@ impl Evaluation {
             } => {
                 if *count > 0 {
                     m.insert("test_rmse".into(), (squared_error / *count as f64).sqrt());
+                }
+            }
+            State::Clustering { inertia, count } => {
+                m.insert("test_inertia".into(), *inertia);
+                if *count > 0 {
+                    m.insert("test_mean_sq_distance".into(), inertia / *count as f64);
                 }
             }
         }
@@ -394,5 +496,54 @@ mod tests {
             init_std: 0.1,
         };
         assert_eq!(Evaluation::for_spec(&pmf).task(), "regression");
+        let svm = ModelSpec::Svm {
+            features: 1,
+            l2: 0.0,
+        };
+        assert_eq!(Evaluation::for_spec(&svm).task(), "margin");
+        let kmeans = ModelSpec::KMeans { features: 1, k: 1 };
+        assert_eq!(Evaluation::for_spec(&kmeans).task(), "clustering");
+    }
+
+    #[test]
+    fn margin_metrics_have_hinge_not_log_loss() {
+        let mut e = Evaluation::margin_classifier();
+        e.push_margin(2.0, true).unwrap(); // hinge 0, correct
+        e.push_margin(0.5, false).unwrap(); // hinge 1.5, wrong
+        let mut other = Evaluation::margin_classifier();
+        other.push_margin(-0.25, false).unwrap(); // hinge 0.75, correct
+        other.push_margin(0.0, true).unwrap(); // hinge 1, wrong (0 is negative)
+        e.merge(&other).unwrap();
+        let m = e.finish();
+        assert_eq!(m["test_samples"], 4.0);
+        assert_eq!(m["test_hinge"], 3.25 / 4.0);
+        assert_eq!(m["test_accuracy"], 0.5);
+        assert_eq!(m["test_auc"], 0.75);
+        assert!(!m.contains_key("test_logloss"));
+        // Logits and margins do not mix.
+        assert!(e.push_logit(1.0, true).is_err());
+        assert!(Evaluation::binary().push_margin(1.0, true).is_err());
+        assert!(e.merge(&Evaluation::binary()).is_err());
+        assert_eq!(e.samples(), 4);
+    }
+
+    #[test]
+    fn clustering_metrics_and_merge() {
+        let mut a = Evaluation::clustering();
+        a.push_sq_distance(1.0).unwrap();
+        a.push_sq_distance(2.0).unwrap();
+        let mut b = Evaluation::clustering();
+        b.push_sq_distance(3.0).unwrap();
+        a.merge(&b).unwrap();
+        let m = a.finish();
+        assert_eq!(m["test_samples"], 3.0);
+        assert_eq!(m["test_inertia"], 6.0);
+        assert_eq!(m["test_mean_sq_distance"], 2.0);
+        assert!(a.merge(&Evaluation::regression()).is_err());
+        assert!(a.push_rating(1.0, 1.0).is_err());
+        assert!(Evaluation::regression().push_sq_distance(1.0).is_err());
+        let empty = Evaluation::clustering().finish();
+        assert_eq!(empty["test_inertia"], 0.0);
+        assert!(!empty.contains_key("test_mean_sq_distance"));
     }
 }

@@ -20,7 +20,10 @@
 
 mod accumulator;
 mod factorization;
+pub mod kmeans;
+mod linear;
 mod logistic;
+pub mod svm;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::StandardNormal;
@@ -31,7 +34,9 @@ use crate::metrics::Evaluation;
 
 pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
+pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
 pub use logistic::LogisticRegression;
+pub use svm::{Svm, solve_svm_reference, svm_objective};
 
 /// The largest number of parameters a model may have: every index must fit a `u32`.
 pub const MAX_PARAMS: usize = u32::MAX as usize + 1;
@@ -67,13 +72,36 @@ pub enum ModelSpec {
         /// Standard deviation of the initial factors (biases start at 0).
         init_std: f32,
     },
+    /// Linear support vector machine over sparse features: hinge loss, labels 0/1 taken as
+    /// −1/+1.
+    ///
+    /// Parameter layout as logistic regression: `[w_0 .. w_{features-1}, bias]`.
+    Svm {
+        /// Number of features (the bias is extra).
+        features: u32,
+        /// L2 coefficient, applied lazily to the weights a batch touches (never to the bias).
+        l2: f32,
+    },
+    /// K-means clustering of sparse rows (labels ignored), trained by Lloyd steps
+    /// ([`kmeans`]), not gradients.
+    ///
+    /// Parameter layout: the `k` centroids, row-major (`[c_0 (features)][c_1]..[c_{k-1}]`).
+    KMeans {
+        /// Number of features of a point.
+        features: u32,
+        /// Number of clusters (at least 1).
+        k: u32,
+    },
 }
 
 impl ModelSpec {
     /// Number of parameters of the flat parameter vector (saturating at `usize::MAX`).
     pub fn num_params(&self) -> usize {
         let n: u128 = match *self {
-            ModelSpec::LogisticRegression { features, .. } => u128::from(features) + 1,
+            ModelSpec::LogisticRegression { features, .. } | ModelSpec::Svm { features, .. } => {
+                u128::from(features) + 1
+            }
+            ModelSpec::KMeans { features, k } => u128::from(features) * u128::from(k),
             ModelSpec::MatrixFactorization {
                 users,
                 items,
@@ -84,16 +112,18 @@ impl ModelSpec {
         usize::try_from(n).unwrap_or(usize::MAX)
     }
 
-    /// Short name of the model family: `"lr"` or `"pmf"`.
+    /// Short name of the model family: `"lr"`, `"pmf"`, `"svm"` or `"kmeans"`.
     pub fn name(&self) -> &'static str {
         match self {
             ModelSpec::LogisticRegression { .. } => "lr",
             ModelSpec::MatrixFactorization { .. } => "pmf",
+            ModelSpec::Svm { .. } => "svm",
+            ModelSpec::KMeans { .. } => "kmeans",
         }
     }
 
-    /// Checks that the spec describes a trainable model: finite, non-negative hyper-parameters
-    /// and at most [`MAX_PARAMS`] parameters.
+    /// Checks that the spec describes a trainable model: finite, non-negative hyper-parameters,
+    /// at least one feature and one cluster for k-means, and at most [`MAX_PARAMS`] parameters.
     pub fn validate(&self) -> Result<(), ModelError> {
         let invalid = |reason: String| Err(ModelError::InvalidSpec { reason });
         let n = self.num_params();
@@ -103,7 +133,7 @@ impl ModelSpec {
             ));
         }
         match *self {
-            ModelSpec::LogisticRegression { l2, .. } => {
+            ModelSpec::LogisticRegression { l2, .. } | ModelSpec::Svm { l2, .. } => {
                 if !(l2.is_finite() && l2 >= 0.0) {
                     return invalid(format!("l2 must be finite and >= 0, got {l2}"));
                 }
@@ -121,6 +151,13 @@ impl ModelSpec {
                     return invalid(format!("init_std must be finite and >= 0, got {init_std}"));
                 }
             }
+            ModelSpec::KMeans { features, k } => {
+                if features == 0 || k == 0 {
+                    return invalid(format!(
+                        "k-means needs k >= 1 and features >= 1, got k = {k}, features = {features}"
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -128,7 +165,8 @@ impl ModelSpec {
     /// The initial parameters, identical for identical seeds (every worker starts from the same
     /// replica).
     ///
-    /// Logistic regression starts at zero. Matrix factorisation draws its factors from
+    /// Logistic regression and the SVM start at zero; so does k-means, whose runtime seeds the
+    /// centroids with [`kmeans_plus_plus`] on the data instead. Matrix factorisation draws its factors from
     /// N(0, init_std²) with a `StdRng` seeded by `seed` (factors in layout order: users, then
     /// items), and starts its biases at 0. `StdRng`'s stream is fixed for a given `rand`
     /// version on every platform, so all workers of a job agree; it may change across `rand`
@@ -137,7 +175,9 @@ impl ModelSpec {
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         let n = self.num_params();
         match *self {
-            ModelSpec::LogisticRegression { .. } => vec![0.0; n],
+            ModelSpec::LogisticRegression { .. }
+            | ModelSpec::Svm { .. }
+            | ModelSpec::KMeans { .. } => vec![0.0; n],
             ModelSpec::MatrixFactorization {
                 users,
                 items,
@@ -172,6 +212,8 @@ impl ModelSpec {
                 mean,
                 ..
             } => Box::new(MatrixFactorization::new(users, items, factors, l2, mean)),
+            ModelSpec::Svm { features, l2 } => Box::new(Svm::new(features, l2)),
+            ModelSpec::KMeans { features, k } => Box::new(KMeans::new(k, features)),
         }
     }
 }
@@ -181,8 +223,8 @@ pub trait Model: Send + Sync {
     /// Number of parameters the model expects.
     fn num_params(&self) -> usize;
 
-    // L2 is per example: each sample adds `l2/2 · Σ w_j²` over the parameters it uses (LR: the
-    // weights of its features, not the bias; PMF: its user's and item's factors and biases). The
+    // L2 is per example: each sample adds `l2/2 · Σ w_j²` over the parameters it uses (LR and
+    // SVM: the weights of its features, not the bias; PMF: its user's and item's factors and biases). The
     // gradient is then the mean over the batch, so the regularisation does not change with the
     // batch size, untouched coordinates cost nothing, and frequent parameters are held as
     // firmly as their data pulls them, as per-example SGD does in LIBLINEAR-style and
@@ -213,8 +255,8 @@ pub trait Model: Send + Sync {
 
 /// The data loss of some samples: its sum and the number of samples.
 ///
-/// Logistic regression reports the log loss, matrix factorisation the squared error; neither
-/// includes the L2 term.
+/// Logistic regression reports the log loss, the SVM the hinge loss, matrix factorisation the
+/// squared error; none includes the L2 term.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct BatchLoss {
     /// Sum of the per-sample losses.
@@ -370,6 +412,26 @@ pub enum ModelError {
         /// What is wrong.
         reason: String,
     },
+    /// The model does not train by gradients (k-means trains by Lloyd steps).
+    #[error("model {model} has no gradient: k-means trains by Lloyd steps, not gradients")]
+    NoGradient {
+        /// The model's short name.
+        model: &'static str,
+    },
+    /// K-means++ needs at least `k` points to seed `k` centroids.
+    #[error("k-means++ needs at least {needed} points to seed {needed} centroids, got {got}")]
+    TooFewPoints {
+        /// The number of clusters k.
+        needed: usize,
+        /// The number of points in the sample.
+        got: usize,
+    },
+    /// A vector of Lloyd sums (what a k-means worker sends) is malformed.
+    #[error("malformed Lloyd sums: {reason}")]
+    MalformedLloydSums {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// Checks the lengths of the parameter vector and the accumulator against the model's.
@@ -406,6 +468,13 @@ fn batch_kind(batch: &Batch) -> &'static str {
 pub(crate) mod testutil {
     //! Helpers shared by the model tests.
 
+    use rand::Rng;
+    use rand::rngs::StdRng;
+    use rand_distr::StandardNormal;
+
+    use crate::batch::{Batch, SparseBatch};
+    use crate::sparse::SparseVector;
+
     /// Central finite difference of `f` at `x` along every coordinate in `coords`, in f64.
     pub fn finite_difference(
         f: impl Fn(&[f64]) -> f64,
@@ -426,6 +495,56 @@ pub(crate) mod testutil {
                 (j, (up - down) / (2.0 * h))
             })
             .collect()
+    }
+
+    /// Rows of up to `nnz` random features (values N(0, 1)) labelled by `label(rng, z)` from
+    /// their score `z = w·x + bias`.
+    pub fn synthetic_linear(
+        rng: &mut StdRng,
+        rows: usize,
+        w: &[f64],
+        bias: f64,
+        nnz: usize,
+        mut label: impl FnMut(&mut StdRng, f64) -> bool,
+    ) -> SparseBatch {
+        let features = w.len() as u32;
+        let mut batch = SparseBatch::new();
+        for _ in 0..rows {
+            let mut idx: Vec<u32> = (0..nnz).map(|_| rng.random_range(0..features)).collect();
+            idx.sort_unstable();
+            idx.dedup();
+            let vals: Vec<f32> = idx.iter().map(|_| rng.sample(StandardNormal)).collect();
+            let z = bias
+                + idx
+                    .iter()
+                    .zip(&vals)
+                    .map(|(&j, &v)| w[j as usize] * f64::from(v))
+                    .sum::<f64>();
+            let positive = label(rng, z);
+            batch.push_row(f32::from(u8::from(positive)), &idx, &vals);
+        }
+        batch
+    }
+
+    /// `batch` cut into batches of `size` rows (the last one may be shorter).
+    pub fn split_rows(batch: &SparseBatch, size: usize) -> Vec<Batch> {
+        let rows: Vec<_> = batch.iter_rows().collect();
+        rows.chunks(size)
+            .map(|chunk| {
+                let mut b = SparseBatch::new();
+                for &(label, idx, vals) in chunk {
+                    b.push_row(label, idx, vals);
+                }
+                Batch::Sparse(b)
+            })
+            .collect()
+    }
+
+    /// `v` as a dense vector of dimension `dim`.
+    pub fn dense(v: &SparseVector, dim: usize) -> Vec<f32> {
+        let mut d = vec![0.0; dim];
+        v.scaled_add_to(&mut d, 1.0);
+        d
     }
 
     /// Asserts `got` is within a relative-plus-absolute tolerance of `want`.
@@ -464,6 +583,33 @@ mod tests {
         assert_eq!(pmf_spec().num_params(), (30 + 20) * 4 + 30 + 20);
         assert_eq!(pmf_spec().name(), "pmf");
         assert_eq!(pmf_spec().model().num_params(), pmf_spec().num_params());
+        let svm = ModelSpec::Svm {
+            features: 10,
+            l2: 0.1,
+        };
+        assert_eq!((svm.num_params(), svm.name()), (11, "svm"));
+        assert_eq!(svm.model().num_params(), 11);
+        assert_eq!(svm.init_params(3), vec![0.0; 11]);
+        let kmeans = ModelSpec::KMeans { features: 7, k: 3 };
+        assert_eq!((kmeans.num_params(), kmeans.name()), (21, "kmeans"));
+        assert_eq!(kmeans.model().num_params(), 21);
+        assert_eq!(kmeans.init_params(3), vec![0.0; 21]);
+    }
+
+    #[test]
+    fn validate_svm_and_kmeans_specs() {
+        let svm = |l2| ModelSpec::Svm { features: 3, l2 };
+        assert!(svm(0.0).validate().is_ok());
+        assert!(svm(-0.1).validate().is_err());
+        assert!(svm(f32::NAN).validate().is_err());
+        let kmeans = |features, k| ModelSpec::KMeans { features, k };
+        assert!(kmeans(2, 1).validate().is_ok());
+        assert!(kmeans(0, 3).validate().is_err());
+        assert!(kmeans(3, 0).validate().is_err());
+        assert!(matches!(
+            kmeans(u32::MAX, 4).validate(),
+            Err(ModelError::InvalidSpec { .. })
+        ));
     }
 
     #[test]

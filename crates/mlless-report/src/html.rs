@@ -293,6 +293,10 @@ fn model_description(model: &mlless_core::ModelSpec) -> String {
         } => format!(
             "matrix factorisation, {users} users × {items} items, {factors} factors, L2 {l2}"
         ),
+        ModelSpec::Svm { features, l2 } => {
+            format!("linear SVM, {features} features, L2 {l2}")
+        }
+        ModelSpec::KMeans { features, k } => format!("k-means, k = {k}, {features} features"),
     };
     format!("{} ({detail})", model.name())
 }

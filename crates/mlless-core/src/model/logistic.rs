@@ -1,7 +1,8 @@
 //! Sparse binary logistic regression.
 
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, batch_kind, check_dims};
-use crate::batch::{Batch, SparseBatch};
+use super::linear::{linear_gradient, margins, prepare_linear};
+use super::{BatchLoss, GradientAccumulator, Model, ModelError};
+use crate::batch::Batch;
 use crate::metrics::Evaluation;
 
 /// Binary logistic regression over sparse features: `p(y = 1 | x) = σ(w·x + b)`.
@@ -19,25 +20,6 @@ impl LogisticRegression {
     pub fn new(features: u32, l2: f32) -> Self {
         Self { features, l2 }
     }
-
-    /// Checks parameters and batch, returning the batch's rows.
-    fn prepare<'b>(
-        &self,
-        params: &[f32],
-        batch: &'b Batch,
-        acc_dim: Option<usize>,
-    ) -> Result<&'b SparseBatch, ModelError> {
-        check_dims(self.features as usize + 1, params, acc_dim)?;
-        let Batch::Sparse(rows) = batch else {
-            return Err(ModelError::WrongBatchKind {
-                model: "lr",
-                expected: "sparse",
-                got: batch_kind(batch),
-            });
-        };
-        validate_sparse(rows, self.features)?;
-        Ok(rows)
-    }
 }
 
 /// The log loss `softplus(z) - y z` of logit `z` and label `y`, and `σ(z)`, computed stably.
@@ -53,78 +35,6 @@ pub(crate) fn logistic_loss(z: f64, y: f64) -> (f64, f64) {
     (loss, p)
 }
 
-/// Checks the CSR layout, the labels, the indices and the values of an untrusted batch.
-fn validate_sparse(batch: &SparseBatch, features: u32) -> Result<(), ModelError> {
-    let malformed = |reason: String| Err(ModelError::MalformedBatch { reason });
-    let rows = batch.labels.len();
-    if batch.values.len() != batch.indices.len() {
-        return malformed(format!(
-            "{} feature indices but {} values",
-            batch.indices.len(),
-            batch.values.len()
-        ));
-    }
-    if batch.offsets.is_empty() && rows == 0 && batch.indices.is_empty() {
-        return Ok(()); // SparseBatch::default()
-    }
-    if batch.offsets.len() != rows + 1 {
-        return malformed(format!(
-            "{rows} labels need {} row offsets, got {}",
-            rows + 1,
-            batch.offsets.len()
-        ));
-    }
-    if batch.offsets[0] != 0 {
-        return malformed(format!(
-            "the first row offset is {}, not 0",
-            batch.offsets[0]
-        ));
-    }
-    let last = batch.offsets[rows] as usize;
-    if last != batch.indices.len() {
-        return malformed(format!(
-            "the last row offset is {last} but there are {} feature values",
-            batch.indices.len()
-        ));
-    }
-    for row in 0..rows {
-        let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
-        if end < start {
-            return malformed(format!("row offsets decrease at row {row}"));
-        }
-        let label = batch.labels[row];
-        if label != 0.0 && label != 1.0 {
-            return Err(ModelError::BadLabel { row, label });
-        }
-        for (&index, &value) in batch.indices[start..end]
-            .iter()
-            .zip(&batch.values[start..end])
-        {
-            if index >= features {
-                return Err(ModelError::FeatureOutOfRange {
-                    row,
-                    index,
-                    features,
-                });
-            }
-            if !value.is_finite() {
-                return Err(ModelError::NonFiniteFeature { row, index, value });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The logit of one row: `b + Σ w_j x_j`.
-#[inline]
-fn logit(weights: &[f32], bias: f32, indices: &[u32], values: &[f32]) -> f32 {
-    let mut z = bias;
-    for (&j, &x) in indices.iter().zip(values) {
-        z += weights[j as usize] * x;
-    }
-    z
-}
-
 impl Model for LogisticRegression {
     fn num_params(&self) -> usize {
         self.features as usize + 1
@@ -136,33 +46,11 @@ impl Model for LogisticRegression {
         batch: &Batch,
         acc: &mut GradientAccumulator,
     ) -> Result<BatchLoss, ModelError> {
-        let batch = self.prepare(params, batch, Some(acc.dim()))?;
-        let rows = batch.rows();
-        if rows == 0 {
-            return Ok(BatchLoss::default());
-        }
-        let (weights, bias) = params.split_at(self.features as usize);
-        let bias = bias[0];
-        let inv_n = 1.0 / rows as f64;
-        let l2 = (f64::from(self.l2) * inv_n) as f32;
-        let mut loss = 0.0_f64;
-        let mut bias_grad = 0.0_f64;
-        for row in 0..rows {
-            let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
-            let (indices, values) = (&batch.indices[start..end], &batch.values[start..end]);
-            let z = logit(weights, bias, indices, values);
-            let y = f64::from(batch.labels[row]);
-            let (l, p) = logistic_loss(f64::from(z), y);
-            loss += l;
-            let g = (p - y) * inv_n;
-            bias_grad += g;
-            let g = g as f32;
-            for (&j, &x) in indices.iter().zip(values) {
-                acc.add(j, g * x + l2 * weights[j as usize]);
-            }
-        }
-        acc.add(self.features, bias_grad as f32);
-        Ok(BatchLoss::new(loss, rows as u64))
+        let batch = prepare_linear("lr", self.features, params, batch, Some(acc.dim()))?;
+        Ok(linear_gradient(params, batch, self.l2, acc, |z, y| {
+            let (loss, p) = logistic_loss(z, y);
+            (loss, p - y)
+        }))
     }
 
     fn evaluate(
@@ -171,12 +59,10 @@ impl Model for LogisticRegression {
         batch: &Batch,
         eval: &mut Evaluation,
     ) -> Result<(), ModelError> {
-        let batch = self.prepare(params, batch, None)?;
+        let batch = prepare_linear("lr", self.features, params, batch, None)?;
         eval.check_binary()?;
-        let (weights, bias) = params.split_at(self.features as usize);
-        for (label, indices, values) in batch.iter_rows() {
-            let z = logit(weights, bias[0], indices, values);
-            eval.push_logit(f64::from(z), label == 1.0)?;
+        for (z, label) in margins(params, batch) {
+            eval.push_logit(z, label)?;
         }
         Ok(())
     }
@@ -191,9 +77,11 @@ mod tests {
     use super::*;
     use crate::metrics::log_loss;
     use crate::model::ModelSpec;
-    use crate::model::testutil::{assert_close, finite_difference};
+    use crate::model::testutil::{
+        assert_close, dense, finite_difference, split_rows, synthetic_linear,
+    };
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
-    use crate::{RatingBatch, SparseVector};
+    use crate::{RatingBatch, SparseBatch};
 
     fn random_batch(rng: &mut StdRng, rows: usize, features: u32, nnz: usize) -> SparseBatch {
         let mut batch = SparseBatch::new();
@@ -269,12 +157,6 @@ mod tests {
         for (j, want) in finite_difference(f, &x, 0..spec.num_params()) {
             assert_close(f64::from(dense[j]), want, 1e-4, &format!("d/dw_{j}"));
         }
-    }
-
-    fn dense(v: &SparseVector, dim: usize) -> Vec<f32> {
-        let mut d = vec![0.0; dim];
-        v.scaled_add_to(&mut d, 1.0);
-        d
     }
 
     #[test]
@@ -410,42 +292,9 @@ mod tests {
 
     /// Synthetic sparse LR data with a known weight vector.
     fn synthetic(rng: &mut StdRng, rows: usize, w: &[f64], bias: f64) -> SparseBatch {
-        let features = w.len() as u32;
-        let mut batch = SparseBatch::new();
-        for _ in 0..rows {
-            let mut idx: Vec<u32> = (0..6).map(|_| rng.random_range(0..features)).collect();
-            idx.sort_unstable();
-            idx.dedup();
-            let vals: Vec<f32> = idx.iter().map(|_| rng.sample(StandardNormal)).collect();
-            let z = bias
-                + idx
-                    .iter()
-                    .zip(&vals)
-                    .map(|(&j, &v)| w[j as usize] * f64::from(v))
-                    .sum::<f64>();
-            let p = 1.0 / (1.0 + (-z).exp());
-            let label = if rng.random_bool(p) { 1.0 } else { 0.0 };
-            batch.push_row(label, &idx, &vals);
-        }
-        batch
-    }
-
-    fn chunks(batch: &SparseBatch, size: usize) -> Vec<Batch> {
-        let mut out = Vec::new();
-        let mut cur = SparseBatch::new();
-        for (label, idx, vals) in batch.iter_rows() {
-            cur.push_row(label, idx, vals);
-            if cur.rows() == size {
-                out.push(Batch::Sparse(std::mem::replace(
-                    &mut cur,
-                    SparseBatch::new(),
-                )));
-            }
-        }
-        if cur.rows() > 0 {
-            out.push(Batch::Sparse(cur));
-        }
-        out
+        synthetic_linear(rng, rows, w, bias, 6, |rng, z| {
+            rng.random_bool(1.0 / (1.0 + (-z).exp()))
+        })
     }
 
     #[test]
@@ -467,7 +316,7 @@ mod tests {
         let mut params = spec.init_params(0);
         let mut opt = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
         let mut acc = GradientAccumulator::new(params.len());
-        let batches = chunks(&train, 100);
+        let batches = split_rows(&train, 100);
         for _epoch in 0..8 {
             for b in &batches {
                 model.gradient(&params, b, &mut acc).unwrap();

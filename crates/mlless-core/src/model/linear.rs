@@ -1,0 +1,179 @@
+//! What the linear models over sparse rows share: batch validation, the margin `w·x + b`, and
+//! the gradient loop of a per-row loss of the margin with per-example L2.
+//!
+//! Logistic regression, the linear SVM and k-means (which validates its rows the same way but
+//! ignores their labels) build on these.
+
+use super::{BatchLoss, GradientAccumulator, ModelError, batch_kind, check_dims};
+use crate::batch::{Batch, SparseBatch};
+
+/// What [`validate_sparse`] requires of the labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Labels {
+    /// Every label is 0 or 1 (binary classifiers).
+    Binary,
+    /// Labels are ignored (clustering).
+    Ignored,
+}
+
+/// The rows of `batch`, or [`ModelError::WrongBatchKind`] for `model` when it holds ratings.
+pub(crate) fn sparse_rows<'b>(
+    model: &'static str,
+    batch: &'b Batch,
+) -> Result<&'b SparseBatch, ModelError> {
+    match batch {
+        Batch::Sparse(rows) => Ok(rows),
+        _ => Err(ModelError::WrongBatchKind {
+            model,
+            expected: "sparse",
+            got: batch_kind(batch),
+        }),
+    }
+}
+
+/// Checks the parameters (`features + 1` of them), the accumulator and the batch of a linear
+/// model named `model`, returning the batch's rows.
+pub(crate) fn prepare_linear<'b>(
+    model: &'static str,
+    features: u32,
+    params: &[f32],
+    batch: &'b Batch,
+    acc_dim: Option<usize>,
+) -> Result<&'b SparseBatch, ModelError> {
+    check_dims(features as usize + 1, params, acc_dim)?;
+    let rows = sparse_rows(model, batch)?;
+    validate_sparse(rows, features, Labels::Binary)?;
+    Ok(rows)
+}
+
+/// Checks the CSR layout, the labels (as `labels` asks), the indices and the values of an
+/// untrusted batch.
+pub(crate) fn validate_sparse(
+    batch: &SparseBatch,
+    features: u32,
+    labels: Labels,
+) -> Result<(), ModelError> {
+    let malformed = |reason: String| Err(ModelError::MalformedBatch { reason });
+    let rows = batch.labels.len();
+    if batch.values.len() != batch.indices.len() {
+        return malformed(format!(
+            "{} feature indices but {} values",
+            batch.indices.len(),
+            batch.values.len()
+        ));
+    }
+    if batch.offsets.is_empty() && rows == 0 && batch.indices.is_empty() {
+        return Ok(()); // SparseBatch::default()
+    }
+    if batch.offsets.len() != rows + 1 {
+        return malformed(format!(
+            "{rows} labels need {} row offsets, got {}",
+            rows + 1,
+            batch.offsets.len()
+        ));
+    }
+    if batch.offsets[0] != 0 {
+        return malformed(format!(
+            "the first row offset is {}, not 0",
+            batch.offsets[0]
+        ));
+    }
+    let last = batch.offsets[rows] as usize;
+    if last != batch.indices.len() {
+        return malformed(format!(
+            "the last row offset is {last} but there are {} feature values",
+            batch.indices.len()
+        ));
+    }
+    for row in 0..rows {
+        let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
+        if end < start {
+            return malformed(format!("row offsets decrease at row {row}"));
+        }
+        let label = batch.labels[row];
+        if labels == Labels::Binary && label != 0.0 && label != 1.0 {
+            return Err(ModelError::BadLabel { row, label });
+        }
+        for (&index, &value) in batch.indices[start..end]
+            .iter()
+            .zip(&batch.values[start..end])
+        {
+            if index >= features {
+                return Err(ModelError::FeatureOutOfRange {
+                    row,
+                    index,
+                    features,
+                });
+            }
+            if !value.is_finite() {
+                return Err(ModelError::NonFiniteFeature { row, index, value });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The margin (LR: the logit) of one row: `b + Σ w_j x_j`.
+#[inline]
+pub(crate) fn margin(weights: &[f32], bias: f32, indices: &[u32], values: &[f32]) -> f32 {
+    let mut z = bias;
+    for (&j, &x) in indices.iter().zip(values) {
+        z += weights[j as usize] * x;
+    }
+    z
+}
+
+/// The margins of a validated batch's rows with `params = [w.., b]`, with their labels.
+pub(crate) fn margins<'a>(
+    params: &'a [f32],
+    batch: &'a SparseBatch,
+) -> impl Iterator<Item = (f64, bool)> + 'a {
+    let (weights, bias) = params.split_at(params.len() - 1);
+    batch.iter_rows().map(move |(label, indices, values)| {
+        (
+            f64::from(margin(weights, bias[0], indices, values)),
+            label == 1.0,
+        )
+    })
+}
+
+/// Adds to `acc` the gradient of a validated batch's mean loss plus per-example L2, where
+/// `loss(z, y)` gives the loss of margin `z` for label `y` (0 or 1) and its derivative in `z`;
+/// returns the data loss summed over the rows.
+///
+/// Each row adds `l2 · w_j` (over the batch's mean) for every weight it touches, never for the
+/// bias; see the comment on [`Model`](super::Model).
+pub(crate) fn linear_gradient(
+    params: &[f32],
+    batch: &SparseBatch,
+    l2: f32,
+    acc: &mut GradientAccumulator,
+    loss: impl Fn(f64, f64) -> (f64, f64),
+) -> BatchLoss {
+    let rows = batch.rows();
+    if rows == 0 {
+        return BatchLoss::default();
+    }
+    let features = params.len() - 1;
+    let (weights, bias) = params.split_at(features);
+    let bias = bias[0];
+    let inv_n = 1.0 / rows as f64;
+    let l2 = (f64::from(l2) * inv_n) as f32;
+    let mut total = 0.0_f64;
+    let mut bias_grad = 0.0_f64;
+    for row in 0..rows {
+        let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
+        let (indices, values) = (&batch.indices[start..end], &batch.values[start..end]);
+        let z = margin(weights, bias, indices, values);
+        let (l, dz) = loss(f64::from(z), f64::from(batch.labels[row]));
+        total += l;
+        let g = dz * inv_n;
+        bias_grad += g;
+        let g = g as f32;
+        for (&j, &x) in indices.iter().zip(values) {
+            acc.add(j, g * x + l2 * weights[j as usize]);
+        }
+    }
+    acc.add(features as u32, bias_grad as f32);
+    BatchLoss::new(total, rows as u64)
+}
