@@ -56,8 +56,8 @@ pub use filter::{
 };
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
-    BatchLoss, GradientAccumulator, LogisticRegression, MAX_PARAMS, MatrixFactorization, Model,
-    ModelError, ModelSpec,
+    BatchLoss, GradientAccumulator, LogisticRegression, MAX_PARAMS, MatrixFactorization, Mlp,
+    Model, ModelError, ModelSpec,
 };
 pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,

@@ -21,6 +21,7 @@
 mod accumulator;
 mod factorization;
 mod logistic;
+mod mlp;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::StandardNormal;
@@ -32,6 +33,7 @@ use crate::metrics::Evaluation;
 pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
 pub use logistic::LogisticRegression;
+pub use mlp::Mlp;
 
 /// The largest number of parameters a model may have: every index must fit a `u32`.
 pub const MAX_PARAMS: usize = u32::MAX as usize + 1;
@@ -67,6 +69,21 @@ pub enum ModelSpec {
         /// Standard deviation of the initial factors (biases start at 0).
         init_std: f32,
     },
+    /// A dense neural network over sparse features: one or two ReLU hidden layers and a
+    /// softmax over `classes` outputs; labels are class ids `0..classes`.
+    ///
+    /// Parameter layout, layer by layer from the input: the weights `in × out` row-major (row =
+    /// input unit, so a sparse input row reads whole rows), then the `out` biases. See [`Mlp`].
+    Mlp {
+        /// Number of input features.
+        features: u32,
+        /// Widths of the hidden layers (one or two, each at least 1).
+        hidden: Vec<u32>,
+        /// Number of classes (at least 2).
+        classes: u32,
+        /// L2 coefficient on the weights (never the biases); see [`Mlp`].
+        l2: f32,
+    },
 }
 
 impl ModelSpec {
@@ -74,6 +91,12 @@ impl ModelSpec {
     pub fn num_params(&self) -> usize {
         let n: u128 = match *self {
             ModelSpec::LogisticRegression { features, .. } => u128::from(features) + 1,
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                ..
+            } => mlp::num_params(features, hidden, classes),
             ModelSpec::MatrixFactorization {
                 users,
                 items,
@@ -84,11 +107,12 @@ impl ModelSpec {
         usize::try_from(n).unwrap_or(usize::MAX)
     }
 
-    /// Short name of the model family: `"lr"` or `"pmf"`.
+    /// Short name of the model family: `"lr"`, `"pmf"` or `"mlp"`.
     pub fn name(&self) -> &'static str {
         match self {
             ModelSpec::LogisticRegression { .. } => "lr",
             ModelSpec::MatrixFactorization { .. } => "pmf",
+            ModelSpec::Mlp { .. } => "mlp",
         }
     }
 
@@ -121,6 +145,17 @@ impl ModelSpec {
                     return invalid(format!("init_std must be finite and >= 0, got {init_std}"));
                 }
             }
+            ModelSpec::Mlp {
+                ref hidden,
+                classes,
+                l2,
+                ..
+            } => {
+                if !(l2.is_finite() && l2 >= 0.0) {
+                    return invalid(format!("l2 must be finite and >= 0, got {l2}"));
+                }
+                mlp::check_shape(hidden, classes).or_else(invalid)?;
+            }
         }
         Ok(())
     }
@@ -133,11 +168,18 @@ impl ModelSpec {
     /// items), and starts its biases at 0. `StdRng`'s stream is fixed for a given `rand`
     /// version on every platform, so all workers of a job agree; it may change across `rand`
     /// releases, which matters only for resuming a job with a differently built binary, and
-    /// such a job resumes from a checkpoint, not from a seed.
+    /// such a job resumes from a checkpoint, not from a seed. The MLP draws He-normal weights
+    /// the same way (see [`Mlp::init_params`]).
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         let n = self.num_params();
         match *self {
             ModelSpec::LogisticRegression { .. } => vec![0.0; n],
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                l2,
+            } => Mlp::new(features, hidden, classes, l2).init_params(seed),
             ModelSpec::MatrixFactorization {
                 users,
                 items,
@@ -172,6 +214,12 @@ impl ModelSpec {
                 mean,
                 ..
             } => Box::new(MatrixFactorization::new(users, items, factors, l2, mean)),
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                l2,
+            } => Box::new(Mlp::new(features, hidden, classes, l2)),
         }
     }
 }
@@ -295,6 +343,16 @@ pub enum ModelError {
         row: usize,
         /// The offending label.
         label: f32,
+    },
+    /// A label is not a class id, an integer in `0..classes`.
+    #[error("row {row}: label {label} is not a class id in 0..{classes}")]
+    BadClassLabel {
+        /// Row of the batch.
+        row: usize,
+        /// The offending label.
+        label: f32,
+        /// The model's number of classes.
+        classes: u32,
     },
     /// A feature value is NaN or infinite.
     #[error("row {row}: feature {index} has the non-finite value {value}")]

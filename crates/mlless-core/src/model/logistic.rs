@@ -35,7 +35,13 @@ impl LogisticRegression {
                 got: batch_kind(batch),
             });
         };
-        validate_sparse(rows, self.features)?;
+        validate_sparse(rows, self.features, |row, label| {
+            if label == 0.0 || label == 1.0 {
+                Ok(())
+            } else {
+                Err(ModelError::BadLabel { row, label })
+            }
+        })?;
         Ok(rows)
     }
 }
@@ -53,8 +59,13 @@ pub(crate) fn logistic_loss(z: f64, y: f64) -> (f64, f64) {
     (loss, p)
 }
 
-/// Checks the CSR layout, the labels, the indices and the values of an untrusted batch.
-fn validate_sparse(batch: &SparseBatch, features: u32) -> Result<(), ModelError> {
+/// Checks the CSR layout, the labels (with `check_label(row, label)`), the indices and the
+/// values of an untrusted batch.
+pub(crate) fn validate_sparse(
+    batch: &SparseBatch,
+    features: u32,
+    check_label: impl Fn(usize, f32) -> Result<(), ModelError>,
+) -> Result<(), ModelError> {
     let malformed = |reason: String| Err(ModelError::MalformedBatch { reason });
     let rows = batch.labels.len();
     if batch.values.len() != batch.indices.len() {
@@ -92,10 +103,7 @@ fn validate_sparse(batch: &SparseBatch, features: u32) -> Result<(), ModelError>
         if end < start {
             return malformed(format!("row offsets decrease at row {row}"));
         }
-        let label = batch.labels[row];
-        if label != 0.0 && label != 1.0 {
-            return Err(ModelError::BadLabel { row, label });
-        }
+        check_label(row, batch.labels[row])?;
         for (&index, &value) in batch.indices[start..end]
             .iter()
             .zip(&batch.values[start..end])
