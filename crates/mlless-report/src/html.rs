@@ -277,7 +277,7 @@ fn sync_of(record: &RunRecord) -> String {
 }
 
 /// "lr (sparse logistic regression, 100000 features, L2 0.0001)", or for PMF its users, items
-/// and factors.
+/// and factors, for an MLP its shape.
 fn model_description(model: &mlless_core::ModelSpec) -> String {
     use mlless_core::ModelSpec;
     let detail = match model {
@@ -292,6 +292,14 @@ fn model_description(model: &mlless_core::ModelSpec) -> String {
             ..
         } => format!(
             "matrix factorisation, {users} users × {items} items, {factors} factors, L2 {l2}"
+        ),
+        ModelSpec::Mlp {
+            features,
+            hidden,
+            classes,
+            l2,
+        } => format!(
+            "dense network, {features} features, hidden {hidden:?}, {classes} classes, L2 {l2}"
         ),
     };
     format!("{} ({detail})", model.name())
