@@ -62,7 +62,7 @@ pub use filter::{
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, MAX_PARAMS,
-    MatrixFactorization, Model, ModelError, ModelSpec, Svm, kmeans_plus_plus, lloyd,
+    MatrixFactorization, Mlp, Model, ModelError, ModelSpec, Svm, kmeans_plus_plus, lloyd,
     solve_svm_reference, svm_objective,
 };
 pub use optim::{

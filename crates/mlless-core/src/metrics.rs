@@ -1,5 +1,6 @@
 //! Test metrics: log loss, accuracy and AUC for binary classifiers, hinge loss, accuracy and
-//! AUC for margin classifiers (SVM), RMSE for ratings, inertia for clustering.
+//! AUC for margin classifiers (SVM), log loss and accuracy for multiclass classifiers, RMSE for
+//! ratings, inertia for clustering.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +44,11 @@ enum State {
         inertia: f64,
         count: u64,
     },
+    Multiclass {
+        log_loss: f64,
+        correct: u64,
+        count: u64,
+    },
 }
 
 /// What a binary evaluation's scores are, and so which loss it sums.
@@ -62,6 +68,7 @@ impl Evaluation {
             ModelSpec::MatrixFactorization { .. } => Self::regression(),
             ModelSpec::Svm { .. } => Self::margin_classifier(),
             ModelSpec::KMeans { .. } => Self::clustering(),
+            ModelSpec::Mlp { .. } => Self::multiclass(),
         }
     }
 
@@ -112,7 +119,19 @@ impl Evaluation {
         }
     }
 
-    /// `"binary"`, `"margin"`, `"regression"` or `"clustering"`.
+    /// An empty evaluation of a multiclass classifier: `test_logloss` (mean cross-entropy),
+    /// `test_accuracy`, `test_samples`.
+    pub fn multiclass() -> Self {
+        Self {
+            state: State::Multiclass {
+                log_loss: 0.0,
+                correct: 0,
+                count: 0,
+            },
+        }
+    }
+
+    /// `"binary"`, `"margin"`, `"regression"`, `"multiclass"` or `"clustering"`.
     pub fn task(&self) -> &'static str {
         match self.state {
             State::Binary {
@@ -125,6 +144,7 @@ impl Evaluation {
             } => "margin",
             State::Regression { .. } => "regression",
             State::Clustering { .. } => "clustering",
+            State::Multiclass { .. } => "multiclass",
         }
     }
 
@@ -132,7 +152,9 @@ impl Evaluation {
     pub fn samples(&self) -> u64 {
         match &self.state {
             State::Binary { labels, .. } => labels.len() as u64,
-            State::Regression { count, .. } | State::Clustering { count, .. } => *count,
+            State::Regression { count, .. }
+            | State::Clustering { count, .. }
+            | State::Multiclass { count, .. } => *count,
         }
     }
 
@@ -152,6 +174,10 @@ impl Evaluation {
 
     pub(crate) fn check_regression(&self) -> Result<(), ModelError> {
         self.check_task("regression")
+    }
+
+    pub(crate) fn check_multiclass(&self) -> Result<(), ModelError> {
+        self.check_task("multiclass")
     }
 
     /// Adds a binary prediction given as a logit `z` (probability `σ(z)`); the sample counts as
@@ -215,6 +241,40 @@ impl Evaluation {
         Ok(())
     }
 
+    /// Adds a multiclass prediction given as one logit per class (probabilities
+    /// `softmax(logits)`); the predicted class is the first one with the largest logit.
+    ///
+    /// Errs when `label` is not below `logits.len()`.
+    pub fn push_class_logits(&mut self, logits: &[f32], label: u32) -> Result<(), ModelError> {
+        self.check_multiclass()?;
+        let Some(&target) = logits.get(label as usize) else {
+            return Err(ModelError::BadClassLabel {
+                row: self.samples() as usize,
+                label: label as f32,
+                classes: logits.len() as u32,
+            });
+        };
+        if let State::Multiclass {
+            log_loss,
+            correct,
+            count,
+        } = &mut self.state
+        {
+            let (mut best, mut max) = (0, f32::NEG_INFINITY);
+            for (k, &z) in logits.iter().enumerate() {
+                if z > max {
+                    (best, max) = (k, z);
+                }
+            }
+            let max = f64::from(max);
+            let sum: f64 = logits.iter().map(|&z| (f64::from(z) - max).exp()).sum();
+            *log_loss += max + sum.ln() - f64::from(target);
+            *correct += u64::from(best == label as usize);
+            *count += 1;
+        }
+        Ok(())
+    }
+
     /// Adds the predictions of `other` (e.g. another shard of the test set).
     pub fn merge(&mut self, other: &Evaluation) -> Result<(), ModelError> {
         match (&mut self.state, &other.state) {
@@ -264,6 +324,23 @@ impl Evaluation {
                 *count += c2;
                 Ok(())
             }
+            (
+                State::Multiclass {
+                    log_loss,
+                    correct,
+                    count,
+                },
+                State::Multiclass {
+                    log_loss: ll2,
+                    correct: k2,
+                    count: c2,
+                },
+            ) => {
+                *log_loss += ll2;
+                *correct += k2;
+                *count += c2;
+                Ok(())
+            }
             _ => Err(ModelError::EvaluationKind {
                 expected: other.task(),
                 got: self.task(),
@@ -309,6 +386,14 @@ impl Evaluation {
                 m.insert("test_inertia".into(), *inertia);
                 if *count > 0 {
                     m.insert("test_mean_sq_distance".into(), inertia / *count as f64);
+                }
+            }
+            State::Multiclass {
+                log_loss, correct, ..
+            } => {
+                if n > 0 {
+                    m.insert("test_logloss".into(), log_loss / n as f64);
+                    m.insert("test_accuracy".into(), *correct as f64 / n as f64);
                 }
             }
         }
@@ -503,6 +588,13 @@ mod tests {
         assert_eq!(Evaluation::for_spec(&svm).task(), "margin");
         let kmeans = ModelSpec::KMeans { features: 1, k: 1 };
         assert_eq!(Evaluation::for_spec(&kmeans).task(), "clustering");
+        let mlp = ModelSpec::Mlp {
+            features: 2,
+            hidden: vec![3],
+            classes: 3,
+            l2: 0.0,
+        };
+        assert_eq!(Evaluation::for_spec(&mlp).task(), "multiclass");
     }
 
     #[test]
@@ -545,5 +637,37 @@ mod tests {
         let empty = Evaluation::clustering().finish();
         assert_eq!(empty["test_inertia"], 0.0);
         assert!(!empty.contains_key("test_mean_sq_distance"));
+    }
+
+    #[test]
+    fn multiclass_metrics_and_merge() {
+        let mut a = Evaluation::multiclass();
+        a.push_class_logits(&[2.0, 0.0, -1.0], 0).unwrap(); // right
+        a.push_class_logits(&[1.0, 1.0, 0.0], 1).unwrap(); // a tie goes to class 0: wrong
+        let mut b = Evaluation::multiclass();
+        b.push_class_logits(&[1000.0, -1000.0, 0.0], 1).unwrap(); // confident and wrong
+        a.merge(&b).unwrap();
+        let m = a.finish();
+        assert_eq!(m["test_samples"], 3.0);
+        assert!((m["test_accuracy"] - 1.0 / 3.0).abs() < 1e-15);
+        let ce = |z: &[f64], y: usize| z.iter().map(|v| v.exp()).sum::<f64>().ln() - z[y];
+        let want = (ce(&[2.0, 0.0, -1.0], 0) + ce(&[1.0, 1.0, 0.0], 1) + 2000.0) / 3.0;
+        assert!((m["test_logloss"] - want).abs() < 1e-12, "{m:?}");
+        assert!(!m.contains_key("test_auc"));
+        // Errors leave the evaluation unchanged.
+        assert!(matches!(
+            a.push_class_logits(&[0.0, 0.0], 2),
+            Err(ModelError::BadClassLabel { classes: 2, .. })
+        ));
+        assert!(a.push_logit(0.0, true).is_err());
+        assert!(a.push_rating(0.0, 0.0).is_err());
+        assert!(a.merge(&Evaluation::binary()).is_err());
+        assert!(
+            Evaluation::binary()
+                .push_class_logits(&[0.0, 1.0], 0)
+                .is_err()
+        );
+        assert_eq!(a.samples(), 3);
+        assert_eq!(Evaluation::multiclass().finish().len(), 1);
     }
 }

@@ -23,6 +23,7 @@ mod factorization;
 pub mod kmeans;
 mod linear;
 mod logistic;
+mod mlp;
 pub mod svm;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -36,6 +37,7 @@ pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
 pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
 pub use logistic::LogisticRegression;
+pub use mlp::Mlp;
 pub use svm::{Svm, solve_svm_reference, svm_objective};
 
 /// The largest number of parameters a model may have: every index must fit a `u32`.
@@ -86,11 +88,27 @@ pub enum ModelSpec {
     /// ([`kmeans`]), not gradients.
     ///
     /// Parameter layout: the `k` centroids, row-major (`[c_0 (features)][c_1]..[c_{k-1}]`).
+    #[serde(rename = "kmeans")]
     KMeans {
         /// Number of features of a point.
         features: u32,
         /// Number of clusters (at least 1).
         k: u32,
+    },
+    /// A dense neural network over sparse features: one or two ReLU hidden layers and a
+    /// softmax over `classes` outputs; labels are class ids `0..classes`.
+    ///
+    /// Parameter layout, layer by layer from the input: the weights `in × out` row-major (row =
+    /// input unit, so a sparse input row reads whole rows), then the `out` biases. See [`Mlp`].
+    Mlp {
+        /// Number of input features.
+        features: u32,
+        /// Widths of the hidden layers (one or two, each at least 1).
+        hidden: Vec<u32>,
+        /// Number of classes (at least 2).
+        classes: u32,
+        /// L2 coefficient on the weights (never the biases); see [`Mlp`].
+        l2: f32,
     },
 }
 
@@ -102,6 +120,12 @@ impl ModelSpec {
                 u128::from(features) + 1
             }
             ModelSpec::KMeans { features, k } => u128::from(features) * u128::from(k),
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                ..
+            } => mlp::num_params(features, hidden, classes),
             ModelSpec::MatrixFactorization {
                 users,
                 items,
@@ -112,13 +136,14 @@ impl ModelSpec {
         usize::try_from(n).unwrap_or(usize::MAX)
     }
 
-    /// Short name of the model family: `"lr"`, `"pmf"`, `"svm"` or `"kmeans"`.
+    /// Short name of the model family: `"lr"`, `"pmf"`, `"svm"`, `"kmeans"` or `"mlp"`.
     pub fn name(&self) -> &'static str {
         match self {
             ModelSpec::LogisticRegression { .. } => "lr",
             ModelSpec::MatrixFactorization { .. } => "pmf",
             ModelSpec::Svm { .. } => "svm",
             ModelSpec::KMeans { .. } => "kmeans",
+            ModelSpec::Mlp { .. } => "mlp",
         }
     }
 
@@ -158,6 +183,17 @@ impl ModelSpec {
                     ));
                 }
             }
+            ModelSpec::Mlp {
+                ref hidden,
+                classes,
+                l2,
+                ..
+            } => {
+                if !(l2.is_finite() && l2 >= 0.0) {
+                    return invalid(format!("l2 must be finite and >= 0, got {l2}"));
+                }
+                mlp::check_shape(hidden, classes).or_else(invalid)?;
+            }
         }
         Ok(())
     }
@@ -171,13 +207,20 @@ impl ModelSpec {
     /// items), and starts its biases at 0. `StdRng`'s stream is fixed for a given `rand`
     /// version on every platform, so all workers of a job agree; it may change across `rand`
     /// releases, which matters only for resuming a job with a differently built binary, and
-    /// such a job resumes from a checkpoint, not from a seed.
+    /// such a job resumes from a checkpoint, not from a seed. The MLP draws He-normal weights
+    /// the same way (see [`Mlp::init_params`]).
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         let n = self.num_params();
         match *self {
             ModelSpec::LogisticRegression { .. }
             | ModelSpec::Svm { .. }
             | ModelSpec::KMeans { .. } => vec![0.0; n],
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                l2,
+            } => Mlp::new(features, hidden, classes, l2).init_params(seed),
             ModelSpec::MatrixFactorization {
                 users,
                 items,
@@ -214,6 +257,12 @@ impl ModelSpec {
             } => Box::new(MatrixFactorization::new(users, items, factors, l2, mean)),
             ModelSpec::Svm { features, l2 } => Box::new(Svm::new(features, l2)),
             ModelSpec::KMeans { features, k } => Box::new(KMeans::new(k, features)),
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                l2,
+            } => Box::new(Mlp::new(features, hidden, classes, l2)),
         }
     }
 }
@@ -337,6 +386,16 @@ pub enum ModelError {
         row: usize,
         /// The offending label.
         label: f32,
+    },
+    /// A label is not a class id, an integer in `0..classes`.
+    #[error("row {row}: label {label} is not a class id in 0..{classes}")]
+    BadClassLabel {
+        /// Row of the batch.
+        row: usize,
+        /// The offending label.
+        label: f32,
+        /// The model's number of classes.
+        classes: u32,
     },
     /// A feature value is NaN or infinite.
     #[error("row {row}: feature {index} has the non-finite value {value}")]

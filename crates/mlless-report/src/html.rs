@@ -277,7 +277,7 @@ fn sync_of(record: &RunRecord) -> String {
 }
 
 /// "lr (sparse logistic regression, 100000 features, L2 0.0001)", or for PMF its users, items
-/// and factors.
+/// and factors, for an MLP its shape.
 fn model_description(model: &mlless_core::ModelSpec) -> String {
     use mlless_core::ModelSpec;
     let detail = match model {
@@ -297,6 +297,14 @@ fn model_description(model: &mlless_core::ModelSpec) -> String {
             format!("linear SVM, {features} features, L2 {l2}")
         }
         ModelSpec::KMeans { features, k } => format!("k-means, k = {k}, {features} features"),
+        ModelSpec::Mlp {
+            features,
+            hidden,
+            classes,
+            l2,
+        } => format!(
+            "dense network, {features} features, hidden {hidden:?}, {classes} classes, L2 {l2}"
+        ),
     };
     format!("{} ({detail})", model.name())
 }

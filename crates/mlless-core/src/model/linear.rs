@@ -14,6 +14,8 @@ pub(crate) enum Labels {
     Binary,
     /// Labels are ignored (clustering).
     Ignored,
+    /// Every label is a class id below the given number of classes (multi-class models).
+    Classes(u32),
 }
 
 /// The rows of `batch`, or [`ModelError::WrongBatchKind`] for `model` when it holds ratings.
@@ -91,8 +93,20 @@ pub(crate) fn validate_sparse(
             return malformed(format!("row offsets decrease at row {row}"));
         }
         let label = batch.labels[row];
-        if labels == Labels::Binary && label != 0.0 && label != 1.0 {
-            return Err(ModelError::BadLabel { row, label });
+        match labels {
+            Labels::Binary if label != 0.0 && label != 1.0 => {
+                return Err(ModelError::BadLabel { row, label });
+            }
+            Labels::Classes(classes)
+                if !(label >= 0.0 && label.fract() == 0.0 && label < classes as f32) =>
+            {
+                return Err(ModelError::BadClassLabel {
+                    row,
+                    label,
+                    classes,
+                });
+            }
+            _ => {}
         }
         for (&index, &value) in batch.indices[start..end]
             .iter()
