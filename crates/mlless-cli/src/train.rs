@@ -19,6 +19,13 @@ pub enum Model {
     Lr,
     /// Probabilistic matrix factorisation with user and item biases (squared error).
     Pmf,
+    /// Linear support vector machine (hinge loss, L2).
+    Svm,
+    /// k-means clustering (distributed Lloyd steps, k-means++ seeding; see --k, --tolerance).
+    Kmeans,
+    /// Dense network with one or two ReLU hidden layers, softmax cross-entropy (see --hidden,
+    /// --classes).
+    Mlp,
 }
 
 /// Optimisers, as the CLI names them.
@@ -103,6 +110,18 @@ pub struct TrainArgs {
     /// L2 regularisation, per example [default: lr 1e-4, pmf 0.05].
     #[arg(long)]
     pub l2: Option<f32>,
+    /// Clusters of kmeans.
+    #[arg(long, default_value_t = mlless_runtime::driver::DEFAULT_CLUSTERS)]
+    pub k: u32,
+    /// k-means: stop once the inertia changes by less than this fraction between iterations.
+    #[arg(long, default_value_t = mlless_runtime::driver::DEFAULT_TOLERANCE)]
+    pub tolerance: f64,
+    /// Widths of the MLP's hidden layers, comma-separated (one or two layers).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    pub hidden: Vec<u32>,
+    /// Classes of the MLP (labels are class ids 0..CLASSES).
+    #[arg(long, default_value_t = 2)]
+    pub classes: u32,
     /// Latent factors of pmf [default: 10].
     #[arg(long)]
     pub factors: Option<u32>,
@@ -209,11 +228,17 @@ impl TrainArgs {
             model: match self.model {
                 Model::Lr => ModelChoice::LogisticRegression,
                 Model::Pmf => ModelChoice::MatrixFactorization,
+                Model::Svm => ModelChoice::Svm,
+                Model::Kmeans => ModelChoice::KMeans,
+                Model::Mlp => ModelChoice::Mlp,
             },
             hyper: Hyperparameters {
                 lr: self.lr,
                 l2: self.l2,
                 factors: self.factors,
+                clusters: Some(self.k),
+                hidden: Some(self.hidden.clone()),
+                classes: Some(self.classes),
             },
             workers: self.workers,
             optimizer: self.optimizer.map(|o| match o {
@@ -232,6 +257,7 @@ impl TrainArgs {
                 target_patience: 10,
                 max_epochs: self.max_epochs,
                 max_time_s: self.max_time,
+                tolerance: Some(self.tolerance),
             },
             channel: self.channel.clone(),
             limits: Limits {

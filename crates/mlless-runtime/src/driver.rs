@@ -35,10 +35,29 @@ pub enum ModelChoice {
     LogisticRegression,
     /// Probabilistic matrix factorisation with biases (`pmf`).
     MatrixFactorization,
+    /// Linear SVM, hinge loss (`svm`).
+    Svm,
+    /// k-means clustering by distributed Lloyd steps (`kmeans`).
+    KMeans,
+    /// A dense network with one or two hidden layers (`mlp`).
+    Mlp,
+}
+
+impl ModelChoice {
+    /// The name `--model` takes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::LogisticRegression => "lr",
+            Self::MatrixFactorization => "pmf",
+            Self::Svm => "svm",
+            Self::KMeans => "kmeans",
+            Self::Mlp => "mlp",
+        }
+    }
 }
 
 /// Hyperparameters that have defaults per model (see [`Defaults`]).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Hyperparameters {
     /// Learning rate.
     pub lr: Option<f32>,
@@ -46,7 +65,20 @@ pub struct Hyperparameters {
     pub l2: Option<f32>,
     /// Latent factors (PMF).
     pub factors: Option<u32>,
+    /// Clusters (k-means).
+    pub clusters: Option<u32>,
+    /// Widths of the hidden layers (MLP).
+    pub hidden: Option<Vec<u32>>,
+    /// Classes (MLP; labels are class ids `0..classes`).
+    pub classes: Option<u32>,
 }
+
+/// Clusters of k-means when `--k` is not given.
+pub const DEFAULT_CLUSTERS: u32 = 8;
+/// Hidden layers of the MLP when `--hidden` is not given.
+pub const DEFAULT_HIDDEN: &[u32] = &[64];
+/// k-means stops once the inertia changes by less than this fraction, unless told otherwise.
+pub const DEFAULT_TOLERANCE: f64 = 1e-4;
 
 /// The defaults of the hyperparameters, chosen to be robust across data sets rather than tuned
 /// to one (gradients are means over a minibatch; L2 is per example; the CLI's default schedule
@@ -100,6 +132,42 @@ impl Defaults {
                     },
                     l2: 0.05,
                     factors: 10,
+                }
+            }
+            // The hinge's gradient is the row itself wherever the margin is short, twice the
+            // logistic loss's typical size: half LR's step.
+            ModelChoice::Svm => {
+                let optimizer = optimizer.unwrap_or(Momentum);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Momentum | Nesterov => 0.2,
+                        Sgd => 1.0,
+                        Adam => 0.003,
+                    },
+                    l2: 1e-4,
+                    factors: 0,
+                }
+            }
+            // Lloyd steps take no learning rate or optimiser.
+            ModelChoice::KMeans => Self {
+                optimizer: optimizer.unwrap_or(Sgd),
+                lr: 0.0,
+                l2: 0.0,
+                factors: 0,
+            },
+            // Adam, as for most small dense networks: robust to the scale of the inputs.
+            ModelChoice::Mlp => {
+                let optimizer = optimizer.unwrap_or(Adam);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Adam => 0.01,
+                        Momentum | Nesterov => 0.1,
+                        Sgd => 0.5,
+                    },
+                    l2: 1e-4,
+                    factors: 0,
                 }
             }
         }
@@ -411,6 +479,18 @@ async fn tag<F: std::future::Future>(
 /// no sense, naming why.
 fn check_combination(options: &TrainOptions) -> Result<()> {
     let refuse = |why: String| Err(RuntimeError::InvalidJob(why));
+    if options.model == ModelChoice::KMeans
+        && (options.sync != SyncMode::Bsp
+            || options.algorithm != Algorithm::Ga
+            || options.compression != Compression::None
+            || options.scale_in.is_some())
+    {
+        return refuse(
+            "k-means trains by synchronous Lloyd steps: it takes --sync bsp, --algorithm ga, \
+             no --compress and no --scale-in (any --pattern)"
+                .into(),
+        );
+    }
     if options.pattern != Pattern::Broadcast && !options.sync.is_synchronous() {
         return refuse(format!(
             "--pattern {} needs --sync bsp or isp, not {}: a leader or a chunk owner can only \
@@ -467,6 +547,24 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
                 l2,
             }
         }
+        (ModelChoice::Svm, DatasetKind::Sparse { features }) => ModelSpec::Svm {
+            features: *features,
+            l2,
+        },
+        (ModelChoice::KMeans, DatasetKind::Sparse { features }) => ModelSpec::KMeans {
+            features: *features,
+            k: options.hyper.clusters.unwrap_or(DEFAULT_CLUSTERS),
+        },
+        (ModelChoice::Mlp, DatasetKind::Sparse { features }) => ModelSpec::Mlp {
+            features: *features,
+            hidden: options
+                .hyper
+                .hidden
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HIDDEN.to_vec()),
+            classes: options.hyper.classes.unwrap_or(2),
+            l2,
+        },
         (ModelChoice::MatrixFactorization, DatasetKind::Ratings { users, items, mean }) => {
             ModelSpec::MatrixFactorization {
                 users: *users,
@@ -477,19 +575,24 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
                 init_std: 0.1,
             }
         }
-        (ModelChoice::LogisticRegression, DatasetKind::Ratings { .. }) => {
+        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
             return Err(RuntimeError::InvalidJob(format!(
-                "{} holds ratings: train it with --model pmf, not lr",
+                "{} holds labelled feature rows: train it with --model lr, svm, kmeans or \
+                 mlp, not pmf",
                 dataset.url()
             )));
         }
-        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
+        (choice, DatasetKind::Ratings { .. }) => {
             return Err(RuntimeError::InvalidJob(format!(
-                "{} holds labelled feature rows: train it with --model lr, not pmf",
-                dataset.url()
+                "{} holds ratings: train it with --model pmf, not {}",
+                dataset.url(),
+                choice.name()
             )));
         }
     };
+    model
+        .validate()
+        .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
     let job_id = format!("job-{}-{:04x}", unix_ms() / 1000, rand::random::<u16>());
@@ -507,7 +610,13 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         lr: options.hyper.lr.unwrap_or(defaults.lr),
         schedule: options.schedule,
         seed: options.seed,
-        stop: options.stop,
+        stop: StopCriteria {
+            tolerance: options
+                .stop
+                .tolerance
+                .or((options.model == ModelChoice::KMeans).then_some(DEFAULT_TOLERANCE)),
+            ..options.stop
+        },
         channel: options.channel.clone(),
         limits: options.limits,
         train_batches,

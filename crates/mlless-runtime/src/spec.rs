@@ -323,6 +323,10 @@ pub struct StopCriteria {
     pub max_epochs: u32,
     /// Stop after this much wall time, in seconds.
     pub max_time_s: Option<f64>,
+    /// k-means: stop once the inertia changes by less than this fraction between two Lloyd
+    /// iterations.
+    #[serde(default)]
+    pub tolerance: Option<f64>,
 }
 
 /// The active workers over the steps of a job: all `P` at first, fewer after each scale-in

@@ -111,7 +111,11 @@ pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
         for s in stats.iter().filter(|s| s.removed) {
             state.fleet.remove_after(s.worker, step);
         }
-        let epoch = state.fleet.positions_done(step) as f64 / train_batches;
+        // A Lloyd iteration of k-means reads the whole data set.
+        let epoch = match spec.model {
+            mlless_core::ModelSpec::KMeans { .. } => (step + 1) as f64,
+            _ => state.fleet.positions_done(step) as f64 / train_batches,
+        };
         let now = elapsed(&state);
         state.steps.push(StepRecord {
             step,

@@ -29,8 +29,8 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mlless_core::{
-    Batch, BatchLoss, FilterStats, GradientAccumulator, Model, Optimizer, SparseVector,
-    UpdateFilter, WireDelta,
+    Batch, BatchLoss, FilterStats, GradientAccumulator, LloydSums, Model, ModelSpec, Optimizer,
+    SparseVector, UpdateFilter, WireDelta, kmeans_plus_plus,
 };
 use tokio::task::JoinHandle;
 use tracing::debug;
@@ -46,6 +46,9 @@ use crate::messages::{
 };
 use crate::spec::{Algorithm, Fleet, batch_order};
 
+/// k-means++ seeds on this many minibatches (the first ones of the training set).
+pub const KMEANS_SEED_BATCHES: u32 = 8;
+
 /// How often a worker looks for the supervisor's stop request.
 const STOP_POLL: Duration = Duration::from_millis(200);
 
@@ -58,7 +61,9 @@ pub async fn run_worker(ctx: JobContext, id: u32, generation: u32) -> Result<()>
         let saved = checkpoint::load(&worker.ctx.run_store, &worker_role(id), generation).await?;
         worker.restore(saved)?;
     }
-    let end = if worker.ctx.spec.sync.is_synchronous() {
+    let end = if let ModelSpec::KMeans { features, k } = worker.ctx.spec.model {
+        worker.run_kmeans(k, features).await?
+    } else if worker.ctx.spec.sync.is_synchronous() {
         worker.run_synchronous().await?
     } else {
         worker.run_stale().await?
@@ -155,6 +160,8 @@ enum RoundState {
     Anchor(Vec<f32>),
     /// ADMM: the consensus `z` and this worker's scaled dual `u`.
     Admm { z: Vec<f32>, u: Vec<f32> },
+    /// k-means: the mean inertia per worker of the last Lloyd iteration.
+    Lloyd { inertia: Option<f32> },
 }
 
 /// A step's local work, apart from the optimiser's delta.
@@ -176,6 +183,7 @@ impl Worker {
         let params = spec.model.init_params(spec.seed);
         let (params_copy, n) = (params.clone(), params.len());
         let (algorithm, timeout) = (spec.algorithm, spec.limits.timeout);
+        let kmeans = matches!(spec.model, ModelSpec::KMeans { .. });
         let optimizer = mlless_core::build_optimizer(&spec.optimizer, params.len());
         let accumulator = GradientAccumulator::new(params.len());
         let filter = Some(spec.filter())
@@ -203,6 +211,7 @@ impl Worker {
             stop_seen: false,
             pending_stats: None,
             rounds: match algorithm {
+                _ if kmeans => RoundState::Lloyd { inertia: None },
                 Algorithm::Ga => RoundState::None,
                 Algorithm::Ma { .. } => RoundState::Anchor(params_copy),
                 Algorithm::Admm { .. } => RoundState::Admm {
@@ -508,16 +517,144 @@ impl Worker {
         }
     }
 
-    /// This worker's side of an exchange among `workers`.
+    /// This worker's side of an exchange among `workers` of vectors over the parameters.
     fn exchange<'a>(&'a self, workers: &'a [u32]) -> Exchange<'a> {
+        self.exchange_of(workers, self.params.len())
+    }
+
+    /// This worker's side of an exchange among `workers` of vectors of dimension `dim`.
+    fn exchange_of<'a>(&'a self, workers: &'a [u32], dim: usize) -> Exchange<'a> {
         Exchange {
             ctx: &self.ctx,
             pattern: self.ctx.spec.pattern,
             worker: self.id,
             workers,
-            dim: self.params.len(),
+            dim,
             expected_removal: self.removals + 1,
         }
+    }
+
+    /// k-means by distributed Lloyd steps: each step, every worker assigns the points of its
+    /// shard to the nearest centroid and sums them per cluster; the sums, counts and inertia
+    /// are averaged through the channel (with any pattern); every worker then computes the same
+    /// new centroids. Stops once the inertia changes by less than `--tolerance` (relative), or
+    /// after `--max-epochs` iterations (each reads the whole data set once).
+    async fn run_kmeans(&mut self, k: u32, features: u32) -> Result<End> {
+        let spec = self.ctx.spec.clone();
+        let tolerance = spec.stop.tolerance.unwrap_or(0.0);
+        if self.next_step == 0 {
+            self.params = self.seed_kmeans(k, features).await?;
+        }
+        let sums_len = k as usize * (features as usize + 1);
+        let dim = sums_len + 2;
+        let (p, shard) = (
+            self.workers.len(),
+            self.reader.shard_len(self.me, self.workers.len()),
+        );
+        let mut step = self.next_step;
+        loop {
+            let workers = self.fleet.workers(step).to_vec();
+            let started = Instant::now();
+            let started_unix_ms = unix_ms();
+            let (mut read, mut compute) = (Duration::ZERO, Duration::ZERO);
+            let mut sums = LloydSums::new(k, features);
+            for s in 0..shard {
+                let read_started = Instant::now();
+                let pos = self.reader.shard_position(self.me, p, s);
+                let next = (s + 1 < shard).then(|| self.reader.shard_position(self.me, p, s + 1));
+                let (_, batch) = self.reader.next(pos, next).await?;
+                let compute_started = Instant::now();
+                read += compute_started - read_started;
+                sums.add_batch(&self.params, &batch)
+                    .map_err(|source| RuntimeError::Model {
+                        location: format!("worker {}, Lloyd iteration {step}", self.id),
+                        source,
+                    })?;
+                compute += compute_started.elapsed();
+            }
+            let loss = BatchLoss::new(sums.inertia(), sums.points());
+            let stop = self.poll_stop().await?;
+            let exchange_started = Instant::now();
+            let mut traffic = Traffic::default();
+            let mut vector = sums.to_vector();
+            vector.extend([sums.inertia() as f32, sums.points() as f32]);
+            let sent = SparseVector::from_parts((0..dim as u32).collect(), vector)
+                .map_err(|e| RuntimeError::FunctionFailed(format!("Lloyd sums: {e}")))?;
+            let message = self.message(step, loss, stop, WireDelta::Sparse(sent));
+            let exchanged = self
+                .exchange_of(&workers, dim)
+                .run(message, None, &mut traffic)
+                .await?;
+            let mut mean = vec![0.0f32; dim];
+            exchanged.mean.scaled_add_to(&mut mean, 1.0);
+            let global =
+                LloydSums::from_mean_vector(k, features, &mean[..sums_len]).map_err(|source| {
+                    RuntimeError::Model {
+                        location: format!("the averaged Lloyd sums of iteration {step}"),
+                        source,
+                    }
+                })?;
+            self.params = global.centroids(&self.params);
+            let inertia = mean[sums_len];
+            let converged = match &mut self.rounds {
+                RoundState::Lloyd { inertia: previous } => {
+                    let converged = previous.is_some_and(|p| {
+                        f64::from((p - inertia).abs()) <= tolerance * f64::from(p)
+                    });
+                    *previous = Some(inertia);
+                    converged
+                }
+                _ => false,
+            };
+            if let Some(previous) = step.checked_sub(1) {
+                self.exchange_of(&workers, dim).discard(previous).await?;
+            }
+            let last = exchanged.stop || converged || step + 1 >= u64::from(spec.stop.max_epochs);
+            let computed = Computed {
+                started,
+                loss,
+                read_ms: ms(read),
+                compute_ms: ms(compute),
+                started_unix_ms,
+                lr: 0.0,
+            };
+            self.send_stats(
+                step,
+                computed,
+                ms(exchange_started.elapsed()),
+                traffic,
+                last,
+                false,
+            )
+            .await?;
+            if last {
+                return Ok(End::Last(step));
+            }
+            if self.time_to_hand_off(step, started) {
+                return Ok(End::HandOff);
+            }
+            step += 1;
+        }
+    }
+
+    /// The k-means++ centroids of the first minibatches (the same on every worker).
+    async fn seed_kmeans(&self, k: u32, features: u32) -> Result<Vec<f32>> {
+        let batches = self.ctx.spec.train_batches.min(KMEANS_SEED_BATCHES);
+        let mut sample = Vec::with_capacity(batches as usize);
+        for index in 0..batches {
+            sample.push(
+                self.ctx
+                    .dataset
+                    .read_batch(Split::Train, index as usize)
+                    .await?,
+            );
+        }
+        kmeans_plus_plus(&sample, k, features, self.ctx.spec.seed).map_err(|source| {
+            RuntimeError::Model {
+                location: format!("k-means++ seeding on the first {batches} minibatches"),
+                source,
+            }
+        })
     }
 
     /// The update message of `step` carrying `delta`.
@@ -576,7 +713,7 @@ impl Worker {
                     }
                 }
             }
-            RoundState::None => {}
+            RoundState::None | RoundState::Lloyd { .. } => {}
         }
         traffic.entries_held = 0;
         let message = self.message(step, loss, stop, WireDelta::Sparse(sent));
@@ -592,7 +729,7 @@ impl Worker {
                     *u += w - z;
                 }
             }
-            RoundState::None => {}
+            RoundState::None | RoundState::Lloyd { .. } => {}
         }
         Ok(exchanged)
     }
@@ -974,8 +1111,14 @@ impl BatchReader {
     fn shard_position(&self, rank: usize, workers: usize, step: u64) -> u64 {
         let m = u64::from(self.batches.max(1));
         let (rank, p) = (rank as u64 % m, workers.max(1) as u64);
-        let len = (m - rank).div_ceil(p);
-        rank + (step % len) * p
+        rank + (step % self.shard_len(rank as usize, workers)) * p
+    }
+
+    /// The number of minibatches in the shard of the worker in position `rank` of `workers`.
+    fn shard_len(&self, rank: usize, workers: usize) -> u64 {
+        let m = u64::from(self.batches.max(1));
+        let (rank, p) = (rank as u64 % m, workers.max(1) as u64);
+        (m - rank).div_ceil(p)
     }
 
     fn fetch(&mut self, pos: u64) -> JoinHandle<Result<Batch>> {
