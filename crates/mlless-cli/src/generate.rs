@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use mlless_data::{RatingsSpec, SparseLrSpec};
+use mlless_data::{BlobsSpec, DenseLrSpec, RatingsSpec, RingsSpec, SparseLrSpec};
 
 /// The generators.
 #[derive(Debug, Subcommand)]
@@ -15,6 +15,13 @@ pub enum GenerateCommand {
     SparseLr(SparseLrArgs),
     /// Ratings (MovieLens `u.data` text) from a known low-rank model plus Gaussian noise.
     Ratings(RatingsArgs),
+    /// Dense binary classification (LIBSVM text, every feature) from a known logistic model,
+    /// shaped like the Higgs data set.
+    DenseLr(DenseLrArgs),
+    /// Concentric rings in 2-D, one class per ring (LIBSVM text): no linear model fits.
+    Rings(RingsArgs),
+    /// Gaussian blobs labelled by blob (LIBSVM text), for k-means.
+    Blobs(BlobsArgs),
 }
 
 /// Options of `generate sparse-lr`.
@@ -63,13 +70,86 @@ pub struct RatingsArgs {
     pub out: PathBuf,
 }
 
+/// Options of `generate dense-lr`.
+#[derive(Debug, Args)]
+pub struct DenseLrArgs {
+    /// Number of rows.
+    #[arg(long, default_value_t = 100_000)]
+    pub samples: u64,
+    /// Number of features (Higgs has 28).
+    #[arg(long, default_value_t = 28)]
+    pub features: u32,
+    /// Standard deviation of the true margin w·x: higher is easier.
+    #[arg(long, default_value_t = 2.0)]
+    pub margin_std: f64,
+    /// Correlation of the features within each group of 4.
+    #[arg(long, default_value_t = 0.5)]
+    pub correlation: f64,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (LIBSVM); the true model goes to OUT.truth.json.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Options of `generate rings`.
+#[derive(Debug, Args)]
+pub struct RingsArgs {
+    /// Number of rows.
+    #[arg(long, default_value_t = 20_000)]
+    pub samples: u64,
+    /// Number of rings (classes); ring c has radius c + 1.
+    #[arg(long, default_value_t = 2)]
+    pub classes: u32,
+    /// Standard deviation of the Gaussian noise on the radius.
+    #[arg(long, default_value_t = 0.1)]
+    pub noise: f64,
+    /// Standard-normal noise features after the two coordinates.
+    #[arg(long, default_value_t = 0)]
+    pub extra_dims: u32,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (LIBSVM); the radii and noise go to OUT.truth.json.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Options of `generate blobs`.
+#[derive(Debug, Args)]
+pub struct BlobsArgs {
+    /// Number of rows.
+    #[arg(long, default_value_t = 100_000)]
+    pub samples: u64,
+    /// Number of blobs.
+    #[arg(long, default_value_t = 8)]
+    pub k: u32,
+    /// Dimension of the points.
+    #[arg(long, default_value_t = 16)]
+    pub features: u32,
+    /// Standard deviation of each coordinate around its blob's centre.
+    #[arg(long, default_value_t = 1.0)]
+    pub spread: f64,
+    /// Centres are drawn uniformly in [-BOX, BOX] on every axis.
+    #[arg(long = "box", value_name = "BOX", default_value_t = 10.0)]
+    pub box_half_width: f64,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (LIBSVM, label = blob id); the centres and spread go to OUT.truth.json.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
 /// Runs a generator.
 pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
     match command {
         GenerateCommand::SparseLr(args) => {
             let spec = sparse_lr_spec(&args);
-            let truth = write_with(&args.out, |out| mlless_data::write_sparse_lr(&spec, out))?;
-            write_truth(&args.out, &truth)?;
+            generate(&args.out, spec.validate(), |out| {
+                mlless_data::write_sparse_lr(&spec, out)
+            })?;
             println!(
                 "wrote {} rows × {} features to {}",
                 args.samples,
@@ -79,13 +159,53 @@ pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
         }
         GenerateCommand::Ratings(args) => {
             let spec = ratings_spec(&args);
-            let truth = write_with(&args.out, |out| mlless_data::write_ratings(&spec, out))?;
-            write_truth(&args.out, &truth)?;
+            let truth = generate(&args.out, spec.validate(), |out| {
+                mlless_data::write_ratings(&spec, out)
+            })?;
             println!(
                 "wrote {} ratings of {} users × {} items to {}",
                 truth.ratings,
                 args.users,
                 args.items,
+                args.out.display()
+            );
+        }
+        GenerateCommand::DenseLr(args) => {
+            let spec = dense_lr_spec(&args);
+            let truth = generate(&args.out, spec.validate(), |out| {
+                mlless_data::write_dense_lr(&spec, out)
+            })?;
+            println!(
+                "wrote {} dense rows × {} features to {} (Bayes log loss {:.4})",
+                args.samples,
+                args.features,
+                args.out.display(),
+                truth.bayes_log_loss
+            );
+        }
+        GenerateCommand::Rings(args) => {
+            let spec = rings_spec(&args);
+            generate(&args.out, spec.validate(), |out| {
+                mlless_data::write_rings(&spec, out)
+            })?;
+            println!(
+                "wrote {} points on {} rings × {} features to {}",
+                args.samples,
+                args.classes,
+                2 + u64::from(args.extra_dims),
+                args.out.display()
+            );
+        }
+        GenerateCommand::Blobs(args) => {
+            let spec = blobs_spec(&args);
+            generate(&args.out, spec.validate(), |out| {
+                mlless_data::write_blobs(&spec, out)
+            })?;
+            println!(
+                "wrote {} points of {} blobs × {} features to {}",
+                args.samples,
+                args.k,
+                args.features,
                 args.out.display()
             );
         }
@@ -108,6 +228,46 @@ pub fn ratings_spec(args: &RatingsArgs) -> RatingsSpec {
         noise: args.noise,
         seed: args.seed,
     }
+}
+
+/// The generator spec of the arguments.
+pub fn dense_lr_spec(args: &DenseLrArgs) -> DenseLrSpec {
+    DenseLrSpec {
+        margin_std: args.margin_std,
+        correlation: args.correlation,
+        ..DenseLrSpec::new(args.samples, args.features, args.seed)
+    }
+}
+
+/// The generator spec of the arguments.
+pub fn rings_spec(args: &RingsArgs) -> RingsSpec {
+    RingsSpec {
+        noise: args.noise,
+        extra_dims: args.extra_dims,
+        ..RingsSpec::new(args.samples, args.classes, args.seed)
+    }
+}
+
+/// The generator spec of the arguments.
+pub fn blobs_spec(args: &BlobsArgs) -> BlobsSpec {
+    BlobsSpec {
+        spread: args.spread,
+        box_half_width: args.box_half_width,
+        ..BlobsSpec::new(args.samples, args.k, args.features, args.seed)
+    }
+}
+
+/// Checks the spec, so that an invalid one creates no file, then writes the data to `out` and
+/// the truth the generator returns to OUT.truth.json.
+fn generate<T: serde::Serialize>(
+    out: &Path,
+    valid: std::io::Result<()>,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<T>,
+) -> anyhow::Result<T> {
+    valid.context("invalid generator options")?;
+    let truth = write_with(out, write)?;
+    write_truth(out, &truth)?;
+    Ok(truth)
 }
 
 /// Writes a file through a buffered writer, creating its directory.
@@ -134,4 +294,97 @@ fn write_truth(out: &Path, truth: &impl serde::Serialize) -> anyhow::Result<()> 
         serde_json::to_writer(w, truth).map_err(std::io::Error::other)
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: GenerateCommand,
+    }
+
+    fn run_args(args: &[&str]) -> anyhow::Result<()> {
+        run(Cli::try_parse_from([&["generate"], args].concat())?.command)
+    }
+
+    fn truth(out: &Path) -> serde_json::Value {
+        let text = std::fs::read_to_string(format!("{}.truth.json", out.display())).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn dense_generators_write_data_and_truth() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let (lr, rings, blobs) = (
+            path("lr.libsvm"),
+            path("rings.libsvm"),
+            path("blobs.libsvm"),
+        );
+        run_args(&["dense-lr", "--samples", "50", "--out", lr.to_str().unwrap()]).unwrap();
+        run_args(&[
+            "rings",
+            "--samples",
+            "50",
+            "--classes",
+            "3",
+            "--extra-dims",
+            "2",
+            "--out",
+            rings.to_str().unwrap(),
+        ])
+        .unwrap();
+        run_args(&[
+            "blobs",
+            "--samples",
+            "50",
+            "--k",
+            "3",
+            "--features",
+            "4",
+            "--box",
+            "5",
+            "--out",
+            blobs.to_str().unwrap(),
+        ])
+        .unwrap();
+        let tokens = |p: &Path| {
+            let text = std::fs::read_to_string(p).unwrap();
+            assert_eq!(text.lines().count(), 50);
+            text.lines().next().unwrap().split(' ').count()
+        };
+        assert_eq!(tokens(&lr), 1 + 28);
+        assert_eq!(tokens(&rings), 1 + 2 + 2);
+        assert_eq!(tokens(&blobs), 1 + 4);
+        assert_eq!(truth(&lr)["weights"].as_array().unwrap().len(), 28);
+        assert!(truth(&lr)["bayes_log_loss"].as_f64().unwrap() > 0.0);
+        assert_eq!(truth(&rings)["radii"], serde_json::json!([1.0, 2.0, 3.0]));
+        assert_eq!(truth(&rings)["noise"], serde_json::json!(0.1));
+        let centres = truth(&blobs)["centres"].as_array().unwrap().clone();
+        assert_eq!(centres.len(), 3);
+        assert!(
+            centres
+                .iter()
+                .flat_map(|c| c.as_array().unwrap())
+                .all(|x| x.as_f64().unwrap().abs() <= 5.0)
+        );
+    }
+
+    #[test]
+    fn invalid_options_create_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("rings.libsvm");
+        let err =
+            run_args(&["rings", "--classes", "1", "--out", out.to_str().unwrap()]).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            "invalid generator options: rings classes must be in 2..=16777216, got 1"
+        );
+        assert!(!out.exists());
+    }
 }

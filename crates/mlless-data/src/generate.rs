@@ -1,15 +1,27 @@
 //! Synthetic datasets with known ground truth, written as a stream.
 //!
-//! Generators write text in an input format ([LIBSVM](write_sparse_lr) or
-//! [MovieLens `u.data`](write_ratings)), so generated data goes through the same `prepare` path
-//! as real data. Memory is O(1) in the number of samples: only the true model (weights, or user
-//! and item factors) and the sampling tables are held. Output is a deterministic function of the
-//! spec, seed included (for a given version of `rand`).
+//! Generators write text in an input format (LIBSVM or MovieLens `u.data`), so generated data
+//! goes through the same `prepare` path as real data:
+//!
+//! * [`write_sparse_lr`]: sparse binary classification from a logistic model (Criteo-like).
+//! * [`write_dense_lr`]: dense binary classification from a logistic model (Higgs-like).
+//! * [`write_rings`]: concentric rings in 2-D, one class per ring (no linear model fits).
+//! * [`write_blobs`]: Gaussian blobs, labelled by blob (for k-means).
+//! * [`write_ratings`]: ratings from a low-rank model plus noise.
+//!
+//! Memory is O(1) in the number of samples: only the true model (weights, factors, centres)
+//! and the sampling tables are held. Output is a deterministic function of the spec, seed
+//! included (for a given version of `rand`).
 //!
 //! Independent random streams are derived from the seed for the model and for the samples, so
 //! the true model depends only on the fields that define it (for sparse LR: `features`,
-//! `informative`, `nnz`, `zipf_exponent`, `margin_std`, `seed`; for ratings: `users`, `items`,
-//! `rank`, `seed`), not on the number of samples.
+//! `informative`, `nnz`, `zipf_exponent`, `margin_std`, `seed`; for dense LR: `features`,
+//! `margin_std`, `correlation`, `bias`, `seed`; for blobs: `k`, `features`, `box_half_width`,
+//! `seed`; for ratings: `users`, `items`, `rank`, `seed`), not on the number of samples.
+//!
+//! The dense generators write every feature of every row, with 1-based indices like the sparse
+//! one (`label 1:v 2:v ... d:v`), values with 4 decimals. A value may be written as `0.0000`:
+//! the LIBSVM parser keeps explicit zeros, so parsed rows stay dense.
 
 use std::io::{self, BufWriter, Write};
 
@@ -79,6 +91,98 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// A standard normal draw.
+fn gaussian(rng: &mut impl Rng) -> f64 {
+    StandardNormal.sample(rng)
+}
+
+/// `x` rounded to 4 decimals, as [`push_fixed4`] writes it.
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// Errors unless `x` is finite and non-negative; `what` names it in the message.
+fn check_non_negative(what: &str, x: f64) -> io::Result<()> {
+    if x.is_finite() && x >= 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{what} must be finite and non-negative, got {x}"
+        )))
+    }
+}
+
+/// Errors unless `n` is in `range`; `what` names it in the message.
+fn check_count(what: &str, n: u32, range: std::ops::RangeInclusive<u32>) -> io::Result<()> {
+    if range.contains(&n) {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{what} must be in {}..={}, got {n}",
+            range.start(),
+            range.end()
+        )))
+    }
+}
+
+/// The largest label or class count of the dense generators: labels are parsed as `f32`,
+/// exact up to 2^24.
+pub const MAX_CLASSES: u32 = 1 << 24;
+
+/// The margin `weights·x + bias` of a sparse row; indices beyond the weights count as weight 0.
+fn logistic_margin(weights: &[f32], bias: f32, indices: &[u32], values: &[f32]) -> f64 {
+    indices
+        .iter()
+        .zip(values)
+        .map(|(&i, &v)| f64::from(weights.get(i as usize).copied().unwrap_or(0.0)) * f64::from(v))
+        .sum::<f64>()
+        + f64::from(bias)
+}
+
+/// Mean log loss of the logistic model `(weights, bias)` on `rows` (labels 0/1), 0 for no rows.
+fn logistic_log_loss(weights: &[f32], bias: f32, rows: &SparseBatch) -> f64 {
+    if rows.rows() == 0 {
+        return 0.0;
+    }
+    let total: f64 = rows
+        .iter_rows()
+        .map(|(label, indices, values)| {
+            let m = logistic_margin(weights, bias, indices, values);
+            let y = f64::from(label);
+            y * softplus(-m) + (1.0 - y) * softplus(m)
+        })
+        .sum();
+    total / rows.rows() as f64
+}
+
+/// Writes `samples` rows of dense LIBSVM text, `label 1:v 2:v ... dims:v` with values rounded
+/// to 4 decimals; `row` fills the values of each row and returns its label. Buffered
+/// internally.
+fn write_dense_libsvm(
+    out: impl Write,
+    samples: u64,
+    dims: usize,
+    mut row: impl FnMut(&mut [f64]) -> u32,
+) -> io::Result<()> {
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let mut values = vec![0.0; dims];
+    let mut line = Vec::with_capacity(16 + 16 * dims);
+    for _ in 0..samples {
+        let label = row(&mut values);
+        line.clear();
+        push_u64(&mut line, u64::from(label));
+        for (i, &v) in values.iter().enumerate() {
+            line.push(b' ');
+            push_u64(&mut line, i as u64 + 1);
+            line.push(b':');
+            push_fixed4(&mut line, v);
+        }
+        line.push(b'\n');
+        out.write_all(&line)?;
+    }
+    out.flush()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sparse logistic regression
 
@@ -140,13 +244,7 @@ impl SparseLrSpec {
                 self.zipf_exponent
             )));
         }
-        if !(self.margin_std.is_finite() && self.margin_std >= 0.0) {
-            return Err(invalid(format!(
-                "margin standard deviation must be finite and non-negative, got {}",
-                self.margin_std
-            )));
-        }
-        Ok(())
+        check_non_negative("margin standard deviation", self.margin_std)
     }
 }
 
@@ -162,30 +260,12 @@ pub struct SparseLrTruth {
 impl SparseLrTruth {
     /// The margin `weights·x + bias` of a row; indices beyond the weights count as weight 0.
     pub fn margin(&self, indices: &[u32], values: &[f32]) -> f64 {
-        indices
-            .iter()
-            .zip(values)
-            .map(|(&i, &v)| {
-                f64::from(self.weights.get(i as usize).copied().unwrap_or(0.0)) * f64::from(v)
-            })
-            .sum::<f64>()
-            + f64::from(self.bias)
+        logistic_margin(&self.weights, self.bias, indices, values)
     }
 
     /// Mean log loss of the true model on `rows` (labels 0/1), 0 for no rows.
     pub fn log_loss(&self, rows: &SparseBatch) -> f64 {
-        if rows.rows() == 0 {
-            return 0.0;
-        }
-        let total: f64 = rows
-            .iter_rows()
-            .map(|(label, indices, values)| {
-                let m = self.margin(indices, values);
-                let y = f64::from(label);
-                y * softplus(-m) + (1.0 - y) * softplus(m)
-            })
-            .sum();
-        total / rows.rows() as f64
+        logistic_log_loss(&self.weights, self.bias, rows)
     }
 }
 
@@ -335,8 +415,7 @@ fn sparse_lr_model(spec: &SparseLrSpec, sampler: &mut RowSampler) -> (Vec<u32>, 
     };
     let mut weights = vec![0f32; n];
     for &feature in &perm[..spec.informative as usize] {
-        let z: f64 = StandardNormal.sample(&mut rng);
-        weights[feature as usize] = (sigma * z) as f32;
+        weights[feature as usize] = (sigma * gaussian(&mut rng)) as f32;
     }
     (perm, SparseLrTruth { weights, bias: 0.0 })
 }
@@ -410,6 +489,391 @@ pub fn write_sparse_lr(spec: &SparseLrSpec, out: impl Write) -> io::Result<Spars
 }
 
 // ---------------------------------------------------------------------------------------------
+// Dense logistic regression
+
+/// Consecutive features of dense LR that share a latent factor (see [`write_dense_lr`]).
+pub const DENSE_LR_GROUP: u32 = 4;
+
+/// A synthetic dense logistic-regression dataset (see [`write_dense_lr`] for the model).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DenseLrSpec {
+    /// Rows to write.
+    pub samples: u64,
+    /// Features per row, all present.
+    pub features: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Standard deviation of the true margin `w·x` (excluding the bias).
+    pub margin_std: f64,
+    /// Correlation of two features of one group, in [0, 1].
+    pub correlation: f64,
+    /// Intercept of the true model.
+    pub bias: f64,
+}
+
+impl DenseLrSpec {
+    /// A spec with the default model: margin standard deviation 2.0, correlation 0.5 within
+    /// groups of [`DENSE_LR_GROUP`] features, bias 0.
+    pub fn new(samples: u64, features: u32, seed: u64) -> Self {
+        Self {
+            samples,
+            features,
+            seed,
+            margin_std: 2.0,
+            correlation: 0.5,
+            bias: 0.0,
+        }
+    }
+
+    /// Checks that the spec describes a dataset that can be generated.
+    pub fn validate(&self) -> io::Result<()> {
+        check_count("dense LR features", self.features, 1..=u32::MAX)?;
+        check_non_negative("margin standard deviation", self.margin_std)?;
+        if !(0.0..=1.0).contains(&self.correlation) {
+            return Err(invalid(format!(
+                "dense LR correlation must be between 0 and 1, got {}",
+                self.correlation
+            )));
+        }
+        if !self.bias.is_finite() {
+            return Err(invalid(format!(
+                "dense LR bias must be finite, got {}",
+                self.bias
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The true model of a dense LR dataset, `P(y = 1 | x) = sigmoid(weights·x + bias)`, the
+/// feature distribution, and the log loss the true model reaches on the written rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DenseLrTruth {
+    /// One weight per feature (0-based, as in prepared data).
+    pub weights: Vec<f32>,
+    /// Intercept.
+    pub bias: f32,
+    /// Standard deviation of each feature.
+    pub scales: Vec<f64>,
+    /// Correlation of two features in one group of `group` consecutive features.
+    pub correlation: f64,
+    /// Features per correlated group.
+    pub group: u32,
+    /// Bayes log loss: the mean over the written rows of the expected log loss of the true
+    /// model given the row, `H(sigmoid(margin))`. No model can do better in expectation.
+    pub bayes_log_loss: f64,
+    /// Mean log loss of the true model on the written labels (0 for no rows).
+    pub log_loss: f64,
+    /// Fraction of rows labelled 1 (0 for no rows).
+    pub positive_fraction: f64,
+}
+
+impl DenseLrTruth {
+    /// The margin `weights·x + bias` of a row; indices beyond the weights count as weight 0.
+    pub fn margin(&self, indices: &[u32], values: &[f32]) -> f64 {
+        logistic_margin(&self.weights, self.bias, indices, values)
+    }
+
+    /// Mean log loss of the true model on `rows` (labels 0/1), 0 for no rows.
+    pub fn log_loss_on(&self, rows: &SparseBatch) -> f64 {
+        logistic_log_loss(&self.weights, self.bias, rows)
+    }
+}
+
+/// The model of a dense LR spec, with the loss fields still 0.
+fn dense_lr_model(spec: &DenseLrSpec) -> DenseLrTruth {
+    let mut rng = stream_rng(spec.seed, STREAM_MODEL);
+    let d = spec.features as usize;
+    let scales: Vec<f64> = (0..d)
+        .map(|_| 2f64.powf(rng.random_range(-1.0..=1.0)))
+        .collect();
+    let raw: Vec<f64> = (0..d).map(|_| gaussian(&mut rng)).collect();
+    // Var(w·x) = (1 - ρ) Σ_j (w_j s_j)² + ρ Σ_groups (Σ_{j in group} w_j s_j)².
+    let rho = spec.correlation;
+    let contributions: Vec<f64> = raw.iter().zip(&scales).map(|(w, s)| w * s).collect();
+    let variance = (1.0 - rho) * contributions.iter().map(|c| c * c).sum::<f64>()
+        + rho
+            * contributions
+                .chunks(DENSE_LR_GROUP as usize)
+                .map(|g| g.iter().sum::<f64>().powi(2))
+                .sum::<f64>();
+    let factor = if variance > 0.0 {
+        spec.margin_std / variance.sqrt()
+    } else {
+        0.0
+    };
+    DenseLrTruth {
+        weights: raw.iter().map(|w| (w * factor) as f32).collect(),
+        bias: spec.bias as f32,
+        scales,
+        correlation: rho,
+        group: DENSE_LR_GROUP,
+        bayes_log_loss: 0.0,
+        log_loss: 0.0,
+        positive_fraction: 0.0,
+    }
+}
+
+/// Writes `spec.samples` rows of a synthetic dense logistic-regression dataset as LIBSVM text
+/// and returns the true model.
+///
+/// The model, shaped like LambdaML's Higgs workload (28 dense features):
+///
+/// * Feature `j` has scale `s_j = 2^u`, `u ~ U[-1, 1]`, and belongs to group
+///   `j / DENSE_LR_GROUP`: `x_j = s_j (sqrt(1 - ρ) z_j + sqrt(ρ) g)` with `z_j` and the group's
+///   `g` standard normal, so features of one group have correlation `ρ = correlation`.
+/// * True weights are `N(0, 1)` draws rescaled so that the margin `w·x` has standard deviation
+///   `margin_std` (default 2) exactly over the feature distribution; the bias is `spec.bias`.
+/// * Features are rounded to the 4 decimals written, and the label is 1 with probability
+///   `sigmoid(w·x + bias)` of the written values, else 0.
+///
+/// The truth reports the Bayes log loss of the written rows and the true model's log loss on
+/// the written labels. Lines are `label 1:v 2:v ... F:v` (every feature, 1-based). The output is
+/// buffered internally. Errors if the spec is invalid (`ErrorKind::InvalidInput`) or on a write
+/// error.
+pub fn write_dense_lr(spec: &DenseLrSpec, out: impl Write) -> io::Result<DenseLrTruth> {
+    spec.validate()?;
+    let model = dense_lr_model(spec);
+    let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
+    let group = DENSE_LR_GROUP as usize;
+    let mut shared = vec![0.0; (spec.features as usize).div_ceil(group)];
+    let (own, common) = ((1.0 - model.correlation).sqrt(), model.correlation.sqrt());
+    let (mut bayes, mut realised, mut positives) = (0.0, 0.0, 0u64);
+    write_dense_libsvm(out, spec.samples, spec.features as usize, |x| {
+        shared.iter_mut().for_each(|g| *g = gaussian(&mut rng));
+        for (j, v) in x.iter_mut().enumerate() {
+            let z = own * gaussian(&mut rng) + common * shared[j / group];
+            *v = round4(model.scales[j] * z);
+        }
+        let m = x
+            .iter()
+            .zip(&model.weights)
+            .map(|(&v, &w)| v * f64::from(w))
+            .sum::<f64>()
+            + f64::from(model.bias);
+        let p = sigmoid(m);
+        let positive = rng.random::<f64>() < p;
+        bayes += p * softplus(-m) + (1.0 - p) * softplus(m);
+        realised += softplus(if positive { -m } else { m });
+        positives += u64::from(positive);
+        u32::from(positive)
+    })?;
+    let n = spec.samples.max(1) as f64;
+    Ok(DenseLrTruth {
+        bayes_log_loss: bayes / n,
+        log_loss: realised / n,
+        positive_fraction: positives as f64 / n,
+        ..model
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rings
+
+/// Concentric rings in 2-D, one class per ring (see [`write_rings`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingsSpec {
+    /// Rows to write.
+    pub samples: u64,
+    /// Number of rings, which are the classes (2 or more).
+    pub classes: u32,
+    /// Standard deviation of the Gaussian noise on the radius.
+    pub noise: f64,
+    /// Features of pure noise after the two coordinates.
+    pub extra_dims: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+}
+
+impl RingsSpec {
+    /// A spec with noise 0.1 and no extra dimension.
+    pub fn new(samples: u64, classes: u32, seed: u64) -> Self {
+        Self {
+            samples,
+            classes,
+            noise: 0.1,
+            extra_dims: 0,
+            seed,
+        }
+    }
+
+    /// Checks that the spec describes a dataset that can be generated.
+    pub fn validate(&self) -> io::Result<()> {
+        check_count("rings classes", self.classes, 2..=MAX_CLASSES)?;
+        check_non_negative("rings noise", self.noise)?;
+        check_count("rings extra dimensions", self.extra_dims, 0..=u32::MAX - 2)
+    }
+}
+
+/// What [`write_rings`] drew from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingsTruth {
+    /// Radius of each class's ring: class `c` has radius `c + 1`.
+    pub radii: Vec<f64>,
+    /// Standard deviation of the Gaussian noise on the radius.
+    pub noise: f64,
+    /// Standard-normal noise features after the two coordinates.
+    pub extra_dims: u32,
+}
+
+impl RingsTruth {
+    /// The class whose ring is nearest to the point `(x, y)`.
+    pub fn nearest_ring(&self, x: f64, y: f64) -> u32 {
+        let r = x.hypot(y);
+        nearest(self.radii.iter().map(|&radius| (r - radius).abs()))
+    }
+}
+
+/// The index of the smallest distance (the first of equals), 0 if there is none.
+fn nearest(distances: impl Iterator<Item = f64>) -> u32 {
+    distances
+        .enumerate()
+        .fold((0, f64::INFINITY), |best, (i, d)| {
+            if d < best.1 { (i as u32, d) } else { best }
+        })
+        .0
+}
+
+/// Writes `spec.samples` rows of concentric rings as dense LIBSVM text and returns the truth.
+///
+/// Each row picks a class `c` uniformly, an angle uniformly and a radius `c + 1 + noise·ε`
+/// (`ε` standard normal), and writes the point's two coordinates, then `extra_dims` standard
+/// normal features. Labels are `0..classes`: with two classes the LIBSVM parser maps them to
+/// 0/1 as they are, with more it keeps them. No linear model separates the classes; classifying
+/// by the nearest ring is right unless the noise moves a point half-way to the next ring
+/// (noise 0.1: all but about 1 in 10^6).
+///
+/// Lines are `label 1:x 2:y 3:e ...` (every feature, 1-based). Errors if the spec is invalid
+/// (`ErrorKind::InvalidInput`) or on a write error.
+pub fn write_rings(spec: &RingsSpec, out: impl Write) -> io::Result<RingsTruth> {
+    spec.validate()?;
+    let truth = RingsTruth {
+        radii: (1..=spec.classes).map(f64::from).collect(),
+        noise: spec.noise,
+        extra_dims: spec.extra_dims,
+    };
+    let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
+    let dims = 2 + spec.extra_dims as usize;
+    write_dense_libsvm(out, spec.samples, dims, |x| {
+        let class = rng.random_range(0..spec.classes);
+        let angle = rng.random::<f64>() * std::f64::consts::TAU;
+        let r = truth.radii[class as usize] + spec.noise * gaussian(&mut rng);
+        x[0] = r * angle.cos();
+        x[1] = r * angle.sin();
+        x[2..].iter_mut().for_each(|v| *v = gaussian(&mut rng));
+        class
+    })?;
+    Ok(truth)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blobs
+
+/// Gaussian blobs for k-means (see [`write_blobs`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlobsSpec {
+    /// Rows to write.
+    pub samples: u64,
+    /// Number of blobs.
+    pub k: u32,
+    /// Dimension of the points.
+    pub features: u32,
+    /// Standard deviation of each coordinate around the blob's centre.
+    pub spread: f64,
+    /// Centres are uniform in `[-box_half_width, box_half_width]^features`.
+    pub box_half_width: f64,
+    /// Seed of every random choice.
+    pub seed: u64,
+}
+
+impl BlobsSpec {
+    /// A spec with spread 1.0 and centres in `[-10, 10]^features`.
+    pub fn new(samples: u64, k: u32, features: u32, seed: u64) -> Self {
+        Self {
+            samples,
+            k,
+            features,
+            spread: 1.0,
+            box_half_width: 10.0,
+            seed,
+        }
+    }
+
+    /// Checks that the spec describes a dataset that can be generated.
+    pub fn validate(&self) -> io::Result<()> {
+        check_count("blobs k", self.k, 1..=MAX_CLASSES)?;
+        check_count("blobs features", self.features, 1..=u32::MAX)?;
+        check_non_negative("blob spread", self.spread)?;
+        if !(self.box_half_width.is_finite() && self.box_half_width > 0.0) {
+            return Err(invalid(format!(
+                "blobs box half-width must be finite and positive, got {}",
+                self.box_half_width
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The blobs [`write_blobs`] drew from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlobsTruth {
+    /// One centre per blob, `features` coordinates each.
+    pub centres: Vec<Vec<f64>>,
+    /// Standard deviation of each coordinate around the centre.
+    pub spread: f64,
+}
+
+impl BlobsTruth {
+    /// The blob whose centre is nearest to `point` (Euclidean).
+    pub fn nearest_centre(&self, point: &[f32]) -> u32 {
+        nearest(self.centres.iter().map(|c| {
+            c.iter()
+                .zip(point)
+                .map(|(&a, &b)| (a - f64::from(b)).powi(2))
+                .sum::<f64>()
+        }))
+    }
+}
+
+/// The blobs of a spec.
+fn blobs_model(spec: &BlobsSpec) -> BlobsTruth {
+    let mut rng = stream_rng(spec.seed, STREAM_MODEL);
+    let w = spec.box_half_width;
+    let centres = (0..spec.k)
+        .map(|_| {
+            (0..spec.features)
+                .map(|_| rng.random_range(-w..=w))
+                .collect()
+        })
+        .collect();
+    BlobsTruth {
+        centres,
+        spread: spec.spread,
+    }
+}
+
+/// Writes `spec.samples` points of Gaussian blobs as dense LIBSVM text and returns the blobs.
+///
+/// The `k` centres are uniform in `[-box_half_width, box_half_width]^features`. Each row picks
+/// a blob uniformly and writes its centre plus `N(0, spread²)` noise on every coordinate; the
+/// label is the blob id, `0..k` (with two blobs the LIBSVM parser maps them to 0/1 as they are,
+/// with more it keeps them). Lines are `blob 1:v 2:v ... F:v` (every feature, 1-based). Errors
+/// if the spec is invalid (`ErrorKind::InvalidInput`) or on a write error.
+pub fn write_blobs(spec: &BlobsSpec, out: impl Write) -> io::Result<BlobsTruth> {
+    spec.validate()?;
+    let truth = blobs_model(spec);
+    let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
+    write_dense_libsvm(out, spec.samples, spec.features as usize, |x| {
+        let blob = rng.random_range(0..spec.k);
+        for (v, &c) in x.iter_mut().zip(&truth.centres[blob as usize]) {
+            *v = c + spec.spread * gaussian(&mut rng);
+        }
+        blob
+    })?;
+    Ok(truth)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Ratings
 
 /// Global mean of the generated ratings model.
@@ -450,13 +914,7 @@ impl RatingsSpec {
                 self.density
             )));
         }
-        if !(self.noise.is_finite() && self.noise >= 0.0) {
-            return Err(invalid(format!(
-                "ratings noise must be finite and non-negative, got {}",
-                self.noise
-            )));
-        }
-        Ok(())
+        check_non_negative("ratings noise", self.noise)
     }
 
     /// Expected number of ratings: `users · items · density`.
@@ -495,10 +953,7 @@ pub fn write_ratings(spec: &RatingsSpec, out: impl Write) -> io::Result<RatingsT
     let mut model = stream_rng(spec.seed, STREAM_MODEL);
     let mut factors = |n: u32| {
         let vectors: Vec<f32> = (0..n as usize * rank)
-            .map(|_| {
-                let z: f64 = StandardNormal.sample(&mut model);
-                (factor_std * z) as f32
-            })
+            .map(|_| (factor_std * gaussian(&mut model)) as f32)
             .collect();
         vectors
     };
@@ -506,10 +961,7 @@ pub fn write_ratings(spec: &RatingsSpec, out: impl Write) -> io::Result<RatingsT
     let q = factors(spec.items);
     let mut biases = |n: u32| {
         (0..n)
-            .map(|_| {
-                let z: f64 = StandardNormal.sample(&mut model);
-                RATINGS_BIAS_STD * z
-            })
+            .map(|_| RATINGS_BIAS_STD * gaussian(&mut model))
             .collect::<Vec<f64>>()
     };
     let b_user = biases(spec.users);
@@ -542,8 +994,7 @@ pub fn write_ratings(spec: &RatingsSpec, out: impl Write) -> io::Result<RatingsT
             .zip(qi)
             .map(|(&a, &b)| f64::from(a) * f64::from(b))
             .sum();
-        let eps: f64 = StandardNormal.sample(&mut rng);
-        let rating = RATINGS_BASE + b_user[u] + b_item[i] + dot + spec.noise * eps;
+        let rating = RATINGS_BASE + b_user[u] + b_item[i] + dot + spec.noise * gaussian(&mut rng);
         line.clear();
         push_u64(&mut line, u as u64 + 1);
         line.push(b'\t');
@@ -885,5 +1336,365 @@ mod tests {
         let expected: Vec<(u32, u32)> =
             (1..=3).flat_map(|u| (1..=4).map(move |i| (u, i))).collect();
         assert_eq!(pairs, expected);
+    }
+
+    /// Parses dense LIBSVM output and checks it has `dims` features, every one in every row.
+    fn parse_dense(bytes: &[u8], dims: u32) -> (SparseBatch, Option<crate::manifest::LabelMap>) {
+        let Parsed::Sparse {
+            rows,
+            features,
+            label_map,
+        } = parse(bytes, InputFormat::Libsvm)
+        else {
+            panic!("expected sparse rows")
+        };
+        assert_eq!(features, dims);
+        let all: Vec<u32> = (0..dims).collect();
+        assert!(
+            rows.iter_rows().all(|(_, idx, _)| idx == all),
+            "a row is not dense"
+        );
+        (rows, label_map)
+    }
+
+    /// The fraction of rows whose label is `predict(values)`.
+    fn accuracy(rows: &SparseBatch, predict: impl Fn(&[f32]) -> u32) -> f64 {
+        let right = rows
+            .iter_rows()
+            .filter(|(label, _, values)| *label == predict(values) as f32)
+            .count();
+        right as f64 / rows.rows() as f64
+    }
+
+    /// Mean and standard deviation of column `j` of dense rows.
+    fn column_stats(rows: &SparseBatch, j: usize) -> (f64, f64) {
+        let column: Vec<f64> = rows.iter_rows().map(|(_, _, v)| f64::from(v[j])).collect();
+        let n = column.len() as f64;
+        let mean = column.iter().sum::<f64>() / n;
+        let var = column.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        (mean, var.sqrt())
+    }
+
+    /// Writes with `seed`; checks that the seed decides the output and the truth.
+    fn check_deterministic<T: PartialEq + std::fmt::Debug>(
+        write: impl Fn(u64, &mut Vec<u8>) -> io::Result<T>,
+    ) {
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        let truth = write(5, &mut a).unwrap();
+        assert_eq!(write(5, &mut b).unwrap(), truth);
+        assert_eq!(a, b);
+        write(6, &mut c).unwrap();
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn dense_writer_lists_every_feature_zeros_included() {
+        let mut out = Vec::new();
+        let mut rows = [[0.0, -1.23456, 2.0], [0.00004, 3.0, -0.5]].into_iter();
+        let mut label = 0;
+        write_dense_libsvm(&mut out, 2, 3, |x| {
+            x.copy_from_slice(&rows.next().unwrap());
+            label += 1;
+            label
+        })
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "1 1:0.0000 2:-1.2346 3:2.0000\n2 1:0.0000 2:3.0000 3:-0.5000\n"
+        );
+        // The parser keeps the written zeros, so the rows stay dense.
+        let (rows, _) = parse_dense(&out, 3);
+        assert_eq!(rows.values, vec![0.0, -1.2346, 2.0, 0.0, 3.0, -0.5]);
+        assert_eq!(round4(-1.23456), -1.2346);
+    }
+
+    #[test]
+    fn dense_generators_are_deterministic() {
+        check_deterministic(|seed, out| write_dense_lr(&DenseLrSpec::new(300, 28, seed), out));
+        check_deterministic(|seed, out| write_rings(&RingsSpec::new(300, 3, seed), out));
+        check_deterministic(|seed, out| write_blobs(&BlobsSpec::new(300, 4, 5, seed), out));
+        // The model does not depend on the number of samples.
+        let model = |samples| {
+            let mut truth = write_dense_lr(&DenseLrSpec::new(samples, 28, 1), io::sink()).unwrap();
+            truth.bayes_log_loss = 0.0;
+            truth.log_loss = 0.0;
+            truth.positive_fraction = 0.0;
+            truth
+        };
+        assert_eq!(model(10), model(20));
+        let centres = |samples| {
+            write_blobs(&BlobsSpec::new(samples, 4, 5, 1), io::sink())
+                .unwrap()
+                .centres
+        };
+        assert_eq!(centres(10), centres(20));
+    }
+
+    #[test]
+    fn dense_lr_truth_explains_its_data() {
+        let spec = DenseLrSpec::new(20_000, 28, 7);
+        let mut text = Vec::new();
+        let truth = write_dense_lr(&spec, &mut text).unwrap();
+        assert_eq!((truth.weights.len(), truth.scales.len()), (28, 28));
+        let (rows, label_map) = parse_dense(&text, 28);
+        assert_eq!(rows.rows(), 20_000);
+        assert_eq!(
+            label_map,
+            Some(crate::manifest::LabelMap {
+                negative: 0.0,
+                positive: 1.0
+            })
+        );
+        // The true model's loss on the parsed rows is the one reported, up to f32 parsing,
+        // and close to the Bayes log loss (its expectation; standard error ~0.004 here).
+        let loss = truth.log_loss_on(&rows);
+        assert!(
+            (loss - truth.log_loss).abs() < 1e-4,
+            "{loss} vs {}",
+            truth.log_loss
+        );
+        assert!(
+            (loss - truth.bayes_log_loss).abs() < 0.02,
+            "{loss} vs Bayes {}",
+            truth.bayes_log_loss
+        );
+        // Margin std 2: an expected log loss of about 0.45; ignoring the features costs ln 2.
+        assert!((0.38..0.52).contains(&truth.bayes_log_loss), "{truth:?}");
+        let zero = DenseLrTruth {
+            weights: vec![0.0; 28],
+            ..truth.clone()
+        };
+        assert!((zero.log_loss_on(&rows) - std::f64::consts::LN_2).abs() < 1e-9);
+        assert!((truth.positive_fraction - 0.5).abs() < 0.03);
+        let positives = rows.labels.iter().filter(|&&l| l == 1.0).count();
+        assert!((positives as f64 / 20_000.0 - truth.positive_fraction).abs() < 1e-12);
+
+        let margins: Vec<f64> = rows
+            .iter_rows()
+            .map(|(_, i, v)| truth.margin(i, v))
+            .collect();
+        let mean = margins.iter().sum::<f64>() / margins.len() as f64;
+        let var = margins.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / margins.len() as f64;
+        assert!((var.sqrt() - 2.0).abs() < 0.1, "margin std {}", var.sqrt());
+
+        // Features have the reported scales, and correlation 0.5 within a group only.
+        for j in [0, 13, 27] {
+            let (mean, std) = column_stats(&rows, j);
+            assert!(
+                mean.abs() < 0.05 * truth.scales[j],
+                "feature {j} mean {mean}"
+            );
+            assert!(
+                (std / truth.scales[j] - 1.0).abs() < 0.05,
+                "feature {j} std {std}"
+            );
+        }
+        let correlation = |a: usize, b: usize| {
+            let ((ma, sa), (mb, sb)) = (column_stats(&rows, a), column_stats(&rows, b));
+            rows.iter_rows()
+                .map(|(_, _, v)| (f64::from(v[a]) - ma) * (f64::from(v[b]) - mb))
+                .sum::<f64>()
+                / rows.rows() as f64
+                / (sa * sb)
+        };
+        assert!((correlation(0, 3) - 0.5).abs() < 0.05);
+        assert!((correlation(24, 25) - 0.5).abs() < 0.05);
+        assert!(correlation(3, 4).abs() < 0.05);
+    }
+
+    #[test]
+    fn two_rings_are_classified_by_their_radius() {
+        let spec = RingsSpec::new(20_000, 2, 3);
+        let mut text = Vec::new();
+        let truth = write_rings(&spec, &mut text).unwrap();
+        assert_eq!((truth.radii.clone(), truth.noise), (vec![1.0, 2.0], 0.1));
+        let (rows, label_map) = parse_dense(&text, 2);
+        assert_eq!(rows.rows(), 20_000);
+        // Two classes written as 0/1 are mapped to themselves.
+        assert_eq!(
+            label_map,
+            Some(crate::manifest::LabelMap {
+                negative: 0.0,
+                positive: 1.0
+            })
+        );
+        let acc = accuracy(&rows, |v| {
+            truth.nearest_ring(f64::from(v[0]), f64::from(v[1]))
+        });
+        assert!(acc > 0.95, "nearest-ring accuracy {acc}");
+        // Both classes are centred on the origin: no direction separates them.
+        for class in [0.0, 1.0] {
+            let ring = rows.iter_rows().filter(|(l, _, _)| *l == class);
+            let (n, sx, sy) = ring.fold((0.0, 0.0, 0.0), |(n, sx, sy), (_, _, v)| {
+                (n + 1.0, sx + f64::from(v[0]), sy + f64::from(v[1]))
+            });
+            assert!(n > 9_000.0 && (sx / n).abs() < 0.05 && (sy / n).abs() < 0.05);
+        }
+    }
+
+    #[test]
+    fn many_rings_keep_their_labels_and_extra_dims_are_noise() {
+        let spec = RingsSpec {
+            extra_dims: 3,
+            ..RingsSpec::new(8_000, 4, 9)
+        };
+        let mut text = Vec::new();
+        let truth = write_rings(&spec, &mut text).unwrap();
+        assert_eq!(truth.radii, vec![1.0, 2.0, 3.0, 4.0]);
+        let (rows, label_map) = parse_dense(&text, 5);
+        assert_eq!(label_map, None);
+        for class in 0..4 {
+            assert!(rows.labels.contains(&(class as f32)));
+        }
+        assert!(
+            rows.labels
+                .iter()
+                .all(|&l| (0.0..4.0).contains(&l) && l.fract() == 0.0)
+        );
+        let acc = accuracy(&rows, |v| {
+            truth.nearest_ring(f64::from(v[0]), f64::from(v[1]))
+        });
+        assert!(acc > 0.95, "nearest-ring accuracy {acc}");
+        for j in 2..5 {
+            let (mean, std) = column_stats(&rows, j);
+            assert!(
+                mean.abs() < 0.05 && (std - 1.0).abs() < 0.05,
+                "{mean} {std}"
+            );
+        }
+    }
+
+    #[test]
+    fn blob_points_are_nearest_their_centre() {
+        let spec = BlobsSpec::new(20_000, 8, 16, 4);
+        let mut text = Vec::new();
+        let truth = write_blobs(&spec, &mut text).unwrap();
+        assert_eq!(truth.centres.len(), 8);
+        assert!(truth.centres.iter().flatten().all(|c| c.abs() <= 10.0));
+        let (rows, label_map) = parse_dense(&text, 16);
+        assert_eq!(rows.rows(), 20_000);
+        assert_eq!(label_map, None);
+        for blob in 0..8 {
+            assert!(rows.labels.contains(&(blob as f32)));
+        }
+        let acc = accuracy(&rows, |v| truth.nearest_centre(v));
+        assert!(acc > 0.99, "nearest-centre accuracy {acc}");
+        // Each coordinate deviates from its centre with the spread as standard deviation.
+        let squares: f64 = rows
+            .iter_rows()
+            .flat_map(|(l, _, v)| v.iter().zip(&truth.centres[l as usize]))
+            .map(|(&x, &c)| (f64::from(x) - c).powi(2))
+            .sum();
+        let std = (squares / (20_000.0 * 16.0)).sqrt();
+        assert!((std - 1.0).abs() < 0.02, "spread {std}");
+
+        // Two blobs: labels 0/1, mapped to themselves.
+        let mut text = Vec::new();
+        write_blobs(&BlobsSpec::new(100, 2, 3, 4), &mut text).unwrap();
+        let (_, label_map) = parse_dense(&text, 3);
+        assert_eq!(
+            label_map,
+            Some(crate::manifest::LabelMap {
+                negative: 0.0,
+                positive: 1.0
+            })
+        );
+    }
+
+    #[test]
+    fn invalid_dense_specs_are_rejected_with_clear_errors() {
+        fn message<T>(result: io::Result<T>) -> String {
+            let err = result.err().expect("an invalid spec");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+            err.to_string()
+        }
+        let dense = DenseLrSpec::new(10, 28, 0);
+        let cases = [
+            (
+                message(write_dense_lr(
+                    &DenseLrSpec {
+                        features: 0,
+                        ..dense.clone()
+                    },
+                    io::sink(),
+                )),
+                "dense LR features must be in 1..=4294967295, got 0",
+            ),
+            (
+                message(write_dense_lr(
+                    &DenseLrSpec {
+                        correlation: 1.5,
+                        ..dense.clone()
+                    },
+                    io::sink(),
+                )),
+                "dense LR correlation must be between 0 and 1, got 1.5",
+            ),
+            (
+                message(write_dense_lr(
+                    &DenseLrSpec {
+                        margin_std: -1.0,
+                        ..dense.clone()
+                    },
+                    io::sink(),
+                )),
+                "margin standard deviation must be finite and non-negative, got -1",
+            ),
+            (
+                message(write_dense_lr(
+                    &DenseLrSpec {
+                        bias: f64::INFINITY,
+                        ..dense
+                    },
+                    io::sink(),
+                )),
+                "dense LR bias must be finite, got inf",
+            ),
+            (
+                message(write_rings(&RingsSpec::new(10, 1, 0), io::sink())),
+                "rings classes must be in 2..=16777216, got 1",
+            ),
+            (
+                message(write_rings(
+                    &RingsSpec {
+                        noise: f64::NAN,
+                        ..RingsSpec::new(10, 2, 0)
+                    },
+                    io::sink(),
+                )),
+                "rings noise must be finite and non-negative, got NaN",
+            ),
+            (
+                message(write_blobs(&BlobsSpec::new(10, 0, 2, 0), io::sink())),
+                "blobs k must be in 1..=16777216, got 0",
+            ),
+            (
+                message(write_blobs(&BlobsSpec::new(10, 2, 0, 0), io::sink())),
+                "blobs features must be in 1..=4294967295, got 0",
+            ),
+            (
+                message(write_blobs(
+                    &BlobsSpec {
+                        spread: -0.5,
+                        ..BlobsSpec::new(10, 2, 2, 0)
+                    },
+                    io::sink(),
+                )),
+                "blob spread must be finite and non-negative, got -0.5",
+            ),
+            (
+                message(write_blobs(
+                    &BlobsSpec {
+                        box_half_width: 0.0,
+                        ..BlobsSpec::new(10, 2, 2, 0)
+                    },
+                    io::sink(),
+                )),
+                "blobs box half-width must be finite and positive, got 0",
+            ),
+        ];
+        for (shown, expected) in cases {
+            assert_eq!(shown, expected);
+        }
     }
 }

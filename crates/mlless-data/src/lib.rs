@@ -8,7 +8,8 @@
 //! * [`prepare`]: shuffle, train/test split, minibatches, min-max normalisation (map-reduce).
 //! * [`codec`]: framed, checksummed binary objects ([`encode_batch`], [`decode_batch`]).
 //! * [`manifest`]: the JSON description of a prepared dataset ([`Manifest`]).
-//! * [`generate`]: synthetic sparse-LR and ratings data with known ground truth.
+//! * [`generate`]: synthetic data with known ground truth: sparse and dense LR, rings, blobs,
+//!   ratings.
 //!
 //! ```
 //! use std::path::Path;
@@ -51,8 +52,9 @@ pub use codec::{
     decode_batch, decode_batch_checked, decode_framed, encode_batch, encode_framed,
 };
 pub use generate::{
-    RatingsSpec, RatingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_ratings,
-    write_sparse_lr,
+    BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, RatingsSpec, RatingsTruth, RingsSpec,
+    RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs, write_dense_lr,
+    write_ratings, write_rings, write_sparse_lr,
 };
 pub use manifest::{
     BatchInfo, DatasetKind, LabelMap, MANIFEST_KEY, MANIFEST_VERSION, Manifest, ManifestError,
