@@ -51,7 +51,17 @@ pub struct BenchArgs {
     /// Steps per channel-benchmark run.
     #[arg(long, default_value_t = 100)]
     pub steps: u64,
+    /// Patterns of the channel benchmark, comma-separated (broadcast, allreduce,
+    /// scatter-reduce): exchange dense model updates of --params parameters through the
+    /// training exchange instead of raw messages of --update-bytes.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub pattern: Vec<crate::train::CommPattern>,
+    /// Parameters of each update, with --pattern.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub params: usize,
 }
+
+use mlless_runtime::bench::BenchLoad;
 
 /// Parses `4096`, `1KB`, `100KB`, `4MB`.
 fn parse_bytes(text: &str) -> Result<usize, String> {
@@ -239,22 +249,37 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
     let store = args.dir.join("channel-store");
     let runtime = crate::runtime()?;
     println!(
-        "{:<64} {:>3} {:>10} {:>11} {:>11} {:>12}",
-        "channel", "P", "update", "median ms", "p95 ms", "recv MB/s"
+        "{:<64} {:<15} {:>3} {:>10} {:>11} {:>11} {:>12}",
+        "channel", "pattern", "P", "update", "median ms", "p95 ms", "recv MB/s"
     );
+    let loads: Vec<BenchLoad> = if args.pattern.is_empty() {
+        args.update_bytes
+            .iter()
+            .map(|&b| BenchLoad::Bytes(b))
+            .collect()
+    } else {
+        args.pattern
+            .iter()
+            .map(|&p| BenchLoad::Update {
+                pattern: p.into(),
+                params: args.params,
+            })
+            .collect()
+    };
     for &workers in &args.workers {
-        for &bytes in &args.update_bytes {
+        for &load in &loads {
             let report = runtime.block_on(mlless_runtime::bench::channel_bench(
                 crate::local_invoker()?,
                 args.channel.clone(),
                 &store.display().to_string(),
                 workers,
-                bytes,
+                load,
                 args.steps,
             ))?;
             println!(
-                "{:<64} {:>3} {:>10} {:>11.3} {:>11.3} {:>12.1}",
+                "{:<64} {:<15} {:>3} {:>10} {:>11.3} {:>11.3} {:>12.1}",
                 report.channel,
+                report.pattern.map_or("raw", |p| p.name()),
                 report.workers,
                 report.update_bytes,
                 report.median_ms,

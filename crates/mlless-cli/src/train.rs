@@ -76,6 +76,16 @@ pub enum CommPattern {
     ScatterReduce,
 }
 
+impl From<CommPattern> for Pattern {
+    fn from(pattern: CommPattern) -> Self {
+        match pattern {
+            CommPattern::Broadcast => Pattern::Broadcast,
+            CommPattern::Allreduce => Pattern::AllReduce,
+            CommPattern::ScatterReduce => Pattern::ScatterReduce,
+        }
+    }
+}
+
 /// Whether the scale-in auto-tuner runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ScaleIn {
@@ -282,11 +292,7 @@ impl TrainArgs {
                 ..Default::default()
             }),
             algorithm: self.algorithm,
-            pattern: match self.pattern {
-                CommPattern::Broadcast => Pattern::Broadcast,
-                CommPattern::Allreduce => Pattern::AllReduce,
-                CommPattern::ScatterReduce => Pattern::ScatterReduce,
-            },
+            pattern: self.pattern.into(),
         })
     }
 }

@@ -205,3 +205,42 @@ fn a_job_outlives_the_function_lifetime_by_handing_off() {
         metric(&free, "test_rmse").to_bits()
     );
 }
+
+/// The patterns and the round-based algorithms work through every channel backend there is a
+/// server for (set by `scripts/test.sh`): the same model as on the object-store channel.
+#[test]
+fn patterns_and_algorithms_work_on_redis_and_memcached() {
+    let mut channels: Vec<String> = Vec::new();
+    if let Ok(urls) = std::env::var("MLLESS_TEST_REDIS_URLS") {
+        channels.extend(urls.split(',').next().map(str::to_string));
+    }
+    if let Ok(url) = std::env::var("MLLESS_TEST_MEMCACHED_URL") {
+        channels.push(url);
+    }
+    if channels.is_empty() {
+        eprintln!("no Redis or Memcached server: run through scripts/test.sh");
+        return;
+    }
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    for (name, args) in [
+        ("scatter-reduce", &["--pattern", "scatter-reduce"][..]),
+        (
+            "admm-allreduce",
+            &["--algorithm", "admm", "--pattern", "allreduce"][..],
+        ),
+    ] {
+        let mut base = vec!["--max-epochs", "1"];
+        base.extend_from_slice(args);
+        let reference = stored_params(&run(dir.path(), &data, name, &base));
+        for channel in &channels {
+            let mut all = base.clone();
+            all.extend(["--channel", channel.as_str()]);
+            let record = run(dir.path(), &data, name, &all);
+            assert!(
+                stored_params(&record) == reference,
+                "{name} on {channel} differs from the object-store channel"
+            );
+        }
+    }
+}

@@ -5,12 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use mlless_core::{SparseVector, WireDelta};
 use mlless_faas::{Invoker, Limits};
-use mlless_store::{Store, open_channel};
+use mlless_store::{Channel, Store, open_channel};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
+use crate::exchange::{Exchange, Traffic};
 use crate::function::Payload;
+use crate::messages::{Message, UpdateMessage};
+use crate::spec::Pattern;
 
 /// Topic of the benchmark's messages.
 const TOPIC: &str = "bench";
@@ -32,6 +36,14 @@ pub struct ChannelBenchTask {
     pub update_bytes: usize,
     /// Steps to run.
     pub steps: u64,
+    /// With a pattern, the workers exchange dense model updates of `params` parameters through
+    /// the training exchange (`update_bytes` is then ignored); without, raw messages of
+    /// `update_bytes` bytes, all to all.
+    #[serde(default)]
+    pub pattern: Option<Pattern>,
+    /// Parameters of each update, with a pattern.
+    #[serde(default)]
+    pub params: usize,
 }
 
 /// What the channel benchmark measured.
@@ -41,8 +53,10 @@ pub struct ChannelBenchReport {
     pub channel: String,
     /// Workers.
     pub workers: u32,
-    /// Bytes of each update.
+    /// Bytes of each update (with a pattern: of one worker's encoded update).
     pub update_bytes: usize,
+    /// The pattern of the exchange, if it was the training exchange.
+    pub pattern: Option<Pattern>,
     /// Steps measured (the first steps, while processes start, are left out).
     pub steps: usize,
     /// Median of the per-step exchange time (publish, collect, discard), over steps and
@@ -50,12 +64,27 @@ pub struct ChannelBenchReport {
     pub median_ms: f64,
     /// 95th percentile of the per-step exchange time, in ms.
     pub p95_ms: f64,
-    /// Bytes every worker received per second of exchange, in MB/s.
+    /// Bytes every worker received per second of exchange, in MB/s (raw messages only; 0 with
+    /// a pattern, whose traffic is not all to all).
     pub received_mb_per_s: f64,
 }
 
 /// Steps left out at the start: the processes start and connect at different times.
 const WARM_UP_STEPS: u64 = 3;
+
+/// What to exchange in a channel benchmark.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BenchLoad {
+    /// Raw messages of this many bytes, every worker to every worker.
+    Bytes(usize),
+    /// Dense updates of this many parameters, through the training exchange with a pattern.
+    Update {
+        /// The pattern.
+        pattern: Pattern,
+        /// Parameters of each update.
+        params: usize,
+    },
+}
 
 /// Runs the channel benchmark with `workers` function workers.
 pub async fn channel_bench(
@@ -63,9 +92,25 @@ pub async fn channel_bench(
     channel: Option<String>,
     store_url: &str,
     workers: u32,
-    update_bytes: usize,
+    load: BenchLoad,
     steps: u64,
 ) -> Result<ChannelBenchReport> {
+    let (update_bytes, pattern, params) = match load {
+        BenchLoad::Bytes(bytes) => (bytes, None, 0),
+        BenchLoad::Update { pattern, params } => {
+            if params == 0 || params > u32::MAX as usize {
+                return Err(RuntimeError::InvalidJob(format!(
+                    "--params must be in 1..={}, got {params}",
+                    u32::MAX
+                )));
+            }
+            (
+                dense_update(0, 0, params).encode().len(),
+                Some(pattern),
+                params,
+            )
+        }
+    };
     if workers == 0 || steps == 0 {
         return Err(RuntimeError::InvalidJob(
             "--workers and --steps must be at least 1".into(),
@@ -88,6 +133,8 @@ pub async fn channel_bench(
                 workers,
                 update_bytes,
                 steps: steps + WARM_UP_STEPS,
+                pattern,
+                params,
             })
         })
         .collect();
@@ -121,10 +168,15 @@ pub async fn channel_bench(
         channel: ch.describe(),
         workers,
         update_bytes,
+        pattern,
         steps: steps as usize,
         median_ms: quantile(0.5),
         p95_ms: quantile(0.95),
-        received_mb_per_s: received / total_s.max(1e-9) / 1e6,
+        received_mb_per_s: if pattern.is_some() {
+            0.0
+        } else {
+            received / total_s.max(1e-9) / 1e6
+        },
     })
 }
 
@@ -136,6 +188,39 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
     let peers: Vec<u32> = (0..task.workers).collect();
     let mut payload = vec![0u8; task.update_bytes];
     let mut times = Vec::with_capacity(task.steps as usize);
+    if let Some(pattern) = task.pattern {
+        let exchange = Exchange {
+            channel: &*channel,
+            job_workers: task.workers,
+            timeout: Duration::from_secs(120),
+            pattern,
+            worker: task.worker,
+            workers: &peers,
+            dim: task.params,
+            expected_removal: 1,
+        };
+        for step in 0..task.steps {
+            let message = dense_update(step, task.worker, task.params);
+            let started = Instant::now();
+            let mut traffic = Traffic::default();
+            let exchanged = exchange.run(message, None, &mut traffic).await?;
+            if step > 0 {
+                exchange.discard(step - 1).await?;
+            }
+            let elapsed = started.elapsed();
+            if exchanged.mean.nnz() != task.params {
+                return Err(RuntimeError::FunctionFailed(format!(
+                    "step {step}: the mean has {} entries, not {}",
+                    exchanged.mean.nnz(),
+                    task.params
+                )));
+            }
+            if step >= WARM_UP_STEPS {
+                times.push(elapsed.as_secs_f64() * 1000.0);
+            }
+        }
+        return leave_timings(&*channel, task.worker, &times).await;
+    }
     for step in 0..task.steps {
         payload
             .iter_mut()
@@ -160,12 +245,36 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
             times.push(elapsed.as_secs_f64() * 1000.0);
         }
     }
-    let json = serde_json::to_vec(&times).map_err(|source| RuntimeError::Json {
+    leave_timings(&*channel, task.worker, &times).await
+}
+
+/// Leaves a worker's step times under the key `timings-{worker}`.
+async fn leave_timings(channel: &dyn Channel, worker: u32, times: &[f64]) -> Result<()> {
+    let json = serde_json::to_vec(times).map_err(|source| RuntimeError::Json {
         location: "timings".into(),
         source,
     })?;
     channel
-        .put_key(&format!("timings-{}", task.worker), Bytes::from(json))
+        .put_key(&format!("timings-{worker}"), Bytes::from(json))
         .await?;
     Ok(())
+}
+
+/// A dense update of `params` parameters, different per step and worker.
+fn dense_update(step: u64, worker: u32, params: usize) -> UpdateMessage {
+    let values = (0..params)
+        .map(|j| ((j as u64 ^ step ^ u64::from(worker)) % 97) as f32 * 1e-3)
+        .collect();
+    let delta =
+        SparseVector::from_parts((0..params as u32).collect(), values).expect("ascending indices");
+    UpdateMessage {
+        step,
+        worker,
+        loss: Default::default(),
+        stop: false,
+        last: false,
+        applied_through: step,
+        removal: None,
+        delta: WireDelta::Sparse(delta),
+    }
 }

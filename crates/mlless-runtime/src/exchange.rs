@@ -13,9 +13,11 @@
 //! full (DESIGN §4): under broadcast its full update takes its place in the mean; under the
 //! other patterns the part it held back is added at the same weight after the mean.
 
-use mlless_core::{SparseVector, WireDelta, mean_of};
+use std::time::Duration;
 
-use crate::context::JobContext;
+use mlless_core::{SparseVector, WireDelta, mean_of};
+use mlless_store::Channel;
+
 use crate::error::{Result, RuntimeError};
 use crate::messages::{Message, Removal, UPDATES, UpdateMessage};
 use crate::spec::Pattern;
@@ -53,7 +55,11 @@ pub(crate) struct Exchanged {
 
 /// One worker's side of one exchange.
 pub(crate) struct Exchange<'a> {
-    pub ctx: &'a JobContext,
+    pub channel: &'a dyn Channel,
+    /// The job's worker count `N` (active or not): scatter-reduce's message ids need it.
+    pub job_workers: u32,
+    /// How long to wait for the others' messages.
+    pub timeout: Duration,
     /// The pattern.
     pub pattern: Pattern,
     /// This worker.
@@ -128,7 +134,7 @@ impl Exchange<'_> {
                 let held = own.map(|own| self.held(own, &message)).transpose()?;
                 let sent = self.sent_vector(&message)?;
                 let bounds = self.bounds();
-                let n = u64::from(self.ctx.spec.workers);
+                let n = u64::from(self.job_workers);
                 for (c, chunk) in sent.split_at_bounds(&bounds).into_iter().enumerate() {
                     let part = UpdateMessage {
                         delta: WireDelta::Sparse(chunk),
@@ -166,7 +172,7 @@ impl Exchange<'_> {
 
     /// Deletes what this worker published in the exchange of `step`, once no peer needs it.
     pub async fn discard(&self, step: u64) -> Result<()> {
-        let channel = &self.ctx.channel;
+        let channel = self.channel;
         match self.pattern {
             Pattern::Broadcast => channel.discard(UPDATES, step, &[self.worker]).await?,
             Pattern::AllReduce => {
@@ -174,8 +180,8 @@ impl Exchange<'_> {
                 channel.discard(REDUCED, step, &[self.worker]).await?;
             }
             Pattern::ScatterReduce => {
-                let n = u64::from(self.ctx.spec.workers);
-                let ids: Vec<u32> = (0..self.ctx.spec.workers as usize)
+                let n = u64::from(self.job_workers);
+                let ids: Vec<u32> = (0..self.job_workers as usize)
                     .map(|c| scatter_id(self.worker, c, n))
                     .collect::<Result<_>>()?;
                 channel.discard(SCATTER, step, &ids).await?;
@@ -261,7 +267,7 @@ impl Exchange<'_> {
         traffic.messages_sent += 1;
         traffic.entries_sent += message.delta.nnz() as u64;
         traffic.published_unix_ms = crate::worker::unix_ms();
-        self.ctx.channel.publish(topic, step, id, bytes).await?;
+        self.channel.publish(topic, step, id, bytes).await?;
         Ok(())
     }
 
@@ -275,9 +281,8 @@ impl Exchange<'_> {
         traffic: &mut Traffic,
     ) -> Result<Vec<UpdateMessage>> {
         let payloads = self
-            .ctx
             .channel
-            .collect(topic, step, from, self.ctx.spec.collect_timeout())
+            .collect(topic, step, from, self.timeout)
             .await?;
         let mut messages = Vec::with_capacity(payloads.len());
         for (payload, &id) in payloads.iter().zip(from) {

@@ -525,7 +525,9 @@ impl Worker {
     /// This worker's side of an exchange among `workers` of vectors of dimension `dim`.
     fn exchange_of<'a>(&'a self, workers: &'a [u32], dim: usize) -> Exchange<'a> {
         Exchange {
-            ctx: &self.ctx,
+            channel: &*self.ctx.channel,
+            job_workers: self.ctx.spec.workers,
+            timeout: self.ctx.spec.collect_timeout(),
             pattern: self.ctx.spec.pattern,
             worker: self.id,
             workers,
