@@ -95,6 +95,19 @@ pub fn render(record: &RunRecord) -> String {
         "  workers {} · optimizer {:?} · lr {} · seed {} · sync {} · compress {}",
         spec.workers, spec.optimizer.kind, spec.lr, spec.seed, spec.sync, spec.compression
     );
+    let handoffs = record
+        .invocations
+        .iter()
+        .filter(|r| r.name.contains('#'))
+        .count();
+    let _ = writeln!(
+        out,
+        "  algorithm {} · pattern {} · {} communication rounds · {handoffs} re-invocations at \
+         the lifetime limit",
+        spec.algorithm,
+        spec.pattern.name(),
+        record.rounds
+    );
     let _ = writeln!(
         out,
         "  steps {} · epochs {:.2} · wall time {:.1} s · stopped: {}",

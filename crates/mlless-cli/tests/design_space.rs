@@ -88,7 +88,8 @@ fn isp_composes_with_every_pattern() {
     }
 }
 
-/// ADMM reaches GA-SGD's target in fewer communication rounds; MA-SGD reaches it too.
+/// ADMM reaches GA-SGD's target (its test log loss after 3 epochs) in a tenth of the
+/// communication rounds; MA-SGD, averaging once per epoch, reaches it too.
 #[test]
 fn admm_needs_fewer_rounds_than_ga_and_ma_converges() {
     let dir = tempdir();
@@ -99,7 +100,7 @@ fn admm_needs_fewer_rounds_than_ga_and_ma_converges() {
         dir.path(),
         &data,
         "admm",
-        &["--max-epochs", "3", "--algorithm", "admm"],
+        &["--max-epochs", "5", "--algorithm", "admm"],
     );
     let ma = run(
         dir.path(),
@@ -117,8 +118,8 @@ fn admm_needs_fewer_rounds_than_ga_and_ma_converges() {
     );
     assert_eq!(ga.rounds, ga.steps.len() as u64);
     assert!(admm.rounds * 10 < ga.rounds, "ADMM {} rounds", admm.rounds);
-    assert!(metric(&admm, "test_logloss") <= target * 1.02);
-    assert!(metric(&ma, "test_logloss") <= target * 1.02);
+    assert!(metric(&admm, "test_logloss") <= target * 1.005);
+    assert!(metric(&ma, "test_logloss") <= target * 1.005);
     assert_eq!(admm.replica_spread, 0.0);
     assert_eq!(ma.replica_spread, 0.0);
 }

@@ -113,6 +113,24 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: [&str; 3]
             "synchronisation",
             format!("{}, compression {}", spec.sync, spec.compression),
         ),
+        (
+            "algorithm",
+            format!(
+                "{}, pattern {}, {} communication rounds",
+                spec.algorithm,
+                spec.pattern.name(),
+                record.rounds
+            ),
+        ),
+        (
+            "re-invocations at the lifetime limit",
+            record
+                .invocations
+                .iter()
+                .filter(|r| r.name.contains('#'))
+                .count()
+                .to_string(),
+        ),
         ("steps", record.steps.len().to_string()),
         ("epochs", format!("{:.2}", record.epochs)),
         ("stop reason", record.stop_reason.clone()),

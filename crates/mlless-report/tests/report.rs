@@ -122,6 +122,7 @@ fn record() -> RunRecord {
         bill: Some(bill),
         model_url: "file:///tmp/data/runs/job/model.bin".into(),
         replica_spread: 0.0,
+        rounds: 0,
         scale_in: Default::default(),
     }
 }

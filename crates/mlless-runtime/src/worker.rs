@@ -454,7 +454,7 @@ impl Worker {
                 }
                 _ => {
                     self.local_step(&own, computed.lr);
-                    if (step + 1) % round == 0 || by_epochs {
+                    if (step + 1).is_multiple_of(round) || by_epochs {
                         Some(
                             self.average_models(step, computed.loss, stop, &workers, &mut traffic)
                                 .await?,
