@@ -100,9 +100,15 @@ pub enum ScaleIn {
 pub struct TrainArgs {
     /// The prepared data set (the location given to `mlless prepare --out`).
     #[arg(long)]
+    #[arg(required_unless_present = "resume", default_value = "")]
     pub data: String,
     /// The model.
-    #[arg(long, value_enum)]
+    #[arg(
+        long,
+        value_enum,
+        required_unless_present = "resume",
+        default_value = "lr"
+    )]
     pub model: Model,
     /// Number of function workers.
     #[arg(long, default_value_t = 4)]
@@ -182,6 +188,23 @@ pub struct TrainArgs {
     /// Scale-in: never fewer workers than this.
     #[arg(long, default_value_t = 1)]
     pub min_workers: u32,
+    /// Every worker and the supervisor checkpoint their state every this many steps, so that a
+    /// crashed one is replaced from its checkpoint and `--resume` can continue a failed run
+    /// (0: only at the lifetime hand-off; a crash then fails the run).
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_every: u64,
+    /// Replace a worker whose statistics are this many seconds late [default: wait as long
+    /// as a function lives].
+    #[arg(long)]
+    pub worker_deadline: Option<f64>,
+    /// Continue the failed run at this location (`{runs}/{job}`) from its last checkpoint;
+    /// the other options are ignored, except --platform, --quiet and --record.
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Test aid: inject a fault (repeatable): kill-worker:W@T, kill-supervisor@T, drop:W@T
+    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T.
+    #[arg(long, hide_short_help = true)]
+    pub fault: Vec<mlless_runtime::Fault>,
     /// Channel for the updates [default: the object store the run is written to].
     #[arg(long)]
     pub channel: Option<String>,
@@ -231,6 +254,11 @@ impl TrainArgs {
         }
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             anyhow::bail!("--timeout-s must be a positive number of seconds");
+        }
+        if let Some(d) = self.worker_deadline
+            && !(d > 0.0 && d.is_finite())
+        {
+            anyhow::bail!("--worker-deadline must be a positive number of seconds");
         }
         Ok(TrainOptions {
             data_url: self.data.clone(),
@@ -293,6 +321,9 @@ impl TrainArgs {
             }),
             algorithm: self.algorithm,
             pattern: self.pattern.into(),
+            checkpoint_every: self.checkpoint_every,
+            worker_deadline_s: self.worker_deadline,
+            faults: self.fault.clone(),
         })
     }
 }
@@ -310,7 +341,6 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
 
 /// Trains, showing a live progress line unless `--quiet`.
 pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
-    let options = args.options()?;
     let invoker = crate::local_invoker()?;
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -333,7 +363,17 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
             p.step, p.epoch, p.max_epochs, p.workers, p.cost_usd
         ));
     };
-    let result = crate::runtime()?.block_on(mlless_runtime::train(&options, invoker, &mut observe));
+    let runtime = crate::runtime()?;
+    let result = match &args.resume {
+        Some(run) => {
+            let prices = crate::cost::price_table(&args.platform)?;
+            runtime.block_on(mlless_runtime::resume(run, &prices, invoker, &mut observe))
+        }
+        None => {
+            let options = args.options()?;
+            runtime.block_on(mlless_runtime::train(&options, invoker, &mut observe))
+        }
+    };
     bar.finish_and_clear();
     Ok(result?)
 }

@@ -198,6 +198,7 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
             workers: &peers,
             dim: task.params,
             expected_removal: 1,
+            publish_fault: None,
         };
         for step in 0..task.steps {
             let message = dense_update(step, task.worker, task.params);

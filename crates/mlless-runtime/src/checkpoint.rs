@@ -1,50 +1,130 @@
-//! Hand-off at the lifetime limit (DESIGN §7): a worker or the supervisor that nears its
-//! function's lifetime cap writes its whole state as a checkpoint and ends; the driver sees the
-//! checkpoint of the next generation and invokes the role again, and the new invocation resumes
-//! from it — no step lost, none repeated.
+//! Checkpoints of a function's whole state (DESIGN §7): taken every `--checkpoint-every` steps,
+//! and at the hand-off before the lifetime limit.
 //!
-//! The driver re-invokes rather than the function itself (LambdaML's self-invocation): the
-//! driver already waits for every invocation and meters it, so each generation shows in the
-//! run record and the bill, and nothing in a role needs to know how it was invoked.
+//! - **Hand-off**: a worker or the supervisor that nears its function's lifetime cap writes its
+//!   state and a hand-off marker, and ends; the driver sees the marker of the next generation
+//!   and invokes the role again, which resumes from the checkpoint — no step lost, none
+//!   repeated. The driver re-invokes rather than the function itself (LambdaML's
+//!   self-invocation): it already waits for every invocation and meters it, so each generation
+//!   shows in the run record and the bill, and nothing in a role knows how it was invoked.
+//! - **Recovery**: a replacement for a dead worker, a re-invoked supervisor, and
+//!   `mlless train --resume` start from the role's latest checkpoint.
 //!
-//! A checkpoint is one framed object, `checkpoints/{role}/{generation:06}.bin` below the run:
-//! written in one `put` (atomic on every store) and checked (magic, version, length, CRC) when
-//! read, so a half-written checkpoint is never taken for a whole one.
+//! A checkpoint is one framed object, `checkpoints/{role}/step-{step:012}.bin` below the run
+//! (`step` is the step the state is ready to run), written in one `put` (atomic on every store)
+//! and checked (magic, version, length, CRC) when read, so a half-written checkpoint is never
+//! taken for a whole one. A role keeps its checkpoints from the last step that is a multiple of
+//! the checkpoint interval before its newest one on, so the roles always share one step to
+//! resume from together.
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use mlless_store::Store;
 
-use crate::error::Result;
+use crate::error::{Result, RuntimeError};
 use crate::messages::Message;
 
-/// The key of `role`'s checkpoint for the invocation of `generation` (1 for the first
-/// re-invocation).
-pub fn checkpoint_key(role: &str, generation: u32) -> String {
-    format!("checkpoints/{role}/{generation:06}.bin")
+/// The key of `role`'s checkpoint of the state ready to run `step`.
+pub fn checkpoint_key(role: &str, step: u64) -> String {
+    format!("checkpoints/{role}/step-{step:012}.bin")
 }
 
-/// Writes `state` as `role`'s checkpoint for `generation`, and deletes the one it resumed from.
-pub async fn save<T: Message>(store: &Store, role: &str, generation: u32, state: &T) -> Result<()> {
+/// The key of the marker that `role`'s invocation of `generation` is to resume from a hand-off.
+pub fn handoff_key(role: &str, generation: u32) -> String {
+    format!("checkpoints/{role}/handoff-{generation:06}.json")
+}
+
+/// The step below which checkpoints (and the messages a replay needs) may go, once a checkpoint
+/// of `step` exists: the last multiple of `every` before it (`step` itself without periodic
+/// checkpoints).
+pub fn keep_from(step: u64, every: u64) -> u64 {
+    match every {
+        0 => step,
+        n => (step.saturating_sub(1) / n) * n,
+    }
+}
+
+/// Writes `state` as `role`'s checkpoint of `step`, and deletes its checkpoints before
+/// [`keep_from`]`(step, every)`.
+pub async fn save<T: Message>(
+    store: &Store,
+    role: &str,
+    step: u64,
+    every: u64,
+    state: &T,
+) -> Result<()> {
     store
-        .put(&checkpoint_key(role, generation), state.encode())
+        .put(&checkpoint_key(role, step), state.encode())
         .await?;
-    if let Some(previous) = generation.checked_sub(1).filter(|&g| g > 0) {
-        store.delete(&checkpoint_key(role, previous)).await?;
+    let keep = keep_from(step, every);
+    for old in steps(store, role).await? {
+        if old < keep {
+            store.delete(&checkpoint_key(role, old)).await?;
+        }
     }
     Ok(())
 }
 
-/// Reads `role`'s checkpoint for `generation`.
-pub async fn load<T: Message>(store: &Store, role: &str, generation: u32) -> Result<T> {
-    let key = checkpoint_key(role, generation);
+/// Writes `state` as `role`'s checkpoint of `step` and the marker that tells the driver to
+/// invoke `generation` from it.
+pub async fn hand_off<T: Message>(
+    store: &Store,
+    role: &str,
+    generation: u32,
+    step: u64,
+    every: u64,
+    state: &T,
+) -> Result<()> {
+    save(store, role, step, every, state).await?;
+    store
+        .put(
+            &handoff_key(role, generation),
+            Bytes::from(step.to_string()),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The step `role` handed off at for `generation`, if it did.
+pub async fn handoff_step(store: &Store, role: &str, generation: u32) -> Result<Option<u64>> {
+    let key = handoff_key(role, generation);
+    let Some(bytes) = store.get_opt(&key).await? else {
+        return Ok(None);
+    };
+    let step = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| {
+            RuntimeError::FunctionFailed(format!("{} is not a step number", store.location(&key)))
+        })?;
+    Ok(Some(step))
+}
+
+/// Reads `role`'s checkpoint of `step`.
+pub async fn load<T: Message>(store: &Store, role: &str, step: u64) -> Result<T> {
+    let key = checkpoint_key(role, step);
     let bytes = store.get(&key).await?;
     T::decode(&bytes, || store.location(&key))
 }
 
-/// Whether `role` left a checkpoint for `generation`, i.e. asked to be invoked again.
-pub async fn exists(store: &Store, role: &str, generation: u32) -> Result<bool> {
-    Ok(store.exists(&checkpoint_key(role, generation)).await?)
+/// The steps `role` has checkpoints of, ascending.
+pub async fn steps(store: &Store, role: &str) -> Result<Vec<u64>> {
+    let prefix = format!("checkpoints/{role}/");
+    let mut steps: Vec<u64> = store
+        .list(&prefix)
+        .await?
+        .iter()
+        .filter_map(|key| {
+            key.strip_prefix(&prefix)?
+                .strip_prefix("step-")?
+                .strip_suffix(".bin")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    steps.sort_unstable();
+    Ok(steps)
 }
 
 /// The time a function has left, and whether it should hand off before its next step.
@@ -94,10 +174,36 @@ mod tests {
     }
 
     #[test]
-    fn keys_sort_by_generation() {
-        assert_eq!(
-            checkpoint_key("worker-3", 12),
-            "checkpoints/worker-3/000012.bin"
-        );
+    fn checkpoints_are_kept_from_the_last_aligned_step_before() {
+        assert_eq!(keep_from(200, 100), 100);
+        assert_eq!(keep_from(205, 100), 200);
+        assert_eq!(keep_from(130, 100), 100);
+        assert_eq!(keep_from(100, 100), 0);
+        assert_eq!(keep_from(37, 0), 37);
+    }
+
+    #[test]
+    fn saved_checkpoints_are_listed_and_pruned() {
+        use crate::messages::ReplicaMessage;
+        let store = Store::open("memory://checkpoints-test").expect("memory store");
+        let state = ReplicaMessage {
+            worker: 0,
+            step: 1,
+            params: vec![0.5, -1.0],
+        };
+        futures::executor::block_on(async {
+            for step in [10, 20, 25, 30, 40] {
+                save(&store, "worker-0", step, 10, &state).await.unwrap();
+            }
+            assert_eq!(steps(&store, "worker-0").await.unwrap(), vec![30, 40]);
+            hand_off(&store, "worker-0", 3, 43, 10, &state)
+                .await
+                .unwrap();
+            assert_eq!(steps(&store, "worker-0").await.unwrap(), vec![40, 43]);
+            assert_eq!(handoff_step(&store, "worker-0", 3).await.unwrap(), Some(43));
+            assert_eq!(handoff_step(&store, "worker-0", 4).await.unwrap(), None);
+            let back: ReplicaMessage = load(&store, "worker-0", 43).await.unwrap();
+            assert_eq!(back.params, state.params);
+        });
     }
 }

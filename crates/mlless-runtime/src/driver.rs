@@ -7,11 +7,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule, TunerConfig};
 use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
-use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
+use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits, Outcome};
 use mlless_store::{Store, open_channel};
 use tracing::{info, warn};
 
@@ -19,9 +20,10 @@ use crate::checkpoint;
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
-use crate::messages::{PROGRESS_KEY, Progress, STOP_KEY, StopRequest};
+use crate::function::Start;
+use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
 use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{Algorithm, JobSpec, Pattern, SPEC_KEY, StopCriteria, SyncMode};
+use crate::spec::{Algorithm, Fault, JobSpec, Pattern, SPEC_KEY, StopCriteria, SyncMode};
 use crate::supervisor::SUPERVISOR_ROLE;
 use crate::worker::worker_role;
 
@@ -211,6 +213,12 @@ pub struct TrainOptions {
     pub algorithm: Algorithm,
     /// How an exchange aggregates the workers' vectors.
     pub pattern: Pattern,
+    /// Checkpoint every this many steps (0: only at the lifetime hand-off).
+    pub checkpoint_every: u64,
+    /// Replace a worker that sent nothing for this long (`None`: never).
+    pub worker_deadline_s: Option<f64>,
+    /// Test aid: faults to inject.
+    pub faults: Vec<Fault>,
 }
 
 /// What the driver shows while a job runs.
@@ -241,8 +249,6 @@ pub async fn train(
     invoker: Arc<dyn Invoker>,
     observe: &mut dyn FnMut(&LiveProgress),
 ) -> Result<RunRecord> {
-    let started = Instant::now();
-    let started_at_unix_ms = unix_ms();
     if options.workers == 0 {
         return Err(RuntimeError::InvalidJob(
             "--workers must be at least 1".into(),
@@ -281,99 +287,111 @@ pub async fn train(
         source,
     })?;
     run_store.put(SPEC_KEY, Bytes::from(spec_json)).await?;
-    let channel = open_channel(spec.channel.as_deref(), &run_store, &spec.job_id).await?;
+    let starts = vec![Start::default(); spec.workers as usize + 1];
+    run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
+}
 
-    // Every role is invoked once, and again each time it hands off at its lifetime limit.
+/// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
+/// supervisor and workers all have (`--checkpoint-every`), after a failure that stopped it;
+/// returns the complete run record.
+pub async fn resume(
+    run_url: &str,
+    prices: &PriceTable,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress),
+) -> Result<RunRecord> {
+    let run_store = Store::open(run_url)?;
+    let bytes = run_store.get(SPEC_KEY).await?;
+    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+        location: run_store.location(SPEC_KEY),
+        source,
+    })?;
+    if run_store.exists(RECORD_KEY).await? {
+        return Err(RuntimeError::InvalidJob(format!(
+            "the run at {run_url} has finished (it has {RECORD_KEY}): nothing to resume"
+        )));
+    }
+    // The last step every role has a checkpoint of.
+    let mut common: Option<Vec<u64>> = None;
+    for role in roles(&spec) {
+        let steps = checkpoint::steps(&run_store, &role).await?;
+        common = Some(match common {
+            None => steps,
+            Some(c) => c.into_iter().filter(|s| steps.contains(s)).collect(),
+        });
+    }
+    let step = common.and_then(|c| c.last().copied()).ok_or_else(|| {
+        RuntimeError::InvalidJob(format!(
+            "the run at {run_url} has no checkpoint that its supervisor and all its workers \
+                 share: it was trained without --checkpoint-every, or failed before the first"
+        ))
+    })?;
+    info!(step, "resuming from the checkpoints of step {step}");
+    let start = Start {
+        generation: 0,
+        recovery: 1,
+        resume_step: Some(step),
+    };
+    let starts = vec![start; spec.workers as usize + 1];
+    run_job(&spec, &run_store, prices, starts, invoker, observe).await
+}
+
+/// The roles of a job: the supervisor, then the workers.
+fn roles(spec: &JobSpec) -> Vec<String> {
     let mut roles = vec![SUPERVISOR_ROLE.to_string()];
     roles.extend((0..spec.workers).map(worker_role));
-    let payload = |role: usize, generation: u32| match role {
-        0 => Payload::Supervisor {
-            run_url: spec.run_url.clone(),
-            generation,
-        },
-        _ => Payload::Worker {
-            run_url: spec.run_url.clone(),
-            worker: role as u32 - 1,
-            generation,
-        },
-    };
-    let mut running = FuturesUnordered::new();
-    let mut kill_switches: Vec<KillSwitch> = Vec::new();
-    let mut starts: Vec<(String, Instant)> = Vec::new();
-    for (role, name) in roles.iter().enumerate() {
-        let invocation = invoke(&*invoker, name, &payload(role, 0), spec.limits).await;
-        let invocation = match invocation {
-            Ok(invocation) => invocation,
-            Err(e) => {
-                kill_switches.iter().for_each(KillSwitch::kill);
-                return Err(e);
-            }
-        };
-        kill_switches.push(invocation.kill_switch());
-        starts.push((name.clone(), Instant::now()));
-        running.push(tag(invocation.wait(), role, 0));
+    roles
+}
+
+/// Invokes the supervisor and the workers of `spec` from `starts` (one per role, supervisor
+/// first), keeps them going (hand-offs, replacements), shows progress, and completes the run
+/// record with the invocations and the bill.
+async fn run_job(
+    spec: &JobSpec,
+    run_store: &Store,
+    prices: &PriceTable,
+    starts: Vec<Start>,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress),
+) -> Result<RunRecord> {
+    let started = Instant::now();
+    let started_at_unix_ms = unix_ms();
+    let channel = open_channel(spec.channel.as_deref(), run_store, &spec.job_id).await?;
+    let mut fleet = Invocations::new(&*invoker, spec, run_store);
+    for (role, start) in starts.into_iter().enumerate() {
+        if let Err(e) = fleet.invoke(role, start).await {
+            fleet.kill_all();
+            return Err(e);
+        }
     }
 
-    let mut reports: Vec<InvocationReport> = Vec::new();
     let mut failure: Option<String> = None;
     let mut progress = Progress::default();
     let mut ticker = tokio::time::interval(POLL);
-    let mut show =
-        |progress: &Progress, reports: &[InvocationReport], starts: &[(String, Instant)]| {
-            let cost_usd: f64 = starts
-                .iter()
-                .map(|(name, start)| {
-                    let duration_ms = reports
-                        .iter()
-                        .find(|r| &r.name == name)
-                        .map_or(start.elapsed().as_millis() as u64, |r| r.duration_ms);
-                    options.prices.invocation_usd(Usage {
-                        duration_ms,
-                        memory_mb: spec.limits.memory_mb,
-                    })
-                })
-                .sum();
-            observe(&LiveProgress {
-                job_id: spec.job_id.clone(),
-                step: progress.step,
-                epoch: progress.epoch,
-                loss: progress.loss,
-                workers: progress.workers,
-                max_epochs: spec.stop.max_epochs,
-                elapsed_s: started.elapsed().as_secs_f64(),
-                cost_usd,
-            });
-        };
+    let mut replaced_through = 0u32;
+    let mut show = |progress: &Progress, fleet: &Invocations| {
+        observe(&LiveProgress {
+            job_id: spec.job_id.clone(),
+            step: progress.step,
+            epoch: progress.epoch,
+            loss: progress.loss,
+            workers: progress.workers,
+            max_epochs: spec.stop.max_epochs,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            cost_usd: fleet.cost_so_far(prices, spec.limits.memory_mb),
+        });
+    };
     progress.loss = f64::NAN;
     progress.workers = spec.workers;
-    while !running.is_empty() {
+    while fleet.is_running() {
         tokio::select! {
-            done = running.next() => {
-                let Some((role, generation, done)) = done else { break };
+            done = fleet.next() => {
+                let Some((role, id, done)) = done else { break };
                 let report = done?;
-                let next = generation + 1;
-                if report.outcome.is_success()
-                    && failure.is_none()
-                    && checkpoint::exists(&run_store, &roles[role], next).await?
+                if failure.is_none()
+                    && let Err(message) = fleet.ended(role, id, &report).await
                 {
-                    // The function handed off at its lifetime limit: invoke its next generation.
-                    let name = format!("{}#{next}", roles[role]);
-                    info!(%name, "invoking again after a hand-off");
-                    match invoke(&*invoker, &name, &payload(role, next), spec.limits).await {
-                        Ok(invocation) => {
-                            kill_switches.push(invocation.kill_switch());
-                            starts.push((name, Instant::now()));
-                            running.push(tag(invocation.wait(), role, next));
-                        }
-                        Err(e) => {
-                            failure = Some(format!("could not invoke {name} again: {e}"));
-                            kill_switches.iter().for_each(KillSwitch::kill);
-                        }
-                    }
-                } else if let Some(message) = report.describe_failure()
-                    && failure.is_none()
-                {
-                    // One function failed: the others cannot finish without it.
+                    // A function failed for good: the others cannot finish without it.
                     failure = Some(message);
                     let stop = StopRequest { reason: "a function failed".into() };
                     if let Ok(json) = serde_json::to_vec(&stop)
@@ -381,9 +399,9 @@ pub async fn train(
                     {
                         warn!("could not publish the stop request: {e}");
                     }
-                    kill_switches.iter().for_each(KillSwitch::kill);
+                    fleet.kill_all();
                 }
-                reports.push(report);
+                fleet.reports.push(report);
             }
             _ = ticker.tick() => {
                 if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
@@ -391,14 +409,34 @@ pub async fn train(
                 {
                     progress = p;
                 }
-                show(&progress, &reports, &starts);
+                if failure.is_none()
+                    && let Ok(Some(bytes)) = channel.get_key(REPLACE_KEY).await
+                    && let Ok(request) = serde_json::from_slice::<ReplaceRequest>(&bytes)
+                    && request.seq > replaced_through
+                {
+                    replaced_through = request.seq;
+                    for worker in request.workers {
+                        warn!(worker, step = request.step, "replacing a silent worker");
+                        if let Err(e) = fleet.replace(worker as usize + 1).await {
+                            failure = Some(format!("could not replace worker {worker}: {e}"));
+                            fleet.kill_all();
+                        }
+                    }
+                }
+                show(&progress, &fleet);
             }
         }
     }
     if let Err(e) = channel.cleanup().await {
         warn!("could not clean up the channel: {e}");
     }
-    if let Some(message) = failure {
+    if let Some(mut message) = failure {
+        if spec.checkpoint_every > 0 {
+            message.push_str(&format!(
+                " (continue the run from its last checkpoint with `mlless train --resume {}`)",
+                spec.run_url
+            ));
+        }
         return Err(RuntimeError::FunctionFailed(message));
     }
 
@@ -410,6 +448,7 @@ pub async fn train(
         })?;
     record.started_at_unix_ms = started_at_unix_ms;
     record.wall_s = started.elapsed().as_secs_f64();
+    let mut reports = std::mem::take(&mut fleet.reports);
     reports.sort_by(|a, b| a.name.cmp(&b.name));
     let usages: Vec<Usage> = reports
         .iter()
@@ -427,11 +466,12 @@ pub async fn train(
         requests.writes += r.writes;
         requests.reads += r.reads;
     }
-    record.bill = Some(options.prices.clone().for_channel(channel).bill(
-        &usages,
-        record.wall_s,
-        requests,
-    ));
+    record.bill = Some(
+        prices
+            .clone()
+            .for_channel(channel)
+            .bill(&usages, record.wall_s, requests),
+    );
     record.invocations = reports;
     if let Some(last) = record.steps.last() {
         let p = Progress {
@@ -440,7 +480,7 @@ pub async fn train(
             loss: last.loss,
             workers: spec.workers,
         };
-        show(&p, &record.invocations, &starts);
+        show(&p, &fleet);
     }
     let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{RECORD_KEY}", run_store.url()),
@@ -448,6 +488,218 @@ pub async fn train(
     })?;
     run_store.put(RECORD_KEY, Bytes::from(json)).await?;
     Ok(record)
+}
+
+/// How many times one role is replaced after failures before the run fails.
+const MAX_RECOVERIES: u32 = 3;
+
+/// The invocations of a job's roles (supervisor first, then the workers): each role is invoked
+/// once, again after each hand-off at its lifetime limit, and replaced after a failure it can
+/// recover from.
+struct Invocations<'a> {
+    invoker: &'a dyn Invoker,
+    spec: &'a JobSpec,
+    run_store: &'a Store,
+    names: Vec<String>,
+    /// Per role, its current invocation.
+    current: Vec<Option<Current>>,
+    running: FuturesUnordered<BoxFuture<'static, Ended>>,
+    /// Every invocation's name and start, for the cost so far.
+    started: Vec<(String, Instant)>,
+    /// The reports of the invocations that ended.
+    reports: Vec<InvocationReport>,
+    next_id: u64,
+}
+
+/// A role's current invocation.
+struct Current {
+    id: u64,
+    start: Start,
+    kill: KillSwitch,
+}
+
+/// An invocation's end: its role, its id, its report.
+type Ended = (
+    usize,
+    u64,
+    std::result::Result<InvocationReport, mlless_faas::InvokeError>,
+);
+
+impl<'a> Invocations<'a> {
+    fn new(invoker: &'a dyn Invoker, spec: &'a JobSpec, run_store: &'a Store) -> Self {
+        let names = roles(spec);
+        Self {
+            invoker,
+            spec,
+            run_store,
+            current: names.iter().map(|_| None).collect(),
+            names,
+            running: FuturesUnordered::new(),
+            started: Vec::new(),
+            reports: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Starts `role` from `start`.
+    async fn invoke(&mut self, role: usize, start: Start) -> Result<()> {
+        let run_url = self.spec.run_url.clone();
+        let payload = match role {
+            0 => Payload::Supervisor { run_url, start },
+            _ => Payload::Worker {
+                run_url,
+                worker: role as u32 - 1,
+                start,
+            },
+        };
+        let mut name = self.names[role].clone();
+        if start.generation > 0 {
+            name.push_str(&format!("#{}", start.generation));
+        }
+        if start.recovery > 0 {
+            name.push_str(&format!("~{}", start.recovery));
+        }
+        let invocation = invoke(self.invoker, &name, &payload, self.spec.limits).await?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.current[role] = Some(Current {
+            id,
+            start,
+            kill: invocation.kill_switch(),
+        });
+        self.started.push((name, Instant::now()));
+        self.running
+            .push(Box::pin(async move { (role, id, invocation.wait().await) }));
+        Ok(())
+    }
+
+    fn is_running(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    async fn next(&mut self) -> Option<Ended> {
+        self.running.next().await
+    }
+
+    fn kill_all(&self) {
+        for current in self.current.iter().flatten() {
+            current.kill.kill();
+        }
+    }
+
+    /// Handles the end of invocation `id` of `role`: invokes the next generation after a
+    /// hand-off, or a replacement after a failure it can recover from. `Err` with the failure
+    /// when the run cannot go on.
+    async fn ended(
+        &mut self,
+        role: usize,
+        id: u64,
+        report: &InvocationReport,
+    ) -> std::result::Result<(), String> {
+        let Some(current) = self.current[role].as_ref().filter(|c| c.id == id) else {
+            return Ok(()); // an invocation that was replaced
+        };
+        let start = current.start;
+        let name = self.names[role].clone();
+        if report.outcome.is_success() {
+            self.current[role] = None;
+            let next = start.generation + 1;
+            let step = checkpoint::handoff_step(self.run_store, &name, next)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(step) = step {
+                // It handed off at its lifetime limit: invoke its next generation.
+                info!(role = %name, generation = next, step, "invoking again after a hand-off");
+                let _ = self
+                    .run_store
+                    .delete(&checkpoint::handoff_key(&name, next))
+                    .await;
+                let start = Start {
+                    generation: next,
+                    recovery: start.recovery,
+                    resume_step: Some(step),
+                };
+                self.invoke(role, start)
+                    .await
+                    .map_err(|e| format!("could not invoke {name} again: {e}"))?;
+            }
+            return Ok(());
+        }
+        let failure = report
+            .describe_failure()
+            .unwrap_or_else(|| format!("{} failed", report.name));
+        if !self.recoverable(role, &report.outcome) {
+            return Err(failure);
+        }
+        warn!("{failure}: replacing it");
+        self.replace(role)
+            .await
+            .map_err(|e| format!("{failure}, and its replacement could not be invoked: {e}"))
+    }
+
+    /// Whether a failure of `role` that ended in `outcome` is survived by a replacement: a
+    /// crash or a lost function (not an error the function reported, which would come again),
+    /// with checkpoints to resume from, under a synchronous mode (for a worker), and not too
+    /// often.
+    fn recoverable(&self, role: usize, outcome: &Outcome) -> bool {
+        let crashed = matches!(
+            outcome,
+            Outcome::Failed {
+                exit_code: None,
+                ..
+            } | Outcome::TimedOut { .. }
+        );
+        let recoveries = self.current[role].as_ref().map_or(0, |c| c.start.recovery);
+        crashed
+            && self.spec.checkpoint_every > 0
+            && (role == 0 || self.spec.sync.is_synchronous())
+            && recoveries < MAX_RECOVERIES
+    }
+
+    /// Kills `role`'s current invocation, if any, and invokes a replacement that resumes from
+    /// the role's latest checkpoint (from the start if it has none yet).
+    async fn replace(&mut self, role: usize) -> Result<()> {
+        let previous = match self.current[role].take() {
+            Some(current) => {
+                current.kill.kill();
+                current.start
+            }
+            None => Start::default(),
+        };
+        let name = &self.names[role];
+        // A hand-off marker the killed invocation may have left is stale.
+        self.run_store
+            .delete(&checkpoint::handoff_key(name, previous.generation + 1))
+            .await?;
+        let resume_step = checkpoint::steps(self.run_store, name)
+            .await?
+            .last()
+            .copied();
+        let start = Start {
+            generation: previous.generation,
+            recovery: previous.recovery + 1,
+            resume_step,
+        };
+        self.invoke(role, start).await
+    }
+
+    /// The billed cost of the invocations so far (running ones up to now).
+    fn cost_so_far(&self, prices: &PriceTable, memory_mb: u32) -> f64 {
+        self.started
+            .iter()
+            .map(|(name, start)| {
+                let duration_ms = self
+                    .reports
+                    .iter()
+                    .find(|r| &r.name == name)
+                    .map_or(start.elapsed().as_millis() as u64, |r| r.duration_ms);
+                prices.invocation_usd(Usage {
+                    duration_ms,
+                    memory_mb,
+                })
+            })
+            .sum()
+    }
 }
 
 /// Starts one invocation of `name` with `payload`.
@@ -464,15 +716,6 @@ async fn invoke(
             limits,
         })
         .await?)
-}
-
-/// Tags an invocation's end with its role and generation.
-async fn tag<F: std::future::Future>(
-    wait: F,
-    role: usize,
-    generation: u32,
-) -> (usize, u32, F::Output) {
-    (role, generation, wait.await)
 }
 
 /// Refuses the combinations of algorithm, pattern, synchronisation and compression that make
@@ -625,6 +868,9 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         scale_in: options.scale_in.clone(),
         algorithm: options.algorithm,
         pattern: options.pattern,
+        checkpoint_every: options.checkpoint_every,
+        worker_deadline_s: options.worker_deadline_s,
+        faults: options.faults.clone(),
     })
 }
 

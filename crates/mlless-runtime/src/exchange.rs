@@ -70,6 +70,17 @@ pub(crate) struct Exchange<'a> {
     pub dim: usize,
     /// The sequence number of the removal request to look for.
     pub expected_removal: u32,
+    /// Test aid: what happens to this worker's own publish.
+    pub publish_fault: Option<PublishFault>,
+}
+
+/// Test aid: a fault injected into a worker's own publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishFault {
+    /// The message is never published.
+    Drop,
+    /// The message is published this late.
+    Delay(Duration),
 }
 
 impl Exchange<'_> {
@@ -87,7 +98,7 @@ impl Exchange<'_> {
         match self.pattern {
             Pattern::Broadcast => {
                 let sent = self.sent_vector(&message)?;
-                self.publish(UPDATES, step, self.worker, &message, traffic)
+                self.publish_own(UPDATES, step, self.worker, &message, traffic)
                     .await?;
                 let mut messages = self.collect(UPDATES, step, self.workers, traffic).await?;
                 let own_slot = own.cloned().unwrap_or(sent);
@@ -112,7 +123,7 @@ impl Exchange<'_> {
             Pattern::AllReduce => {
                 let leader = self.workers[0];
                 let held = own.map(|own| self.held(own, &message)).transpose()?;
-                self.publish(UPDATES, step, self.worker, &message, traffic)
+                self.publish_own(UPDATES, step, self.worker, &message, traffic)
                     .await?;
                 if self.worker == leader {
                     let messages = self.collect(UPDATES, step, self.workers, traffic).await?;
@@ -141,7 +152,7 @@ impl Exchange<'_> {
                         ..message.clone()
                     };
                     let id = scatter_id(self.worker, c, n)?;
-                    self.publish(SCATTER, step, id, &part, traffic).await?;
+                    self.publish_own(SCATTER, step, id, &part, traffic).await?;
                 }
                 let from: Vec<u32> = self
                     .workers
@@ -167,6 +178,19 @@ impl Exchange<'_> {
                 traffic.updates_applied = self.workers.len() as u32;
                 Ok(flags.with_mean(self.add_held(mean, held)))
             }
+        }
+    }
+
+    /// The message this worker published first in the exchange of `step`, if it did (a
+    /// replacement replaying steps looks its old flags up there).
+    pub async fn published(&self, step: u64) -> Result<Option<UpdateMessage>> {
+        let (topic, id) = first_message(self.pattern, self.worker, self.job_workers)?;
+        let found = self.channel.poll(topic, step, &[id]).await?;
+        match found.into_iter().next().flatten() {
+            Some(payload) => Ok(Some(UpdateMessage::decode(&payload, || {
+                format!("{topic} message {id} for step {step}")
+            })?)),
+            None => Ok(None),
         }
     }
 
@@ -254,6 +278,33 @@ impl Exchange<'_> {
         })
     }
 
+    /// Publishes one of this worker's own messages, unless a test fault drops or delays it.
+    async fn publish_own(
+        &self,
+        topic: &str,
+        step: u64,
+        id: u32,
+        message: &UpdateMessage,
+        traffic: &mut Traffic,
+    ) -> Result<()> {
+        match self.publish_fault {
+            Some(PublishFault::Drop) => {
+                tracing::error!(
+                    worker = self.worker,
+                    step,
+                    "fault injection: dropping a message"
+                );
+                Ok(())
+            }
+            Some(PublishFault::Delay(delay)) => {
+                tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
+                tokio::time::sleep(delay).await;
+                self.publish(topic, step, id, message, traffic).await
+            }
+            None => self.publish(topic, step, id, message, traffic).await,
+        }
+    }
+
     async fn publish(
         &self,
         topic: &str,
@@ -302,6 +353,19 @@ impl Exchange<'_> {
         }
         Ok(messages)
     }
+}
+
+/// The topic and id of the first message `worker` publishes in an exchange with `pattern`
+/// (`job_workers` workers in the job).
+pub(crate) fn first_message(
+    pattern: Pattern,
+    worker: u32,
+    job_workers: u32,
+) -> Result<(&'static str, u32)> {
+    Ok(match pattern {
+        Pattern::Broadcast | Pattern::AllReduce => (UPDATES, worker),
+        Pattern::ScatterReduce => (SCATTER, scatter_id(worker, 0, u64::from(job_workers))?),
+    })
 }
 
 /// The message id of worker `worker`'s chunk for the owner in position `chunk`.

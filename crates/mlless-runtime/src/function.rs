@@ -16,18 +16,17 @@ pub enum Payload {
         run_url: String,
         /// Worker id, `0..P`.
         worker: u32,
-        /// 0 for the first invocation; n resumes from the checkpoint the invocation n − 1
-        /// left when its lifetime ran out.
-        #[serde(default)]
-        generation: u32,
+        /// Where this invocation starts.
+        #[serde(flatten)]
+        start: Start,
     },
     /// Supervise the job whose spec is at `run_url`.
     Supervisor {
         /// Location of the job's spec.
         run_url: String,
-        /// As for a worker.
-        #[serde(default)]
-        generation: u32,
+        /// Where this invocation starts.
+        #[serde(flatten)]
+        start: Start,
     },
     /// Map step of min-max normalisation: compute the feature ranges of some minibatches.
     RangeMap(crate::prepare::RangeMapTask),
@@ -47,6 +46,22 @@ impl Payload {
     }
 }
 
+/// Where a worker's or the supervisor's invocation starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Start {
+    /// 0 for the first invocation; n after n hand-offs at the lifetime limit.
+    #[serde(default)]
+    pub generation: u32,
+    /// 0 for the role's original invocation; n for its n-th replacement after a failure (which
+    /// replays the steps after its checkpoint that the others have gone past, and injects no
+    /// faults).
+    #[serde(default)]
+    pub recovery: u32,
+    /// The checkpoint to resume from (the step it is ready to run); `None`: from the start.
+    #[serde(default)]
+    pub resume_step: Option<u64>,
+}
+
 /// Runs the function described by a JSON payload.
 pub async fn run_function(payload: &[u8]) -> Result<()> {
     let payload: Payload =
@@ -58,17 +73,14 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
         Payload::Worker {
             run_url,
             worker,
-            generation,
+            start,
         } => {
             let ctx = JobContext::load(&run_url).await?;
-            crate::worker::run_worker(ctx, worker, generation).await
+            crate::worker::run_worker(ctx, worker, start).await
         }
-        Payload::Supervisor {
-            run_url,
-            generation,
-        } => {
+        Payload::Supervisor { run_url, start } => {
             let ctx = JobContext::load(&run_url).await?;
-            crate::supervisor::run_supervisor(ctx, generation).await
+            crate::supervisor::run_supervisor(ctx, start).await
         }
         Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
         Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,

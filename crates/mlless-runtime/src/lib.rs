@@ -24,9 +24,11 @@ pub mod spec;
 pub mod supervisor;
 pub mod worker;
 
-pub use driver::{Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions, train};
+pub use driver::{
+    Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions, resume, train,
+};
 pub use error::{Result, RuntimeError};
-pub use function::{Payload, run_function};
+pub use function::{Payload, Start, run_function};
 pub use prepare::{PrepareOptions, TestSet, prepare};
 pub use record::RunRecord;
-pub use spec::{Algorithm, JobSpec, Pattern, StopCriteria, SyncMode};
+pub use spec::{Algorithm, Fault, JobSpec, Pattern, StopCriteria, SyncMode};

@@ -23,6 +23,9 @@ pub const FLUSH: &str = "flush";
 pub const STOP_KEY: &str = "stop";
 /// Key of the supervisor's latest scale-in removal request (a JSON [`Removal`]).
 pub const SCALE_IN_KEY: &str = "scale-in";
+/// Key of the supervisor's latest request to replace silent workers (a JSON
+/// [`ReplaceRequest`]), read by the driver.
+pub const REPLACE_KEY: &str = "replace";
 /// Key of the supervisor's progress report, read by the driver.
 pub const PROGRESS_KEY: &str = "progress";
 
@@ -174,4 +177,15 @@ pub struct Progress {
     pub loss: f64,
     /// Workers active.
     pub workers: u32,
+}
+
+/// The supervisor's request that the driver replace workers that sent nothing in time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceRequest {
+    /// Increases with every request of the run, so that the driver acts on each once.
+    pub seq: u32,
+    /// The silent workers.
+    pub workers: Vec<u32>,
+    /// The step whose statistics they did not send.
+    pub step: u64,
 }

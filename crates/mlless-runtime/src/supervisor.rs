@@ -16,15 +16,19 @@ use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
+use crate::exchange::first_message;
+use crate::function::Start;
 use crate::messages::{
-    FINAL, Message, PROGRESS_KEY, Progress, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
-    StatsMessage, StopRequest, StoredModel,
+    FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, Removal, ReplaceRequest, ReplicaMessage,
+    SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage, StopRequest, StoredModel,
 };
 use crate::record::{
     MODEL_KEY, RECORD_KEY, RECORD_VERSION, RemovalRecord, RunRecord, ScaleInRecord, StepRecord,
     WorkerStep,
 };
+use crate::spec::Fault;
 use crate::spec::Fleet;
+use mlless_store::ChannelError;
 
 /// A loss above this is taken for divergence (log loss and squared error of sane models stay far
 /// below it).
@@ -50,18 +54,37 @@ struct SupervisorState {
     active: Vec<u32>,
     fleet: Fleet,
     scale_in: Option<ScaleIn>,
+    /// Statistics of the steps before this one are deleted.
+    retained_from: u64,
+    /// Replacements asked for so far, per worker.
+    replacements: BTreeMap<u32, u32>,
 }
 
 impl Message for SupervisorState {
     const MAGIC: [u8; 4] = *b"MLLV";
 }
 
+/// A worker that still sends nothing after this many replacements fails the run.
+const MAX_REPLACEMENTS: u32 = 3;
+
 /// Runs the supervisor of the job until the workers have stopped and the model is written, or
-/// until its lifetime nearly runs out (then it leaves a checkpoint for its next `generation`).
-pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
+/// until its lifetime nearly runs out (then it leaves a checkpoint for its next generation).
+/// It starts from the checkpoint `start` names, if any.
+///
+/// With `--worker-deadline`, a worker whose statistics of a step have not come that long after
+/// the others' is asked to be replaced (through the [`REPLACE_KEY`] the driver watches).
+pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     let spec = &ctx.spec;
+    let generation = start.generation;
     let mut lifetime = Lifetime::new(spec.limits.timeout);
-    let mut state = if generation == 0 {
+    let faults = if start.recovery == 0 {
+        spec.faults.clone()
+    } else {
+        Vec::new()
+    };
+    let mut state = if let Some(step) = start.resume_step {
+        checkpoint::load(&ctx.run_store, SUPERVISOR_ROLE, step).await?
+    } else {
         SupervisorState {
             step: 0,
             started_unix_ms: unix_ms(),
@@ -77,9 +100,9 @@ pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
                 Some(config) => Some(ScaleIn::new(config.clone(), spec.workers)?),
                 None => None,
             },
+            retained_from: 0,
+            replacements: BTreeMap::new(),
         }
-    } else {
-        checkpoint::load(&ctx.run_store, SUPERVISOR_ROLE, generation).await?
     };
     let elapsed = |state: &SupervisorState| {
         Duration::from_secs_f64(((unix_ms() - state.started_unix_ms) / 1000.0).max(0.0))
@@ -91,18 +114,21 @@ pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
     loop {
         let step_started = Instant::now();
         let step = state.step;
+        if faults.contains(&Fault::KillSupervisor { step }) {
+            tracing::error!(step, "fault injection: killing the supervisor");
+            std::process::abort();
+        }
         let active = state.active.clone();
-        let payloads = ctx
-            .channel
-            .collect(STATS, step, &active, spec.collect_timeout())
-            .await?;
+        let payloads = collect_stats(&ctx, &mut state, step, &active).await?;
         let mut stats = Vec::with_capacity(payloads.len());
         for (payload, &from) in payloads.iter().zip(&active) {
             stats.push(StatsMessage::decode(payload, || {
                 format!("statistics of worker {from} for step {step}")
             })?);
         }
-        ctx.channel.discard(STATS, step, &active).await?;
+        if spec.checkpoint_every == 0 {
+            ctx.channel.discard(STATS, step, &active).await?;
+        }
         let mut total = BatchLoss::default();
         for s in &stats {
             total.merge(s.loss);
@@ -160,9 +186,29 @@ pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
             break;
         }
         state.step += 1;
+        let every = spec.checkpoint_every;
+        if every > 0 && state.step.is_multiple_of(every) {
+            checkpoint::save(&ctx.run_store, SUPERVISOR_ROLE, state.step, every, &state).await?;
+            // A replacement re-sends the statistics it replays; those before the checkpoint
+            // before this one no resumed supervisor needs.
+            let keep = checkpoint::keep_from(state.step, every);
+            let workers = ctx.workers();
+            for s in state.retained_from..keep {
+                ctx.channel.discard(STATS, s, &workers).await?;
+            }
+            state.retained_from = state.retained_from.max(keep);
+        }
         lifetime.observe_step(step_started.elapsed());
         if lifetime.nearly_over() {
-            checkpoint::save(&ctx.run_store, SUPERVISOR_ROLE, generation + 1, &state).await?;
+            checkpoint::hand_off(
+                &ctx.run_store,
+                SUPERVISOR_ROLE,
+                generation + 1,
+                state.step,
+                every,
+                &state,
+            )
+            .await?;
             info!(step = state.step, "supervisor handed off");
             return Ok(());
         }
@@ -247,6 +293,63 @@ pub async fn run_supervisor(ctx: JobContext, generation: u32) -> Result<()> {
         .put(RECORD_KEY, Bytes::from(json(&record)?))
         .await?;
     Ok(())
+}
+
+/// Collects the statistics of `step` from `active`; with a worker deadline, asks the driver to
+/// replace the workers whose statistics are that late, and goes on waiting.
+async fn collect_stats(
+    ctx: &JobContext,
+    state: &mut SupervisorState,
+    step: u64,
+    active: &[u32],
+) -> Result<Vec<bytes::Bytes>> {
+    let spec = &ctx.spec;
+    let Some(deadline) = spec.worker_deadline_s.map(Duration::from_secs_f64) else {
+        return Ok(ctx
+            .channel
+            .collect(STATS, step, active, spec.collect_timeout())
+            .await?);
+    };
+    loop {
+        match ctx.channel.collect(STATS, step, active, deadline).await {
+            Ok(payloads) => return Ok(payloads),
+            Err(ChannelError::Timeout { missing, .. }) => {
+                // The workers that wait for a silent one send no statistics either: the silent
+                // ones are those that have not published their update of the step (all the
+                // late ones, if that tells nothing).
+                let mut silent = Vec::new();
+                for &worker in &missing {
+                    let (topic, id) = first_message(spec.pattern, worker, spec.workers)?;
+                    if ctx.channel.poll(topic, step, &[id]).await?[0].is_none() {
+                        silent.push(worker);
+                    }
+                }
+                let missing = if silent.is_empty() { missing } else { silent };
+                for &worker in &missing {
+                    let count = state.replacements.entry(worker).or_default();
+                    *count += 1;
+                    if *count > MAX_REPLACEMENTS {
+                        return Err(RuntimeError::FunctionFailed(format!(
+                            "worker {worker} sent nothing for step {step} within \
+                             --worker-deadline {} s, {MAX_REPLACEMENTS} replacements in a row",
+                            deadline.as_secs_f64()
+                        )));
+                    }
+                }
+                let seq = state.replacements.values().sum();
+                info!(?missing, step, "asking for replacements of silent workers");
+                let request = ReplaceRequest {
+                    seq,
+                    workers: missing,
+                    step,
+                };
+                ctx.channel
+                    .put_key(REPLACE_KEY, Bytes::from(json(&request)?))
+                    .await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// The largest difference between two replicas of one parameter.

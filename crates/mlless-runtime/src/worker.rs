@@ -39,12 +39,14 @@ use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
+use crate::exchange::PublishFault;
 use crate::exchange::{Exchange, Traffic};
+use crate::function::Start;
 use crate::messages::{
     FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage,
     UPDATES, UpdateMessage,
 };
-use crate::spec::{Algorithm, Fleet, batch_order};
+use crate::spec::{Algorithm, Fault, Fleet, batch_order};
 
 /// k-means++ seeds on this many minibatches (the first ones of the training set).
 pub const KMEANS_SEED_BATCHES: u32 = 8;
@@ -53,14 +55,24 @@ pub const KMEANS_SEED_BATCHES: u32 = 8;
 const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// Runs worker `id` of the job until training stops, or until its lifetime nearly runs out
-/// (then it leaves a checkpoint for its next `generation`; see [`crate::checkpoint`]).
-/// `generation` 0 starts afresh; a later one resumes from the checkpoint of that generation.
-pub async fn run_worker(ctx: JobContext, id: u32, generation: u32) -> Result<()> {
+/// (then it leaves a checkpoint for its next generation; see [`crate::checkpoint`]).
+///
+/// It starts from the checkpoint `start` names, if any. A replacement (`start.recovery > 0`)
+/// then replays the steps its peers have gone past: it recomputes each (the same update, as
+/// the computation is deterministic), republishes it with the flags of the message it had
+/// published before, and applies its peers' retained messages, until it reaches a step it had
+/// not published.
+pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
     let mut worker = Worker::new(ctx, id);
-    if generation > 0 {
-        let saved = checkpoint::load(&worker.ctx.run_store, &worker_role(id), generation).await?;
+    if let Some(step) = start.resume_step {
+        let saved = checkpoint::load(&worker.ctx.run_store, &worker_role(id), step).await?;
         worker.restore(saved)?;
     }
+    worker.replaying = start.recovery > 0;
+    if start.recovery == 0 {
+        worker.faults = worker.ctx.spec.faults.clone();
+    }
+    let generation = start.generation;
     let end = if let ModelSpec::KMeans { features, k } = worker.ctx.spec.model {
         worker.run_kmeans(k, features).await?
     } else if worker.ctx.spec.sync.is_synchronous() {
@@ -101,6 +113,7 @@ struct WorkerCheckpoint {
     stop_seen: bool,
     rounds: RoundState,
     stale: Option<StaleState>,
+    retained_from: u64,
 }
 
 impl Message for WorkerCheckpoint {
@@ -149,6 +162,13 @@ struct Worker {
     /// SSP and ASP: the peers' progress (restored after a hand-off).
     stale: Option<StaleState>,
     lifetime: Lifetime,
+    /// A replacement that has not yet reached a step it had not published before.
+    replaying: bool,
+    /// Own messages of the steps before this one are deleted (with periodic checkpoints,
+    /// they are kept from the checkpoint before the newest on, for a replacement's replay).
+    retained_from: u64,
+    /// Faults to inject (test aid; none in a replacement).
+    faults: Vec<Fault>,
 }
 
 /// What MA-SGD and ADMM keep between two exchanges.
@@ -222,6 +242,9 @@ impl Worker {
             next_step: 0,
             stale: None,
             lifetime: Lifetime::new(timeout),
+            replaying: false,
+            retained_from: 0,
+            faults: Vec::new(),
         }
     }
 
@@ -252,7 +275,26 @@ impl Worker {
         self.rounds = saved.rounds;
         self.stale = saved.stale;
         self.next_step = saved.next_step;
+        self.retained_from = saved.retained_from;
         Ok(())
+    }
+
+    /// The whole state, ready to run `self.next_step`.
+    fn snapshot(&self) -> WorkerCheckpoint {
+        WorkerCheckpoint {
+            worker: self.id,
+            next_step: self.next_step,
+            params: self.params.clone(),
+            optimizer: self.optimizer.state(),
+            filter: self.filter.clone(),
+            fleet: self.fleet.clone(),
+            removals: self.removals,
+            requested: self.requested,
+            stop_seen: self.stop_seen,
+            rounds: self.rounds.clone(),
+            stale: self.stale.clone(),
+            retained_from: self.retained_from,
+        }
     }
 
     /// Writes the state for the invocation of `generation` and ends this one.
@@ -260,32 +302,120 @@ impl Worker {
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;
         }
-        let saved = WorkerCheckpoint {
-            worker: self.id,
-            next_step: self.next_step,
-            params: self.params,
-            optimizer: self.optimizer.state(),
-            filter: self.filter,
-            fleet: self.fleet,
-            removals: self.removals,
-            requested: self.requested,
-            stop_seen: self.stop_seen,
-            rounds: self.rounds,
-            stale: self.stale,
-        };
-        checkpoint::save(
+        let spec = &self.ctx.spec;
+        checkpoint::hand_off(
             &self.ctx.run_store,
             &worker_role(self.id),
             generation,
-            &saved,
+            self.next_step,
+            spec.checkpoint_every,
+            &self.snapshot(),
         )
         .await?;
         debug!(
             worker = self.id,
             generation,
-            step = saved.next_step,
+            step = self.next_step,
             "handed off"
         );
+        Ok(())
+    }
+
+    /// After `step` (of a synchronous mode), with periodic checkpoints: every
+    /// `checkpoint_every` steps, writes a checkpoint and deletes the own messages no
+    /// replacement can need any more. Without them: deletes the own messages of the exchange
+    /// `round` steps before, which every peer has applied.
+    async fn after_step(
+        &mut self,
+        step: u64,
+        round: u64,
+        exchanged: bool,
+        last: bool,
+    ) -> Result<()> {
+        let every = self.ctx.spec.checkpoint_every;
+        if every == 0 {
+            if exchanged && let Some(previous) = step.checked_sub(round) {
+                self.exchange(self.fleet.workers(previous))
+                    .discard(previous)
+                    .await?;
+            }
+            return Ok(());
+        }
+        if !last && (step + 1).is_multiple_of(every) {
+            self.next_step = step + 1;
+            checkpoint::save(
+                &self.ctx.run_store,
+                &worker_role(self.id),
+                step + 1,
+                every,
+                &self.snapshot(),
+            )
+            .await?;
+            let keep = checkpoint::keep_from(step + 1, every);
+            for s in self.retained_from..keep {
+                self.exchange(self.fleet.workers(s)).discard(s).await?;
+            }
+            self.retained_from = self.retained_from.max(keep);
+        }
+        Ok(())
+    }
+
+    /// Injects the faults due at the start of `step` (test aid).
+    fn inject_faults(&self, step: u64) {
+        for fault in &self.faults {
+            match *fault {
+                Fault::KillWorker { worker, step: at } if worker == self.id && at == step => {
+                    tracing::error!(worker, step, "fault injection: killing this worker");
+                    std::process::abort();
+                }
+                Fault::ExceedMemory { worker, step: at } if worker == self.id && at == step => {
+                    tracing::error!(worker, step, "fault injection: exceeding the memory cap");
+                    let bytes = (self.ctx.spec.limits.memory_mb as usize + 256) << 20;
+                    let hog = vec![1u8; bytes];
+                    // Touch it, so that it is resident, and keep it while the invoker notices.
+                    std::hint::black_box(&hog);
+                    std::thread::sleep(Duration::from_secs(30));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// How this worker's own message of `step` is to be published (test aid: dropped or
+    /// delayed).
+    fn publish_fault(&self, step: u64) -> Option<PublishFault> {
+        self.faults.iter().find_map(|fault| match *fault {
+            Fault::DropMessage { worker, step: at } if worker == self.id && at == step => {
+                Some(PublishFault::Drop)
+            }
+            Fault::DelayMessage {
+                worker,
+                step: at,
+                ms,
+            } if worker == self.id && at == step => {
+                Some(PublishFault::Delay(Duration::from_millis(ms)))
+            }
+            _ => None,
+        })
+    }
+
+    /// While replaying, gives `message` the flags of the message published for its step
+    /// before the failure, so that the replacement decides as its peers did; the replay ends
+    /// at the first step it had not published.
+    async fn replay_flags(&mut self, message: &mut UpdateMessage, workers: &[u32]) -> Result<()> {
+        if !self.replaying {
+            return Ok(());
+        }
+        match self.exchange(workers).published(message.step).await? {
+            Some(before) => {
+                message.stop = before.stop;
+                message.removal = before.removal;
+            }
+            None => {
+                debug!(worker = self.id, step = message.step, "replay done");
+                self.replaying = false;
+            }
+        }
         Ok(())
     }
 
@@ -435,6 +565,7 @@ impl Worker {
         let round = spec.algorithm.round_steps(spec.train_batches, spec.workers);
         let mut step = self.next_step;
         loop {
+            self.inject_faults(step);
             let workers = self.fleet.workers(step).to_vec();
             let (computed, own) = self.compute(step).await?;
             let stop = self.poll_stop().await?;
@@ -445,8 +576,10 @@ impl Worker {
                 RoundState::None => {
                     let (sent, filtered) = self.outgoing(&own, step);
                     traffic.entries_held = filtered.held as u64;
-                    let message = self.message(step, computed.loss, stop, sent);
-                    let exchange = self.exchange(&workers);
+                    let mut message = self.message(step, computed.loss, stop, sent);
+                    self.replay_flags(&mut message, &workers).await?;
+                    let mut exchange = self.exchange(&workers);
+                    exchange.publish_fault = self.publish_fault(step);
                     let own_slot = self.filter.is_some().then_some(&own);
                     let exchanged = exchange.run(message, own_slot, &mut traffic).await?;
                     exchanged.mean.scaled_add_to(&mut self.params, 1.0);
@@ -468,15 +601,8 @@ impl Worker {
                 Some(e) => (e.stop, e.removal),
                 None => (false, None),
             };
-            if exchanged.is_some() {
-                // Our messages of the exchange before this one are no longer needed.
-                if let Some(previous) = step.checked_sub(round) {
-                    self.exchange(self.fleet.workers(previous))
-                        .discard(previous)
-                        .await?;
-                }
-            }
             let last = any_stop || by_epochs;
+            let did_exchange = exchanged.is_some();
             // A removal every worker saw in this step's updates takes effect after it.
             let mut removed = false;
             if let Some(r) = removal.filter(|_| !last) {
@@ -506,6 +632,8 @@ impl Worker {
                 removed,
             )
             .await?;
+            self.after_step(step, round, did_exchange, last || removed)
+                .await?;
             if last || removed {
                 debug!(worker = self.id, step, removed, "last step");
                 return Ok(End::Last(step));
@@ -533,6 +661,7 @@ impl Worker {
             workers,
             dim,
             expected_removal: self.removals + 1,
+            publish_fault: None,
         }
     }
 
@@ -555,6 +684,7 @@ impl Worker {
         );
         let mut step = self.next_step;
         loop {
+            self.inject_faults(step);
             let workers = self.fleet.workers(step).to_vec();
             let started = Instant::now();
             let started_unix_ms = unix_ms();
@@ -582,11 +712,11 @@ impl Worker {
             vector.extend([sums.inertia() as f32, sums.points() as f32]);
             let sent = SparseVector::from_parts((0..dim as u32).collect(), vector)
                 .map_err(|e| RuntimeError::FunctionFailed(format!("Lloyd sums: {e}")))?;
-            let message = self.message(step, loss, stop, WireDelta::Sparse(sent));
-            let exchanged = self
-                .exchange_of(&workers, dim)
-                .run(message, None, &mut traffic)
-                .await?;
+            let mut message = self.message(step, loss, stop, WireDelta::Sparse(sent));
+            self.replay_flags(&mut message, &workers).await?;
+            let mut exchange = self.exchange_of(&workers, dim);
+            exchange.publish_fault = self.publish_fault(step);
+            let exchanged = exchange.run(message, None, &mut traffic).await?;
             let mut mean = vec![0.0f32; dim];
             exchanged.mean.scaled_add_to(&mut mean, 1.0);
             let global =
@@ -608,9 +738,6 @@ impl Worker {
                 }
                 _ => false,
             };
-            if let Some(previous) = step.checked_sub(1) {
-                self.exchange_of(&workers, dim).discard(previous).await?;
-            }
             let last = exchanged.stop || converged || step + 1 >= u64::from(spec.stop.max_epochs);
             let computed = Computed {
                 started,
@@ -629,6 +756,7 @@ impl Worker {
                 false,
             )
             .await?;
+            self.after_step(step, 1, true, last).await?;
             if last {
                 return Ok(End::Last(step));
             }
@@ -718,8 +846,11 @@ impl Worker {
             RoundState::None | RoundState::Lloyd { .. } => {}
         }
         traffic.entries_held = 0;
-        let message = self.message(step, loss, stop, WireDelta::Sparse(sent));
-        let exchanged = self.exchange(workers).run(message, None, traffic).await?;
+        let mut message = self.message(step, loss, stop, WireDelta::Sparse(sent));
+        self.replay_flags(&mut message, workers).await?;
+        let mut exchange = self.exchange(workers);
+        exchange.publish_fault = self.publish_fault(step);
+        let exchanged = exchange.run(message, None, traffic).await?;
         match &mut self.rounds {
             RoundState::Anchor(anchor) => {
                 exchanged.mean.scaled_add_to(anchor, 1.0);
@@ -780,6 +911,7 @@ impl Worker {
         let weight = 1.0 / peers as f32;
         let mut step = self.next_step;
         loop {
+            self.inject_faults(step);
             let (computed, own) = self.compute(step).await?;
             let last = self.poll_stop().await? || self.fleet.positions_done(step) >= positions;
 
