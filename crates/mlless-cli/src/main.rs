@@ -36,7 +36,7 @@ enum Command {
     /// Turn an input file into minibatch objects and a manifest in an object store.
     Prepare(prepare::PrepareArgs),
     /// Train a model on a prepared data set with function workers.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Print the summary of a run record again and write its plots and HTML page.
     Report(summary::ReportArgs),
     /// Predict the time and cost of a recorded run's work at other fleet sizes and on VMs.
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Generate(command) => generate::run(command),
         Command::Prepare(args) => prepare::run(args),
-        Command::Train(args) => train::run(args).map(|_| ()),
+        Command::Train(args) => train::run(*args).map(|_| ()),
         Command::Report(args) => summary::report(args),
         Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),

@@ -182,8 +182,8 @@ mod tests {
         assert_eq!(keep_from(37, 0), 37);
     }
 
-    #[test]
-    fn saved_checkpoints_are_listed_and_pruned() {
+    #[tokio::test]
+    async fn saved_checkpoints_are_listed_and_pruned() {
         use crate::messages::ReplicaMessage;
         let store = Store::open("memory://checkpoints-test").expect("memory store");
         let state = ReplicaMessage {
@@ -191,7 +191,7 @@ mod tests {
             step: 1,
             params: vec![0.5, -1.0],
         };
-        futures::executor::block_on(async {
+        {
             for step in [10, 20, 25, 30, 40] {
                 save(&store, "worker-0", step, 10, &state).await.unwrap();
             }
@@ -204,6 +204,6 @@ mod tests {
             assert_eq!(handoff_step(&store, "worker-0", 4).await.unwrap(), None);
             let back: ReplicaMessage = load(&store, "worker-0", 43).await.unwrap();
             assert_eq!(back.params, state.params);
-        });
+        }
     }
 }
