@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tracing::{debug, trace};
 
+use crate::retry::{ChannelOptions, RetryingChannel};
 use crate::store::{Store, StoreError, check_segment, redact};
 
 /// Identifies a worker of a job: 0, 1, …, P − 1.
@@ -59,6 +60,27 @@ pub enum ChannelError {
         /// The client's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The server behind the channel stayed unreachable for longer than the grace of a
+    /// [`RetryingChannel`](crate::RetryingChannel) (`--channel-grace`).
+    #[error(
+        "channel {endpoint} unreachable for longer than --channel-grace {} ({operation} kept \
+         failing for {}): {source}",
+        crate::retry::seconds(.grace),
+        crate::retry::seconds(.waited)
+    )]
+    Unavailable {
+        /// The server that could not be reached, without credentials.
+        endpoint: String,
+        /// The operation that gave up (`publish`, `collect`, …).
+        operation: String,
+        /// The grace the outage outlasted.
+        grace: Duration,
+        /// How long the operation kept failing.
+        waited: Duration,
+        /// The last failure.
+        #[source]
+        source: Box<ChannelError>,
     },
     /// The channel URL cannot be opened.
     #[error("cannot open channel {url}: {reason}")]
@@ -455,6 +477,17 @@ pub(crate) async fn backoff_sleep(duration: Duration) {
     }
 }
 
+/// Opens the channel of job `job_id`, with the default [`ChannelOptions`] (an outage of a remote
+/// channel is ridden out for [`DEFAULT_CHANNEL_GRACE`](crate::DEFAULT_CHANNEL_GRACE)); see
+/// [`open_channel_with`].
+pub async fn open_channel(
+    url: Option<&str>,
+    store: &Store,
+    job_id: &str,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    open_channel_with(url, store, job_id, ChannelOptions::default()).await
+}
+
 /// Opens the channel of job `job_id`.
 ///
 /// `url`:
@@ -466,10 +499,17 @@ pub(crate) async fn backoff_sleep(duration: Duration) {
 ///   [`RedisChannel`](crate::RedisChannel);
 /// - `memcached://host:port`: a [`MemcachedChannel`](crate::MemcachedChannel);
 /// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
-pub async fn open_channel(
+///
+/// Channels on a server (Redis, Memcached, and object-store channels on S3) are wrapped in a
+/// [`RetryingChannel`] with `options.grace`: operations that fail on the connection are retried
+/// with backoff, and fail with [`ChannelError::Unavailable`] once the outage outlasts the grace.
+/// Local and in-memory channels are not wrapped. Connecting itself is not retried: a server that
+/// cannot be reached when the channel is opened is [`ChannelError::InvalidUrl`] at once.
+pub async fn open_channel_with(
     url: Option<&str>,
     store: &Store,
     job_id: &str,
+    options: ChannelOptions,
 ) -> Result<Arc<dyn Channel>, ChannelError> {
     let channel_store = match url.map(str::trim) {
         None | Some("store") => store.child("channel"),
@@ -485,13 +525,13 @@ pub async fn open_channel(
                 None | Some("file" | "memory" | "s3" | "s3a") => Store::open(url)?,
                 Some("redis" | "rediss") => {
                     let channel = crate::RedisChannel::connect(url, job_id).await?;
-                    debug!(channel = %channel.describe(), "channel opened");
-                    return Ok(Arc::new(channel));
+                    debug!(channel = %channel.describe(), grace = ?options.grace, "channel opened");
+                    return Ok(Arc::new(RetryingChannel::new(channel, options.grace)));
                 }
                 Some("memcached") => {
                     let channel = crate::MemcachedChannel::connect(url, job_id).await?;
-                    debug!(channel = %channel.describe(), "channel opened");
-                    return Ok(Arc::new(channel));
+                    debug!(channel = %channel.describe(), grace = ?options.grace, "channel opened");
+                    return Ok(Arc::new(RetryingChannel::new(channel, options.grace)));
                 }
                 Some(scheme) => {
                     return Err(ChannelError::InvalidUrl {
@@ -507,5 +547,8 @@ pub async fn open_channel(
     };
     let channel = ObjectStoreChannel::new(channel_store, job_id)?;
     debug!(channel = %channel.describe(), kind = ?channel.store().kind(), "channel opened");
+    if channel.store().kind().is_remote() {
+        return Ok(Arc::new(RetryingChannel::new(channel, options.grace)));
+    }
     Ok(Arc::new(channel))
 }

@@ -12,6 +12,8 @@
 //!   set of workers (blocking, with backoff, up to a timeout), plus last-write-wins keys; all
 //!   namespaced by job id. [`ObjectStoreChannel`] implements it on any [`Store`] (LambdaML's S3
 //!   channel); [`open_channel`] picks a backend from a URL.
+//! - [`RetryingChannel`]: rides out an outage of a channel's server shorter than a grace
+//!   (`--channel-grace`); [`open_channel_with`] wraps every remote channel in it.
 //! - [`conformance`]: the suites every backend's tests run.
 //!
 //! ```
@@ -40,12 +42,14 @@ pub mod channel;
 pub mod conformance;
 pub mod memcached;
 pub mod redis;
+pub mod retry;
 pub mod store;
 
 pub use self::redis::RedisChannel;
 pub use channel::{
     Channel, ChannelError, DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF,
-    ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel,
+    ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel, open_channel_with,
 };
 pub use memcached::MemcachedChannel;
+pub use retry::{ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel, is_connection_error};
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, StoreKind};

@@ -75,6 +75,12 @@
 //! exchange run concurrently, so a pipeline of large values cannot deadlock on full socket
 //! buffers.
 //!
+//! After a server restart, an idle connection that fails is replaced by a new one once, and when
+//! no new connection can be opened (the server is away) every idle connection is dropped, so
+//! the client reconnects as soon as the server is back. Riding out the outage itself is the
+//! job of [`RetryingChannel`](crate::RetryingChannel), which [`open_channel`](crate::open_channel)
+//! wraps the channel in.
+//!
 //! [`cleanup`]: Channel::cleanup
 
 use std::collections::{HashMap, HashSet};
@@ -1491,7 +1497,13 @@ impl Client {
             let idle = lock(&self.idle).pop();
             let (mut conn, reused) = match idle {
                 Some(conn) => (conn, true),
-                None => (self.open().await?, false),
+                None => match self.open().await {
+                    Ok(conn) => (conn, false),
+                    Err(e) => {
+                        lock(&self.idle).clear();
+                        return Err(e);
+                    }
+                },
             };
             let replies = match conn.exchange(cmds).await {
                 Ok(replies) => replies,
@@ -1502,7 +1514,14 @@ impl Client {
                 Err(e @ (MemcachedError::Closed | MemcachedError::Io(_))) if reused => {
                     debug!(channel = %self.endpoint, error = %e, "stale connection; reconnecting");
                     drop(conn);
-                    conn = self.open().await?;
+                    conn = match self.open().await {
+                        Ok(conn) => conn,
+                        Err(e) => {
+                            // The server is away: the other idle connections died with it.
+                            lock(&self.idle).clear();
+                            return Err(e);
+                        }
+                    };
                     conn.exchange(cmds).await?
                 }
                 Err(e) => return Err(e),

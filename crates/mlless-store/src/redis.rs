@@ -41,7 +41,11 @@
 //! - [`cleanup`](Channel::cleanup): `SCAN MATCH mlless:{job}:*` + `UNLINK` on every shard.
 //!
 //! Commands that fail on a dropped connection or a timeout are retried a few times (all of them
-//! are idempotent); the shared connection of each shard reconnects by itself.
+//! are idempotent); the shared connection of each shard reconnects by itself, and a blocking-read
+//! connection that failed is dropped with every idle one (they died in the same outage), so the
+//! next read opens a new one. A longer outage — a server restart — is ridden out by wrapping
+//! the channel in a [`RetryingChannel`](crate::RetryingChannel), as
+//! [`open_channel`](crate::open_channel) does.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -166,7 +170,10 @@ impl Shard {
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(CONNECT_TIMEOUT))
                 .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                .set_number_of_retries(6)
+                // One quick retry of a reconnect: longer outages are ridden out by the caller
+                // (`RetryingChannel`), whose grace must not be outrun by the manager's own
+                // backoff — a command waits for the reconnect in progress.
+                .set_number_of_retries(1)
                 .set_max_delay(Duration::from_secs(2));
             let commands = ConnectionManager::new_with_config(client.clone(), manager_config)
                 .await
@@ -203,6 +210,16 @@ impl Shard {
         self.client
             .get_multiplexed_async_connection_with_config(&reader_config())
             .await
+    }
+
+    /// Forgets the idle blocking-read connections: after one failed on the connection, the
+    /// others (opened before the same outage) are most likely dead too.
+    fn forget_readers(&self) {
+        let mut readers = match self.readers.lock() {
+            Ok(readers) => readers,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        readers.clear();
     }
 
     /// Returns a blocking-read connection that is idle (its last command completed).
@@ -249,7 +266,7 @@ fn reader_config() -> AsyncConnectionConfig {
 }
 
 /// Errors worth another attempt: the connection dropped or timed out, or the server is busy.
-fn is_transient(e: &RedisError) -> bool {
+pub(crate) fn is_transient(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
         || e.is_timeout()
@@ -547,6 +564,7 @@ impl RedisChannel {
         let mut conn: Option<MultiplexedConnection> = None;
         let mut delay = RETRY_DELAY;
         let mut reads = 0u32;
+        let mut failures = 0u32;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let attempt = async {
@@ -570,6 +588,7 @@ impl RedisChannel {
                 Ok(Ok((c, reply))) => {
                     conn = Some(c);
                     delay = RETRY_DELAY;
+                    failures = 0;
                     for (id, worker, payload) in stream_entries(reply) {
                         last_id = id;
                         if let Some(worker) = worker.filter(|w| wanted.contains(w)) {
@@ -595,14 +614,23 @@ impl RedisChannel {
                     return Ok(found);
                 }
                 None => {}
-                Some(e) if is_transient(&e) && !expired => {
-                    // `conn` is None: a failed connection is dropped, never reused.
+                Some(e) if is_transient(&e) && !expired && failures + 1 < ATTEMPTS => {
+                    // `conn` is None: a failed connection is dropped, never reused, and so are
+                    // the idle ones, opened before the same outage. A server that stays away
+                    // after a few attempts is the caller's to ride out (`RetryingChannel`).
+                    failures += 1;
+                    shard.forget_readers();
                     let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
                     debug!(shard = %shard.address, key, error = %e, retry_in = ?pause, "blocking read failed, reconnecting");
                     tokio::time::sleep(pause).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
-                Some(e) => return Err(self.backend_error(shard, "collect (XREAD)", key, e)),
+                Some(e) => {
+                    if is_transient(&e) {
+                        shard.forget_readers();
+                    }
+                    return Err(self.backend_error(shard, "collect (XREAD)", key, e));
+                }
             }
         }
     }

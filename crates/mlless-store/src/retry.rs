@@ -1,0 +1,626 @@
+//! [`RetryingChannel`]: a [`Channel`] decorator that rides out an outage of the server behind a
+//! channel, in the manner of `object_store`'s decorators (`ThrottledStore`, `LimitStore`).
+//!
+//! # What it does
+//!
+//! Every operation of the inner channel that fails with a *connection-level* error (see
+//! [`is_connection_error`]: the connection was refused, reset or dropped, the server did not
+//! answer in time, Redis is loading its data set after a restart, an S3 request could not be
+//! sent) is attempted again with exponential backoff — [`RETRY_INITIAL_BACKOFF`] doubling up to
+//! [`RETRY_MAX_BACKOFF`], each pause jittered to between half and all of its nominal value so
+//! that the workers of a job do not reconnect in lockstep — until the *grace* has passed since
+//! the operation first failed. The last attempt happens when the grace runs out; if it fails
+//! too, the operation fails with [`ChannelError::Unavailable`], which names the server (never a
+//! secret) and says the outage outlasted the grace. An outage shorter than the grace is
+//! therefore invisible to the caller, apart from the time it took.
+//!
+//! Errors that say something about the request rather than the connection — an invalid name, a
+//! corrupt value, a server refusing a command, and the [`ChannelError::Timeout`] of a collect —
+//! are returned at once.
+//!
+//! The first failure of an outage is logged with `warn!` and the recovery with `info!`, once
+//! per outage of the channel (not per attempt, not per operation); the attempts in between are
+//! `debug!`.
+//!
+//! # Collect keeps its timeout
+//!
+//! A [`collect`](Channel::collect) retried after a failure is given what is left of its
+//! timeout, so the wait for messages is not extended by the retries. If the timeout has run out
+//! during the outage, the retry is a collect with a zero timeout (one look at what is there): it
+//! returns the messages if they all arrived, or the usual [`ChannelError::Timeout`] naming the
+//! missing workers, once the server answers again — within the grace.
+//!
+//! # Why every operation may be repeated
+//!
+//! An attempt may fail after the server has carried out part or all of it (a reply lost with
+//! the connection). Repeating it must not change the outcome:
+//!
+//! - [`publish`](Channel::publish) is idempotent by contract. On Redis it is one Lua script
+//!   (atomic: it ran entirely or not at all) that appends the message only if the step's index
+//!   hash has no entry for the worker, so a repeat after a lost reply stores nothing. On
+//!   Memcached the chunks of a large payload are written under a fresh nonce, and the head is
+//!   written last with `add`: a repeat writes its own chunks, finds the head of the first attempt
+//!   (`NOT_STORED`), and deletes its own unused chunks; chunks of an attempt that failed before its
+//!   head was stored are never referenced and expire with the item TTL; a repeated index line is
+//!   harmless. On an object store a message is one atomic `PUT` of the same payload.
+//! - [`discard`](Channel::discard): deleting what is already gone is not an error (the Redis
+//!   script looks each worker up in the index first; Memcached `delete`s answer `NOT_FOUND`).
+//! - [`cleanup`](Channel::cleanup) is restartable: Redis scans and unlinks what is left,
+//!   Memcached deletes its index item last so a repeat finds it again.
+//! - [`put_key`](Channel::put_key) is last-write-wins with the same value; reads
+//!   ([`get_key`](Channel::get_key), [`poll`](Channel::poll), [`collect`](Channel::collect))
+//!   change nothing.
+//!
+//! # What an outage costs
+//!
+//! Redis keeps its data across a restart only if it persists it (RDB or AOF); Memcached never
+//! does. Messages lost with the server show up as a collect timeout, not as an error of this
+//! decorator. Memcached's cleanup index is lost too: the job's items then expire with their TTL
+//! instead of being deleted by [`cleanup`](Channel::cleanup).
+//!
+//! Each attempt is bounded by the backend's own timeouts (Redis: connect 5 s, reply 30 s;
+//! Memcached: connect 3 s, exchange 10 s; S3: `object_store`'s retry policy, which retries
+//! requests itself before an error reaches this decorator), so an operation that gives up does
+//! so within the grace plus one attempt.
+
+use std::error::Error as StdError;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::Rng;
+use tracing::{debug, info, warn};
+
+use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::memcached::MemcachedError;
+use crate::store::StoreError;
+
+/// How long an outage of a remote channel is ridden out by default: what [`open_channel`]
+/// uses.
+///
+/// [`open_channel`]: crate::open_channel
+pub const DEFAULT_CHANNEL_GRACE: Duration = Duration::from_secs(30);
+/// First pause after a connection-level failure.
+pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest pause between two attempts.
+pub const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// How [`open_channel_with`](crate::open_channel_with) opens a channel.
+///
+/// ```
+/// use std::time::Duration;
+/// use mlless_store::ChannelOptions;
+///
+/// let options = ChannelOptions::default().with_grace(Duration::from_secs(10));
+/// assert_eq!(options.grace(), Duration::from_secs(10));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChannelOptions {
+    /// How long an outage of a remote channel (Redis, Memcached, S3) is ridden out before an
+    /// operation fails with [`ChannelError::Unavailable`] (`--channel-grace`).
+    pub grace: Duration,
+}
+
+impl Default for ChannelOptions {
+    fn default() -> Self {
+        ChannelOptions {
+            grace: DEFAULT_CHANNEL_GRACE,
+        }
+    }
+}
+
+impl ChannelOptions {
+    /// Sets the grace (default [`DEFAULT_CHANNEL_GRACE`]); zero means one attempt only.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How long an outage is ridden out.
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+}
+
+/// A [`Channel`] that retries the operations of `C` that fail with a connection-level error,
+/// with exponential backoff, for up to a grace period; see the [module documentation](self).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), mlless_store::ChannelError> {
+/// use std::time::Duration;
+/// use mlless_store::{RedisChannel, RetryingChannel};
+///
+/// let redis = RedisChannel::connect("redis://127.0.0.1:6379", "job-1").await?;
+/// let channel = RetryingChannel::new(redis, Duration::from_secs(10));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RetryingChannel<C> {
+    inner: C,
+    grace: Duration,
+    /// When the current outage was first noticed, shared by every operation (for the logs).
+    outage: Arc<Mutex<Option<Instant>>>,
+}
+
+impl<C: Clone> Clone for RetryingChannel<C> {
+    fn clone(&self) -> Self {
+        RetryingChannel {
+            inner: self.inner.clone(),
+            grace: self.grace,
+            outage: Arc::clone(&self.outage),
+        }
+    }
+}
+
+impl<C: Channel> RetryingChannel<C> {
+    /// Wraps `inner`, riding out outages shorter than `grace`.
+    pub fn new(inner: C, grace: Duration) -> Self {
+        RetryingChannel {
+            inner,
+            grace,
+            outage: Arc::default(),
+        }
+    }
+
+    /// The wrapped channel.
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    /// How long an outage is ridden out.
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// Runs `attempt` until it succeeds, fails with an error that is not connection-level, or
+    /// has kept failing for the grace.
+    async fn run<T, F, Fut>(&self, operation: &str, mut attempt: F) -> Result<T, ChannelError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ChannelError>>,
+    {
+        let mut first_failure: Option<Instant> = None;
+        let mut backoff = Backoff::new(RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let error = match attempt().await {
+                Ok(value) => {
+                    if let Some(since) = first_failure {
+                        self.recovered(operation, since, attempts);
+                    }
+                    return Ok(value);
+                }
+                Err(e) if !is_connection_error(&e) => {
+                    if let Some(since) = first_failure {
+                        // The server answered: the connection is back.
+                        self.recovered(operation, since, attempts);
+                    }
+                    return Err(e);
+                }
+                Err(e) => e,
+            };
+            let since = *first_failure.get_or_insert_with(Instant::now);
+            self.outage_noticed(operation, &error);
+            let waited = since.elapsed();
+            if waited >= self.grace {
+                warn!(
+                    channel = %self.inner.describe(),
+                    operation,
+                    attempts,
+                    waited = ?waited,
+                    grace = ?self.grace,
+                    "channel still unreachable after the grace, giving up"
+                );
+                return Err(self.unavailable(operation, waited, error));
+            }
+            // The last attempt happens when the grace runs out.
+            let pause = backoff.next_delay().min(self.grace - waited);
+            debug!(
+                channel = %self.inner.describe(),
+                operation,
+                attempt = attempts,
+                error = %error,
+                retry_in = ?pause,
+                "channel operation failed on the connection, retrying"
+            );
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    fn outage_noticed(&self, operation: &str, error: &ChannelError) {
+        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
+        if outage.is_none() {
+            *outage = Some(Instant::now());
+            warn!(
+                channel = %self.inner.describe(),
+                operation,
+                error = %error,
+                grace = ?self.grace,
+                "channel unreachable, reconnecting with backoff for up to the grace"
+            );
+        }
+    }
+
+    fn recovered(&self, operation: &str, since: Instant, attempts: u32) {
+        let outage = self
+            .outage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(started) = outage {
+            info!(
+                channel = %self.inner.describe(),
+                operation,
+                attempts,
+                outage = ?started.elapsed(),
+                "channel reachable again"
+            );
+        } else {
+            debug!(channel = %self.inner.describe(), operation, attempts, failing_for = ?since.elapsed(), "operation succeeded after retries");
+        }
+    }
+
+    fn unavailable(&self, operation: &str, waited: Duration, error: ChannelError) -> ChannelError {
+        let endpoint = match &error {
+            // The server that failed (one shard of several names only itself).
+            ChannelError::Backend { endpoint, .. } => endpoint.clone(),
+            _ => self.inner.describe(),
+        };
+        ChannelError::Unavailable {
+            endpoint,
+            operation: operation.to_string(),
+            grace: self.grace,
+            waited,
+            source: Box::new(error),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<C: Channel> Channel for RetryingChannel<C> {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        self.run("publish", || {
+            self.inner.publish(topic, step, from, payload.clone())
+        })
+        .await
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        // `None`: a timeout too large to add to now, which never runs out.
+        let deadline = Instant::now().checked_add(timeout);
+        self.run("collect", || {
+            let remaining = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => timeout,
+            };
+            self.inner.collect(topic, step, from, remaining)
+        })
+        .await
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.run("poll", || self.inner.poll(topic, step, from))
+            .await
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.run("discard", || self.inner.discard(topic, step, from))
+            .await
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.run("put_key", || self.inner.put_key(key, value.clone()))
+            .await
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        self.run("get_key", || self.inner.get_key(key)).await
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        self.run("cleanup", || self.inner.cleanup()).await
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// Whether `error` says the server could not be reached (worth another attempt once it is back)
+/// rather than something about the request.
+///
+/// Connection-level: a [`ChannelError::Backend`] whose source is a Redis I/O error, dropped
+/// connection, timeout, or `LOADING`/`TRYAGAIN` reply; a Memcached I/O error, closed connection
+/// or timeout; or any error whose chain holds an I/O error of a connection kind (refused, reset,
+/// aborted, broken pipe, timed out, not connected, unexpected end of file, unreachable). A
+/// [`ChannelError::Store`] backend error is connection-level when its chain holds such an I/O
+/// error or an HTTP error that failed to connect, timed out, was interrupted, or could not be
+/// sent. Everything else is not: [`ChannelError::Timeout`] (the messages did not come),
+/// invalid names and URLs, corrupt values, refused commands, missing objects, and
+/// [`ChannelError::Unavailable`] itself (the grace is already spent).
+pub fn is_connection_error(error: &ChannelError) -> bool {
+    match error {
+        ChannelError::Backend { source, .. } => {
+            let source: &(dyn StdError + 'static) = source.as_ref();
+            if let Some(e) = source.downcast_ref::<redis::RedisError>() {
+                return crate::redis::is_transient(e);
+            }
+            if let Some(e) = source.downcast_ref::<MemcachedError>() {
+                return matches!(
+                    e,
+                    MemcachedError::Io(_) | MemcachedError::Closed | MemcachedError::Timeout(_)
+                );
+            }
+            chain_has_connection_error(source)
+        }
+        ChannelError::Store(StoreError::Backend { source, .. }) => {
+            chain_has_connection_error(source)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `error` or one of its sources is an I/O or HTTP error of a connection kind.
+fn chain_has_connection_error(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && is_connection_io(io.kind())
+        {
+            return true;
+        }
+        if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
+            use object_store::client::HttpErrorKind;
+            if matches!(
+                http.kind(),
+                HttpErrorKind::Connect
+                    | HttpErrorKind::Request
+                    | HttpErrorKind::Timeout
+                    | HttpErrorKind::Interrupted
+            ) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// I/O error kinds that say the connection (not the request) failed.
+fn is_connection_io(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::BrokenPipe
+            | K::NotConnected
+            | K::TimedOut
+            | K::UnexpectedEof
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::NetworkDown
+            | K::AddrNotAvailable
+            | K::Interrupted
+    )
+}
+
+/// The pauses between attempts: `initial`, doubling up to `max`, each jittered.
+#[derive(Clone, Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
+        Backoff { next: initial, max }
+    }
+
+    /// The next nominal pause (before jitter).
+    pub(crate) fn next_nominal(&mut self) -> Duration {
+        let nominal = self.next.min(self.max);
+        self.next = (self.next * 2).min(self.max);
+        nominal
+    }
+
+    /// The next pause: the nominal one scaled by a random factor in [0.5, 1].
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        jitter(self.next_nominal(), rand::rng().random_range(0.0..=1.0))
+    }
+}
+
+/// `nominal` scaled to between half and all of it: `unit` in [0, 1] picks where.
+fn jitter(nominal: Duration, unit: f64) -> Duration {
+    nominal.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+}
+
+/// A duration in seconds for messages: `10 s`, `1.5 s`.
+pub(crate) fn seconds(d: &Duration) -> String {
+    let text = format!("{:.3}", d.as_secs_f64());
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(source: Box<dyn StdError + Send + Sync>) -> ChannelError {
+        ChannelError::Backend {
+            endpoint: "redis://127.0.0.1:1".into(),
+            operation: "publish".into(),
+            source,
+        }
+    }
+
+    fn io(kind: std::io::ErrorKind) -> std::io::Error {
+        std::io::Error::new(kind, "test")
+    }
+
+    #[test]
+    fn redis_connection_errors_are_retried() {
+        use std::io::ErrorKind as K;
+        for kind in [
+            K::ConnectionRefused,
+            K::ConnectionReset,
+            K::BrokenPipe,
+            K::TimedOut,
+        ] {
+            let e = backend(Box::new(redis::RedisError::from(io(kind))));
+            assert!(is_connection_error(&e), "{kind:?}: {e}");
+        }
+        let loading = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
+            "loading",
+        ));
+        assert!(is_connection_error(&backend(Box::new(loading))));
+        let wrong_type = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "WRONGTYPE",
+        ));
+        assert!(!is_connection_error(&backend(Box::new(wrong_type))));
+        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
+        assert!(!is_connection_error(&backend(Box::new(parse))));
+    }
+
+    #[test]
+    fn memcached_connection_errors_are_retried() {
+        let retried = [
+            MemcachedError::Io(io(std::io::ErrorKind::ConnectionRefused)),
+            MemcachedError::Closed,
+            MemcachedError::Timeout(Duration::from_secs(1)),
+        ];
+        for e in retried {
+            assert!(is_connection_error(&backend(Box::new(e))));
+        }
+        let not = [
+            MemcachedError::Protocol("garbage".into()),
+            MemcachedError::Server("SERVER_ERROR out of memory".into()),
+            MemcachedError::Corrupt("crc".into()),
+        ];
+        for e in not {
+            assert!(!is_connection_error(&backend(Box::new(e))));
+        }
+    }
+
+    #[test]
+    fn io_errors_in_a_chain_are_found() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapper")]
+        struct Wrapper(#[source] std::io::Error);
+        let e = backend(Box::new(Wrapper(io(std::io::ErrorKind::ConnectionReset))));
+        assert!(is_connection_error(&e));
+        let e = backend(Box::new(Wrapper(io(std::io::ErrorKind::PermissionDenied))));
+        assert!(!is_connection_error(&e));
+        let store = ChannelError::Store(StoreError::Backend {
+            location: "s3://b/k".into(),
+            source: object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(Wrapper(io(std::io::ErrorKind::ConnectionRefused))),
+            },
+        });
+        assert!(is_connection_error(&store));
+        let not_found = ChannelError::Store(StoreError::NotFound {
+            location: "s3://b/k".into(),
+        });
+        assert!(!is_connection_error(&not_found));
+    }
+
+    #[test]
+    fn request_errors_are_not_retried() {
+        let timeout = ChannelError::Timeout {
+            topic: "t".into(),
+            step: 0,
+            missing: vec![1],
+            waited: Duration::from_secs(1),
+            endpoint: "redis://127.0.0.1:1".into(),
+        };
+        assert!(!is_connection_error(&timeout));
+        let invalid = ChannelError::InvalidName {
+            what: "topic",
+            name: "a:b".into(),
+            reason: "':'".into(),
+            endpoint: "redis://127.0.0.1:1".into(),
+        };
+        assert!(!is_connection_error(&invalid));
+        let unavailable = ChannelError::Unavailable {
+            endpoint: "redis://127.0.0.1:1".into(),
+            operation: "publish".into(),
+            grace: Duration::from_secs(1),
+            waited: Duration::from_secs(1),
+            source: Box::new(backend(Box::new(MemcachedError::Closed))),
+        };
+        assert!(!is_connection_error(&unavailable));
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut b = Backoff::new(RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF);
+        let nominal: Vec<u64> = (0..9)
+            .map(|_| b.next_nominal().as_millis() as u64)
+            .collect();
+        assert_eq!(nominal, [50, 100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+    }
+
+    #[test]
+    fn jitter_stays_between_half_and_all() {
+        let d = Duration::from_millis(800);
+        assert_eq!(jitter(d, 0.0), Duration::from_millis(400));
+        assert_eq!(jitter(d, 1.0), d);
+        assert_eq!(jitter(d, 0.5), Duration::from_millis(600));
+        let mut b = Backoff::new(RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF);
+        for i in 0..20 {
+            let nominal = RETRY_INITIAL_BACKOFF
+                .saturating_mul(1 << i.min(10))
+                .min(RETRY_MAX_BACKOFF);
+            let delay = b.next_delay();
+            assert!(
+                delay >= nominal / 2 && delay <= nominal,
+                "{delay:?} vs {nominal:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unavailable_names_the_server_and_the_grace() {
+        let e = ChannelError::Unavailable {
+            endpoint: "redis://127.0.0.1:6379".into(),
+            operation: "publish".into(),
+            grace: Duration::from_secs(10),
+            waited: Duration::from_millis(10_020),
+            source: Box::new(backend(Box::new(MemcachedError::Closed))),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "channel redis://127.0.0.1:6379 unreachable for longer than --channel-grace 10 s"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("closed the connection"), "{text}");
+        assert_eq!(seconds(&Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(seconds(&Duration::from_millis(250)), "0.25 s");
+    }
+}
