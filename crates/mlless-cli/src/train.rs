@@ -197,6 +197,10 @@ pub struct TrainArgs {
     /// as a function lives].
     #[arg(long)]
     pub worker_deadline: Option<f64>,
+    /// How long the channel (Redis, Memcached, S3) may be unreachable before the run stops
+    /// with an error naming it; operations are retried with backoff meanwhile.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub channel_grace: f64,
     /// Continue the failed run at this location (`{runs}/{job}`) from its last checkpoint;
     /// the other options are ignored, except --platform, --quiet and --record.
     #[arg(long, value_name = "RUN")]
@@ -254,6 +258,9 @@ impl TrainArgs {
         }
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             anyhow::bail!("--timeout-s must be a positive number of seconds");
+        }
+        if !(self.channel_grace >= 0.0 && self.channel_grace.is_finite()) {
+            anyhow::bail!("--channel-grace must be a number of seconds ≥ 0");
         }
         if let Some(d) = self.worker_deadline
             && !(d > 0.0 && d.is_finite())
@@ -324,6 +331,7 @@ impl TrainArgs {
             checkpoint_every: self.checkpoint_every,
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),
+            channel_grace: Duration::from_secs_f64(self.channel_grace),
         })
     }
 }

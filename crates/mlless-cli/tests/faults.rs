@@ -207,3 +207,198 @@ fn a_failed_run_resumes_from_its_last_checkpoint() {
     let err = fails(&["train", "--resume", &s(&run)]);
     assert!(err.contains("nothing to resume"), "{err}");
 }
+
+/// A `redis-server` of this test's own, on a free port, with its data in a directory of its
+/// own (so that a `shutdown save` and a restart keep the data, as a restarted managed Redis
+/// does); stopped when dropped.
+struct OwnRedis {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl OwnRedis {
+    /// Starts one, or `None` (with a notice) when `redis-server` is not on PATH.
+    fn start() -> Option<Self> {
+        let on_path = std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_ok();
+        if !on_path {
+            eprintln!("redis-server is not on PATH: the outage test is skipped");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut redis = Self {
+            port,
+            dir: tempdir(),
+            child: None,
+        };
+        redis.up();
+        Some(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn up(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &s(self.dir.path()), "--dbfilename", "dump.rdb"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server, saving its data first if `save`.
+    fn down(&mut self, save: bool) {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "shutdown"])
+            .arg(if save { "save" } else { "nosave" })
+            .output();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.down(false);
+    }
+}
+
+/// Waits until the run below `runs` has a checkpoint of `step` (the run is under way).
+fn wait_for_checkpoint(runs: &Path, step: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let name = format!("step-{step:012}.bin");
+    loop {
+        let found = std::fs::read_dir(runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| {
+                run.path()
+                    .join("checkpoints/supervisor")
+                    .join(&name)
+                    .exists()
+            });
+        if found {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint of step {step}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Redis restarted mid-run within `--channel-grace`: the run rides it out and ends with the
+/// model of a run without the outage. Redis down for longer than the grace: the run stops with
+/// an error naming the address and the way to resume, and `--resume` (Redis back, and empty)
+/// finishes it with the same model.
+#[test]
+fn a_redis_outage_is_ridden_out_within_the_grace_and_resumed_after_it() {
+    let Some(mut redis) = OwnRedis::start() else {
+        return;
+    };
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let d = s(&data);
+    let url = redis.url();
+    // 30 epochs: long enough (540 steps) to restart Redis in the middle.
+    let long = |extra: &[&'static str], runs: &str| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "--data",
+            &d,
+            "--model",
+            "lr",
+            "--workers",
+            "4",
+            "--max-epochs",
+            "30",
+            "--checkpoint-every",
+            "20",
+            "--channel",
+            &url,
+            "--runs",
+            runs,
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let clean_runs = s(&dir.path().join("clean-runs"));
+    let clean_args = long(&[], &clean_runs);
+    let clean_args: Vec<&str> = clean_args.iter().map(String::as_str).collect();
+    let clean = stored_params(&train(dir.path(), "clean", &clean_args));
+
+    // Within the grace.
+    let runs = dir.path().join("restart-runs");
+    let record = dir.path().join("restart.json");
+    let mut cmd = mlless();
+    cmd.args(["train", "--quiet", "--record", &s(&record)])
+        .args(long(&["--channel-grace", "20"], &s(&runs)));
+    let run = cmd.spawn().expect("mlless starts");
+    wait_for_checkpoint(&runs, 100);
+    redis.down(true);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    redis.up();
+    let out = run.wait_with_output().expect("mlless ends");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stored_params(&read_record(&record)) == clean);
+
+    // Longer than the grace.
+    let runs = dir.path().join("outage-runs");
+    let mut cmd = mlless();
+    cmd.args(["train", "--quiet"])
+        .args(long(&["--channel-grace", "2"], &s(&runs)))
+        .stderr(std::process::Stdio::piped());
+    let run = cmd.spawn().expect("mlless starts");
+    wait_for_checkpoint(&runs, 100);
+    redis.down(false);
+    let out = run.wait_with_output().expect("mlless ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("127.0.0.1:{}", redis.port)), "{err}");
+    assert!(err.contains("--channel-grace"), "{err}");
+    assert!(err.contains("mlless train --resume"), "{err}");
+    redis.up();
+    let run_dir = std::fs::read_dir(&runs)
+        .expect("runs")
+        .next()
+        .expect("one run")
+        .expect("entry")
+        .path();
+    let resumed = dir.path().join("resumed.json");
+    ok(&[
+        "train",
+        "--resume",
+        &s(&run_dir),
+        "--quiet",
+        "--record",
+        &s(&resumed),
+    ]);
+    assert!(stored_params(&read_record(&resumed)) == clean);
+}

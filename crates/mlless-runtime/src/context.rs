@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mlless_store::{Channel, Store, open_channel};
+use mlless_store::{Channel, Store, open_channel_with};
 
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
@@ -32,7 +32,13 @@ impl JobContext {
                 source,
             })?;
         let dataset = Dataset::open(&spec.data_url).await?;
-        let channel = open_channel(spec.channel.as_deref(), &run_store, &spec.job_id).await?;
+        let channel = open_channel_with(
+            spec.channel.as_deref(),
+            &run_store,
+            &spec.job_id,
+            spec.channel_options(),
+        )
+        .await?;
         Ok(Self {
             spec,
             run_store,

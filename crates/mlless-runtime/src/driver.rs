@@ -13,7 +13,7 @@ use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedu
 use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits, Outcome};
-use mlless_store::{Store, open_channel};
+use mlless_store::{Store, open_channel_with};
 use tracing::{info, warn};
 
 use crate::checkpoint;
@@ -219,6 +219,8 @@ pub struct TrainOptions {
     pub worker_deadline_s: Option<f64>,
     /// Test aid: faults to inject.
     pub faults: Vec<Fault>,
+    /// How long the channel may be unreachable before a function gives up.
+    pub channel_grace: Duration,
 }
 
 /// What the driver shows while a job runs.
@@ -356,7 +358,13 @@ async fn run_job(
 ) -> Result<RunRecord> {
     let started = Instant::now();
     let started_at_unix_ms = unix_ms();
-    let channel = open_channel(spec.channel.as_deref(), run_store, &spec.job_id).await?;
+    let channel = open_channel_with(
+        spec.channel.as_deref(),
+        run_store,
+        &spec.job_id,
+        spec.channel_options(),
+    )
+    .await?;
     let mut fleet = Invocations::new(&*invoker, spec, run_store);
     for (role, start) in starts.into_iter().enumerate() {
         if let Err(e) = fleet.invoke(role, start).await {
@@ -871,6 +879,7 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         checkpoint_every: options.checkpoint_every,
         worker_deadline_s: options.worker_deadline_s,
         faults: options.faults.clone(),
+        channel_grace_s: options.channel_grace.as_secs_f64(),
     })
 }
 

@@ -65,9 +65,22 @@ pub struct JobSpec {
     /// Test aid: faults to inject (empty in real runs).
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// How long a channel may be unreachable before a function gives up, in seconds.
+    #[serde(default = "default_channel_grace_s")]
+    pub channel_grace_s: f64,
+}
+
+fn default_channel_grace_s() -> f64 {
+    mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
 }
 
 impl JobSpec {
+    /// The options every function opens the job's channel with.
+    pub fn channel_options(&self) -> mlless_store::ChannelOptions {
+        mlless_store::ChannelOptions::default()
+            .with_grace(Duration::from_secs_f64(self.channel_grace_s.max(0.0)))
+    }
+
     /// How long a worker waits for its peers' messages of one step before it gives up.
     pub fn collect_timeout(&self) -> Duration {
         self.limits.timeout
