@@ -39,6 +39,7 @@
 pub mod channel;
 pub mod conformance;
 pub mod memcached;
+pub mod redact;
 pub mod redis;
 pub mod store;
 
@@ -48,4 +49,5 @@ pub use channel::{
     ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel,
 };
 pub use memcached::MemcachedChannel;
+pub use redact::redact_url;
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, StoreKind};
