@@ -12,7 +12,7 @@ use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedu
 use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits};
-use mlless_store::{Store, open_channel};
+use mlless_store::{Store, open_channel, redact_url};
 use tracing::{info, warn};
 
 use crate::checkpoint;
@@ -174,8 +174,8 @@ impl Defaults {
     }
 }
 
-/// What `mlless train` asks for.
-#[derive(Debug, Clone)]
+/// What `mlless train` asks for. `Debug` shows the URLs redacted.
+#[derive(Clone)]
 pub struct TrainOptions {
     /// Location of the prepared data set.
     pub data_url: String,
@@ -211,6 +211,51 @@ pub struct TrainOptions {
     pub algorithm: Algorithm,
     /// How an exchange aggregates the workers' vectors.
     pub pattern: Pattern,
+}
+
+/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
+impl std::fmt::Debug for TrainOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured, so that a new field cannot be forgotten here.
+        let TrainOptions {
+            data_url,
+            runs_url,
+            model,
+            hyper,
+            workers,
+            optimizer,
+            schedule,
+            seed,
+            stop,
+            channel,
+            limits,
+            prices,
+            sync,
+            compression,
+            scale_in,
+            algorithm,
+            pattern,
+        } = self;
+        f.debug_struct("TrainOptions")
+            .field("data_url", &redact_url(data_url))
+            .field("runs_url", &runs_url.as_deref().map(redact_url))
+            .field("model", model)
+            .field("hyper", hyper)
+            .field("workers", workers)
+            .field("optimizer", optimizer)
+            .field("schedule", schedule)
+            .field("seed", seed)
+            .field("stop", stop)
+            .field("channel", &channel.as_deref().map(redact_url))
+            .field("limits", limits)
+            .field("prices", prices)
+            .field("sync", sync)
+            .field("compression", compression)
+            .field("scale_in", scale_in)
+            .field("algorithm", algorithm)
+            .field("pattern", pattern)
+            .finish()
+    }
 }
 
 /// What the driver shows while a job runs.
@@ -408,6 +453,8 @@ pub async fn train(
             location: format!("{}/{RECORD_KEY}", run_store.url()),
             source,
         })?;
+    // The supervisor wrote it redacted; records of other writers are redacted here too.
+    record.spec = record.spec.redacted();
     record.started_at_unix_ms = started_at_unix_ms;
     record.wall_s = started.elapsed().as_secs_f64();
     reports.sort_by(|a, b| a.name.cmp(&b.name));
