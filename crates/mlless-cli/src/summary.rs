@@ -73,7 +73,8 @@ pub fn print(record: &RunRecord) {
 /// The summary of a run as text.
 pub fn render(record: &RunRecord) -> String {
     use std::fmt::Write;
-    let spec = &record.spec;
+    // Redacted here too: a record written before records were redacted may hold credentials.
+    let spec = &record.spec.redacted();
     let mut out = String::new();
     let mean = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> f64| {
         let (sum, n) = record
@@ -100,6 +101,9 @@ pub fn render(record: &RunRecord) -> String {
         .iter()
         .filter(|r| r.name.contains('#'))
         .count();
+    if let Some(channel) = &spec.channel {
+        let _ = writeln!(out, "  channel {channel}");
+    }
     let _ = writeln!(
         out,
         "  algorithm {} · pattern {} · {} communication rounds · {handoffs} re-invocations at \

@@ -66,9 +66,11 @@ pub fn comparison(record: &RunRecord, options: &ReportOptions) -> Vec<Prediction
 }
 
 /// The report page of `record`: summary, the three plots (SVG documents, inlined as they are)
-/// and the FaaS-versus-VM comparison. Every string from the record is escaped.
+/// and the FaaS-versus-VM comparison. Every string from the record is escaped, and its URLs are
+/// shown with their credentials redacted.
 pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: [&str; 3]) -> String {
-    let spec = &record.spec;
+    // Redacted here too: a record written before records were redacted may hold credentials.
+    let spec = &record.spec.redacted();
     let mut out = String::new();
     let title = format!("mlless run {}", spec.job_id);
     let _ = write!(

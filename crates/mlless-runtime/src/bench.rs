@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta};
 use mlless_faas::{Invoker, Limits};
-use mlless_store::{Channel, Store, open_channel};
+use mlless_store::{Channel, Store, open_channel, redact_url};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
@@ -19,8 +19,8 @@ use crate::spec::Pattern;
 /// Topic of the benchmark's messages.
 const TOPIC: &str = "bench";
 
-/// One worker's part of the channel benchmark.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One worker's part of the channel benchmark. `Debug` shows the URLs redacted.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChannelBenchTask {
     /// Channel URL (`None`: the object store at `store_url`).
     pub channel: Option<String>,
@@ -44,6 +44,35 @@ pub struct ChannelBenchTask {
     /// Parameters of each update, with a pattern.
     #[serde(default)]
     pub params: usize,
+}
+
+/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
+impl std::fmt::Debug for ChannelBenchTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured, so that a new field cannot be forgotten here.
+        let ChannelBenchTask {
+            channel,
+            store_url,
+            job_id,
+            worker,
+            workers,
+            update_bytes,
+            steps,
+            pattern,
+            params,
+        } = self;
+        f.debug_struct("ChannelBenchTask")
+            .field("channel", &channel.as_deref().map(redact_url))
+            .field("store_url", &redact_url(store_url))
+            .field("job_id", job_id)
+            .field("worker", worker)
+            .field("workers", workers)
+            .field("update_bytes", update_bytes)
+            .field("steps", steps)
+            .field("pattern", pattern)
+            .field("params", params)
+            .finish()
+    }
 }
 
 /// What the channel benchmark measured.

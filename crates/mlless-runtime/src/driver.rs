@@ -13,7 +13,7 @@ use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedu
 use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits, Outcome};
-use mlless_store::{Store, open_channel_with};
+use mlless_store::{Store, open_channel_with, redact_url};
 use tracing::{info, warn};
 
 use crate::checkpoint;
@@ -176,8 +176,8 @@ impl Defaults {
     }
 }
 
-/// What `mlless train` asks for.
-#[derive(Debug, Clone)]
+/// What `mlless train` asks for. `Debug` shows the URLs redacted.
+#[derive(Clone)]
 pub struct TrainOptions {
     /// Location of the prepared data set.
     pub data_url: String,
@@ -221,6 +221,59 @@ pub struct TrainOptions {
     pub faults: Vec<Fault>,
     /// How long the channel may be unreachable before a function gives up.
     pub channel_grace: Duration,
+}
+
+/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
+impl std::fmt::Debug for TrainOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured, so that a new field cannot be forgotten here.
+        let TrainOptions {
+            data_url,
+            runs_url,
+            model,
+            hyper,
+            workers,
+            optimizer,
+            schedule,
+            seed,
+            stop,
+            channel,
+            limits,
+            prices,
+            sync,
+            compression,
+            scale_in,
+            algorithm,
+            pattern,
+            checkpoint_every,
+            worker_deadline_s,
+            faults,
+            channel_grace,
+        } = self;
+        f.debug_struct("TrainOptions")
+            .field("data_url", &redact_url(data_url))
+            .field("runs_url", &runs_url.as_deref().map(redact_url))
+            .field("model", model)
+            .field("hyper", hyper)
+            .field("workers", workers)
+            .field("optimizer", optimizer)
+            .field("schedule", schedule)
+            .field("seed", seed)
+            .field("stop", stop)
+            .field("channel", &channel.as_deref().map(redact_url))
+            .field("limits", limits)
+            .field("prices", prices)
+            .field("sync", sync)
+            .field("compression", compression)
+            .field("scale_in", scale_in)
+            .field("algorithm", algorithm)
+            .field("pattern", pattern)
+            .field("checkpoint_every", checkpoint_every)
+            .field("worker_deadline_s", worker_deadline_s)
+            .field("faults", faults)
+            .field("channel_grace", channel_grace)
+            .finish()
+    }
 }
 
 /// What the driver shows while a job runs.
@@ -454,6 +507,8 @@ async fn run_job(
             location: format!("{}/{RECORD_KEY}", run_store.url()),
             source,
         })?;
+    // The supervisor wrote it redacted; records of other writers are redacted here too.
+    record.spec = record.spec.redacted();
     record.started_at_unix_ms = started_at_unix_ms;
     record.wall_s = started.elapsed().as_secs_f64();
     let mut reports = std::mem::take(&mut fleet.reports);

@@ -21,7 +21,8 @@ pub const RECORD_VERSION: u32 = 2;
 pub struct RunRecord {
     /// Version of this format.
     pub format_version: u32,
-    /// The job as it was run.
+    /// The job as it was run, with the credentials of its URLs redacted
+    /// ([`JobSpec::redacted`]); the run's `spec.json` holds the URLs as given.
     pub spec: JobSpec,
     /// Wall-clock start of the run (driver), Unix milliseconds.
     pub started_at_unix_ms: u64,

@@ -5,13 +5,19 @@ use std::time::Duration;
 
 use mlless_core::{Compression, FilterConfig, ModelSpec, OptimizerConfig, Schedule, TunerConfig};
 use mlless_faas::Limits;
+use mlless_store::redact_url;
 use serde::{Deserialize, Serialize};
 
 /// Key of the job spec below the run's location.
 pub const SPEC_KEY: &str = "spec.json";
 
 /// A training job, as the functions read it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The `spec.json` the driver writes holds the channel URL as given — with its password, if
+/// any, since the functions connect with it — so the run's store must be as private as the
+/// credentials. Everything else shows [`JobSpec::redacted`]: the run record, reports, logs and
+/// `Debug` (which redacts by itself).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     /// Unique id of the job; namespaces everything it writes to the channel.
     pub job_id: String,
@@ -74,11 +80,77 @@ fn default_channel_grace_s() -> f64 {
     mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
 }
 
+/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
+impl std::fmt::Debug for JobSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured, so that a new field cannot be forgotten here.
+        let JobSpec {
+            job_id,
+            data_url,
+            run_url,
+            model,
+            workers,
+            optimizer,
+            lr,
+            schedule,
+            seed,
+            stop,
+            channel,
+            limits,
+            train_batches,
+            sync,
+            compression,
+            scale_in,
+            algorithm,
+            pattern,
+            checkpoint_every,
+            worker_deadline_s,
+            faults,
+            channel_grace_s,
+        } = self;
+        f.debug_struct("JobSpec")
+            .field("job_id", job_id)
+            .field("data_url", &redact_url(data_url))
+            .field("run_url", &redact_url(run_url))
+            .field("model", model)
+            .field("workers", workers)
+            .field("optimizer", optimizer)
+            .field("lr", lr)
+            .field("schedule", schedule)
+            .field("seed", seed)
+            .field("stop", stop)
+            .field("channel", &channel.as_deref().map(redact_url))
+            .field("limits", limits)
+            .field("train_batches", train_batches)
+            .field("sync", sync)
+            .field("compression", compression)
+            .field("scale_in", scale_in)
+            .field("algorithm", algorithm)
+            .field("pattern", pattern)
+            .field("checkpoint_every", checkpoint_every)
+            .field("worker_deadline_s", worker_deadline_s)
+            .field("faults", faults)
+            .field("channel_grace_s", channel_grace_s)
+            .finish()
+    }
+}
+
 impl JobSpec {
     /// The options every function opens the job's channel with.
     pub fn channel_options(&self) -> mlless_store::ChannelOptions {
         mlless_store::ChannelOptions::default()
             .with_grace(Duration::from_secs_f64(self.channel_grace_s.max(0.0)))
+    }
+
+    /// This spec with the credentials of its URLs redacted ([`redact_url`]): what the run
+    /// record, reports and logs show. The functions connect with the real spec.
+    pub fn redacted(&self) -> JobSpec {
+        JobSpec {
+            data_url: redact_url(&self.data_url),
+            run_url: redact_url(&self.run_url),
+            channel: self.channel.as_deref().map(redact_url),
+            ..self.clone()
+        }
     }
 
     /// How long a worker waits for its peers' messages of one step before it gives up.

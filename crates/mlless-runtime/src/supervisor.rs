@@ -271,7 +271,8 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         .count() as u64;
     let record = RunRecord {
         format_version: RECORD_VERSION,
-        spec: spec.clone(),
+        // The record is for people and reports: never the channel's credentials.
+        spec: spec.redacted(),
         started_at_unix_ms: 0,
         wall_s: (unix_ms() - started_unix_ms) / 1000.0,
         train_samples: manifest.train.samples,

@@ -14,8 +14,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tracing::{debug, trace};
 
+use crate::redact::redact_url;
 use crate::retry::{ChannelOptions, RetryingChannel};
-use crate::store::{Store, StoreError, check_segment, redact};
+use crate::store::{Store, StoreError, check_segment};
 
 /// Identifies a worker of a job: 0, 1, …, P − 1.
 pub type WorkerId = u32;
@@ -488,6 +489,35 @@ pub async fn open_channel(
     open_channel_with(url, store, job_id, ChannelOptions::default()).await
 }
 
+/// Refuses a "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
+/// `:password@host`): opened as a directory, it would silently run the job on the local
+/// filesystem — and put the password in a directory name and in every message that names it.
+fn check_not_a_mistyped_url(url: &str) -> Result<(), ChannelError> {
+    let invalid = |reason: String| ChannelError::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    if let Some((prefix, _)) = url.split_once(':') {
+        let prefix = prefix.to_ascii_lowercase();
+        if matches!(
+            prefix.as_str(),
+            "redis" | "rediss" | "memcached" | "s3" | "s3a" | "file" | "memory"
+        ) {
+            return Err(invalid(format!(
+                "looks like a {prefix}:// URL without its \"//\"; supported: \
+                 {SUPPORTED_CHANNEL_URLS}"
+            )));
+        }
+    }
+    if redact_url(url) != url {
+        return Err(invalid(format!(
+            "looks like credentials without a scheme (redis://[user]:password@host:port); \
+             supported: {SUPPORTED_CHANNEL_URLS}"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens the channel of job `job_id`.
 ///
 /// `url`:
@@ -521,6 +551,9 @@ pub async fn open_channel_with(
         }
         Some(url) => {
             let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+            if scheme.is_none() {
+                check_not_a_mistyped_url(url)?;
+            }
             match scheme {
                 None | Some("file" | "memory" | "s3" | "s3a") => Store::open(url)?,
                 Some("redis" | "rediss") => {
@@ -535,7 +568,7 @@ pub async fn open_channel_with(
                 }
                 Some(scheme) => {
                     return Err(ChannelError::InvalidUrl {
-                        url: redact(url),
+                        url: redact_url(url),
                         reason: format!(
                             "unsupported channel scheme {scheme}://; supported: \
                              {SUPPORTED_CHANNEL_URLS}"

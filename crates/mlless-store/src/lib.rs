@@ -41,6 +41,7 @@
 pub mod channel;
 pub mod conformance;
 pub mod memcached;
+pub mod redact;
 pub mod redis;
 pub mod retry;
 pub mod store;
@@ -51,5 +52,6 @@ pub use channel::{
     ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel, open_channel_with,
 };
 pub use memcached::MemcachedChannel;
+pub use redact::redact_url;
 pub use retry::{ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel, is_connection_error};
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, StoreKind};

@@ -99,7 +99,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, trace, warn};
 
 use crate::channel::{Channel, ChannelError, WorkerId, backoff_sleep, timeout_error};
-use crate::store::redact;
+use crate::redact::{redact_url, scrub, url_secrets};
 
 /// Item flags of a head that holds the payload itself.
 const FLAG_INLINE: u32 = 0;
@@ -223,8 +223,8 @@ impl MemcachedChannel {
         let endpoint = format!("memcached://{}", settings.authority);
         check_job_id(job_id, &endpoint)?;
         let invalid = |reason: String| ChannelError::InvalidUrl {
-            url: redact(url),
-            reason,
+            url: redact_url(url),
+            reason: scrub(&reason, &url_secrets(url)),
         };
         let started = Instant::now();
         let connecting = open_first(&settings);
@@ -1070,8 +1070,8 @@ fn ttl_secs(secs: u64) -> u32 {
 
 fn parse_url(url: &str) -> Result<Settings, ChannelError> {
     let invalid = |reason: String| ChannelError::InvalidUrl {
-        url: redact(url),
-        reason,
+        url: redact_url(url),
+        reason: scrub(&reason, &url_secrets(url)),
     };
     let Some(rest) = url.trim().strip_prefix("memcached://") else {
         return Err(invalid(

@@ -57,7 +57,8 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Server
 use tracing::{debug, trace};
 
 use crate::channel::{Channel, ChannelError, WorkerId};
-use crate::store::{check_segment, redact};
+use crate::redact::{redact_url, scrub, url_secrets};
+use crate::store::check_segment;
 
 /// How long [`RedisChannel::connect`] waits for each server (TCP, TLS, authentication, `PING`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -129,6 +130,8 @@ return removed
 struct Shard {
     /// The shard's URL with any credentials redacted, for messages.
     address: String,
+    /// The credentials in the shard's URL, to scrub from the client's error texts.
+    secrets: Vec<String>,
     client: Client,
     /// The shared, self-reconnecting connection of every non-blocking command.
     commands: ConnectionManager,
@@ -140,11 +143,11 @@ impl Shard {
     /// Connects to one server and checks that it answers `PING` (which also tells whether it
     /// wants a password the URL lacks), all within [`CONNECT_TIMEOUT`].
     async fn connect(url: &str) -> Result<Shard, ChannelError> {
-        let address = redact(url);
-        let secret = url_password(url);
+        let address = redact_url(url);
+        let secrets = url_secrets(url);
         let fail = |reason: String| ChannelError::InvalidUrl {
             url: address.clone(),
-            reason: scrub(&reason, secret.as_deref()),
+            reason: scrub(&reason, &secrets),
         };
         let tls = match url.split_once("://") {
             Some(("redis", _)) => false,
@@ -191,6 +194,7 @@ impl Shard {
         debug!(shard = %address, "connected to Redis");
         Ok(Shard {
             address,
+            secrets,
             client,
             commands,
             readers: Mutex::new(vec![first]),
@@ -246,7 +250,8 @@ impl Shard {
             match attempt(self.commands.clone()).await {
                 Ok(value) => return Ok(value),
                 Err(e) if tries < ATTEMPTS && is_transient(&e) => {
-                    debug!(shard = %self.address, op, attempt = tries, error = %e, retry_in = ?delay, "Redis command failed, retrying");
+                    let error = scrub(&e.to_string(), &self.secrets);
+                    debug!(shard = %self.address, op, attempt = tries, %error, retry_in = ?delay, "Redis command failed, retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                     tries += 1;
@@ -315,23 +320,6 @@ fn tls_hint(tls: bool) -> &'static str {
     }
 }
 
-/// The password of a URL's `user:password@`, if any (to scrub it from error texts).
-fn url_password(url: &str) -> Option<String> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let (userinfo, _) = authority.rsplit_once('@')?;
-    let (_, password) = userinfo.split_once(':')?;
-    (!password.is_empty()).then(|| password.to_string())
-}
-
-/// `text` with every occurrence of `secret` replaced by `***`.
-fn scrub(text: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(secret) if !secret.is_empty() => text.replace(secret, "***"),
-        _ => text.to_string(),
-    }
-}
-
 /// What the shards of a channel share, across the jobs of [`RedisChannel::for_job`].
 struct Shards {
     shards: Vec<Shard>,
@@ -382,7 +370,7 @@ impl RedisChannel {
             .collect();
         if list.is_empty() {
             return Err(ChannelError::InvalidUrl {
-                url: redact(urls.trim()),
+                url: redact_url(urls.trim()),
                 reason: "no Redis URL given (expected redis://host:port, or a comma-separated \
                          list of one URL per shard)"
                     .to_string(),
@@ -391,16 +379,16 @@ impl RedisChannel {
         for (i, url) in list.iter().enumerate() {
             if list[..i].contains(url) {
                 return Err(ChannelError::InvalidUrl {
-                    url: redact(url),
+                    url: redact_url(url),
                     reason: "listed twice: every shard must be a distinct server or database"
                         .to_string(),
                 });
             }
         }
         let describe = match list.len() {
-            1 => redact(list[0]),
-            2 => format!("{} (+1 shard)", redact(list[0])),
-            k => format!("{} (+{} shards)", redact(list[0]), k - 1),
+            1 => redact_url(list[0]),
+            2 => format!("{} (+1 shard)", redact_url(list[0])),
+            k => format!("{} (+{} shards)", redact_url(list[0]), k - 1),
         };
         check_job_id(job_id, &describe)?;
         let shards =
@@ -507,10 +495,19 @@ impl RedisChannel {
 
     /// A failure of Redis on shard `shard` while doing `op` on `key`.
     fn backend_error(&self, shard: &Shard, op: &str, key: &str, e: RedisError) -> ChannelError {
+        // The client's messages do not quote the URL, but a reconnection's could: never let
+        // one carry the password out.
+        let text = e.to_string();
+        let source: Box<dyn std::error::Error + Send + Sync> =
+            if shard.secrets.iter().any(|s| text.contains(s.as_str())) {
+                scrub(&text, &shard.secrets).into()
+            } else {
+                Box::new(e)
+            };
         ChannelError::Backend {
             endpoint: shard.address.clone(),
             operation: format!("{op} of key {key}"),
-            source: Box::new(e),
+            source,
         }
     }
 
@@ -621,7 +618,7 @@ impl RedisChannel {
                     failures += 1;
                     shard.forget_readers();
                     let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
-                    debug!(shard = %shard.address, key, error = %e, retry_in = ?pause, "blocking read failed, reconnecting");
+                    debug!(shard = %shard.address, key, error = %scrub(&e.to_string(), &shard.secrets), retry_in = ?pause, "blocking read failed, reconnecting");
                     tokio::time::sleep(pause).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }

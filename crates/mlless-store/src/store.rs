@@ -21,6 +21,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tracing::{debug, trace};
 
+use crate::redact::{redact_url, scrub, url_secrets};
+
 /// The URL schemes [`Store::open`] accepts, for error messages.
 pub const SUPPORTED_STORE_URLS: &str =
     "a directory path, file:///abs/path, memory://NAME, s3://bucket/prefix";
@@ -146,8 +148,8 @@ impl Store {
     /// [`StoreError::InvalidUrl`].
     pub fn open(url: &str) -> Result<Store, StoreError> {
         let invalid = |reason: String| StoreError::InvalidUrl {
-            url: redact(url),
-            reason,
+            url: redact_url(url),
+            reason: scrub(&reason, &url_secrets(url)),
         };
         if url.trim().is_empty() {
             return Err(invalid("empty location".into()));
@@ -543,17 +545,6 @@ fn split_scheme(url: &str) -> Option<(&str, &str)> {
     valid.then_some((scheme, rest))
 }
 
-/// Removes `user:password@` from a URL, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..authority_end].rfind('@') {
-            return format!("{scheme}://***@{}", &rest[at + 1..]);
-        }
-    }
-    url.to_string()
-}
-
 /// Decodes `%XX` escapes of a file URL's path.
 fn percent_decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
@@ -577,8 +568,8 @@ fn percent_decode(s: &str) -> Result<String, String> {
 
 fn open_local(url: &str, path: PathBuf) -> Result<Store, StoreError> {
     let invalid = |reason: String| StoreError::InvalidUrl {
-        url: redact(url),
-        reason,
+        url: redact_url(url),
+        reason: scrub(&reason, &url_secrets(url)),
     };
     if path.exists() && !path.is_dir() {
         return Err(invalid(format!(
@@ -605,8 +596,8 @@ fn open_local(url: &str, path: PathBuf) -> Result<Store, StoreError> {
 
 fn open_s3(url: &str, rest: &str) -> Result<Store, StoreError> {
     let invalid = |reason: String| StoreError::InvalidUrl {
-        url: redact(url),
-        reason,
+        url: redact_url(url),
+        reason: scrub(&reason, &url_secrets(url)),
     };
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.contains('@') {
@@ -651,13 +642,6 @@ mod tests {
         assert!(check_key("a/./b").is_err());
         assert!(check_key("a#1").is_err());
         assert!(check_key("a\nb").is_err());
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(redact("s3://key:secret@bucket/x"), "s3://***@bucket/x");
-        assert_eq!(redact("s3://bucket/x@y"), "s3://bucket/x@y");
-        assert_eq!(redact("/tmp/x"), "/tmp/x");
     }
 
     #[test]

@@ -626,3 +626,133 @@ async fn survives_killed_connections() {
         .expect("put_key");
     channel.cleanup().await.expect("cleanup");
 }
+
+/// `MLLESS_TEST_REDIS_PASSWORD_URL` with its password, and the password: the variable is the
+/// URL without it (`scripts/test.sh`, password [`PASSWORD`]) or, if it has one, as given.
+fn protected_url(test: &str) -> Option<(String, String)> {
+    let url = password_url(test)?;
+    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+    match rest.rsplit_once('@') {
+        Some((userinfo, _)) => {
+            let password = userinfo.split_once(':').map_or(userinfo, |(_, p)| p);
+            Some((url.clone(), password.to_string()))
+        }
+        None => Some((
+            with_userinfo(&url, &format!(":{PASSWORD}")),
+            PASSWORD.to_string(),
+        )),
+    }
+}
+
+/// Asserts that neither the message nor the `Debug` of `e` contains `secret`.
+fn assert_no_secret(e: &ChannelError, secret: &str) {
+    let (message, debug) = (e.to_string(), format!("{e:?}"));
+    assert!(
+        !message.contains(secret),
+        "the message shows the secret: {message}"
+    );
+    assert!(
+        !debug.contains(secret),
+        "the Debug shows the secret: {debug}"
+    );
+}
+
+/// Malformed or unreachable URLs with a password: the errors never quote it. Needs no server.
+#[tokio::test]
+async fn channel_errors_never_show_a_password() {
+    let secret = "pw-Zq81-never-shown";
+    let store = mlless_store::Store::open("memory://redis-secret-errors").expect("store");
+    for url in [
+        format!("redis://:{secret}@127.0.0.1:notaport"),
+        format!("redis://user:{secret}@127.0.0.1:1"),
+        format!("rediss://:{secret}@127.0.0.1:1/0"),
+        format!("redis://:{secret}@127.0.0.1:1,redis://:{secret}@127.0.0.1:2"),
+        format!("redis://:{secret}@127.0.0.1:1,redis://:{secret}@127.0.0.1:1"),
+        format!("redis://:{secret}"),
+        format!("redis:/:{secret}@127.0.0.1:1"),
+        format!("redis+x://:{secret}@127.0.0.1:1"),
+        format!("memcached://u:{secret}@127.0.0.1:1"),
+        format!("memcached://127.0.0.1:1?token={secret}"),
+        format!("s3://key:{secret}@bucket/x"),
+    ] {
+        let e = mlless_store::open_channel(Some(&url), &store, "secret-job")
+            .await
+            .expect_err(&mlless_store::redact_url(&url));
+        eprintln!("{e}");
+        assert_no_secret(&e, secret);
+    }
+}
+
+/// A password-protected server: wrong passwords (also percent-encoded ones), a database out of
+/// range, an invalid job id and a timeout with the right password — no error text, `Debug`,
+/// `describe()` or `Debug` of the channel shows the password.
+#[tokio::test]
+async fn errors_with_a_password_url_never_show_it() {
+    let _serial = SERIAL.lock().await;
+    let Some((url, password)) = protected_url("errors_with_a_password_url_never_show_it") else {
+        return;
+    };
+    let server = host_only(&url)
+        .split('/')
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("/");
+    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+    let (userinfo, _) = rest.rsplit_once('@').expect("a URL with a password");
+
+    // Wrong passwords, as written and percent-encoded ('/' and '@' in them).
+    for (wrong, shown) in [
+        (
+            ":wr0ng%2Fsecret%40x",
+            ["wr0ng%2Fsecret%40x", "wr0ng/secret@x"],
+        ),
+        ("default:wr0ng-secret", ["wr0ng-secret", "wr0ng-secret"]),
+    ] {
+        let e =
+            connect_error(RedisChannel::connect(&with_userinfo(&server, wrong), "pw-errors").await);
+        eprintln!("wrong password: {e}");
+        for s in shown {
+            assert_no_secret(&e, s);
+        }
+    }
+
+    // A database that does not exist, with the right password.
+    let bad_db = with_userinfo(&format!("{server}/999"), userinfo);
+    let e = connect_error(RedisChannel::connect(&bad_db, "pw-errors").await);
+    eprintln!("bad database: {e}");
+    assert_no_secret(&e, &password);
+
+    // An invalid job id.
+    let e = connect_error(RedisChannel::connect(&url, "bad:job").await);
+    assert_no_secret(&e, &password);
+
+    // Through `open_channel`, as the runtime opens it: describe, Debug, a timeout, a bad key.
+    let store = mlless_store::Store::open("memory://redis-secret-errors-2").expect("store");
+    let channel = mlless_store::open_channel(Some(&url), &store, "pw-errors")
+        .await
+        .expect("connect with the password");
+    assert!(
+        !channel.describe().contains(&password),
+        "{}",
+        channel.describe()
+    );
+    assert!(!format!("{channel:?}").contains(&password), "{channel:?}");
+    let e = channel
+        .collect("updates", 0, &[0], Duration::from_millis(20))
+        .await
+        .expect_err("timeout");
+    assert_no_secret(&e, &password);
+    let e = channel
+        .put_key("", Bytes::from_static(b"x"))
+        .await
+        .expect_err("empty key");
+    assert_no_secret(&e, &password);
+    channel.cleanup().await.expect("cleanup");
+}
+
+/// `redis://host:port[/db]` without any userinfo.
+fn host_only(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    format!("{scheme}://{rest}")
+}
