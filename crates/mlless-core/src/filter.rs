@@ -192,14 +192,66 @@ pub struct FilterStats {
 
 /// A worker's filter: the residual accumulator and the rule that picks what to send.
 ///
-/// Serialisable, so that a checkpoint carries what the filter holds back.
+/// Serialisable, so that a checkpoint carries what the filter holds back. Deserialisation checks
+/// that the parts agree (as many flags as residuals, every coordinate of the support in range,
+/// tracked and listed once), so a decoded filter never indexes out of bounds; its
+/// [`dim`](Self::dim) must still be checked against the model's.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(try_from = "FilterParts")]
 pub struct UpdateFilter {
     config: FilterConfig,
     residual: Vec<f32>,
     /// Coordinates whose residual may be non-zero (each once; `tracked[j]` says whether `j` is in).
     support: Vec<u32>,
     tracked: Vec<bool>,
+}
+
+/// The serialised form of an [`UpdateFilter`], checked before it becomes one.
+#[derive(Deserialize)]
+struct FilterParts {
+    config: FilterConfig,
+    residual: Vec<f32>,
+    support: Vec<u32>,
+    tracked: Vec<bool>,
+}
+
+impl TryFrom<FilterParts> for UpdateFilter {
+    type Error = String;
+
+    fn try_from(parts: FilterParts) -> Result<Self, String> {
+        let FilterParts {
+            config,
+            residual,
+            support,
+            tracked,
+        } = parts;
+        let dim = residual.len();
+        if tracked.len() != dim {
+            return Err(format!(
+                "update filter with {dim} residuals but {} flags",
+                tracked.len()
+            ));
+        }
+        let mut listed = vec![false; dim];
+        for &j in &support {
+            let Some(seen) = listed.get_mut(j as usize) else {
+                return Err(format!("update filter support {j} out of range {dim}"));
+            };
+            if *seen || !tracked[j as usize] {
+                return Err(format!("update filter support {j} repeated or not tracked"));
+            }
+            *seen = true;
+        }
+        if listed != tracked {
+            return Err("update filter tracks coordinates outside its support".to_string());
+        }
+        Ok(Self {
+            config,
+            residual,
+            support,
+            tracked,
+        })
+    }
 }
 
 impl UpdateFilter {
@@ -216,6 +268,11 @@ impl UpdateFilter {
     /// The filter's configuration.
     pub fn config(&self) -> FilterConfig {
         self.config
+    }
+
+    /// The number of parameters the filter is over.
+    pub fn dim(&self) -> usize {
+        self.residual.len()
     }
 
     /// Adds the local `update` of `step` to the residual and returns what to send, given the
@@ -384,6 +441,61 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
+
+    #[test]
+    fn deserialised_filters_are_consistent() {
+        let mut filter = UpdateFilter::new(4, FilterConfig::default());
+        let update = SparseVector::from_parts(vec![1, 3], vec![0.5, -1.0]).unwrap();
+        // Top-1 keeps coordinate 1 back.
+        filter.config.compression = Compression::TopK(1);
+        filter.filter(&update, &[1.0; 4], 0);
+        let json = serde_json::to_value(&filter).unwrap();
+        let back: UpdateFilter = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!((back.dim(), back.support.clone()), (4, vec![1]));
+        let tamper = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut bad = json.clone();
+            edit(&mut bad);
+            serde_json::from_value::<UpdateFilter>(bad)
+                .unwrap_err()
+                .to_string()
+        };
+        let out_of_range = tamper(&|v| v["support"] = serde_json::json!([7]));
+        assert!(out_of_range.contains("out of range"), "{out_of_range}");
+        let repeated = tamper(&|v| v["support"] = serde_json::json!([1, 1]));
+        assert!(repeated.contains("repeated"), "{repeated}");
+        let short = tamper(&|v| v["tracked"] = serde_json::json!([false, true]));
+        assert!(short.contains("flags"), "{short}");
+        let untracked = tamper(&|v| v["tracked"][2] = serde_json::json!(true));
+        assert!(untracked.contains("outside its support"), "{untracked}");
+    }
+
+    #[test]
+    fn wire_deltas_are_checked_before_use() {
+        let json = r#"{"Sparse":{"indices":[5,1],"values":[1,1]}}"#;
+        assert!(serde_json::from_str::<WireDelta>(json).is_err());
+        let json = r#"{"Sparse":{"indices":[1,5],"values":[1,1]}}"#;
+        let delta: WireDelta = serde_json::from_str(json).unwrap();
+        assert!(delta.clone().into_sparse(6).is_ok());
+        assert!(matches!(
+            delta.into_sparse(5),
+            Err(SparseError::OutOfBounds { index: 5, dim: 5 })
+        ));
+        // Signs: bitmap and bucket counts must match the indices; indices must be distinct.
+        let signs = |indices: &str, negative: &str, buckets: &str| {
+            let json = format!(
+                r#"{{"Signs":{{"indices":{indices},"negative":{negative},"buckets":{buckets}}}}}"#
+            );
+            serde_json::from_str::<WireDelta>(&json)
+                .unwrap()
+                .into_sparse(10)
+        };
+        assert!(signs("[3,1]", "[1]", "[[2,0.5]]").is_ok());
+        assert!(signs("[3,1]", "[]", "[[2,0.5]]").is_err());
+        assert!(signs("[3,1]", "[1]", "[[1,0.5]]").is_err());
+        assert!(signs("[3,1]", "[1]", "[[4294967295,0.5],[4294967295,0.5]]").is_err());
+        assert!(signs("[3,3]", "[1]", "[[2,0.5]]").is_err());
+        assert!(signs("[3,10]", "[1]", "[[2,0.5]]").is_err());
+    }
 
     fn random_update(rng: &mut StdRng, dim: u32, nnz: usize) -> SparseVector {
         SparseVector::from_pairs(

@@ -7,10 +7,30 @@ use serde::{Deserialize, Serialize};
 /// Gradients, optimiser deltas and the updates that workers exchange are all `SparseVector`s over
 /// the flat parameter vector of a model, so that every protocol (broadcast, significance filter,
 /// compression) works on one type whatever the model.
+///
+/// Deserialisation goes through [`SparseVector::from_parts`], so a decoded vector (an update
+/// from the channel) always has as many values as indices, ascending: checking its last index
+/// against a dimension ([`SparseVector::check_dim`]) then bounds every index.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SparseParts")]
 pub struct SparseVector {
     indices: Vec<u32>,
     values: Vec<f32>,
+}
+
+/// The serialised form of a [`SparseVector`], checked before it becomes one.
+#[derive(Deserialize)]
+struct SparseParts {
+    indices: Vec<u32>,
+    values: Vec<f32>,
+}
+
+impl TryFrom<SparseParts> for SparseVector {
+    type Error = SparseError;
+
+    fn try_from(parts: SparseParts) -> Result<Self, SparseError> {
+        Self::from_parts(parts.indices, parts.values)
+    }
 }
 
 /// Why a pair of index and value arrays is not a valid [`SparseVector`].
@@ -278,6 +298,21 @@ mod tests {
         let v = SparseVector::from_parts(vec![0, 9], vec![1.0, 1.0]).unwrap();
         assert!(v.check_dim(10).is_ok());
         assert!(v.check_dim(9).is_err());
+    }
+
+    #[test]
+    fn deserialisation_checks_the_parts() {
+        let ok: SparseVector = serde_json::from_str(r#"{"indices":[1,9],"values":[1,2]}"#).unwrap();
+        assert_eq!(ok.indices(), &[1, 9]);
+        // A hostile update whose last index fits the model but an earlier one does not: it must
+        // not decode, or `check_dim` would let index 4000000000 through.
+        let err =
+            serde_json::from_str::<SparseVector>(r#"{"indices":[4000000000,1],"values":[1,2]}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("not ascending"), "{err}");
+        let err =
+            serde_json::from_str::<SparseVector>(r#"{"indices":[1,2],"values":[1]}"#).unwrap_err();
+        assert!(err.to_string().contains("2 indices but 1 values"), "{err}");
     }
 
     #[test]

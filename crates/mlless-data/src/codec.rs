@@ -6,7 +6,7 @@
 //! |--------|-------------------------------------------------|
 //! | 0..4   | magic, naming the kind of object (`MLLB`, ...)  |
 //! | 4..6   | format version, `u16` LE ([`FORMAT_VERSION`])   |
-//! | 6..8   | reserved, written as 0 and ignored when read    |
+//! | 6..8   | reserved, written as 0 and checked to be 0      |
 //! | 8..16  | payload length in bytes, `u64` LE               |
 //! | 16..20 | CRC-32 (IEEE) of the payload, `u32` LE          |
 //! | 20..   | postcard payload                                |
@@ -53,6 +53,9 @@ pub enum CodecError {
     /// The frame was written by a format version this build does not read.
     #[error("unsupported format version {0} (this build reads version {FORMAT_VERSION})")]
     UnsupportedVersion(u16),
+    /// The reserved header bytes are not 0.
+    #[error("reserved header bytes are {0:#06x}, not 0")]
+    Reserved(u16),
     /// More bytes follow the payload than the header declares.
     #[error("length mismatch: header declares a {declared}-byte payload, {actual} bytes follow")]
     LengthMismatch {
@@ -113,8 +116,8 @@ pub fn encode_framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
 
 /// Decodes a frame written by [`encode_framed`] with the same magic.
 ///
-/// Checks, in order and before allocating: length of the header, magic, version, declared
-/// payload length against the bytes present, checksum; then decodes the payload, which must be
+/// Checks, in order and before allocating: length of the header, magic, version, reserved
+/// bytes, declared payload length against the bytes present, checksum; then decodes the payload, which must be
 /// consumed exactly.
 pub fn decode_framed<T: DeserializeOwned>(magic: [u8; 4], bytes: &[u8]) -> Result<T, CodecError> {
     if bytes.len() < HEADER_LEN {
@@ -133,6 +136,10 @@ pub fn decode_framed<T: DeserializeOwned>(magic: [u8; 4], bytes: &[u8]) -> Resul
     let version = u16::from_le_bytes(bytes[4..6].try_into().expect("2 bytes"));
     if version != FORMAT_VERSION {
         return Err(CodecError::UnsupportedVersion(version));
+    }
+    let reserved = u16::from_le_bytes(bytes[6..8].try_into().expect("2 bytes"));
+    if reserved != 0 {
+        return Err(CodecError::Reserved(reserved));
     }
     let declared = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
     let expected_crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
@@ -378,6 +385,61 @@ mod tests {
         assert!(matches!(
             decode_batch(&bad),
             Err(CodecError::ChecksumMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn every_flipped_byte_anywhere_is_an_error() {
+        for batch in [sparse_batch(), ratings_batch()] {
+            let bytes = encode_batch(&batch);
+            for i in 0..bytes.len() {
+                for bit in 0..8 {
+                    let mut bad = bytes.clone();
+                    bad[i] ^= 1 << bit;
+                    assert!(decode_batch(&bad).is_err(), "byte {i} bit {bit}");
+                }
+            }
+        }
+        let mut bad = encode_batch(&sparse_batch());
+        bad[7] = 1;
+        assert_eq!(decode_batch(&bad), Err(CodecError::Reserved(0x100)));
+    }
+
+    #[test]
+    fn a_checksummed_payload_declaring_2_pow_40_floats_is_an_error_without_allocating() {
+        // `Vec<f32>` of 2^40 elements: varint 2^40, then 4 floats. Postcard caps what it
+        // reserves ahead of reading, so this fails on the missing bytes; were it to allocate
+        // the declared length (4 TiB) the test would abort.
+        let mut payload = Vec::new();
+        let mut n = 1u64 << 40;
+        while n >= 0x80 {
+            payload.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        payload.push(n as u8);
+        payload.extend_from_slice(&[0; 16]);
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(b"TEST");
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&0u16.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let err = decode_framed::<Vec<f32>>(*b"TEST", &bytes).unwrap_err();
+        assert!(matches!(err, CodecError::Malformed(_)), "{err}");
+        // The same inside a batch: ratings whose user array declares 2^40 ids.
+        let mut payload = vec![1u8];
+        payload.extend_from_slice(&bytes[HEADER_LEN..HEADER_LEN + 6]);
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&BATCH_MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&0u16.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        assert!(matches!(
+            decode_batch(&bytes),
+            Err(CodecError::Malformed(_))
         ));
     }
 

@@ -24,6 +24,46 @@ pub mod spec;
 pub mod supervisor;
 pub mod worker;
 
+/// Entry points for the fuzz targets (`fuzz/` at the repository root) and the corruption tests:
+/// decoders of the private checkpoint types, and valid samples of them to corrupt.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::supervisor::fuzzing::*;
+    pub use crate::worker::fuzzing::*;
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Flips every bit in turn: each must be an error, never a panic.
+        fn assert_every_flip_fails(bytes: &[u8], decode: impl Fn(&[u8]) -> crate::Result<()>) {
+            decode(bytes).expect("the sample decodes");
+            for i in 0..bytes.len() {
+                for bit in 0..8 {
+                    let mut bad = bytes.to_vec();
+                    bad[i] ^= 1 << bit;
+                    assert!(decode(&bad).is_err(), "byte {i} bit {bit}");
+                }
+            }
+        }
+
+        #[test]
+        fn every_flipped_bit_of_a_checkpoint_is_an_error() {
+            assert_every_flip_fails(&sample_worker_checkpoint(6), decode_worker_checkpoint);
+            assert_every_flip_fails(&sample_supervisor_state(), decode_supervisor_state);
+        }
+
+        #[test]
+        fn a_checkpoint_declaring_2_pow_40_bytes_is_an_error() {
+            for mut bytes in [sample_worker_checkpoint(6), sample_supervisor_state()] {
+                bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+                assert!(decode_worker_checkpoint(&bytes).is_err());
+                assert!(decode_supervisor_state(&bytes).is_err());
+            }
+        }
+    }
+}
+
 pub use driver::{
     Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions, resume, train,
 };

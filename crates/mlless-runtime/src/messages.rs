@@ -189,3 +189,174 @@ pub struct ReplaceRequest {
     /// The step whose statistics they did not send.
     pub step: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use mlless_core::{Compression, FilterConfig, ModelSpec, SparseVector, UpdateFilter};
+
+    use super::*;
+
+    /// Flips every bit of `bytes` in turn: each must be an error naming the object.
+    fn assert_every_flip_fails<T: Message + std::fmt::Debug>(bytes: &[u8]) {
+        T::decode(bytes, || "the original".into()).expect("the sample decodes");
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.to_vec();
+                bad[i] ^= 1 << bit;
+                let err = T::decode(&bad, || format!("message {i}.{bit}"))
+                    .expect_err(&format!("byte {i} bit {bit} flipped still decodes"));
+                assert!(
+                    err.to_string().contains(&format!("message {i}.{bit}")),
+                    "{err}"
+                );
+            }
+        }
+    }
+
+    fn updates() -> Vec<UpdateMessage> {
+        let delta = SparseVector::from_pairs(vec![(1, 0.5), (4, -0.25), (9, 2.0)]);
+        let mut onebit = UpdateFilter::new(
+            10,
+            FilterConfig {
+                significance: None,
+                compression: Compression::OneBit,
+            },
+        );
+        let (signs, _) = onebit.filter(&delta, &[1.0; 10], 0);
+        [WireDelta::Sparse(delta), signs]
+            .into_iter()
+            .map(|delta| UpdateMessage {
+                step: 3,
+                worker: 2,
+                loss: BatchLoss { sum: 1.5, count: 4 },
+                stop: false,
+                last: true,
+                applied_through: 2,
+                removal: Some(Removal { seq: 1, worker: 0 }),
+                delta,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_flipped_bit_of_every_message_is_an_error() {
+        for update in updates() {
+            assert_every_flip_fails::<UpdateMessage>(&update.encode());
+        }
+        let stats = StatsMessage {
+            step: 1,
+            worker: 0,
+            loss: BatchLoss { sum: 2.0, count: 3 },
+            read_ms: 1.0,
+            compute_ms: 2.0,
+            exchange_ms: 3.0,
+            step_ms: 6.0,
+            bytes_sent: 100,
+            bytes_received: 200,
+            messages_sent: 1,
+            messages_received: 2,
+            entries_sent: 10,
+            entries_held: 0,
+            updates_applied: 3,
+            started_unix_ms: 1e12,
+            published_unix_ms: 1e12,
+            last: false,
+            removed: false,
+        };
+        assert_every_flip_fails::<StatsMessage>(&stats.encode());
+        let replica = ReplicaMessage {
+            worker: 1,
+            step: 9,
+            params: vec![0.5, -1.0, 2.0],
+        };
+        assert_every_flip_fails::<ReplicaMessage>(&replica.encode());
+        let model = StoredModel {
+            spec: ModelSpec::LogisticRegression {
+                features: 2,
+                l2: 0.0,
+            },
+            params: vec![0.5, -1.0, 2.0],
+        };
+        assert_every_flip_fails::<StoredModel>(&model.encode());
+    }
+
+    #[test]
+    fn a_message_declaring_2_pow_40_bytes_is_an_error_without_allocating() {
+        let mut bytes = updates()[0].encode().to_vec();
+        bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let err =
+            UpdateMessage::decode(&bytes, || "update of worker 2 for step 3".into()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("update of worker 2 for step 3"), "{text}");
+        assert!(text.contains("truncated"), "{text}");
+    }
+
+    #[test]
+    fn a_replica_declaring_2_pow_40_parameters_is_an_error_without_allocating() {
+        // worker 1, step 9, then a Vec<f32> whose length varint says 2^40 over 8 bytes.
+        let payload = [
+            1u8, 9, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&ReplicaMessage::MAGIC);
+        bytes.extend_from_slice(&mlless_data::FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&[0, 0]);
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let err =
+            ReplicaMessage::decode(&bytes, || "final replica of worker 1".into()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RuntimeError::Corrupt {
+                    source: mlless_data::CodecError::Malformed(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn hostile_deltas_are_refused_when_decoded_or_applied() {
+        // A sparse delta whose indices do not ascend: [4000000000, 1] would pass a check of
+        // the last index alone and then write far out of bounds.
+        let mut update = updates().remove(0);
+        update.delta = WireDelta::Sparse(SparseVector::from_pairs(vec![(1, 1.0), (7, 1.0)]));
+        let mut bytes = update.encode().to_vec();
+        // The indices follow the header and the fixed fields; find the varint of 1 then 7.
+        let at = bytes
+            .windows(3)
+            .rposition(|w| w == [2, 1, 7])
+            .expect("the indices");
+        bytes[at + 1..at + 3].copy_from_slice(&[7, 1]);
+        let crc = crc32fast::hash(&bytes[mlless_data::HEADER_LEN..]);
+        bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+        let err = UpdateMessage::decode(&bytes, || "the update".into()).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                RuntimeError::Corrupt {
+                    location,
+                    source: mlless_data::CodecError::Malformed(_),
+                } if location == "the update"
+            ),
+            "{err}"
+        );
+        // Indices in order but beyond the model: refused by `into_sparse`.
+        assert!(updates().remove(0).delta.into_sparse(9).is_err());
+        assert!(updates().remove(0).delta.into_sparse(10).is_ok());
+    }
+
+    #[test]
+    fn control_messages_are_plain_json() {
+        let removal: Removal = serde_json::from_str(r#"{"seq":1,"worker":3}"#).unwrap();
+        assert_eq!(removal, Removal { seq: 1, worker: 3 });
+        for bad in ["", "{", r#"{"seq":-1,"worker":3}"#, r#"{"seq":1}"#, "[1]"] {
+            assert!(serde_json::from_str::<Removal>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Progress>(bad).is_err(), "{bad}");
+        }
+        assert!(serde_json::from_str::<StopRequest>(r#"{"reason":"x"}"#).is_ok());
+    }
+}

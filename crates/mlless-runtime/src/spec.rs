@@ -559,9 +559,65 @@ pub struct StopCriteria {
 /// Positions in the endless stream of minibatches stay contiguous across a change: from step
 /// `t0` on, with the active workers `w_0 < … < w_{p−1}`, worker `w_r` reads position
 /// `base + (t − t0)·p + r`, where `base` is the number of positions read before `t0`.
+///
+/// Deserialisation (a checkpoint) checks what the methods rely on: at least one segment, the
+/// first from step 0 and position 0, later ones starting at ascending steps with the positions
+/// read before them, each with workers ascending and none empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "FleetParts")]
 pub struct Fleet {
     segments: Vec<FleetSegment>,
+}
+
+/// The serialised form of a [`Fleet`], checked before it becomes one.
+#[derive(Deserialize)]
+struct FleetParts {
+    segments: Vec<FleetSegment>,
+}
+
+impl TryFrom<FleetParts> for Fleet {
+    type Error = String;
+
+    fn try_from(parts: FleetParts) -> Result<Self, String> {
+        let segments = parts.segments;
+        match segments.first() {
+            None => return Err("a fleet without segments".into()),
+            Some(first) if first.from_step != 0 || first.base != 0 => {
+                return Err(format!(
+                    "a fleet starting at step {} position {}",
+                    first.from_step, first.base
+                ));
+            }
+            Some(_) => {}
+        }
+        for s in &segments {
+            if s.workers.is_empty() || s.workers.windows(2).any(|w| w[1] <= w[0]) {
+                return Err(format!(
+                    "a fleet segment from step {} with workers {:?}",
+                    s.from_step, s.workers
+                ));
+            }
+        }
+        for pair in segments.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let expected = (b.from_step.checked_sub(a.from_step))
+                .filter(|&steps| steps > 0)
+                .and_then(|steps| steps.checked_mul(a.workers.len() as u64))
+                .and_then(|read| read.checked_add(a.base));
+            if expected != Some(b.base) {
+                return Err(format!(
+                    "a fleet segment from step {} at position {} after one from step {} at \
+                     position {} with {} workers",
+                    b.from_step,
+                    b.base,
+                    a.from_step,
+                    a.base,
+                    a.workers.len()
+                ));
+            }
+        }
+        Ok(Self { segments })
+    }
 }
 
 /// The workers active from a step on, and the positions read before it.
@@ -662,6 +718,43 @@ mod tests {
         assert_eq!(a, batch_order(7, 0, 50));
         assert_ne!(a, batch_order(7, 1, 50));
         assert_ne!(a, batch_order(8, 0, 50));
+    }
+
+    #[test]
+    fn deserialised_fleets_are_consistent() {
+        let mut fleet = Fleet::new(4);
+        assert!(fleet.remove_after(1, 2));
+        let json = serde_json::to_value(&fleet).unwrap();
+        assert_eq!(
+            serde_json::from_value::<Fleet>(json.clone()).unwrap(),
+            fleet
+        );
+        let tamper = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut bad = json.clone();
+            edit(&mut bad);
+            serde_json::from_value::<Fleet>(bad)
+                .unwrap_err()
+                .to_string()
+        };
+        type Edit<'a> = &'a dyn Fn(&mut serde_json::Value);
+        let cases: [(&str, Edit); 6] = [
+            ("no segments", &|v| v["segments"] = serde_json::json!([])),
+            ("late start", &|v| v["segments"][0]["from_step"] = 1.into()),
+            ("no workers", &|v| {
+                v["segments"][1]["workers"] = serde_json::json!([])
+            }),
+            ("unsorted", &|v| {
+                v["segments"][1]["workers"] = serde_json::json!([3, 0])
+            }),
+            ("wrong base", &|v| v["segments"][1]["base"] = 11.into()),
+            ("same step", &|v| {
+                v["segments"][1]["from_step"] = 0.into();
+                v["segments"][1]["base"] = 0.into();
+            }),
+        ];
+        for (name, edit) in cases {
+            assert!(tamper(edit).contains("fleet"), "{name}");
+        }
     }
 
     #[test]

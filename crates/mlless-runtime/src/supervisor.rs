@@ -67,6 +67,90 @@ impl Message for SupervisorState {
 /// A worker that still sends nothing after this many replacements fails the run.
 const MAX_REPLACEMENTS: u32 = 3;
 
+impl SupervisorState {
+    /// Checks what resuming relies on beyond the decoding: a start time that is a time (the
+    /// elapsed time is computed from it), workers listed once each, a valid tuner config.
+    fn check(&self) -> std::result::Result<(), String> {
+        if !(self.started_unix_ms.is_finite()
+            && (0.0..=unix_ms() + 86_400_000.0).contains(&self.started_unix_ms))
+        {
+            return Err(format!(
+                "it started at {} ms since the Unix epoch",
+                self.started_unix_ms
+            ));
+        }
+        if self.active.windows(2).any(|w| w[1] <= w[0]) {
+            return Err(format!(
+                "its active workers {:?} are not ascending",
+                self.active
+            ));
+        }
+        if let Some(scale_in) = &self.scale_in {
+            scale_in
+                .tuner
+                .config()
+                .validate()
+                .map_err(|e| format!("its scale-in tuner: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Reads the checkpoint of `step`, checked.
+    async fn load(ctx: &JobContext, step: u64) -> Result<Self> {
+        let state: Self = checkpoint::load(&ctx.run_store, SUPERVISOR_ROLE, step).await?;
+        state.check().map_err(|what| {
+            RuntimeError::FunctionFailed(format!(
+                "the supervisor checkpoint of step {step} does not fit: {what}"
+            ))
+        })?;
+        Ok(state)
+    }
+}
+
+/// Decoders of the private checkpoint type, for the fuzz targets and tests.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Decodes a supervisor checkpoint and checks it.
+    pub fn decode_supervisor_state(bytes: &[u8]) -> Result<()> {
+        let state = SupervisorState::decode(bytes, || "supervisor checkpoint".to_string())?;
+        state
+            .check()
+            .map_err(|what| RuntimeError::FunctionFailed(format!("supervisor checkpoint: {what}")))
+    }
+
+    /// A valid encoded supervisor checkpoint of 3 workers with a scale-in tuner and one step,
+    /// for tests that corrupt it.
+    pub fn sample_supervisor_state() -> Vec<u8> {
+        let state = SupervisorState {
+            step: 1,
+            started_unix_ms: 1.7e12,
+            steps: vec![StepRecord {
+                step: 0,
+                time_s: 0.5,
+                epoch: 0.1,
+                loss: 0.69,
+                workers: Vec::new(),
+            }],
+            stopper: Stopper {
+                target: Some(0.3),
+                patience: 2,
+                max_time: Some(Duration::from_secs(60)),
+                below_target: 0,
+                reason: None,
+            },
+            diverged: None,
+            active: vec![0, 1, 2],
+            fleet: Fleet::new(3),
+            scale_in: Some(ScaleIn::new(TunerConfig::default(), 3).expect("a valid tuner")),
+            retained_from: 0,
+            replacements: BTreeMap::new(),
+        };
+        state.encode().to_vec()
+    }
+}
+
 /// Runs the supervisor of the job until the workers have stopped and the model is written, or
 /// until its lifetime nearly runs out (then it leaves a checkpoint for its next generation).
 /// It starts from the checkpoint `start` names, if any.
@@ -83,7 +167,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         Vec::new()
     };
     let mut state = if let Some(step) = start.resume_step {
-        checkpoint::load(&ctx.run_store, SUPERVISOR_ROLE, step).await?
+        SupervisorState::load(&ctx, step).await?
     } else {
         SupervisorState {
             step: 0,
@@ -583,4 +667,29 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
         location: "encoding".into(),
         source,
     })
+}
+
+#[cfg(test)]
+mod checkpoint_tests {
+    use super::*;
+
+    fn sample() -> SupervisorState {
+        let bytes = fuzzing::sample_supervisor_state();
+        SupervisorState::decode(&bytes, String::new).unwrap()
+    }
+
+    #[test]
+    fn checkpoints_that_would_panic_on_resume_are_refused() {
+        assert_eq!(sample().check(), Ok(()));
+        // A start far in the past would overflow the elapsed `Duration`.
+        for start in [-1e300, f64::NAN, f64::INFINITY, 1e300] {
+            let mut state = sample();
+            state.started_unix_ms = start;
+            assert!(state.check().is_err(), "{start}");
+            assert!(fuzzing::decode_supervisor_state(&state.encode()).is_err());
+        }
+        let mut state = sample();
+        state.active = vec![2, 1];
+        assert!(state.check().is_err());
+    }
 }

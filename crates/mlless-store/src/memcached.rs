@@ -131,6 +131,8 @@ const MAX_VALUE: usize = 1 << 30;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
 /// Header of a manifest.
 const MANIFEST_MAGIC: &str = "mlless-chunks v1";
+/// Largest chunked value accepted, against a manifest that declares a huge length.
+const MAX_CHUNKED: u64 = 1 << 32;
 
 /// What went wrong talking to Memcached: the source of the [`ChannelError`]s of a
 /// [`MemcachedChannel`] (wrapped in [`ChannelError::Backend`], which names the server and the
@@ -538,24 +540,27 @@ impl MemcachedChannel {
             .collect();
         let mut out = Vec::with_capacity(manifests.len());
         'manifests: for manifest in manifests {
-            let mut whole = BytesMut::with_capacity(usize::try_from(manifest.len).unwrap_or(0));
+            let mut parts = Vec::with_capacity(manifest.count as usize);
             for key in manifest.chunk_keys(self) {
                 let Some(chunk) = chunks.remove(&key) else {
                     debug!(channel = %self.client.endpoint, chunk = key, "chunk missing");
                     out.push(None);
                     continue 'manifests;
                 };
-                whole.extend_from_slice(&chunk);
+                parts.push(chunk);
             }
             let first = self.chunk_key(manifest.nonce, 0);
-            if whole.len() as u64 != manifest.len {
+            // Allocated by what arrived, after checking it against the manifest.
+            let total: u64 = parts.iter().map(|c| c.len() as u64).sum();
+            if total != manifest.len {
                 let reason = format!(
-                    "chunks add up to {} bytes, the manifest says {}",
-                    whole.len(),
+                    "chunks add up to {total} bytes, the manifest says {}",
                     manifest.len
                 );
                 return Err(self.backend_error(&first, MemcachedError::Corrupt(reason)));
             }
+            let mut whole = BytesMut::with_capacity(total as usize);
+            parts.iter().for_each(|c| whole.extend_from_slice(c));
             let crc = crc32fast::hash(&whole);
             if crc != manifest.crc {
                 let reason = format!("CRC-32 {crc:08x}, the manifest says {:08x}", manifest.crc);
@@ -574,7 +579,9 @@ impl MemcachedChannel {
         let mut out: Vec<Option<Bytes>> = vec![None; heads.len()];
         let mut chunked: Vec<(usize, Manifest)> = Vec::new();
         for (i, (key, value)) in heads.into_iter().enumerate() {
-            match Head::decode(value).map_err(|e| self.backend_error(&key, e))? {
+            match Head::decode(value, self.client.chunk_size)
+                .map_err(|e| self.backend_error(&key, e))?
+            {
                 Head::Inline(data) => out[i] = Some(data),
                 Head::Chunked(manifest) => chunked.push((i, manifest)),
             }
@@ -716,7 +723,9 @@ impl MemcachedChannel {
             match reply {
                 Reply::Values(values) => {
                     for value in values {
-                        if let Ok(Head::Chunked(manifest)) = Head::decode(value) {
+                        if let Ok(Head::Chunked(manifest)) =
+                            Head::decode(value, self.client.chunk_size)
+                        {
                             chunks.extend(manifest.chunk_keys(self));
                         }
                     }
@@ -782,7 +791,7 @@ impl Channel for MemcachedChannel {
                     .await?
                     .remove(&key);
                 let ours = matches!(
-                    stored.map(Head::decode),
+                    stored.map(|v| Head::decode(v, self.client.chunk_size)),
                     Some(Ok(Head::Chunked(m))) if m.nonce == manifest.nonce
                 );
                 if !ours {
@@ -930,7 +939,8 @@ impl Channel for MemcachedChannel {
                 return Err(self.unexpected(&item, "set", &other));
             }
         }
-        if let Some(Ok(Head::Chunked(old))) = previous.map(Head::decode)
+        if let Some(Ok(Head::Chunked(old))) =
+            previous.map(|v| Head::decode(v, self.client.chunk_size))
             && nonce.as_ref().is_none_or(|new| new.nonce != old.nonce)
         {
             self.delete_quietly(&old.chunk_keys(self)).await;
@@ -951,7 +961,8 @@ impl Channel for MemcachedChannel {
             else {
                 return Ok(None);
             };
-            let head = Head::decode(value).map_err(|e| self.backend_error(&item, e))?;
+            let head = Head::decode(value, self.client.chunk_size)
+                .map_err(|e| self.backend_error(&item, e))?;
             let manifest = match head {
                 Head::Inline(data) => return Ok(Some(data)),
                 Head::Chunked(manifest) => manifest,
@@ -1229,6 +1240,21 @@ impl Manifest {
         fields.next().is_none().then_some(manifest)
     }
 
+    /// Checks a decoded manifest against the channel's chunk size before anything is fetched
+    /// or allocated for it: the length is at most [`MAX_CHUNKED`] and the count is the number
+    /// of chunks of that size it takes (so a hostile count cannot make millions of keys).
+    fn check(&self, chunk_size: usize) -> Result<(), String> {
+        let expected = self.len.div_ceil(chunk_size.max(1) as u64);
+        if self.len > MAX_CHUNKED || self.count == 0 || u64::from(self.count) != expected {
+            return Err(format!(
+                "chunk manifest declares {} bytes in {} chunks (chunks of {chunk_size} bytes, at \
+                 most {MAX_CHUNKED} bytes)",
+                self.len, self.count
+            ));
+        }
+        Ok(())
+    }
+
     fn chunk_keys(&self, channel: &MemcachedChannel) -> Vec<String> {
         (0..self.count)
             .map(|i| channel.chunk_key(self.nonce, i))
@@ -1243,17 +1269,23 @@ enum Head {
 }
 
 impl Head {
-    fn decode(value: Value) -> Result<Self, MemcachedError> {
+    /// The head of an item, its chunk manifest checked against `chunk_size`
+    /// ([`Manifest::check`]).
+    fn decode(value: Value, chunk_size: usize) -> Result<Self, MemcachedError> {
         match value.flags {
             FLAG_INLINE => Ok(Head::Inline(value.data)),
-            FLAG_CHUNKED => Manifest::decode(&value.data)
-                .map(Head::Chunked)
-                .ok_or_else(|| {
+            FLAG_CHUNKED => {
+                let manifest = Manifest::decode(&value.data).ok_or_else(|| {
                     MemcachedError::Corrupt(format!(
                         "item {} has an unreadable chunk manifest",
                         value.key
                     ))
-                }),
+                })?;
+                manifest.check(chunk_size).map_err(|reason| {
+                    MemcachedError::Corrupt(format!("item {}: {reason}", value.key))
+                })?;
+                Ok(Head::Chunked(manifest))
+            }
             flags => Err(MemcachedError::Corrupt(format!(
                 "item {} has flags {flags}, not written by mlless",
                 value.key
@@ -1785,6 +1817,33 @@ mod tests {
     }
 
     #[test]
+    fn manifests_are_checked_before_use() {
+        let m = |count, len| Manifest {
+            nonce: 1,
+            count,
+            len,
+            crc: 0,
+        };
+        let chunk = 1 << 20;
+        assert!(m(9, 9 << 20).check(chunk).is_ok());
+        assert!(m(10, (9 << 20) + 1).check(chunk).is_ok());
+        // A length of 2^40 is refused before any chunk is fetched or buffer allocated.
+        let huge = m(1 << 20, 1 << 40).check(chunk).unwrap_err();
+        assert!(huge.contains("1099511627776 bytes"), "{huge}");
+        // A count that does not match the length would name billions of chunk keys.
+        assert!(m(u32::MAX, 10 << 20).check(chunk).is_err());
+        assert!(m(0, 0).check(chunk).is_err());
+        assert!(m(1, 0).check(chunk).is_err());
+        let value = Value {
+            key: "head".into(),
+            flags: FLAG_CHUNKED,
+            data: m(u32::MAX, 1 << 40).encode(),
+        };
+        let err = Head::decode(value, chunk).err().expect("corrupt");
+        assert!(err.to_string().contains("head"), "{err}");
+    }
+
+    #[test]
     fn urls() {
         let s = parse_url("memcached://127.0.0.1:11311").expect("parse");
         assert_eq!((s.authority.as_str(), s.port), ("127.0.0.1:11311", 11311));
@@ -1841,5 +1900,31 @@ mod tests {
         let parsed = ParsedIndex::parse(b"m t 0 9 1\nm t 5 20 3\nm t 30 40 0\nk stop\nk a/b\n");
         assert_eq!(parsed.topics["t"], (vec![(0, 20), (30, 40)], 3));
         assert_eq!(parsed.candidates(), 21 * 4 + 11 * 4 + 2);
+    }
+}
+
+/// Entry points for the fuzz targets (`fuzz/` at the repository root).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Decodes a Memcached item head as a channel with `chunk_size`-byte chunks would: the
+    /// chunk manifest of a chunked item (flags 1) is parsed and checked. Returns the number of
+    /// chunk keys it names, or `None` if the item is refused.
+    pub fn decode_head(flags: u32, data: &[u8], chunk_size: usize) -> Option<u32> {
+        let value = Value {
+            key: "fuzz".into(),
+            flags,
+            data: Bytes::copy_from_slice(data),
+        };
+        match Head::decode(value, chunk_size).ok()? {
+            Head::Inline(_) => Some(0),
+            Head::Chunked(manifest) => Some(manifest.count),
+        }
+    }
+
+    /// Parses a channel index item (what cleanup reads) and returns how many keys it names.
+    pub fn parse_index(data: &[u8]) -> u128 {
+        ParsedIndex::parse(data).candidates()
     }
 }
