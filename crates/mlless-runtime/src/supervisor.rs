@@ -416,7 +416,7 @@ async fn collect_stats(
                     if *count > MAX_REPLACEMENTS {
                         return Err(RuntimeError::FunctionFailed(format!(
                             "worker {worker} sent nothing for step {step} within \
-                             --worker-deadline {} s, {MAX_REPLACEMENTS} replacements in a row",
+                             --worker-deadline {} s, even after {MAX_REPLACEMENTS} replacements",
                             deadline.as_secs_f64()
                         )));
                     }
