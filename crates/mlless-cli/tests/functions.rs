@@ -94,6 +94,10 @@ fn a_function_over_its_memory_cap_fails_the_run_naming_it() {
 fn a_function_over_its_lifetime_fails_the_run_naming_it() {
     let dir = tempdir();
     let data = small_data(dir.path());
+    // A function hands off before its lifetime runs out (see tests/design_space.rs); one step
+    // longer than the whole lifetime (a publish delayed by 3 s, with a lifetime of 1 s, which
+    // its peers wait for) cannot, and without checkpoints to replace it from, the run fails
+    // naming the function that ran over.
     let stderr = fails(&[
         "train",
         "--quiet",
@@ -104,10 +108,15 @@ fn a_function_over_its_lifetime_fails_the_run_naming_it() {
         "--workers",
         "2",
         "--max-epochs",
-        "100000",
+        "2",
         "--timeout-s",
         "1",
+        "--checkpoint-every",
+        "0",
+        "--fault",
+        "delay:0@2:3000",
     ]);
+    // The waiting supervisor, or worker-1, may run over first.
     assert!(stderr.contains("timed out after 1 s"), "{stderr}");
     assert!(
         stderr.contains("worker-") || stderr.contains("supervisor"),
