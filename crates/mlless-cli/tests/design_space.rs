@@ -211,13 +211,7 @@ fn a_job_outlives_the_function_lifetime_by_handing_off() {
 /// server for (set by `scripts/test.sh`): the same model as on the object-store channel.
 #[test]
 fn patterns_and_algorithms_work_on_redis_and_memcached() {
-    let mut channels: Vec<String> = Vec::new();
-    if let Ok(urls) = std::env::var("MLLESS_TEST_REDIS_URLS") {
-        channels.extend(urls.split(',').next().map(str::to_string));
-    }
-    if let Ok(url) = std::env::var("MLLESS_TEST_MEMCACHED_URL") {
-        channels.push(url);
-    }
+    let channels = server_channels();
     if channels.is_empty() {
         eprintln!("no Redis or Memcached server: run through scripts/test.sh");
         return;

@@ -200,13 +200,7 @@ fn asp_applies_every_update_exactly_once() {
 /// a server for (set by `scripts/test.sh`); the object-store channel is covered above.
 #[test]
 fn protocols_work_on_redis_and_memcached() {
-    let mut channels: Vec<String> = Vec::new();
-    if let Ok(urls) = std::env::var("MLLESS_TEST_REDIS_URLS") {
-        channels.extend(urls.split(',').next().map(str::to_string));
-    }
-    if let Ok(url) = std::env::var("MLLESS_TEST_MEMCACHED_URL") {
-        channels.push(url);
-    }
+    let channels = server_channels();
     if channels.is_empty() {
         eprintln!("no Redis or Memcached server: run through scripts/test.sh");
         return;

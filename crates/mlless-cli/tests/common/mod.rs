@@ -204,3 +204,16 @@ pub fn stored_params(record: &RunRecord) -> Vec<f32> {
         .expect("model decodes")
         .params
 }
+
+/// The channel URLs of the servers `scripts/test.sh` started: the first Redis and the
+/// Memcached, where their variables are set.
+pub fn server_channels() -> Vec<String> {
+    let mut channels: Vec<String> = Vec::new();
+    if let Ok(urls) = std::env::var("MLLESS_TEST_REDIS_URLS") {
+        channels.extend(urls.split(',').next().map(str::to_string));
+    }
+    if let Ok(url) = std::env::var("MLLESS_TEST_MEMCACHED_URL") {
+        channels.push(url);
+    }
+    channels
+}
