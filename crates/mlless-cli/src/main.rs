@@ -1,7 +1,8 @@
 //! `mlless`: train machine-learning models data-parallel on function workers.
 //!
 //! The binary is also the function: the local invoker runs `mlless function` with a payload on
-//! standard input for every worker, supervisor and map task.
+//! standard input for every worker, supervisor and map task, and inside the AWS Lambda runtime
+//! (`AWS_LAMBDA_RUNTIME_API` set) it serves the same payloads as Lambda invocations.
 
 mod bench;
 mod cost;
@@ -49,6 +50,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        init_tracing(true);
+        return match serve_lambda() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = Cli::parse();
     let function = matches!(cli.command, Command::Function);
     init_tracing(function);
@@ -98,6 +109,17 @@ fn run_function() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Serves Lambda invocations: each payload runs as `mlless function` would run it.
+fn serve_lambda() -> anyhow::Result<()> {
+    let handler = |payload: Vec<u8>| async move {
+        mlless_runtime::run_function(&payload)
+            .await
+            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+    };
+    runtime()?.block_on(mlless_faas::lambda::serve(handler))?;
+    Ok(())
+}
+
 /// The async runtime of the CLI and of a function: two threads, so that prefetching and sending
 /// go on while the main task computes.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -106,6 +128,45 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
+}
+
+/// Where the functions of a job run: `local` (this binary as local processes) or
+/// `lambda:FUNCTION` (a deployed Lambda function, invoked through the Lambda API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum InvokerChoice {
+    /// Local processes of this binary.
+    Local,
+    /// A deployed AWS Lambda function (name or ARN).
+    Lambda(String),
+}
+
+impl std::str::FromStr for InvokerChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "local" => Ok(Self::Local),
+            Some(("lambda", function)) if !function.is_empty() => {
+                Ok(Self::Lambda(function.to_owned()))
+            }
+            _ => Err(format!(
+                "unknown invoker {s:?}: expected local or lambda:FUNCTION_NAME"
+            )),
+        }
+    }
+}
+
+impl InvokerChoice {
+    /// The invoker this choice names.
+    pub(crate) fn invoker(&self) -> anyhow::Result<std::sync::Arc<dyn mlless_faas::Invoker>> {
+        match self {
+            Self::Local => local_invoker(),
+            Self::Lambda(function) => Ok(std::sync::Arc::new(
+                mlless_faas::LambdaInvoker::from_env(function.as_str())
+                    .context("setting up the Lambda invoker")?,
+            )),
+        }
+    }
 }
 
 /// The invoker of this binary as local processes.

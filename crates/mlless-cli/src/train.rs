@@ -209,6 +209,11 @@ pub struct TrainArgs {
     /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T.
     #[arg(long, hide_short_help = true)]
     pub fault: Vec<mlless_runtime::Fault>,
+    /// Where the functions run: `local` processes of this binary, or `lambda:FUNCTION_NAME`, a
+    /// deployed AWS Lambda function invoked through the Lambda API (credentials, region and
+    /// endpoint from the standard AWS environment; see the README's "Running on AWS Lambda").
+    #[arg(long, default_value = "local")]
+    pub invoker: crate::InvokerChoice,
     /// Channel for the updates [default: the object store the run is written to].
     #[arg(long)]
     pub channel: Option<String>,
@@ -347,9 +352,41 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
     Ok(record)
 }
 
+/// Refuses a job whose data, run or channel the remote function `function` could not reach: a
+/// directory on this machine (the default channel is the run's object store).
+fn check_reachable_from_functions(args: &TrainArgs, function: &str) -> anyhow::Result<()> {
+    let shared = |url: &str| {
+        matches!(
+            url.split_once("://").map(|(scheme, _)| scheme),
+            Some("s3" | "s3a" | "redis" | "rediss" | "memcached")
+        )
+    };
+    let mut places = vec![("--channel", args.channel.as_deref())];
+    match &args.resume {
+        Some(run) => places.push(("--resume", Some(run.as_str()))),
+        None => places.extend([
+            ("--data", Some(args.data.as_str())),
+            ("--runs", args.runs.as_deref()),
+        ]),
+    }
+    for (flag, url) in places {
+        if let Some(url) = url.filter(|url| !shared(url)) {
+            anyhow::bail!(
+                "{flag} {} is on this machine, which Lambda function {function} cannot read: \
+                 use an s3:// location (and a redis:// or memcached:// channel)",
+                mlless_store::redact_url(url)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Trains, showing a live progress line unless `--quiet`.
 pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
-    let invoker = crate::local_invoker()?;
+    if let crate::InvokerChoice::Lambda(function) = &args.invoker {
+        check_reachable_from_functions(args, function)?;
+    }
+    let invoker = args.invoker.invoker()?;
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {

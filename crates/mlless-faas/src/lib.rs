@@ -11,6 +11,8 @@
 //! - [`LocalInvoker`] (the default backend) runs each invocation as a fresh OS process of a given
 //!   program, writes the payload to its stdin, and enforces the memory and lifetime caps itself,
 //!   so that the limits of DESIGN §7 are exercised on a laptop too;
+//! - [`LambdaInvoker`] invokes a function deployed on AWS Lambda through the Invoke API, and
+//!   [`lambda::serve`] is the loop that serves invocations inside such a function;
 //! - [`conformance`] holds the suite every backend must pass.
 //!
 //! A function that fails is not an error of the invoker: it is a report whose outcome is not a
@@ -56,10 +58,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub mod conformance;
+pub mod lambda;
 mod local;
 mod output;
 mod procfs;
 
+pub use lambda::{LambdaConfig, LambdaInvoker};
 pub use local::{DEFAULT_MEMORY_SAMPLE_INTERVAL, LocalInvoker};
 
 /// The limits a platform imposes on one invocation.
@@ -365,6 +369,23 @@ pub enum InvokeError {
         /// The underlying error.
         #[source]
         source: io::Error,
+    },
+    /// The invoker is not configured to reach its platform (e.g. no credentials).
+    #[error("cannot invoke functions: {reason}")]
+    Config {
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// The platform refused or failed the call (not the function: e.g. no such function, no
+    /// permission, throttled past the retries, unreachable).
+    #[error("the platform refused to run function {function}: {message}")]
+    Platform {
+        /// Name of the invocation.
+        function: String,
+        /// The HTTP status of the refusal, if there was an answer.
+        status: Option<u16>,
+        /// The platform's error type and message, or why it could not be reached.
+        message: String,
     },
     /// The invoker lost track of a running invocation (its watcher panicked or was cancelled).
     #[error("lost track of function {function}: {reason}")]

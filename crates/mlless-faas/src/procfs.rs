@@ -47,6 +47,17 @@ pub(crate) fn read_tree(_root: u32) -> Option<MemoryReading> {
     None
 }
 
+/// Resets the high-water mark (`VmHWM`) of this process to its current resident set, so that
+/// a warm function measures the peak of each invocation rather than of its whole life. Does
+/// nothing where the kernel refuses (or has no `/proc`).
+pub(crate) fn reset_own_peak() {
+    #[cfg(target_os = "linux")]
+    {
+        // "5" resets the peak resident set size (proc(5), clear_refs).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+}
+
 /// Whether [`read_tree`] can work on this platform at all.
 pub(crate) fn supported() -> bool {
     cfg!(target_os = "linux")

@@ -1,0 +1,474 @@
+//! The driver end: invoke a deployed function through the Lambda Invoke API.
+//!
+//! One signed HTTP call per invocation (`POST /2015-03-31/functions/NAME/invocations`,
+//! synchronous, with the log tail), made with `reqwest` — already in the build for S3 — and
+//! signed with `aws-sigv4`. The `aws-sdk-lambda` crate would do the same call but brings the
+//! whole Smithy client runtime and `aws-config` into the build for one operation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use base64::Engine;
+use tracing::{debug, warn};
+
+use super::FunctionResponse;
+use super::report::{FunctionError, PlatformReport};
+use crate::{
+    FunctionRequest, Invocation, InvocationReport, InvokeError, Invoker, KillSwitch, Outcome,
+};
+
+/// How long past its timeout the invoker waits for a function before it gives it up as timed
+/// out (the platform ends it at its timeout; this covers the network and the platform's
+/// bookkeeping).
+const CLIENT_GRACE: Duration = Duration::from_secs(10);
+
+/// Tries of a call that the platform throttles (HTTP 429) before the invocation fails.
+const THROTTLE_TRIES: u32 = 12;
+
+/// Tries of a call whose connection cannot be made (nothing was sent, so trying again is safe).
+const CONNECT_TRIES: u32 = 4;
+
+/// First pause after a throttled or unconnected call; it doubles with each try.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Longest pause between two tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(20);
+
+/// Where the Lambda API is and who calls it: endpoint, region and credentials.
+#[derive(Clone)]
+pub struct LambdaConfig {
+    endpoint: String,
+    region: String,
+    credentials: Credentials,
+}
+
+impl LambdaConfig {
+    /// Reads the standard AWS environment:
+    ///
+    /// - credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and, for temporary ones,
+    ///   `AWS_SESSION_TOKEN`;
+    /// - the region from `AWS_REGION` or `AWS_DEFAULT_REGION`;
+    /// - the endpoint from `AWS_ENDPOINT_URL_LAMBDA` or `AWS_ENDPOINT_URL` (e.g. an emulator on
+    ///   loopback), else `https://lambda.REGION.amazonaws.com`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvokeError::Config`] naming the variables that are missing.
+    pub fn from_env() -> Result<Self, InvokeError> {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let (Some(key), Some(secret)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
+        else {
+            return Err(InvokeError::Config {
+                reason: "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                         (and AWS_SESSION_TOKEN for temporary ones)"
+                    .into(),
+            });
+        };
+        let Some(region) = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION")) else {
+            return Err(InvokeError::Config {
+                reason: "no AWS region: set AWS_REGION (e.g. eu-west-1)".into(),
+            });
+        };
+        let endpoint = var("AWS_ENDPOINT_URL_LAMBDA")
+            .or_else(|| var("AWS_ENDPOINT_URL"))
+            .unwrap_or_else(|| format!("https://lambda.{region}.amazonaws.com"));
+        Ok(Self::new(
+            endpoint,
+            region,
+            key,
+            secret,
+            var("AWS_SESSION_TOKEN"),
+        ))
+    }
+
+    /// A configuration from explicit parts; `endpoint` is the API's base URL, e.g.
+    /// `http://127.0.0.1:9000`.
+    pub fn new(
+        endpoint: impl Into<String>,
+        region: impl Into<String>,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+        session_token: Option<String>,
+    ) -> Self {
+        let endpoint: String = endpoint.into();
+        Self {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            region: region.into(),
+            credentials: Credentials::new(
+                access_key_id,
+                secret_access_key,
+                session_token,
+                None,
+                "mlless",
+            ),
+        }
+    }
+
+    /// The API's base URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+}
+
+/// Shows where and as whom, never the secret.
+impl fmt::Debug for LambdaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LambdaConfig")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.credentials.access_key_id())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Invokes one deployed Lambda function (the `mlless` binary, see [`serve`](super::serve)) for
+/// every invocation, synchronously, and reports what Lambda says of each.
+///
+/// - The report's duration is Lambda's billed duration when the response carries the log tail's
+///   `REPORT` line, else what the function measured of its handler, else the round trip.
+/// - Memory is the function's configured size (what is billed); a function configured with
+///   another size than the job's `--memory-mb` is warned about once, and billed as configured.
+/// - A throttled call (HTTP 429) is tried again with exponential backoff.
+/// - A function error carries the function's own message. Lambda's timeouts, memory exhaustion
+///   and dead processes become [`Outcome::TimedOut`], [`Outcome::MemoryExceeded`] and
+///   [`Outcome::Failed`] without an exit code, as for a local process.
+/// - Lambda cannot stop a running invocation: the [`KillSwitch`] abandons the call, and the
+///   function runs on until it ends (a killed worker of a training run stops at its next
+///   exchange, whose peers have stopped).
+#[derive(Debug, Clone)]
+pub struct LambdaInvoker {
+    function: String,
+    config: Arc<LambdaConfig>,
+    client: reqwest::Client,
+    memory_warned: Arc<AtomicBool>,
+}
+
+impl LambdaInvoker {
+    /// An invoker of `function` (a name, a partial or a full ARN, optionally `:QUALIFIER`).
+    ///
+    /// # Errors
+    ///
+    /// [`InvokeError::Config`] if the name is not one Lambda accepts or the HTTP client cannot
+    /// be built.
+    pub fn new(function: impl Into<String>, config: LambdaConfig) -> Result<Self, InvokeError> {
+        let function = function.into();
+        let valid = !function.is_empty()
+            && function.len() <= 170
+            && function
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '$' | '.'));
+        if !valid {
+            return Err(InvokeError::Config {
+                reason: format!(
+                    "{function:?} is not a Lambda function name (letters, digits, - and _, or an ARN)"
+                ),
+            });
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| InvokeError::Config {
+                reason: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            function,
+            config: Arc::new(config),
+            client,
+            memory_warned: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// An invoker of `function` configured from the standard AWS environment
+    /// ([`LambdaConfig::from_env`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`LambdaConfig::from_env`] and [`new`](Self::new).
+    pub fn from_env(function: impl Into<String>) -> Result<Self, InvokeError> {
+        Self::new(function, LambdaConfig::from_env()?)
+    }
+
+    /// The function this invoker invokes.
+    pub fn function(&self) -> &str {
+        &self.function
+    }
+
+    /// The URL of the Invoke API for this function.
+    fn invoke_url(&self) -> String {
+        format!(
+            "{}/2015-03-31/functions/{}/invocations",
+            self.config.endpoint,
+            self.function.replace(':', "%3A")
+        )
+    }
+
+    /// One signed Invoke request carrying `payload`.
+    fn signed_request(&self, name: &str, payload: &[u8]) -> Result<reqwest::Request, InvokeError> {
+        let url = self.invoke_url();
+        let config_error = |reason: String| InvokeError::Config { reason };
+        let mut request = http::Request::post(&url)
+            .header("content-type", "application/json")
+            .header("x-amz-invocation-type", "RequestResponse")
+            .header("x-amz-log-type", "Tail")
+            .body(payload.to_vec())
+            .map_err(|e| config_error(format!("invalid Invoke request to {url}: {e}")))?;
+        let identity = self.config.credentials.clone().into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.config.region)
+            .name("lambda")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?
+            .into();
+        let headers = request
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
+        let signable =
+            SignableRequest::new("POST", &url, headers, SignableBody::Bytes(request.body()))
+                .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?
+            .into_parts();
+        instructions.apply_to_request_http1x(&mut request);
+        reqwest::Request::try_from(request)
+            .map_err(|e| config_error(format!("invalid Invoke request to {url}: {e}")))
+    }
+
+    /// Sends the call, trying again while it is throttled or cannot connect.
+    async fn call(&self, name: &str, payload: &[u8]) -> Result<reqwest::Response, InvokeError> {
+        let mut throttled = 0;
+        let mut unconnected = 0;
+        let mut pause = FIRST_BACKOFF;
+        loop {
+            let request = self.signed_request(name, payload)?;
+            match self.client.execute(request).await {
+                Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                    throttled += 1;
+                    if throttled >= THROTTLE_TRIES {
+                        return Ok(response);
+                    }
+                    warn!(
+                        function = name,
+                        try_ = throttled,
+                        "throttled by Lambda; trying again"
+                    );
+                }
+                Ok(response) => return Ok(response),
+                Err(e) if e.is_connect() && unconnected + 1 < CONNECT_TRIES => {
+                    unconnected += 1;
+                    debug!(function = name, error = %e, "cannot connect to Lambda; trying again");
+                }
+                Err(e) => {
+                    return Err(InvokeError::Platform {
+                        function: name.to_owned(),
+                        status: None,
+                        message: format!(
+                            "cannot reach the Lambda API at {}: {}",
+                            self.config.endpoint,
+                            error_chain(&e)
+                        ),
+                    });
+                }
+            }
+            tokio::time::sleep(jittered(pause)).await;
+            pause = (pause * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Runs one invocation to its end: the call, then the report.
+    async fn run(
+        self,
+        request: FunctionRequest,
+        kill: KillSwitch,
+    ) -> Result<InvocationReport, InvokeError> {
+        let started_at_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let started = Instant::now();
+        let name = request.name.clone();
+        let limits = request.limits;
+        let report =
+            |outcome, duration_ms: Option<u64>, memory_mb: u32, peak_rss_mb| InvocationReport {
+                name: name.clone(),
+                pid: None,
+                started_at_unix_ms,
+                duration_ms: duration_ms
+                    .unwrap_or_else(|| (started.elapsed().as_micros() as u64).div_ceil(1000))
+                    .max(1),
+                memory_mb,
+                peak_rss_mb,
+                outcome,
+            };
+        let call = async {
+            let response = self.call(&name, &request.payload).await?;
+            let status = response.status();
+            let header = |key: &str| {
+                response
+                    .headers()
+                    .get(key)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let function_error = header("x-amz-function-error");
+            let platform_error = header("x-amzn-errortype");
+            let log_tail = header("x-amz-log-result").and_then(|tail| {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(tail)
+                    .ok()?;
+                Some(String::from_utf8_lossy(&bytes).into_owned())
+            });
+            let body = response.bytes().await.map_err(|e| InvokeError::Platform {
+                function: name.clone(),
+                status: Some(status.as_u16()),
+                message: format!("reading the response: {}", error_chain(&e)),
+            })?;
+            Ok::<_, InvokeError>((status, function_error, platform_error, log_tail, body))
+        };
+        let deadline = limits.timeout + CLIENT_GRACE;
+        let (status, function_error, platform_error, log_tail, body) = tokio::select! {
+            () = kill.killed() => return Ok(report(Outcome::Killed, None, limits.memory_mb, 0.0)),
+            ended = tokio::time::timeout(deadline, call) => match ended {
+                Ok(ended) => ended?,
+                Err(_) => {
+                    let outcome = Outcome::TimedOut { limit_s: limits.timeout.as_secs_f64() };
+                    return Ok(report(outcome, None, limits.memory_mb, 0.0));
+                }
+            },
+        };
+        // Lambda answers a function error with 200 and `X-Amz-Function-Error`; an emulator may
+        // answer it with a 5xx and the same body, which an API error (typed by
+        // `X-Amzn-ErrorType`) never has.
+        let function_error = function_error.or_else(|| {
+            (status.is_server_error() && platform_error.is_none() && is_function_error(&body))
+                .then(|| "Unhandled".to_owned())
+        });
+        if !status.is_success() && function_error.is_none() {
+            return Err(platform_failure(&name, status, platform_error, &body));
+        }
+        let platform = log_tail.as_deref().and_then(PlatformReport::from_log_tail);
+        let own: Option<FunctionResponse> = function_error
+            .is_none()
+            .then(|| serde_json::from_slice(&body).ok())
+            .flatten();
+        let memory_mb = platform
+            .and_then(|p| p.memory_size_mb)
+            .or(own.map(|o| o.memory_mb).filter(|&m| m > 0))
+            .unwrap_or(limits.memory_mb);
+        if memory_mb != limits.memory_mb && !self.memory_warned.swap(true, Ordering::Relaxed) {
+            warn!(
+                "Lambda function {} is configured with {memory_mb} MB but the job asks for {} MB; \
+                 it is billed as configured (deploy it with the job's --memory-mb)",
+                self.function, limits.memory_mb
+            );
+        }
+        let outcome = match function_error {
+            None => Outcome::Succeeded,
+            Some(_) => {
+                FunctionError::parse(&body).outcome(limits.timeout, memory_mb, platform.as_ref())
+            }
+        };
+        let duration_ms = platform
+            .and_then(|p| p.billed_duration_ms)
+            .or(own.map(|o| o.duration_ms));
+        let peak = platform
+            .and_then(|p| p.max_memory_used_mb)
+            .or(own.map(|o| o.peak_rss_mb))
+            .unwrap_or(0.0);
+        Ok(report(outcome, duration_ms, memory_mb, peak))
+    }
+}
+
+#[async_trait::async_trait]
+impl Invoker for LambdaInvoker {
+    async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError> {
+        if request.limits.memory_mb == 0 {
+            return Err(InvokeError::InvalidRequest {
+                function: request.name,
+                reason: "a memory limit of 0 MB".into(),
+            });
+        }
+        let kill = KillSwitch::new();
+        let name = request.name.clone();
+        let task = tokio::spawn(self.clone().run(request, kill.clone()));
+        Ok(Invocation::new(name, None, kill, task))
+    }
+
+    fn platform(&self) -> &str {
+        "lambda"
+    }
+}
+
+/// The error of a call Lambda refused (not a function error): its type and message.
+fn platform_failure(
+    name: &str,
+    status: reqwest::StatusCode,
+    error_type: Option<String>,
+    body: &[u8],
+) -> InvokeError {
+    #[derive(serde::Deserialize)]
+    struct ApiError {
+        #[serde(alias = "Message", alias = "message", default)]
+        message: String,
+    }
+    let message = serde_json::from_slice::<ApiError>(body)
+        .map(|e| e.message)
+        .unwrap_or_else(|_| String::from_utf8_lossy(body).trim().to_owned());
+    let error_type = error_type
+        .map(|t| t.split(':').next().unwrap_or_default().to_owned())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| format!("HTTP {}", status.as_u16()));
+    InvokeError::Platform {
+        function: name.to_owned(),
+        status: Some(status.as_u16()),
+        message: if message.is_empty() {
+            error_type
+        } else {
+            format!("{error_type}: {message}")
+        },
+    }
+}
+
+/// Whether `body` is the JSON of a function error (`errorMessage`, `errorType`).
+fn is_function_error(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.get("errorMessage").is_some() || v.get("errorType").is_some())
+}
+
+/// `pause` give or take a quarter, so that throttled callers do not come back in step.
+fn jittered(pause: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let factor = 0.75 + f64::from(nanos % 1000) / 2000.0;
+    pause.mul_f64(factor)
+}
+
+/// An error with its causes, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
