@@ -101,9 +101,8 @@ pub fn render(record: &RunRecord) -> String {
         .iter()
         .filter(|r| r.name.contains('#'))
         .count();
-    if let Some(channel) = &spec.channel {
-        let _ = writeln!(out, "  channel {channel}");
-    }
+    let channel = spec.channel.as_deref().unwrap_or("the run's object store");
+    let _ = writeln!(out, "  functions on {} · channel {channel}", spec.platform);
     let _ = writeln!(
         out,
         "  algorithm {} · pattern {} · {} communication rounds · {handoffs} re-invocations at \

@@ -334,7 +334,10 @@ pub async fn train(
         }
     }
     let dataset = Dataset::open(&options.data_url).await?;
-    let spec = job_spec(options, &dataset)?;
+    let spec = JobSpec {
+        platform: invoker.platform().to_owned(),
+        ..job_spec(options, &dataset)?
+    };
     let run_store = Store::open(&spec.run_url)?;
     run_store.check_writable().await?;
     let spec_json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
@@ -935,6 +938,7 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         worker_deadline_s: options.worker_deadline_s,
         faults: options.faults.clone(),
         channel_grace_s: options.channel_grace.as_secs_f64(),
+        platform: "local".into(),
     })
 }
 

@@ -74,6 +74,13 @@ pub struct JobSpec {
     /// How long a channel may be unreachable before a function gives up, in seconds.
     #[serde(default = "default_channel_grace_s")]
     pub channel_grace_s: f64,
+    /// Where the functions ran: the invoker's platform (`local`, `lambda`).
+    #[serde(default = "default_platform")]
+    pub platform: String,
+}
+
+fn default_platform() -> String {
+    "local".into()
 }
 
 fn default_channel_grace_s() -> f64 {
@@ -107,6 +114,7 @@ impl std::fmt::Debug for JobSpec {
             worker_deadline_s,
             faults,
             channel_grace_s,
+            platform,
         } = self;
         f.debug_struct("JobSpec")
             .field("job_id", job_id)
@@ -131,6 +139,7 @@ impl std::fmt::Debug for JobSpec {
             .field("worker_deadline_s", worker_deadline_s)
             .field("faults", faults)
             .field("channel_grace_s", channel_grace_s)
+            .field("platform", platform)
             .finish()
     }
 }

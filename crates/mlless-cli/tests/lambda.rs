@@ -1,0 +1,341 @@
+//! The same jobs on AWS Lambda, emulated on loopback: `cargo lambda watch` serves the Lambda
+//! Invoke and Runtime APIs, instances of the `mlless` binary serve invocations inside the
+//! emulated runtime, data and runs live in S3 (moto_server) and updates go through Redis.
+//! `mlless train --invoker lambda:_` must give the model of `--invoker local` bit for bit
+//! (BSP is deterministic), also across hand-offs at the lifetime limit and the replacement of a
+//! dead worker.
+//!
+//! `scripts/test.sh` installs `cargo-lambda` (PyPI) and starts the servers; without
+//! `MLLESS_TEST_LAMBDA` these tests say so and do nothing.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mlless_data::SparseLrSpec;
+use mlless_runtime::RunRecord;
+
+/// The emulator's name of the function it serves when it does not start the function itself.
+const FUNCTION: &str = "_";
+
+/// Instances of the function kept running: P = 4 workers and the supervisor, and one spare.
+const INSTANCES: usize = 6;
+
+/// Where the servers of `scripts/test.sh` are: the S3 base URL and a Redis channel.
+fn servers() -> Option<(String, String)> {
+    std::env::var_os("MLLESS_TEST_LAMBDA")?;
+    let s3 =
+        std::env::var("MLLESS_TEST_S3_URL").expect("MLLESS_TEST_S3_URL with MLLESS_TEST_LAMBDA");
+    let redis = std::env::var("MLLESS_TEST_REDIS_URLS")
+        .expect("MLLESS_TEST_REDIS_URLS with MLLESS_TEST_LAMBDA")
+        .split(',')
+        .next()
+        .map(str::to_owned)
+        .expect("a Redis URL");
+    Some((s3, redis))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// `cargo lambda watch --only-lambda-apis` on a free loopback port, and a pool of `mlless`
+/// instances polling its runtime API. An instance that exits (a worker killed by a fault) is
+/// started again, as Lambda starts a fresh instance for the next invocation.
+struct Emulator {
+    endpoint: String,
+    watch: Child,
+    instances: Arc<Mutex<Vec<Child>>>,
+    stop: Arc<AtomicBool>,
+    keeper: Option<JoinHandle<()>>,
+}
+
+impl Emulator {
+    fn start(dir: &Path) -> Self {
+        let port = free_port();
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+        let log = std::fs::File::create(dir.join("emulator.log")).expect("emulator log");
+        let watch = Command::new("cargo")
+            .args([
+                "lambda",
+                "watch",
+                "--only-lambda-apis",
+                "-A",
+                "127.0.0.1",
+                "-P",
+            ])
+            .arg(port.to_string())
+            .arg("--manifest-path")
+            .arg(&workspace)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("`cargo lambda watch` starts (pip install cargo-lambda)");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the emulator did not listen on 127.0.0.1:{port}; see {}",
+                dir.join("emulator.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let runtime_api = format!("http://127.0.0.1:{port}/.rt");
+        let instance_log = dir.join("instances.log");
+        let spawn = move || {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&instance_log)
+                .expect("instance log");
+            mlless()
+                .env("AWS_LAMBDA_RUNTIME_API", &runtime_api)
+                .env("AWS_LAMBDA_FUNCTION_NAME", FUNCTION)
+                .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+                .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log handle"))
+                .stderr(log)
+                .spawn()
+                .expect("an instance starts")
+        };
+        let instances: Arc<Mutex<Vec<Child>>> =
+            Arc::new(Mutex::new((0..INSTANCES).map(|_| spawn()).collect()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let keeper = {
+            let instances = instances.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for child in instances.lock().expect("instances").iter_mut() {
+                        if matches!(child.try_wait(), Ok(Some(_))) && !stop.load(Ordering::Relaxed)
+                        {
+                            *child = spawn();
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        Self {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            watch,
+            instances,
+            stop,
+            keeper: Some(keeper),
+        }
+    }
+
+    /// Trains with `--invoker lambda:_` through this emulator.
+    fn train(&self, dir: &Path, name: &str, args: &[&str]) -> RunRecord {
+        let record = dir.join(format!("{name}.json"));
+        let output = mlless()
+            .env("AWS_ENDPOINT_URL_LAMBDA", &self.endpoint)
+            .args(["train", "--quiet", "--invoker"])
+            .arg(format!("lambda:{FUNCTION}"))
+            .arg("--record")
+            .arg(&record)
+            .args(args)
+            .output()
+            .expect("mlless runs");
+        assert!(
+            output.status.success(),
+            "mlless train {args:?} on the emulator failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        read_record(&record)
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(keeper) = self.keeper.take() {
+            let _ = keeper.join();
+        }
+        for child in self.instances.lock().expect("instances").iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = self.watch.kill();
+        let _ = self.watch.wait();
+    }
+}
+
+/// Prepares the LIBSVM or MovieLens file `input` into `url` on S3.
+fn prepare(input: &Path, format: &str, url: &str, batch_size: &str) {
+    ok(&[
+        "prepare",
+        "--format",
+        format,
+        "--input",
+        &s(input),
+        "--out",
+        url,
+        "--batch-size",
+        batch_size,
+    ]);
+}
+
+/// The test metrics of two runs agree to `1e-12` (in fact to the bit: same model).
+fn assert_same_result(local: &RunRecord, lambda: &RunRecord) {
+    assert_eq!(lambda.spec.platform, "lambda");
+    assert_eq!(local.spec.platform, "local");
+    assert_eq!(local.steps.len(), lambda.steps.len());
+    for (name, value) in local.metrics.iter() {
+        let other = metric(lambda, name);
+        assert!(
+            (value - other).abs() <= 1e-12,
+            "{name}: {value} locally, {other} on Lambda"
+        );
+    }
+    assert_eq!(
+        stored_params(local),
+        stored_params(lambda),
+        "the same model bit for bit"
+    );
+}
+
+fn names(record: &RunRecord) -> Vec<String> {
+    record.invocations.iter().map(|r| r.name.clone()).collect()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+fn unique(base: &str, name: &str) -> String {
+    format!("{base}/lambda-{name}-{}", std::process::id())
+}
+
+#[test]
+fn sparse_lr_on_lambda_matches_local_and_survives_a_dead_worker() {
+    let Some((s3, redis)) = servers() else {
+        eprintln!("MLLESS_TEST_LAMBDA not set (scripts/test.sh sets it): skipped");
+        return;
+    };
+    let dir = tempdir();
+    let emulator = Emulator::start(dir.path());
+    let (input, _) = write_sparse_lr(dir.path(), &SparseLrSpec::new(20_000, 5_000, 20, 31));
+    let data = unique(&s3, "lr");
+    prepare(&input, "libsvm", &data, "500");
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--data",
+            &data,
+            "--model",
+            "lr",
+            "--workers",
+            "4",
+            "--max-epochs",
+            "3",
+            "--channel",
+            &redis,
+            "--checkpoint-every",
+            "10",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let local = train(dir.path(), "local", &strs(&args(&[])));
+    let lambda = emulator.train(dir.path(), "lambda", &strs(&args(&[])));
+    assert_same_result(&local, &lambda);
+    assert_eq!(lambda.invocations.len(), 5, "{:?}", names(&lambda));
+    assert!(lambda.invocations.iter().all(|r| r.outcome.is_success()));
+    assert!(metric(&lambda, "test_auc") > 0.7, "{:?}", lambda.metrics);
+
+    // Worker 1 dies at step 15. The emulator never answers the call of a dead instance (Lambda
+    // would report the crash), so the supervisor's deadline finds the silent worker, and the
+    // driver invokes a replacement from its checkpoint of step 10.
+    let faulty = args(&["--fault", "kill-worker:1@15", "--worker-deadline", "2"]);
+    let recovered = emulator.train(dir.path(), "recovered", &strs(&faulty));
+    assert!(
+        names(&recovered).iter().any(|n| n == "worker-1~1"),
+        "worker 1 was replaced: {:?}",
+        names(&recovered)
+    );
+    assert_same_result(&local, &recovered);
+}
+
+#[test]
+fn pmf_on_lambda_matches_local_across_hand_offs() {
+    let Some((s3, redis)) = servers() else {
+        eprintln!("MLLESS_TEST_LAMBDA not set (scripts/test.sh sets it): skipped");
+        return;
+    };
+    let dir = tempdir();
+    let emulator = Emulator::start(dir.path());
+    let spec = mlless_data::RatingsSpec {
+        users: 1000,
+        items: 800,
+        rank: 10,
+        density: 0.2,
+        noise: 0.5,
+        seed: 8,
+    };
+    let input = dir.path().join("ratings.tsv");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&input).expect("input"));
+    let truth = mlless_data::write_ratings(&spec, &mut file).expect("generate");
+    file.flush().expect("flush");
+    drop(file);
+    let data = unique(&s3, "pmf");
+    prepare(&input, "movielens", &data, "1000");
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--data",
+            &data,
+            "--model",
+            "pmf",
+            "--workers",
+            "4",
+            "--max-epochs",
+            "12",
+            "--channel",
+            &redis,
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let plain = args(&[]);
+    let local = train(dir.path(), "local", &strs(&plain));
+    let lambda = emulator.train(dir.path(), "lambda", &strs(&plain));
+    assert_same_result(&local, &lambda);
+    // Parity is the point; this only shows that the model learnt (12 epochs of a small set).
+    let rmse = metric(&lambda, "test_rmse");
+    assert!(
+        rmse < 1.4 * truth.noise,
+        "test RMSE {rmse} against the noise σ = {}",
+        truth.noise
+    );
+
+    // A 2 s lifetime: every function hands off before it and is invoked again.
+    let short = args(&["--timeout-s", "2"]);
+    let handed_off = emulator.train(dir.path(), "handed-off", &strs(&short));
+    let generations = names(&handed_off)
+        .iter()
+        .filter(|n| n.contains('#'))
+        .count();
+    assert!(
+        generations >= 5,
+        "functions were invoked again after their hand-offs: {:?}",
+        names(&handed_off)
+    );
+    assert_same_result(&local, &handed_off);
+}
