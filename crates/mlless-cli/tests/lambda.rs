@@ -339,3 +339,70 @@ fn pmf_on_lambda_matches_local_across_hand_offs() {
     );
     assert_same_result(&local, &handed_off);
 }
+
+#[test]
+fn a_lambda_job_refuses_what_the_functions_cannot_reach() {
+    let dir = tempdir();
+    let data = s(&dir.path().join("data"));
+    let stderr = fails(&[
+        "train",
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--invoker",
+        "lambda:mlless",
+    ]);
+    assert!(
+        stderr.contains(&format!("--data {data} is on this machine"))
+            && stderr.contains("Lambda function mlless cannot read"),
+        "{stderr}"
+    );
+    let stderr = fails(&[
+        "train",
+        "--data",
+        "s3://bucket/data",
+        "--channel",
+        "file:///tmp/channel",
+        "--model",
+        "lr",
+        "--invoker",
+        "lambda:mlless",
+    ]);
+    assert!(
+        stderr.contains("--channel file:///tmp/channel is on this machine"),
+        "{stderr}"
+    );
+    let output = mlless()
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .args([
+            "train",
+            "--data",
+            "s3://bucket/data",
+            "--model",
+            "lr",
+            "--invoker",
+            "lambda:mlless",
+        ])
+        .output()
+        .expect("mlless runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("no AWS credentials: set AWS_ACCESS_KEY_ID"),
+        "{stderr}"
+    );
+    let stderr = fails(&[
+        "train",
+        "--data",
+        "s3://bucket/data",
+        "--model",
+        "lr",
+        "--invoker",
+        "lamda:x",
+    ]);
+    assert!(
+        stderr.contains("expected local or lambda:FUNCTION_NAME"),
+        "{stderr}"
+    );
+}
