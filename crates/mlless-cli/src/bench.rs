@@ -24,6 +24,9 @@ pub enum Bench {
     /// Per-step exchange time of a channel with P worker processes (see --channel, --workers,
     /// --update-bytes, --steps).
     Channel,
+    /// Round-trip latency of invocations that do no work, one at a time, through --invoker
+    /// (--steps of them): the first shows a cold start where the platform has no instance yet.
+    Invoke,
 }
 
 /// Options of `mlless bench`.
@@ -56,6 +59,9 @@ pub struct BenchArgs {
     /// training exchange instead of raw messages of --update-bytes.
     #[arg(long, value_delimiter = ',', value_enum)]
     pub pattern: Vec<crate::train::CommPattern>,
+    /// Where the invoke benchmark's functions run (`local` or `lambda:FUNCTION`).
+    #[arg(long, default_value = "local")]
+    pub invoker: crate::InvokerChoice,
     /// Parameters of each update, with --pattern.
     #[arg(long, default_value_t = 1_000_000)]
     pub params: usize,
@@ -87,6 +93,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.what == Bench::Channel {
         return channel(&args);
     }
+    if args.what == Bench::Invoke {
+        return invoke_latency(&args);
+    }
     let budget = Duration::from_secs_f64(args.seconds.max(0.1));
     let all = args.what == Bench::All;
     if all || args.what == Bench::Compute {
@@ -115,6 +124,40 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// Times `--steps` invocations of a function that returns at once, one after the other, through
+/// `--invoker`, and prints the first and the median and 95th percentile of the others.
+fn invoke_latency(args: &BenchArgs) -> anyhow::Result<()> {
+    use mlless_faas::{FunctionRequest, Limits};
+    let invoker = args.invoker.invoker()?;
+    let payload = mlless_runtime::Payload::Ping.to_json()?;
+    let limits = Limits::new(1024, Duration::from_secs(60));
+    let mut times = Vec::new();
+    crate::runtime()?.block_on(async {
+        for i in 0..args.steps.max(2) {
+            let started = Instant::now();
+            let request = FunctionRequest::new(format!("ping-{i}"), payload.clone(), limits);
+            let report = invoker.invoke(request).await?.wait().await?;
+            if let Some(failure) = report.describe_failure() {
+                anyhow::bail!("{failure}");
+            }
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok(())
+    })?;
+    let first = times.remove(0);
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "invocation round trip on {}: first {first:.1} ms · then median {:.1} ms, p95 {:.1} ms \
+         over {} invocations",
+        invoker.platform(),
+        at(0.5),
+        at(0.95),
+        times.len()
+    );
     Ok(())
 }
 

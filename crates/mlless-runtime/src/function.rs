@@ -34,6 +34,8 @@ pub enum Payload {
     ScaleMap(crate::prepare::ScaleMapTask),
     /// One worker of the channel benchmark.
     ChannelBench(crate::bench::ChannelBenchTask),
+    /// Return at once: what `mlless bench invoke` times (the invocation path alone).
+    Ping,
 }
 
 impl Payload {
@@ -85,5 +87,6 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
         Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
         Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,
         Payload::ChannelBench(task) => crate::bench::run_channel_bench(task).await,
+        Payload::Ping => Ok(()),
     }
 }
