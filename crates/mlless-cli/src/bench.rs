@@ -59,7 +59,8 @@ pub struct BenchArgs {
     /// training exchange instead of raw messages of --update-bytes.
     #[arg(long, value_delimiter = ',', value_enum)]
     pub pattern: Vec<crate::train::CommPattern>,
-    /// Where the invoke benchmark's functions run (`local` or `lambda:FUNCTION`).
+    /// Where the functions of the invoke and channel benchmarks run (`local` or
+    /// `lambda:FUNCTION`).
     #[arg(long, default_value = "local")]
     pub invoker: crate::InvokerChoice,
     /// Parameters of each update, with --pattern.
@@ -247,6 +248,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         seed: 1,
         normalize: None,
         features: None,
+        invoker: crate::InvokerChoice::Local,
         map_tasks: 1,
         memory_mb: 1024,
         timeout_s: 900.0,
@@ -312,7 +314,7 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
     for &workers in &args.workers {
         for &load in &loads {
             let report = runtime.block_on(mlless_runtime::bench::channel_bench(
-                crate::local_invoker()?,
+                args.invoker.invoker()?,
                 args.channel.clone(),
                 &store.display().to_string(),
                 workers,

@@ -106,6 +106,7 @@ fn prepare(format: Format, input: &Path, out: &Path) -> anyhow::Result<()> {
         seed: 1,
         normalize: None,
         features: None,
+        invoker: crate::InvokerChoice::Local,
         map_tasks: 4,
         memory_mb: 1024,
         timeout_s: 900.0,

@@ -169,6 +169,15 @@ impl InvokerChoice {
     }
 }
 
+/// Whether a location (store or channel URL) is one a remote function can reach: S3, Redis or
+/// Memcached, not a directory of this machine.
+pub(crate) fn reachable_from_functions(url: &str) -> bool {
+    matches!(
+        url.split_once("://").map(|(scheme, _)| scheme),
+        Some("s3" | "s3a" | "redis" | "rediss" | "memcached")
+    )
+}
+
 /// The invoker of this binary as local processes.
 fn local_invoker() -> anyhow::Result<std::sync::Arc<dyn mlless_faas::Invoker>> {
     let exe = std::env::current_exe().context("locating the mlless binary to run functions")?;

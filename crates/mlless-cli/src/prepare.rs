@@ -69,6 +69,10 @@ pub struct PrepareArgs {
     /// Size of the feature space (required for criteo: categorical values are hashed into it).
     #[arg(long)]
     pub features: Option<u32>,
+    /// Where the normalisation's map tasks run: `local` processes, or `lambda:FUNCTION` (then
+    /// --out must be on S3).
+    #[arg(long, default_value = "local")]
+    pub invoker: crate::InvokerChoice,
     /// Number of map tasks of the normalisation.
     #[arg(long, default_value_t = 4)]
     pub map_tasks: u32,
@@ -107,7 +111,16 @@ impl PrepareArgs {
 /// Runs `mlless prepare`.
 pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
     let options = args.options();
-    let invoker = crate::local_invoker()?;
+    if let crate::InvokerChoice::Lambda(function) = &args.invoker
+        && !crate::reachable_from_functions(&args.out)
+    {
+        anyhow::bail!(
+            "--out {} is on this machine, which Lambda function {function} cannot write: \
+             use an s3:// location",
+            mlless_store::redact_url(&args.out)
+        );
+    }
+    let invoker = args.invoker.invoker()?;
     let manifest = crate::runtime()?.block_on(mlless_runtime::prepare(&options, invoker))?;
     println!(
         "prepared {}: {} training samples in {} minibatches, {} test samples in {} minibatches",

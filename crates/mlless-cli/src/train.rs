@@ -355,12 +355,6 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
 /// Refuses a job whose data, run or channel the remote function `function` could not reach: a
 /// directory on this machine (the default channel is the run's object store).
 fn check_reachable_from_functions(args: &TrainArgs, function: &str) -> anyhow::Result<()> {
-    let shared = |url: &str| {
-        matches!(
-            url.split_once("://").map(|(scheme, _)| scheme),
-            Some("s3" | "s3a" | "redis" | "rediss" | "memcached")
-        )
-    };
     let mut places = vec![("--channel", args.channel.as_deref())];
     match &args.resume {
         Some(run) => places.push(("--resume", Some(run.as_str()))),
@@ -370,7 +364,7 @@ fn check_reachable_from_functions(args: &TrainArgs, function: &str) -> anyhow::R
         ]),
     }
     for (flag, url) in places {
-        if let Some(url) = url.filter(|url| !shared(url)) {
+        if let Some(url) = url.filter(|url| !crate::reachable_from_functions(url)) {
             anyhow::bail!(
                 "{flag} {} is on this machine, which Lambda function {function} cannot read: \
                  use an s3:// location (and a redis:// or memcached:// channel)",

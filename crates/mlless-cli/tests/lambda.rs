@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use mlless_data::SparseLrSpec;
 use mlless_runtime::RunRecord;
+use mlless_runtime::dataset::Split;
 
 /// The emulator's name of the function it serves when it does not start the function itself.
 const FUNCTION: &str = "_";
@@ -137,23 +138,29 @@ impl Emulator {
         }
     }
 
-    /// Trains with `--invoker lambda:_` through this emulator.
-    fn train(&self, dir: &Path, name: &str, args: &[&str]) -> RunRecord {
-        let record = dir.join(format!("{name}.json"));
+    /// Runs `mlless COMMAND --invoker lambda:_ ARGS` through this emulator, asserting success.
+    fn run(&self, command: &str, args: &[&str]) {
         let output = mlless()
             .env("AWS_ENDPOINT_URL_LAMBDA", &self.endpoint)
-            .args(["train", "--quiet", "--invoker"])
-            .arg(format!("lambda:{FUNCTION}"))
-            .arg("--record")
-            .arg(&record)
+            .args([command, "--invoker", &format!("lambda:{FUNCTION}")])
             .args(args)
             .output()
             .expect("mlless runs");
         assert!(
             output.status.success(),
-            "mlless train {args:?} on the emulator failed:\n{}",
+            "mlless {command} {args:?} on the emulator failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
+    }
+
+    /// Trains with `--invoker lambda:_` through this emulator.
+    fn train(&self, dir: &Path, name: &str, args: &[&str]) -> RunRecord {
+        let record = dir.join(format!("{name}.json"));
+        let mut all = vec!["--quiet", "--record"];
+        let record_arg = s(&record);
+        all.push(&record_arg);
+        all.extend_from_slice(args);
+        self.run("train", &all);
         read_record(&record)
     }
 }
@@ -269,6 +276,34 @@ fn sparse_lr_on_lambda_matches_local_and_survives_a_dead_worker() {
         names(&recovered)
     );
     assert_same_result(&local, &recovered);
+
+    // The map tasks of min-max normalisation run on Lambda too, with the same result.
+    let normalized = |invoker: Option<&Emulator>| {
+        let url = unique(&s3, &format!("lr-minmax-{}", invoker.is_some()));
+        let args = [
+            "--format",
+            "libsvm",
+            "--input",
+            &s(&input),
+            "--out",
+            &url,
+            "--batch-size",
+            "500",
+            "--normalize",
+            "minmax",
+        ];
+        match invoker {
+            Some(emulator) => emulator.run("prepare", &args),
+            None => {
+                ok(&[&["prepare"][..], &args[..]].concat());
+            }
+        }
+        url
+    };
+    let (here, there) = (normalized(None), normalized(Some(&emulator)));
+    for split in [Split::Train, Split::Test] {
+        assert_eq!(batches_at(&here, split), batches_at(&there, split));
+    }
 }
 
 #[test]

@@ -86,8 +86,13 @@ pub fn test_batches(data: &Path) -> Vec<mlless_core::Batch> {
 
 /// Reads every minibatch of one split of a prepared data set.
 pub fn batches(data: &Path, split: Split) -> Vec<mlless_core::Batch> {
+    batches_at(&s(data), split)
+}
+
+/// Reads every minibatch of one split of the prepared data set at `url`.
+pub fn batches_at(url: &str, split: Split) -> Vec<mlless_core::Batch> {
     block_on(async {
-        let dataset = Dataset::open(&s(data)).await.expect("data set opens");
+        let dataset = Dataset::open(url).await.expect("data set opens");
         let mut out = Vec::new();
         for i in 0..dataset.batches(split) {
             out.push(dataset.read_batch(split, i).await.expect("batch reads"));
