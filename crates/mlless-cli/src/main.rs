@@ -50,7 +50,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|api| !api.is_empty()) {
         init_tracing(true);
         return match serve_lambda() {
             Ok(()) => ExitCode::SUCCESS,

@@ -441,3 +441,18 @@ fn a_lambda_job_refuses_what_the_functions_cannot_reach() {
         "{stderr}"
     );
 }
+
+#[test]
+fn outside_a_full_lambda_environment_serving_is_a_clear_error() {
+    let output = mlless()
+        .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:1")
+        .env_remove("AWS_LAMBDA_FUNCTION_NAME")
+        .output()
+        .expect("mlless runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("AWS_LAMBDA_FUNCTION_NAME is not set") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}

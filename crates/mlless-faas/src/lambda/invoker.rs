@@ -179,8 +179,11 @@ impl LambdaInvoker {
                 ),
             });
         }
+        // A synchronous invocation keeps its connection silent for up to 15 minutes; keepalive
+        // probes stop a NAT or firewall from dropping it meanwhile (as AWS advises for Invoke).
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .tcp_keepalive(Duration::from_secs(30))
             .build()
             .map_err(|e| InvokeError::Config {
                 reason: format!("cannot build the HTTP client: {e}"),

@@ -10,10 +10,49 @@ use tracing::info;
 use super::FunctionResponse;
 use crate::procfs;
 
-/// The Lambda runtime client stopped serving (it could not reach the runtime API).
+/// Why serving Lambda invocations stopped or could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("serving Lambda invocations failed: {0}")]
-pub struct ServeError(#[source] lambda_runtime::Error);
+#[non_exhaustive]
+pub enum ServeError {
+    /// A variable the Lambda runtime sets is missing or malformed: this is not (fully) inside
+    /// the Lambda runtime.
+    #[error(
+        "{variable} is {problem}: serving Lambda invocations needs the environment the Lambda \
+         runtime sets (AWS_LAMBDA_RUNTIME_API, AWS_LAMBDA_FUNCTION_NAME, \
+         AWS_LAMBDA_FUNCTION_VERSION, AWS_LAMBDA_FUNCTION_MEMORY_SIZE)"
+    )]
+    Environment {
+        /// The variable.
+        variable: &'static str,
+        /// "not set", or what is wrong with its value.
+        problem: String,
+    },
+    /// The runtime client stopped (it could not reach the runtime API, or the API broke the
+    /// protocol).
+    #[error("serving Lambda invocations failed: {0}")]
+    Runtime(#[source] lambda_runtime::Error),
+}
+
+/// Checks the variables the runtime client reads (it panics on a missing one).
+fn check_environment() -> Result<(), ServeError> {
+    for variable in [
+        "AWS_LAMBDA_RUNTIME_API",
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "AWS_LAMBDA_FUNCTION_VERSION",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    ] {
+        let value = std::env::var(variable).unwrap_or_default();
+        let problem = if value.trim().is_empty() {
+            "not set".to_owned()
+        } else if variable == "AWS_LAMBDA_FUNCTION_MEMORY_SIZE" && value.parse::<i32>().is_err() {
+            format!("{value:?}, not a number of MB")
+        } else {
+            continue;
+        };
+        return Err(ServeError::Environment { variable, problem });
+    }
+    Ok(())
+}
 
 /// The `errorType` of an error the function's handler returns (what Lambda shows in the
 /// response and the log).
@@ -28,12 +67,14 @@ const HANDLER_ERROR_TYPE: &str = "mlless.FunctionError";
 ///
 /// # Errors
 ///
-/// [`ServeError`] if the runtime API cannot be reached or breaks the protocol.
+/// [`ServeError::Environment`] outside the Lambda runtime; [`ServeError::Runtime`] if the
+/// runtime API cannot be reached or breaks the protocol.
 pub async fn serve<F, Fut>(handler: F) -> Result<(), ServeError>
 where
     F: Fn(Vec<u8>) -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
+    check_environment()?;
     let handler = &handler;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let started = Instant::now();
@@ -55,5 +96,5 @@ where
         })
     }))
     .await
-    .map_err(ServeError)
+    .map_err(ServeError::Runtime)
 }
