@@ -156,6 +156,7 @@ pub struct LambdaInvoker {
     config: Arc<LambdaConfig>,
     client: reqwest::Client,
     memory_warned: Arc<AtomicBool>,
+    timeout_warned: Arc<AtomicBool>,
 }
 
 impl LambdaInvoker {
@@ -193,6 +194,7 @@ impl LambdaInvoker {
             config: Arc::new(config),
             client,
             memory_warned: Arc::new(AtomicBool::new(false)),
+            timeout_warned: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -380,6 +382,21 @@ impl LambdaInvoker {
                 "Lambda function {} is configured with {memory_mb} MB but the job asks for {} MB; \
                  it is billed as configured (deploy it with the job's --memory-mb)",
                 self.function, limits.memory_mb
+            );
+        }
+        // The platform's deadline is rounded up to a second; a lifetime a second short of the
+        // job's is a shorter configured timeout, after which no hand-off is planned.
+        if let Some(own) = own
+            && own.lifetime_s > 0.0
+            && own.lifetime_s + 1.0 < limits.timeout.as_secs_f64()
+            && !self.timeout_warned.swap(true, Ordering::Relaxed)
+        {
+            warn!(
+                "Lambda function {} times out after about {:.0} s but the job plans for {} s: \
+                 it may be stopped before it hands off (deploy it with the job's --timeout-s)",
+                self.function,
+                own.lifetime_s,
+                limits.timeout.as_secs_f64()
             );
         }
         let outcome = match function_error {

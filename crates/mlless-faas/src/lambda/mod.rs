@@ -27,4 +27,8 @@ pub struct FunctionResponse {
     pub peak_rss_mb: f64,
     /// The memory the function is configured with, in MB (`0` if the platform did not say).
     pub memory_mb: u32,
+    /// Time the platform gave the invocation at its start (deadline minus start), in seconds:
+    /// the function's configured timeout, for a warning when it is shorter than the job's.
+    #[serde(default)]
+    pub lifetime_s: f64,
 }

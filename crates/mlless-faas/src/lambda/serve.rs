@@ -1,7 +1,7 @@
 //! The function end: serve Lambda invocations with the official runtime client.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -31,6 +31,13 @@ pub enum ServeError {
     /// protocol).
     #[error("serving Lambda invocations failed: {0}")]
     Runtime(#[source] lambda_runtime::Error),
+}
+
+/// Now, in milliseconds since the Unix epoch (the unit of the runtime's deadline).
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Checks the variables the runtime client reads (it panics on a missing one).
@@ -78,6 +85,11 @@ where
     let handler = &handler;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let started = Instant::now();
+        let lifetime_s = event
+            .context
+            .deadline
+            .saturating_sub(unix_ms())
+            .div_ceil(1000) as f64;
         procfs::reset_own_peak();
         info!(request = %event.context.request_id, "invocation started");
         let payload = serde_json::to_vec(&event.payload).map_err(|e| Diagnostic {
@@ -93,6 +105,7 @@ where
             duration_ms: (started.elapsed().as_micros() as u64).div_ceil(1000).max(1),
             peak_rss_mb: peak_kib as f64 / 1024.0,
             memory_mb: u32::try_from(event.context.env_config.memory).unwrap_or(0),
+            lifetime_s,
         })
     }))
     .await
