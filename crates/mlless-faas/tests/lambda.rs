@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use mlless_faas::{
-    FunctionRequest, InvokeError, Invoker, LambdaConfig, LambdaInvoker, Limits, Outcome,
+    FunctionRequest, InvocationReport, InvokeError, Invoker, LambdaConfig, LambdaInvoker, Limits,
+    Outcome,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -127,6 +128,16 @@ fn invoker(endpoint: &str) -> LambdaInvoker {
     LambdaInvoker::new("mlless-fn", config).expect("a valid function name")
 }
 
+/// Invokes `payload` through the API at `endpoint` and waits for the end.
+async fn invoke(endpoint: &str, payload: &str) -> Result<InvocationReport, InvokeError> {
+    invoker(endpoint)
+        .invoke(request(payload))
+        .await
+        .expect("invoked")
+        .wait()
+        .await
+}
+
 fn request(payload: &str) -> FunctionRequest {
     FunctionRequest::new(
         "worker-1",
@@ -154,11 +165,7 @@ async fn a_success_is_signed_and_billed_as_lambda_reports_it() {
         SUCCESS_BODY,
     )])
     .await;
-    let report = invoker(&endpoint)
-        .invoke(request(r#"{"role":"worker"}"#))
-        .await
-        .expect("invoked")
-        .wait()
+    let report = invoke(&endpoint, r#"{"role":"worker"}"#)
         .await
         .expect("a report");
     assert_eq!(report.outcome, Outcome::Succeeded);
@@ -196,13 +203,7 @@ async fn a_success_is_signed_and_billed_as_lambda_reports_it() {
 #[tokio::test]
 async fn without_a_report_line_the_functions_own_figures_count() {
     let (endpoint, _) = fake_api(vec![answer(200, vec![], SUCCESS_BODY)]).await;
-    let report = invoker(&endpoint)
-        .invoke(request("{}"))
-        .await
-        .expect("invoked")
-        .wait()
-        .await
-        .expect("a report");
+    let report = invoke(&endpoint, "{}").await.expect("a report");
     assert_eq!(report.outcome, Outcome::Succeeded);
     assert_eq!(report.duration_ms, 2500);
     assert_eq!(report.peak_rss_mb, 40.0);
@@ -222,11 +223,7 @@ async fn throttling_is_retried_with_backoff() {
     ])
     .await;
     let started = Instant::now();
-    let report = invoker(&endpoint)
-        .invoke(request("{}"))
-        .await
-        .expect("invoked")
-        .wait()
+    let report = invoke(&endpoint, "{}")
         .await
         .expect("a report after the throttling");
     assert_eq!(report.outcome, Outcome::Succeeded);
@@ -252,13 +249,7 @@ async fn a_function_error_carries_the_functions_message() {
         (500, vec![]),
     ] {
         let (endpoint, _) = fake_api(vec![answer(status, headers, body)]).await;
-        let report = invoker(&endpoint)
-            .invoke(request("{}"))
-            .await
-            .expect("invoked")
-            .wait()
-            .await
-            .expect("a report");
+        let report = invoke(&endpoint, "{}").await.expect("a report");
         assert_eq!(
             report.outcome,
             Outcome::Failed {
@@ -281,13 +272,7 @@ async fn a_dead_function_process_is_a_crash_and_a_timeout_is_a_timeout() {
         r#"{"errorMessage":"2026-11-29T10:00:00.000Z 1 Task timed out after 30.00 seconds"}"#;
     let header = || vec![("x-amz-function-error", "Unhandled".to_owned())];
     let (endpoint, _) = fake_api(vec![answer(200, header(), crash)]).await;
-    let report = invoker(&endpoint)
-        .invoke(request("{}"))
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    let report = invoke(&endpoint, "{}").await.unwrap();
     assert!(
         matches!(
             report.outcome,
@@ -300,13 +285,7 @@ async fn a_dead_function_process_is_a_crash_and_a_timeout_is_a_timeout() {
         report.outcome
     );
     let (endpoint, _) = fake_api(vec![answer(200, header(), timeout)]).await;
-    let report = invoker(&endpoint)
-        .invoke(request("{}"))
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    let report = invoke(&endpoint, "{}").await.unwrap();
     assert_eq!(report.outcome, Outcome::TimedOut { limit_s: 30.0 });
 }
 
@@ -318,13 +297,7 @@ async fn a_refused_call_is_an_invoker_error_with_lambdas_reason() {
         r#"{"Type":"User","Message":"Function not found: arn:aws:lambda:eu-west-1:1:function:mlless-fn"}"#,
     )])
     .await;
-    let error = invoker(&endpoint)
-        .invoke(request("{}"))
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .expect_err("no such function");
+    let error = invoke(&endpoint, "{}").await.expect_err("no such function");
     assert!(matches!(
         error,
         InvokeError::Platform {
@@ -348,13 +321,7 @@ async fn an_unreachable_api_is_named() {
         .unwrap()
         .port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let error = invoker(&endpoint)
-        .invoke(request("{}"))
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .expect_err("nothing listens");
+    let error = invoke(&endpoint, "{}").await.expect_err("nothing listens");
     assert!(
         error
             .to_string()

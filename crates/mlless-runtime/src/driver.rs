@@ -334,10 +334,7 @@ pub async fn train(
         }
     }
     let dataset = Dataset::open(&options.data_url).await?;
-    let spec = JobSpec {
-        platform: invoker.platform().to_owned(),
-        ..job_spec(options, &dataset)?
-    };
+    let spec = job_spec(options, &dataset, invoker.platform())?;
     let run_store = Store::open(&spec.run_url)?;
     run_store.check_writable().await?;
     let spec_json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
@@ -844,8 +841,8 @@ fn check_combination(options: &TrainOptions) -> Result<()> {
     }
 }
 
-/// The job spec of `options` on `dataset`.
-fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
+/// The job spec of `options` on `dataset`, run on `platform` (the invoker's).
+fn job_spec(options: &TrainOptions, dataset: &Dataset, platform: &str) -> Result<JobSpec> {
     let manifest = dataset.manifest();
     let defaults = Defaults::for_model(options.model, options.optimizer);
     let l2 = options.hyper.l2.unwrap_or(defaults.l2);
@@ -938,7 +935,7 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset) -> Result<JobSpec> {
         worker_deadline_s: options.worker_deadline_s,
         faults: options.faults.clone(),
         channel_grace_s: options.channel_grace.as_secs_f64(),
-        platform: "local".into(),
+        platform: platform.to_owned(),
     })
 }
 
