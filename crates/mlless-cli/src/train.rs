@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use mlless_core::{OptimizerKind, Schedule};
+use mlless_core::{OptimizerKind, Schedule, SignificanceScale};
 use mlless_faas::Limits;
 use mlless_runtime::{
     Hyperparameters, LiveProgress, ModelChoice, Pattern, RunRecord, StopCriteria, SyncMode,
@@ -62,6 +62,15 @@ pub enum Sync {
     Ssp,
     /// Asynchronous: no barrier; updates are applied as they arrive (none lost).
     Asp,
+}
+
+/// What ISP measures an accumulated update against, as the CLI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SignificanceScaleArg {
+    /// The parameter itself: |a_j / x_j| > v_t (MLLess, DESIGN §4).
+    Parameter,
+    /// The larger of |x_j| and the mean magnitude of the parameters: |a_j| > v_t · max(|x_j|, m).
+    Mean,
 }
 
 /// Communication patterns, as the CLI names them (DESIGN §5).
@@ -156,6 +165,11 @@ pub struct TrainArgs {
     /// ISP's threshold V: an accumulated update a_j is sent once |a_j / x_j| > V / sqrt(t+1).
     #[arg(long, default_value_t = 0.7)]
     pub significance: f32,
+    /// What ISP measures a_j against: the parameter x_j itself (MLLess), or the larger of |x_j|
+    /// and the mean magnitude of the parameters, so that updates of weights near zero (rare
+    /// features of sparse LR) are held back too.
+    #[arg(long, value_enum, default_value_t = SignificanceScaleArg::Parameter)]
+    pub significance_scale: SignificanceScaleArg,
     /// SSP's slack: how many steps a worker may run ahead of the slowest.
     #[arg(long, default_value_t = 3)]
     pub slack: u32,
@@ -319,6 +333,10 @@ impl TrainArgs {
                 Sync::Bsp => SyncMode::Bsp,
                 Sync::Isp => SyncMode::Isp {
                     significance: self.significance,
+                    scale: match self.significance_scale {
+                        SignificanceScaleArg::Parameter => SignificanceScale::Parameter,
+                        SignificanceScaleArg::Mean => SignificanceScale::Mean,
+                    },
                 },
                 Sync::Ssp => SyncMode::Ssp { slack: self.slack },
                 Sync::Asp => SyncMode::Asp,

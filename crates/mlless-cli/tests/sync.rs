@@ -72,6 +72,7 @@ fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
     let target = metric(&bsp, "test_logloss");
     let bsp_bytes = total(&bsp, |w| w.bytes_sent);
     let bsp_entries = total(&bsp, |w| w.entries_sent);
+    let mut results = std::collections::HashMap::new();
     for (name, args, max_loss_ratio) in [
         ("isp", &["--sync", "isp", "--significance", "0.7"][..], 1.01),
         ("topk", &["--compress", "topk:0.1"][..], 1.01),
@@ -86,6 +87,19 @@ fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
             "isp-large",
             &["--sync", "isp", "--significance", "5"][..],
             1.15,
+        ),
+        // Measured against the mean weight, the rare features' small updates are held back too.
+        (
+            "isp-mean",
+            &[
+                "--sync",
+                "isp",
+                "--significance",
+                "2",
+                "--significance-scale",
+                "mean",
+            ][..],
+            1.05,
         ),
     ] {
         let record = run(dir.path(), &data, name, args);
@@ -113,6 +127,7 @@ fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
             "{name}: updates still held after the flush"
         );
         let bytes = total(&record, |w| w.bytes_sent);
+        results.insert(name, (bytes, loss));
         assert!(
             bytes < bsp_bytes,
             "{name}: sent {bytes} bytes, BSP {bsp_bytes}"
@@ -121,6 +136,15 @@ fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
             assert!(total(&record, |w| w.entries_sent) < bsp_entries, "{name}");
         }
     }
+    // Against the mean weight, V = 2 sends fewer bytes than V = 5 against each weight, and
+    // reaches a lower test log loss.
+    let (mean_bytes, mean_loss) = results["isp-mean"];
+    let (large_bytes, large_loss) = results["isp-large"];
+    assert!(
+        mean_bytes < large_bytes && mean_loss < large_loss,
+        "mean scale: {mean_bytes} bytes, log loss {mean_loss}; \
+         parameter scale V = 5: {large_bytes} bytes, log loss {large_loss}"
+    );
 }
 
 /// Under SSP no worker starts step t before every worker has published step t − 1 − S, checked

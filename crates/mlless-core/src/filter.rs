@@ -10,7 +10,9 @@
 //! 1. *candidates*: the coordinates with `a_j ≠ 0` — for 1-bit only those of `u` (1-bit never
 //!    zeroes a residual, so sending every non-zero residual would make each message dense) —
 //!    and, with a significance threshold `V`, only those with `|a_j / x_j| > V / sqrt(t + 1)`
-//!    (a parameter `x_j = 0` is significant as soon as `a_j ≠ 0`);
+//!    (a parameter `x_j = 0` is significant as soon as `a_j ≠ 0`) — or, with
+//!    [`SignificanceScale::Mean`], `|a_j| > V / sqrt(t + 1) · max(|x_j|, m)` where `m` is the
+//!    mean magnitude of the non-zero parameters among those coordinates;
 //! 2. *compression* of the candidates: none (send them as they are); top-k (the `k` of largest
 //!    magnitude); 1-bit (`scale · sign(a_j)`, one scale per bucket of entries
 //!    of magnitudes within a factor of 2, see [`SignVector`]);
@@ -86,11 +88,38 @@ impl FromStr for Compression {
     }
 }
 
+/// What ISP measures an accumulated update against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignificanceScale {
+    /// The parameter itself: `|a_j / x_j| > v_t` (DESIGN §4, MLLess).
+    #[default]
+    Parameter,
+    /// The parameter, or where that is larger the mean magnitude `m` of the non-zero parameters
+    /// the worker has updated (for 1-bit, those of this step): `|a_j| > v_t · max(|x_j|, m)`. A weight near zero — a rare feature
+    /// of sparse LR, which moves by about `1/k` of itself at its k-th update and so stays
+    /// "significant" under [`Parameter`](Self::Parameter) — is judged by the model's scale, and
+    /// its small updates are held back until they add up.
+    Mean,
+}
+
+impl fmt::Display for SignificanceScale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Parameter => "parameter",
+            Self::Mean => "mean",
+        })
+    }
+}
+
 /// What a worker's filter keeps back and how it compresses the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct FilterConfig {
     /// ISP's significance threshold `V`; `None` sends every entry (BSP, SSP, ASP).
     pub significance: Option<f32>,
+    /// What the threshold is relative to.
+    #[serde(default)]
+    pub significance_scale: SignificanceScale,
     /// Compression of the entries sent.
     pub compression: Compression,
 }
@@ -173,6 +202,23 @@ impl SignVector {
             pairs.push((index, if negative { -scale } else { scale }));
         }
         Ok(SparseVector::from_pairs(pairs))
+    }
+}
+
+/// Mean magnitude of the non-zero parameters among `indices` (0 if there is none).
+fn mean_magnitude(indices: &[u32], params: &[f32]) -> f32 {
+    let (sum, n) = indices.iter().fold((0.0f64, 0u32), |(sum, n), &j| {
+        let x = params[j as usize].abs();
+        if x > 0.0 {
+            (sum + f64::from(x), n + 1)
+        } else {
+            (sum, n)
+        }
+    });
+    if n == 0 {
+        0.0
+    } else {
+        (sum / f64::from(n)) as f32
     }
 }
 
@@ -304,12 +350,17 @@ impl UpdateFilter {
             .config
             .significance
             .map(|v| v / ((step + 1) as f32).sqrt());
+        let floor = match (threshold, self.config.significance_scale) {
+            (Some(_), SignificanceScale::Mean) => mean_magnitude(&pool, params),
+            _ => 0.0,
+        };
         let mut candidates: Vec<u32> = pool
             .into_iter()
             .filter(|&j| {
                 let a = residual[j as usize];
-                let x = params[j as usize];
-                a != 0.0 && threshold.is_none_or(|v| x == 0.0 || (a / x).abs() > v)
+                let scale = params[j as usize].abs().max(floor);
+                // `|a| > v·|x|` is `|a / x| > v`; a zero scale makes any `a ≠ 0` significant.
+                a != 0.0 && threshold.is_none_or(|v| scale == 0.0 || a.abs() > v * scale)
             })
             .collect();
         let keep = match self.config.compression {
@@ -514,10 +565,13 @@ mod tests {
                 Compression::TopKFraction(0.2),
                 Compression::OneBit,
             ] {
-                out.push(FilterConfig {
-                    significance,
-                    compression,
-                });
+                for significance_scale in [SignificanceScale::Parameter, SignificanceScale::Mean] {
+                    out.push(FilterConfig {
+                        significance,
+                        significance_scale,
+                        compression,
+                    });
+                }
             }
         }
         out
@@ -574,6 +628,7 @@ mod tests {
         let config = FilterConfig {
             significance: Some(0.0),
             compression: Compression::None,
+            ..FilterConfig::default()
         };
         let mut filter = UpdateFilter::new(100, config);
         let params: Vec<f32> = (0..100).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -590,6 +645,7 @@ mod tests {
         let config = FilterConfig {
             significance: Some(0.5),
             compression: Compression::None,
+            ..FilterConfig::default()
         };
         let mut filter = UpdateFilter::new(3, config);
         let params = [10.0f32, 0.0, 1.0];
@@ -608,12 +664,46 @@ mod tests {
     }
 
     #[test]
+    fn the_mean_scale_holds_small_updates_of_weights_near_zero() {
+        // Weights of 1 and a rare feature's 0.001; v = 0.5 at step 0.
+        let params = [1.0f32, 1.0, 1.0, 0.001];
+        let u = SparseVector::from_pairs(vec![(0, 0.6), (3, 0.01)]);
+        let by_parameter = FilterConfig {
+            significance: Some(0.5),
+            ..FilterConfig::default()
+        };
+        // Against itself, 0.01 is ten times the rare weight: sent, as is 0.6 of 1.
+        let mut filter = UpdateFilter::new(4, by_parameter);
+        let (sent, _) = filter.filter(&u, &params, 0);
+        assert_eq!(sent.into_sparse(4).expect("valid").indices(), &[0, 3]);
+        // Against the mean magnitude of the weights this worker updated (x_0 and x_3: ≈ 0.5),
+        // 0.01 is held until the updates add up; 0.6 of the larger |x_0| = 1 is still sent.
+        let by_mean = FilterConfig {
+            significance_scale: SignificanceScale::Mean,
+            ..by_parameter
+        };
+        let mut filter = UpdateFilter::new(4, by_mean);
+        let (sent, stats) = filter.filter(&u, &params, 0);
+        assert_eq!(sent.into_sparse(4).expect("valid").indices(), &[0]);
+        assert_eq!(stats.held, 1);
+        let rare = SparseVector::from_pairs(vec![(3, 0.4)]);
+        let (sent, _) = filter.filter(&rare, &params, 0);
+        let sent = sent.into_sparse(4).expect("valid");
+        assert_eq!(sent.indices(), &[3], "0.41 > 0.5 · mean(1, 0.001)");
+        assert!(
+            (sent.values()[0] - 0.41).abs() < 1e-6,
+            "the held 0.01 went with it"
+        );
+    }
+
+    #[test]
     fn rescale_scales_what_is_held() {
         let mut filter = UpdateFilter::new(
             3,
             FilterConfig {
                 significance: None,
                 compression: Compression::TopK(1),
+                ..FilterConfig::default()
             },
         );
         let u = SparseVector::from_pairs(vec![(0, 4.0), (2, 1.0)]);
@@ -631,6 +721,7 @@ mod tests {
             FilterConfig {
                 significance: None,
                 compression: Compression::TopK(2),
+                ..FilterConfig::default()
             },
         );
         let (sent, stats) = top.filter(&u, &params, 0);
@@ -643,6 +734,7 @@ mod tests {
             FilterConfig {
                 significance: None,
                 compression: Compression::OneBit,
+                ..FilterConfig::default()
             },
         );
         let (sent, stats) = onebit.filter(&u, &params, 0);
@@ -665,6 +757,7 @@ mod tests {
             FilterConfig {
                 significance: None,
                 compression: Compression::OneBit,
+                ..FilterConfig::default()
             },
         );
         let u = SparseVector::from_pairs(

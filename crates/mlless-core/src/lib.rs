@@ -56,8 +56,8 @@ pub mod tuner;
 
 pub use batch::{Batch, RatingBatch, SparseBatch};
 pub use filter::{
-    Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, UpdateFilter,
-    WireDelta,
+    Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, SignificanceScale,
+    UpdateFilter, WireDelta,
 };
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{

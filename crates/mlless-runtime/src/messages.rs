@@ -218,8 +218,8 @@ mod tests {
         let mut onebit = UpdateFilter::new(
             10,
             FilterConfig {
-                significance: None,
                 compression: Compression::OneBit,
+                ..FilterConfig::default()
             },
         );
         let (signs, _) = onebit.filter(&delta, &[1.0; 10], 0);

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use mlless_core::{Compression, FilterConfig, ModelSpec, OptimizerConfig, Schedule, TunerConfig};
+use mlless_core::{
+    Compression, FilterConfig, ModelSpec, OptimizerConfig, Schedule, SignificanceScale, TunerConfig,
+};
 use mlless_faas::Limits;
 use mlless_store::redact_url;
 use serde::{Deserialize, Serialize};
@@ -169,11 +171,16 @@ impl JobSpec {
 
     /// What each worker's update filter keeps back and how it compresses the rest.
     pub fn filter(&self) -> FilterConfig {
+        let (significance, significance_scale) = match self.sync {
+            SyncMode::Isp {
+                significance,
+                scale,
+            } => (Some(significance), scale),
+            _ => (None, SignificanceScale::default()),
+        };
         FilterConfig {
-            significance: match self.sync {
-                SyncMode::Isp { significance } => Some(significance),
-                _ => None,
-            },
+            significance,
+            significance_scale,
             compression: self.compression,
         }
     }
@@ -191,8 +198,12 @@ pub enum SyncMode {
     /// accumulating the rest.
     Isp {
         /// The threshold `V`; an accumulated update `a_j` is sent once
-        /// `|a_j / x_j| > V / sqrt(t + 1)`.
+        /// `|a_j / x_j| > V / sqrt(t + 1)` (see `scale`).
         significance: f32,
+        /// What `a_j` is measured against: `x_j` (DESIGN §4), or the larger of `|x_j|` and the
+        /// mean magnitude of the parameters (`--significance-scale mean`).
+        #[serde(default)]
+        scale: SignificanceScale,
     },
     /// Stale synchronous: a worker starts step t + 1 only once it has applied every worker's
     /// updates up to step t − slack, and applies whatever else has arrived.
@@ -235,7 +246,14 @@ impl std::fmt::Display for SyncMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Bsp | Self::Asp => f.write_str(self.name()),
-            Self::Isp { significance } => write!(f, "isp (V = {significance})"),
+            Self::Isp {
+                significance,
+                scale: SignificanceScale::Parameter,
+            } => write!(f, "isp (V = {significance})"),
+            Self::Isp {
+                significance,
+                scale: SignificanceScale::Mean,
+            } => write!(f, "isp (V = {significance}, relative to the mean weight)"),
             Self::Ssp { slack } => write!(f, "ssp (slack {slack})"),
         }
     }
