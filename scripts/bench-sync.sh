@@ -10,12 +10,15 @@
 # The margin is tight on purpose: a loose one (+2%) is reached within the first epoch, when
 # nearly every coordinate is moved for the first time and nothing is insignificant yet. The
 # tuned V (30 for LR, 24 for PMF) is about the smallest with which ISP sent 5x fewer bytes
-# than BSP at P = 4; the table's last column shows what it costs in test metric.
+# than BSP at P = 4; the table's last column shows what it costs in test metric. isp-mean-V
+# measures updates against the mean weight (--significance-scale mean; V 5 for LR, 6 for PMF).
 #
 # Usage: scripts/bench-sync.sh [WORKDIR]   (default: ./mlless-bench/sync; needs ~3 GB of disk)
 # Environment: MLLESS_BENCH_WORKERS (default "4 8"), MLLESS_BENCH_SETS (default "lr pmf"),
 # MLLESS_BENCH_ISP_V_LR and MLLESS_BENCH_ISP_V_PMF (the tuned V, default 30 and 24),
-# MLLESS_BENCH_MARGIN (the target's margin over BSP's loss, default 0.005).
+# MLLESS_BENCH_MARGIN (the target's margin over BSP's loss, default 0.005),
+# MLLESS_BENCH_ISP_MEAN_V_LR and MLLESS_BENCH_ISP_MEAN_V_PMF (V of the mean-scaled ISP, default
+# 5 and 6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-mlless-bench/sync}
@@ -49,6 +52,7 @@ fi
 
 for set in ${MLLESS_BENCH_SETS:-lr pmf}; do
     epochs=3
+    if [ "$set" = lr ]; then mean_v=${MLLESS_BENCH_ISP_MEAN_V_LR:-5}; else mean_v=${MLLESS_BENCH_ISP_MEAN_V_PMF:-6}; fi
     if [ "$set" = lr ]; then isp_v=${MLLESS_BENCH_ISP_V_LR:-30}; else isp_v=${MLLESS_BENCH_ISP_V_PMF:-24}; fi
     for p in ${MLLESS_BENCH_WORKERS:-4 8}; do
         dir="$out/runs-$set-p$p"
@@ -64,7 +68,9 @@ print(round(sum(tail) / len(tail) * (1 + float(sys.argv[2])), 5))' "$dir/referen
             "${MLLESS_BENCH_MARGIN:-0.005}")
         echo "$set P=$p: target training loss $target"
         for config in "bsp:--sync bsp" "isp-0.7:--sync isp --significance 0.7" \
-            "isp-$isp_v:--sync isp --significance $isp_v" "ssp-3:--sync ssp --slack 3" \
+            "isp-$isp_v:--sync isp --significance $isp_v" \
+            "isp-mean-$mean_v:--sync isp --significance $mean_v --significance-scale mean" \
+            "ssp-3:--sync ssp --slack 3" \
             "asp:--sync asp" "topk-0.1:--compress topk:0.1" "onebit:--compress onebit"; do
             name=${config%%:*}
             # shellcheck disable=SC2086
