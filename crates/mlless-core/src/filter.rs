@@ -95,21 +95,13 @@ pub enum SignificanceScale {
     /// The parameter itself: `|a_j / x_j| > v_t` (DESIGN §4, MLLess).
     #[default]
     Parameter,
-    /// The parameter, or where that is larger the mean magnitude `m` of the non-zero parameters
-    /// the worker has updated (for 1-bit, those of this step): `|a_j| > v_t · max(|x_j|, m)`. A weight near zero — a rare feature
-    /// of sparse LR, which moves by about `1/k` of itself at its k-th update and so stays
-    /// "significant" under [`Parameter`](Self::Parameter) — is judged by the model's scale, and
-    /// its small updates are held back until they add up.
+    /// The parameter, or where that is larger the mean magnitude `m` of the non-zero
+    /// parameters the worker has updated (for 1-bit, those of this step):
+    /// `|a_j| > v_t · max(|x_j|, m)`. A weight near zero — a rare feature of sparse LR, which
+    /// moves by about `1/k` of itself at its k-th update and so stays "significant" under
+    /// [`Parameter`](Self::Parameter) — is judged by the model's scale, and its small updates
+    /// are held back until they add up.
     Mean,
-}
-
-impl fmt::Display for SignificanceScale {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Parameter => "parameter",
-            Self::Mean => "mean",
-        })
-    }
 }
 
 /// What a worker's filter keeps back and how it compresses the rest.
