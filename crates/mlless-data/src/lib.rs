@@ -64,4 +64,6 @@ pub use parse::{
     InputFormat, ParseError, ParseOptions, Parsed, UnknownFormat, parse_file, parse_files,
     parse_reader,
 };
-pub use prepare::{FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split};
+pub use prepare::{
+    FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_tail,
+};
