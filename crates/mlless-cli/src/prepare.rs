@@ -39,6 +39,10 @@ pub enum Normalize {
     Minmax,
 }
 
+/// The fraction of the training samples held out for validation when neither
+/// `--validation-fraction` nor `--validation-input` is given.
+pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.1;
+
 /// Options of `mlless prepare`.
 #[derive(Debug, Args)]
 pub struct PrepareArgs {
@@ -61,7 +65,8 @@ pub struct PrepareArgs {
     #[arg(long)]
     pub test_input: Option<PathBuf>,
     /// Fraction of the training samples (after the test set is set aside) held out as the
-    /// validation set, on which `train` evaluates the model as it trains (0: none).
+    /// validation set, on which `train` evaluates the model as it trains, stops early and
+    /// keeps the best model (0: none) [default: 0.1].
     #[arg(long, conflicts_with = "validation_input")]
     pub validation_fraction: Option<f64>,
     /// A separate validation file in the same format (instead of --validation-fraction).
@@ -105,8 +110,10 @@ impl PrepareArgs {
             },
             validation: match (&self.validation_input, self.validation_fraction) {
                 (Some(path), _) => Some(ValidationSet::Input(path.clone())),
-                (None, Some(f)) if f != 0.0 => Some(ValidationSet::Fraction(f)),
-                (None, _) => None,
+                (None, Some(f)) if f == 0.0 => None,
+                (None, f) => Some(ValidationSet::Fraction(
+                    f.unwrap_or(DEFAULT_VALIDATION_FRACTION),
+                )),
             },
             seed: self.seed,
             normalize: self.normalize.is_some(),

@@ -135,7 +135,7 @@ impl Defaults {
                         Momentum | Nesterov => 3.0,
                         Sgd => 30.0,
                     },
-                    l2: 0.05,
+                    l2: 0.1,
                     factors: 10,
                 }
             }

@@ -22,7 +22,7 @@ use mlless_data::{
 use mlless_faas::{FunctionRequest, Invoker, Limits};
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
@@ -263,6 +263,15 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
         };
         let (train, validation) = match validation {
             None => (train, None),
+            Some(ValidationSet::Fraction(fraction))
+                if (train.samples() as f64 * fraction).round() < 1.0 =>
+            {
+                warn!(
+                    samples = train.samples(),
+                    fraction, "too few training samples to hold out a validation set"
+                );
+                (train, None)
+            }
             Some(ValidationSet::Fraction(fraction)) => {
                 let (train, validation) = mlless_data::split_tail(train, fraction)?;
                 (train, Some(validation))
