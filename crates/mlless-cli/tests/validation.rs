@@ -415,3 +415,53 @@ fn validation_options_are_checked_before_anything_runs() {
     ]);
     assert!(e.contains("--validation-fraction"), "{e}");
 }
+
+#[test]
+fn a_crashed_supervisor_resumes_the_curve_and_keeps_the_same_model() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let args = |fault: &[&str]| {
+        let mut all: Vec<String> = [
+            "--data",
+            &s(&data),
+            "--model",
+            "lr",
+            "--max-epochs",
+            "5",
+            "--early-stop",
+            "0",
+            "--eval-every",
+            "1epoch",
+            "--checkpoint-every",
+            "20",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        all.extend(fault.iter().map(|a| a.to_string()));
+        all
+    };
+    let clean = train(dir.path(), "clean", &refs(&args(&[])));
+    // Killed after the evaluation of epoch 2 (step 32) and before its next checkpoint (step
+    // 40): the resumed supervisor reads that evaluation's model again, from step 20 on.
+    let crashed = train(
+        dir.path(),
+        "crashed",
+        &refs(&args(&["--fault", "kill-supervisor@36"])),
+    );
+    assert!(
+        crashed.invocations.iter().any(|i| i.name == "supervisor~1"),
+        "{:?}",
+        crashed.invocations
+    );
+    let curve = |r: &RunRecord| -> Vec<(u64, f64)> {
+        validation(r)
+            .points
+            .iter()
+            .map(|p| (p.step, value(&p.metrics, "logloss")))
+            .collect()
+    };
+    assert_eq!(curve(&crashed), curve(&clean));
+    assert_eq!(validation(&crashed).best, validation(&clean).best);
+    assert!(stored_params(&crashed) == stored_params(&clean));
+}

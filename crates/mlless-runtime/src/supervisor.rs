@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use mlless_core::{
     Batch, BatchLoss, EarlyStopping, Evaluation, Ewma, ScaleInTuner, TunerConfig, primary_metric,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
@@ -255,19 +255,25 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         if let Some(worker) = stats.iter().find(|s| s.snapshot).map(|s| s.worker)
             && let Some(validation) = &mut state.validation
         {
-            let params = collect_snapshot(&ctx, step, worker).await?;
-            let batches = cached_validation_set(&ctx, &mut validation_set).await?;
-            let metrics = evaluate_on(&ctx, &params, batches, Split::Validation)?;
-            let point = EvalPoint {
-                step,
-                epoch,
-                time_s: now.as_secs_f64(),
-                cost_usd: None,
-                metrics,
-                last: false,
-            };
-            if let Some(reason) = validation.observe(point, params) {
-                state.stopper.request(&ctx, &reason).await?;
+            let snapshot = read_snapshot(&ctx, step, worker).await?;
+            validation.read.push((step, worker));
+            if spec.checkpoint_every == 0 {
+                validation.discard_read(&ctx, u64::MAX).await?;
+            }
+            if let Some(params) = snapshot {
+                let batches = cached_validation_set(&ctx, &mut validation_set).await?;
+                let metrics = evaluate_on(&ctx, &params, batches, Split::Validation)?;
+                let point = EvalPoint {
+                    step,
+                    epoch,
+                    time_s: now.as_secs_f64(),
+                    cost_usd: None,
+                    metrics,
+                    last: false,
+                };
+                if let Some(reason) = validation.observe(point, params) {
+                    state.stopper.request(&ctx, &reason).await?;
+                }
             }
         }
         if state.diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
@@ -311,6 +317,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             let workers = ctx.workers();
             for s in state.retained_from..keep {
                 ctx.channel.discard(STATS, s, &workers).await?;
+            }
+            if let Some(validation) = &mut state.validation {
+                validation.discard_read(&ctx, keep).await?;
             }
             state.retained_from = state.retained_from.max(keep);
         }
@@ -580,16 +589,24 @@ async fn cached_validation_set<'a>(
 }
 
 /// The model `worker` published on [`EVAL`] after `step`, checked against the job's model;
-/// the message is deleted once read.
-async fn collect_snapshot(ctx: &JobContext, step: u64, worker: u32) -> Result<Vec<f32>> {
-    let payloads = ctx
+/// `None` if it is not there. It was published before the statistics that announce it, so it
+/// is there unless this supervisor resumed past its deletion: the messages read are deleted
+/// only once a checkpoint no longer needs them ([`Validation::read`]).
+async fn read_snapshot(ctx: &JobContext, step: u64, worker: u32) -> Result<Option<Vec<f32>>> {
+    let Some(payload) = ctx
         .channel
-        .collect(EVAL, step, &[worker], ctx.spec.collect_timeout())
-        .await?;
-    let payload = payloads.first().ok_or_else(|| {
-        RuntimeError::FunctionFailed(format!("no model of worker {worker} for step {step}"))
-    })?;
-    let replica = ReplicaMessage::decode(payload, || {
+        .poll(EVAL, step, &[worker])
+        .await?
+        .pop()
+        .flatten()
+    else {
+        warn!(
+            step,
+            worker, "the model for validation is gone; this evaluation is skipped"
+        );
+        return Ok(None);
+    };
+    let replica = ReplicaMessage::decode(&payload, || {
         format!("the model of worker {worker} for validation after step {step}")
     })?;
     if replica.params.len() != ctx.spec.model.num_params() {
@@ -600,8 +617,7 @@ async fn collect_snapshot(ctx: &JobContext, step: u64, worker: u32) -> Result<Ve
             ctx.spec.model.num_params()
         )));
     }
-    ctx.channel.discard(EVAL, step, &[worker]).await?;
-    Ok(replica.params)
+    Ok(Some(replica.params))
 }
 
 /// The validation curve as the supervisor builds it: every evaluation, the best model so far,
@@ -614,6 +630,9 @@ struct Validation {
     /// The parameters of the best evaluation (`None` before the first).
     best_params: Option<Vec<f32>>,
     targets: Vec<TargetRecord>,
+    /// The `(step, worker)` of the [`EVAL`] messages read and not deleted yet: a supervisor
+    /// resumed from an earlier checkpoint reads them again.
+    read: Vec<(u64, u32)>,
 }
 
 impl Validation {
@@ -625,6 +644,7 @@ impl Validation {
             patience: config.early_stop,
             points: Vec::new(),
             best_params: None,
+            read: Vec::new(),
             targets: config
                 .targets
                 .iter()
@@ -668,6 +688,15 @@ impl Validation {
             ));
         }
         None
+    }
+
+    /// Deletes the [`EVAL`] messages read of the steps before `before`.
+    async fn discard_read(&mut self, ctx: &JobContext, before: u64) -> Result<()> {
+        for &(step, worker) in self.read.iter().filter(|(s, _)| *s < before) {
+            ctx.channel.discard(EVAL, step, &[worker]).await?;
+        }
+        self.read.retain(|(s, _)| *s >= before);
+        Ok(())
     }
 
     /// The latest and the best evaluation, for the live line.
