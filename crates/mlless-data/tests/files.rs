@@ -203,6 +203,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
             test_fraction: Some(0.1),
         },
         created_unix_s: 0,
+        schema: None,
     };
     let back = Manifest::from_json(&manifest.to_json()).unwrap();
     assert_eq!(back, manifest);

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::Batch;
 use mlless_data::{
-    BatchInfo, DatasetKind, FeatureRange, InputFormat, MANIFEST_KEY, Manifest, ParseOptions,
-    Parsed, SourceInfo, SplitInfo, batch_key,
+    BatchInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo, InputFormat, InputLayout,
+    InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed, SourceInfo, SplitInfo, batch_key,
 };
 use mlless_faas::{FunctionRequest, Invoker, Limits};
 use mlless_store::Store;
@@ -116,7 +116,7 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
 
-    let (train, test) = read_input(options).await?;
+    let (train, test, layout) = read_input(options).await?;
     let kind = train.dataset_kind();
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
         return Err(RuntimeError::InvalidJob(
@@ -132,6 +132,11 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
+    store.delete(IDS_KEY).await?;
+    let ids = match &layout.ids {
+        Some(ids) => Some(put_ids(&store, ids).await?),
+        None => None,
+    };
     for prefix in ["train/", "test/", "staging/"] {
         store.delete_prefix(prefix).await?;
     }
@@ -181,6 +186,11 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         created_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        schema: Some(InputSchema {
+            zero_based: layout.zero_based,
+            csv_columns: layout.csv_columns,
+            ids,
+        }),
     };
     store
         .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
@@ -189,21 +199,39 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
     Ok(manifest)
 }
 
-async fn read_input(options: &PrepareOptions) -> Result<(Parsed, Parsed)> {
+/// Writes the id map of a ratings data set (before the manifest, which refers to it).
+async fn put_ids(store: &Store, ids: &IdMap) -> Result<IdsInfo> {
+    let bytes = ids.encode();
+    let info = IdsInfo {
+        key: IDS_KEY.to_string(),
+        users: ids.users.len() as u32,
+        items: ids.items.len() as u32,
+        crc32: crc32fast::hash(&bytes),
+    };
+    store.put(IDS_KEY, Bytes::from(bytes)).await?;
+    Ok(info)
+}
+
+async fn read_input(options: &PrepareOptions) -> Result<(Parsed, Parsed, InputLayout)> {
     let parse_options = ParseOptions {
         features: options.features,
     };
     let (format, seed) = (options.format, options.seed);
     let input = options.input.clone();
     let test = options.test.clone();
-    tokio::task::spawn_blocking(move || -> Result<(Parsed, Parsed)> {
+    tokio::task::spawn_blocking(move || -> Result<(Parsed, Parsed, InputLayout)> {
         match test {
             TestSet::Fraction(fraction) => {
-                let parsed = mlless_data::parse_file(&input, format, &parse_options)?;
-                Ok(mlless_data::shuffle_split(parsed, fraction, seed)?)
+                let (mut parsed, layout) =
+                    mlless_data::parse_files_with_layout(&[&input], format, &parse_options)?;
+                let parsed = parsed
+                    .pop()
+                    .ok_or_else(|| RuntimeError::InvalidJob("parsing returned no data".into()))?;
+                let (train, test) = mlless_data::shuffle_split(parsed, fraction, seed)?;
+                Ok((train, test, layout))
             }
             TestSet::Input(test_input) => {
-                let mut parsed = mlless_data::parse_files(
+                let (mut parsed, layout) = mlless_data::parse_files_with_layout(
                     &[input.as_path(), test_input.as_path()],
                     format,
                     &parse_options,
@@ -211,7 +239,9 @@ async fn read_input(options: &PrepareOptions) -> Result<(Parsed, Parsed)> {
                 let test = parsed.pop();
                 let train = parsed.pop();
                 match (train, test) {
-                    (Some(train), Some(test)) => Ok((mlless_data::shuffle(train, seed), test)),
+                    (Some(train), Some(test)) => {
+                        Ok((mlless_data::shuffle(train, seed), test, layout))
+                    }
                     _ => Err(RuntimeError::InvalidJob("parsing returned no data".into())),
                 }
             }
