@@ -87,7 +87,11 @@ impl Prediction {
 /// `σ(z)`, computed without overflow for any `z`.
 pub fn sigmoid(z: f64) -> f64 {
     let e = (-z.abs()).exp();
-    if z >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) }
+    if z >= 0.0 {
+        1.0 / (1.0 + e)
+    } else {
+        e / (1.0 + e)
+    }
 }
 
 /// A trained model ready to score samples: its spec and its flat parameters, checked.
@@ -169,8 +173,11 @@ impl<'a> Predictor<'a> {
                 mean,
                 ..
             } => Ok(f64::from(
-                MatrixFactorization::new(users, items, factors, l2, mean)
-                    .predict_partial(self.params, user, item)?,
+                MatrixFactorization::new(users, items, factors, l2, mean).predict_partial(
+                    self.params,
+                    user,
+                    item,
+                )?,
             )),
             _ => Err(ModelError::WrongBatchKind {
                 model: self.spec.name(),
@@ -302,8 +309,14 @@ mod tests {
         params[n - 5..].copy_from_slice(&[0.5, -0.5, 0.1, 0.2, 0.3]);
         let p = Predictor::new(&spec, &params).unwrap();
         assert_eq!(p.predict_rating(None, None).unwrap(), 3.0);
-        assert_eq!(p.predict_rating(Some(1), None).unwrap(), f64::from(3.0f32 - 0.5));
-        assert_eq!(p.predict_rating(None, Some(2)).unwrap(), f64::from(3.0f32 + 0.3));
+        assert_eq!(
+            p.predict_rating(Some(1), None).unwrap(),
+            f64::from(3.0f32 - 0.5)
+        );
+        assert_eq!(
+            p.predict_rating(None, Some(2)).unwrap(),
+            f64::from(3.0f32 + 0.3)
+        );
         assert!(p.predict_rating(Some(2), None).is_err());
         assert!(p.predict_rating(None, Some(3)).is_err());
         let ratings = RatingBatch {
