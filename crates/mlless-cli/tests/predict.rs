@@ -459,6 +459,39 @@ fn bad_input_names_its_line_and_unknown_features_are_ignored() {
     assert_eq!(a, b);
     assert!(err.contains("ignored 1 feature values"), "{err}");
 
+    // A model.bin away from its run needs --data.
+    let copy = dir.join("elsewhere");
+    std::fs::create_dir_all(&copy).expect("mkdir");
+    let run_dir = run.strip_prefix("file://").unwrap_or(run);
+    std::fs::copy(Path::new(run_dir).join("model.bin"), copy.join("model.bin")).expect("copy");
+    let alone = s(&copy.join("model.bin"));
+    let err = fails(&[
+        "predict",
+        "--model",
+        &alone,
+        "--input",
+        &s(&known),
+        "--format",
+        "libsvm",
+        "--out",
+        "-",
+    ]);
+    assert!(err.contains("give --data"), "{err}");
+    let out = ok(&[
+        "predict",
+        "--model",
+        &alone,
+        "--data",
+        &s(&data),
+        "--input",
+        &s(&known),
+        "--format",
+        "libsvm",
+        "--out",
+        "-",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), a);
+
     // A ratings file for a sparse model, and a missing run, are errors too.
     let err = fails(&[
         "predict",

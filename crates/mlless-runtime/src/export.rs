@@ -186,3 +186,140 @@ pub fn export_safetensors(model: &TrainedModel) -> Result<Vec<u8>> {
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| format!("\"unserialisable: {e}\""))
 }
+
+#[cfg(test)]
+mod tests {
+    use mlless_data::{
+        BatchInfo, DatasetKind, IdMap, MANIFEST_VERSION, Manifest, SourceInfo, SplitInfo,
+    };
+    use safetensors::SafeTensors;
+
+    use super::*;
+    use crate::messages::StoredModel;
+
+    fn trained(spec: ModelSpec, kind: DatasetKind, ids: Option<IdMap>) -> TrainedModel {
+        let params = (0..spec.num_params()).map(|i| i as f32).collect();
+        let mut train = SplitInfo::default();
+        train.push(BatchInfo::new("train/000000.bin".into(), 1, b""));
+        TrainedModel {
+            model_url: "memory://t/model.bin".into(),
+            model: StoredModel { spec, params },
+            spec: None,
+            record: None,
+            data_url: "memory://t".into(),
+            manifest: Manifest {
+                format_version: MANIFEST_VERSION,
+                kind,
+                batch_size: 1,
+                train,
+                test: SplitInfo::default(),
+                normalization: None,
+                label_map: None,
+                source: SourceInfo {
+                    format: "test".into(),
+                    input: "test".into(),
+                    seed: 0,
+                    test_fraction: None,
+                },
+                created_unix_s: 0,
+                schema: None,
+            },
+            ids,
+        }
+    }
+
+    /// The tensors' values, concatenated in the order given, as f32.
+    fn concat(bytes: &[u8], names: &[&str]) -> Vec<f32> {
+        let file = SafeTensors::deserialize(bytes).unwrap();
+        names
+            .iter()
+            .flat_map(|n| {
+                let t = file.tensor(n).unwrap();
+                assert_eq!(t.dtype(), Dtype::F32, "{n}");
+                t.data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn shape(bytes: &[u8], name: &str) -> Vec<usize> {
+        SafeTensors::deserialize(bytes)
+            .unwrap()
+            .tensor(name)
+            .unwrap()
+            .shape()
+            .to_vec()
+    }
+
+    #[test]
+    fn the_tensors_cut_the_flat_parameters_in_layout_order() {
+        let spec = ModelSpec::Mlp {
+            features: 5,
+            hidden: vec![4, 3],
+            classes: 2,
+            l2: 0.0,
+        };
+        let model = trained(spec, DatasetKind::Sparse { features: 5 }, None);
+        let bytes = export_safetensors(&model).unwrap();
+        let names = [
+            "layer0.weight",
+            "layer0.bias",
+            "layer1.weight",
+            "layer1.bias",
+            "layer2.weight",
+            "layer2.bias",
+        ];
+        assert_eq!(concat(&bytes, &names), model.model.params);
+        assert_eq!(shape(&bytes, "layer0.weight"), vec![5, 4]);
+        assert_eq!(shape(&bytes, "layer2.weight"), vec![3, 2]);
+        let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+        let meta = meta.metadata().clone().unwrap();
+        assert_eq!(meta["model"], "mlp");
+        assert!(
+            meta["spec"].contains("\"hidden\":[4,3]"),
+            "{}",
+            meta["spec"]
+        );
+
+        let spec = ModelSpec::MatrixFactorization {
+            users: 3,
+            items: 2,
+            factors: 2,
+            l2: 0.0,
+            mean: 3.5,
+            init_std: 0.1,
+        };
+        let kind = DatasetKind::Ratings {
+            users: 3,
+            items: 2,
+            mean: 3.5,
+        };
+        let ids = IdMap {
+            users: vec![7, 1007, 2007],
+            items: vec![5, 999_999],
+        };
+        let model = trained(spec, kind, Some(ids));
+        let bytes = export_safetensors(&model).unwrap();
+        let names = ["user_factors", "item_factors", "user_bias", "item_bias"];
+        assert_eq!(concat(&bytes, &names), model.model.params);
+        assert_eq!(concat(&bytes, &["global_mean"]), vec![3.5]);
+        assert_eq!(shape(&bytes, "item_factors"), vec![2, 2]);
+        let file = SafeTensors::deserialize(&bytes).unwrap();
+        let items: Vec<i64> = file
+            .tensor("item_ids")
+            .unwrap()
+            .data()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(items, vec![5, 999_999]);
+
+        let spec = ModelSpec::KMeans { features: 3, k: 2 };
+        let model = trained(spec, DatasetKind::Sparse { features: 3 }, None);
+        let bytes = export_safetensors(&model).unwrap();
+        assert_eq!(concat(&bytes, &["centroids"]), model.model.params);
+        assert_eq!(shape(&bytes, "centroids"), vec![2, 3]);
+    }
+}

@@ -6,10 +6,12 @@
 //!
 //! | format | labelled line | line without a label |
 //! | --- | --- | --- |
-//! | LIBSVM | `label index:value …` | its first token is `index:value` (so `1:0.5 3:1` has none), or the line is empty of tokens but a comment |
+//! | LIBSVM | `label index:value …` (a bare label: a row without features) | its first token is `index:value` (so `1:0.5 3:1` has none) |
 //! | CSV | the training file's columns (label first) | one column fewer |
 //! | MovieLens | `user item rating [timestamp]` | `user item` |
 //! | Criteo | 40 tab-separated columns | 39 (no label column, as in Criteo's `test.txt`) |
+//!
+//! Blank lines and (LIBSVM) comments are skipped, as by the parsers.
 //!
 //! Labels are mapped with the data set's [`LabelMap`] (e.g. -1/+1 → 0/1); a label that is not
 //! one of its two values is an error. Feature indices follow the data set's base (1-based
