@@ -522,3 +522,67 @@ fn bad_input_names_its_line_and_unknown_features_are_ignored() {
     ]);
     assert!(err.contains("no such directory"), "{err}");
 }
+
+/// A CSV data set with a header, min-max normalised by map tasks: predict reads CSV with and
+/// without the label column, applies the data set's ranges, and `--evaluate` gives the record's
+/// metrics.
+#[test]
+fn normalised_csv_matches_the_record() {
+    let dir = tempdir();
+    let dir = dir.path();
+    let mut text = Vec::new();
+    mlless_data::write_dense_lr(&mlless_data::DenseLrSpec::new(2000, 6, 8), &mut text)
+        .expect("generate");
+    // `label 1:v … 6:v` → `label,v,…,v`, scaled so that normalisation matters.
+    let rows: Vec<(String, Vec<String>)> = String::from_utf8(text)
+        .expect("utf-8")
+        .lines()
+        .map(|l| {
+            let mut f = l.split(' ');
+            let label = f.next().unwrap().to_string();
+            let values = f
+                .map(|kv| (number(kv.split(':').nth(1).unwrap()) * 7.0 + 3.0).to_string())
+                .collect();
+            (label, values)
+        })
+        .collect();
+    let header = "y,a,b,c,d,e,f\n";
+    let labelled = |rows: &[(String, Vec<String>)]| {
+        header.to_string()
+            + &rows
+                .iter()
+                .map(|(y, v)| format!("{y},{}\n", v.join(",")))
+                .collect::<String>()
+    };
+    let tr = write(dir, "dense.csv", &labelled(&rows[..1600]));
+    let te = write(dir, "dense-test.csv", &labelled(&rows[1600..]));
+    let unlabelled: String = rows[1600..]
+        .iter()
+        .map(|(_, v)| format!("{}\n", v.join(",")))
+        .collect();
+    let te_unlabelled = write(dir, "dense-test-x.csv", &unlabelled);
+    let data = dir.join("store/csv");
+    ok(&[
+        "prepare",
+        "--format",
+        "csv",
+        "--input",
+        &s(&tr),
+        "--test-input",
+        &s(&te),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "200",
+        "--normalize",
+        "minmax",
+        "--map-tasks",
+        "2",
+    ]);
+    let record = train_on(dir, "csv", &data, &["--model", "lr", "--max-epochs", "3"]);
+    let (out, err) = predict(&record.spec.run_url, &te, "csv", true);
+    assert_same_metrics(&record, &err);
+    let (same, _) = predict(&record.spec.run_url, &te_unlabelled, "csv", false);
+    assert_eq!(same, out);
+    assert_eq!(csv(&out).1.len(), 400);
+}
