@@ -245,6 +245,8 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         batch_size: 500,
         test_fraction: Some(0.1),
         test_input: None,
+        validation_fraction: None,
+        validation_input: None,
         seed: 1,
         normalize: None,
         features: None,

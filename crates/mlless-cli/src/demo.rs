@@ -103,6 +103,8 @@ fn prepare(format: Format, input: &Path, out: &Path) -> anyhow::Result<()> {
         batch_size: 1000,
         test_fraction: Some(0.1),
         test_input: None,
+        validation_fraction: None,
+        validation_input: None,
         seed: 1,
         normalize: None,
         features: None,

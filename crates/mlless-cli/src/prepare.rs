@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use mlless_data::InputFormat;
 use mlless_faas::Limits;
-use mlless_runtime::{PrepareOptions, TestSet};
+use mlless_runtime::{PrepareOptions, TestSet, ValidationSet};
 
 /// Input formats, as the CLI names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -39,6 +39,10 @@ pub enum Normalize {
     Minmax,
 }
 
+/// The fraction of the training samples held out for validation when neither
+/// `--validation-fraction` nor `--validation-input` is given.
+pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.1;
+
 /// Options of `mlless prepare`.
 #[derive(Debug, Args)]
 pub struct PrepareArgs {
@@ -60,6 +64,14 @@ pub struct PrepareArgs {
     /// A separate test file in the same format (instead of --test-fraction).
     #[arg(long)]
     pub test_input: Option<PathBuf>,
+    /// Fraction of the training samples (after the test set is set aside) held out as the
+    /// validation set, on which `train` evaluates the model as it trains, stops early and
+    /// keeps the best model (0: none) [default: 0.1].
+    #[arg(long, conflicts_with = "validation_input")]
+    pub validation_fraction: Option<f64>,
+    /// A separate validation file in the same format (instead of --validation-fraction).
+    #[arg(long)]
+    pub validation_input: Option<PathBuf>,
     /// Seed of the shuffle.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -95,6 +107,13 @@ impl PrepareArgs {
             test: match &self.test_input {
                 Some(path) => TestSet::Input(path.clone()),
                 None => TestSet::Fraction(self.test_fraction.unwrap_or(0.1)),
+            },
+            validation: match (&self.validation_input, self.validation_fraction) {
+                (Some(path), _) => Some(ValidationSet::Input(path.clone())),
+                (None, Some(f)) if f == 0.0 => None,
+                (None, f) => Some(ValidationSet::Fraction(
+                    f.unwrap_or(DEFAULT_VALIDATION_FRACTION),
+                )),
             },
             seed: self.seed,
             normalize: self.normalize.is_some(),

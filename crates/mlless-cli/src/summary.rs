@@ -154,6 +154,9 @@ pub fn render(record: &RunRecord) -> String {
         })
         .collect();
     let _ = writeln!(out, "  {}", metrics.join(" · "));
+    if let Some(validation) = &record.validation {
+        out.push_str(&render_validation(validation));
+    }
     if let Some(bill) = &record.bill {
         let _ = writeln!(
             out,
@@ -166,6 +169,52 @@ pub fn render(record: &RunRecord) -> String {
         );
     }
     let _ = writeln!(out, "  model: {}", record.model_url);
+    out
+}
+
+/// The validation lines of the summary: evaluations, latest and best, the model kept, and
+/// when each target was reached.
+fn render_validation(validation: &mlless_runtime::record::ValidationRecord) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let metric = validation.metric.as_str();
+    let value = |p: &mlless_runtime::record::EvalPoint| {
+        p.metrics
+            .get(metric)
+            .map_or("—".to_string(), |v| format!("{v:.5}"))
+    };
+    let at = |p: &mlless_runtime::record::EvalPoint| {
+        let cost = p.cost_usd.map_or(String::new(), |c| format!(", ${c:.6}"));
+        format!(
+            "step {}, epoch {:.2}, {:.1} s{cost}",
+            p.step, p.epoch, p.time_s
+        )
+    };
+    let (Some(last), Some(best)) = (validation.points.last(), validation.best_point()) else {
+        let _ = writeln!(out, "  validation: no evaluation");
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "  validation {metric}: final {} · best {} ({}) · {} evaluations · model kept: {}",
+        value(last),
+        value(best),
+        at(best),
+        validation.points.len(),
+        if best.last {
+            "the final one"
+        } else {
+            "the best"
+        }
+    );
+    for target in &validation.targets {
+        let reached = validation
+            .reached(target)
+            .map_or("not reached".to_string(), |p| {
+                format!("reached at {}", at(p))
+            });
+        let _ = writeln!(out, "  target {}: {reached}", target.target);
+    }
     out
 }
 

@@ -9,7 +9,7 @@ use mlless_core::{OptimizerKind, Schedule, SignificanceScale};
 use mlless_faas::Limits;
 use mlless_runtime::{
     Hyperparameters, LiveProgress, ModelChoice, Pattern, RunRecord, StopCriteria, SyncMode,
-    TrainOptions,
+    TrainOptions, ValidationOptions,
 };
 
 /// Models, as the CLI names them.
@@ -156,6 +156,20 @@ pub struct TrainArgs {
     /// Stop after this many passes over the training set.
     #[arg(long, default_value_t = 10)]
     pub max_epochs: u32,
+    /// How often the model is evaluated on the data set's validation set (if it has one):
+    /// auto (every epoch or every 5 s, whichever is sooner), STEPS (e.g. 200), EPOCHS (e.g.
+    /// 0.5epochs) or SECONDS (e.g. 10s).
+    #[arg(long, default_value = "auto", value_name = "WHEN")]
+    pub eval_every: mlless_runtime::EvalEvery,
+    /// Stop once the validation metric has not improved for this many evaluations; the model
+    /// kept is the best one evaluated (0: never stop on it) [default: 5 when the data set has
+    /// a validation set].
+    #[arg(long, value_name = "PATIENCE")]
+    pub early_stop: Option<u32>,
+    /// Stop once the validation metric reaches this (repeatable: once all are reached), e.g.
+    /// rmse<=0.93, logloss<=0.33, auc>=0.8.
+    #[arg(long, value_name = "METRIC<=X")]
+    pub target_metric: Vec<mlless_core::MetricTarget>,
     /// Stop after this much wall time, seconds.
     #[arg(long)]
     pub max_time: Option<f64>,
@@ -355,6 +369,11 @@ impl TrainArgs {
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),
             channel_grace: Duration::from_secs_f64(self.channel_grace),
+            validation: ValidationOptions {
+                every: self.eval_every,
+                early_stop: self.early_stop,
+                targets: self.target_metric.clone(),
+            },
         })
     }
 }
@@ -415,8 +434,14 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
         } else {
             "—".to_string()
         };
+        let validation = p.validation.as_ref().map_or(String::new(), |v| {
+            format!(
+                " · validation {} {:.4} (best {:.4})",
+                v.metric, v.latest, v.best
+            )
+        });
         bar.set_message(format!(
-            "step {} · epoch {:.2}/{} · loss {loss} · {} workers · ${:.6}",
+            "step {} · epoch {:.2}/{} · loss {loss}{validation} · {} workers · ${:.6}",
             p.step, p.epoch, p.max_epochs, p.workers, p.cost_usd
         ));
     };

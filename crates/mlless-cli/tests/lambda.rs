@@ -194,6 +194,9 @@ fn prepare(input: &Path, format: &str, url: &str, batch_size: &str) {
         &s(input),
         "--out",
         url,
+        // No validation set: the local and the Lambda run stop after the same step.
+        "--validation-fraction",
+        "0",
         "--batch-size",
         batch_size,
     ]);

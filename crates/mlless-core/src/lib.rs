@@ -53,6 +53,7 @@ pub mod optim;
 pub mod params;
 pub mod sparse;
 pub mod tuner;
+pub mod validation;
 
 pub use batch::{Batch, RatingBatch, SparseBatch};
 pub use filter::{
@@ -74,4 +75,7 @@ pub use sparse::{SparseError, SparseVector};
 pub use tuner::{
     DecisionBasis, Ewma, KneeDetector, ReferenceCurve, ScaleInDecision, ScaleInTuner, SlowCurve,
     StepDurationModel, TunerConfig, TunerError, pick_worker_to_remove,
+};
+pub use validation::{
+    Direction, EarlyStopping, MetricTarget, TargetParseError, Verdict, primary_metric,
 };

@@ -348,12 +348,22 @@ impl Evaluation {
         }
     }
 
-    /// The metrics so far. `test_samples` is always present; a metric that is undefined (no
-    /// sample, or AUC with a single class) is left out rather than reported as NaN.
+    /// The metrics so far, named `test_…`. `test_samples` is always present; a metric that is
+    /// undefined (no sample, or AUC with a single class) is left out rather than reported as
+    /// NaN.
     pub fn finish(&self) -> Metrics {
+        self.finish_as("test_")
+    }
+
+    /// The metrics so far, each name behind `prefix` (`""` for the bare names of
+    /// [`validation`](crate::validation), `"test_"` for [`finish`](Self::finish)).
+    pub fn finish_as(&self, prefix: &str) -> Metrics {
         let mut m = Metrics::new();
         let n = self.samples();
-        m.insert("test_samples".into(), n as f64);
+        let mut insert = |name: &str, value: f64| {
+            m.insert(format!("{prefix}{name}"), value);
+        };
+        insert("samples", n as f64);
         match &self.state {
             State::Binary {
                 logits,
@@ -364,14 +374,14 @@ impl Evaluation {
             } => {
                 if n > 0 {
                     let loss = match score {
-                        Score::Logit => "test_logloss",
-                        Score::Margin => "test_hinge",
+                        Score::Logit => "logloss",
+                        Score::Margin => "hinge",
                     };
-                    m.insert(loss.into(), log_loss / n as f64);
-                    m.insert("test_accuracy".into(), *correct as f64 / n as f64);
+                    insert(loss, log_loss / n as f64);
+                    insert("accuracy", *correct as f64 / n as f64);
                 }
                 if let Some(a) = auc(logits, labels) {
-                    m.insert("test_auc".into(), a);
+                    insert("auc", a);
                 }
             }
             State::Regression {
@@ -379,21 +389,21 @@ impl Evaluation {
                 count,
             } => {
                 if *count > 0 {
-                    m.insert("test_rmse".into(), (squared_error / *count as f64).sqrt());
+                    insert("rmse", (squared_error / *count as f64).sqrt());
                 }
             }
             State::Clustering { inertia, count } => {
-                m.insert("test_inertia".into(), *inertia);
+                insert("inertia", *inertia);
                 if *count > 0 {
-                    m.insert("test_mean_sq_distance".into(), inertia / *count as f64);
+                    insert("mean_sq_distance", inertia / *count as f64);
                 }
             }
             State::Multiclass {
                 log_loss, correct, ..
             } => {
                 if n > 0 {
-                    m.insert("test_logloss".into(), log_loss / n as f64);
-                    m.insert("test_accuracy".into(), *correct as f64 / n as f64);
+                    insert("logloss", log_loss / n as f64);
+                    insert("accuracy", *correct as f64 / n as f64);
                 }
             }
         }

@@ -403,6 +403,87 @@ pub fn gb_seconds(billed_ms: u64, memory_mb: u32) -> f64 {
     billed_ms as f64 / 1000.0 * f64::from(memory_mb) / 1024.0
 }
 
+/// The billed cost of a run at any time of it: what a platform has billed by time `t` (seconds
+/// since the run started) for invocations that started at known times and ran for known
+/// durations.
+///
+/// At time `t` an invocation that started at `s` has cost its request fee plus the GB-seconds of
+/// `min(t − s, duration)` rounded up to the billing granularity (so the cost steps by one unit
+/// of granularity, as the platform bills); always-on services accrue for the time passed, and
+/// object-store requests, whose times are not known, are spread evenly up to the end.
+#[derive(Debug, Clone)]
+pub struct CostClock {
+    prices: PriceTable,
+    spans: Vec<Span>,
+    services_usd_per_s: f64,
+    storage_usd: f64,
+    end_s: f64,
+}
+
+/// One invocation, as a [`CostClock`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Span {
+    /// When it started, seconds since the run started.
+    pub start_s: f64,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// Its memory.
+    pub memory_mb: u32,
+}
+
+impl CostClock {
+    /// The clock of invocations `spans` at `prices`, with always-on services at
+    /// `services_usd_per_s` and `storage_usd` of object-store requests over the run, which
+    /// ends at `end_s` or with its last invocation, whichever is later.
+    pub fn new(
+        prices: PriceTable,
+        spans: Vec<Span>,
+        services_usd_per_s: f64,
+        storage_usd: f64,
+        end_s: f64,
+    ) -> Self {
+        let end_s = spans
+            .iter()
+            .map(|s| s.start_s + s.duration_ms as f64 / 1000.0)
+            .fold(end_s.max(0.0), f64::max);
+        Self {
+            prices,
+            spans,
+            services_usd_per_s,
+            storage_usd,
+            end_s,
+        }
+    }
+
+    /// When the run ended: its end or that of its last invocation, in seconds.
+    pub fn end_s(&self) -> f64 {
+        self.end_s
+    }
+
+    /// The invocations.
+    pub fn spans(&self) -> &[Span] {
+        &self.spans
+    }
+
+    /// The billed cost by time `t`, in dollars.
+    pub fn cost_at(&self, t: f64) -> f64 {
+        let mut usd = self.services_usd_per_s * t;
+        if self.end_s > 0.0 {
+            usd += self.storage_usd * (t / self.end_s).min(1.0);
+        }
+        for span in &self.spans {
+            if t < span.start_s {
+                continue;
+            }
+            let elapsed_ms = (((t - span.start_s) * 1000.0).round() as u64).min(span.duration_ms);
+            let billed = billed_duration_ms(elapsed_ms, self.prices.granularity_ms);
+            usd += self.prices.request_usd
+                + gb_seconds(billed, span.memory_mb) * self.prices.gb_second_usd;
+        }
+        usd
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

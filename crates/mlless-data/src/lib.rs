@@ -67,4 +67,6 @@ pub use parse::{
     ScoringRows, UnknownFormat, parse_file, parse_files, parse_files_with_layout, parse_reader,
     read_for_scoring, read_reader_for_scoring,
 };
-pub use prepare::{FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split};
+pub use prepare::{
+    FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_tail,
+};

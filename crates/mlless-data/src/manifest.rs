@@ -27,6 +27,10 @@ pub struct Manifest {
     pub train: SplitInfo,
     /// Test minibatches (no batches if no test set was split off).
     pub test: SplitInfo,
+    /// Validation minibatches, held out of the training data to watch the model's progress
+    /// and stop on it (no batches if none was held out).
+    #[serde(default)]
+    pub validation: SplitInfo,
     /// Min-max normalisation applied to the feature values, if any.
     #[serde(default)]
     pub normalization: Option<Normalization>,
@@ -145,6 +149,9 @@ pub struct SourceInfo {
     /// Fraction of samples split off as the test set, if one was.
     #[serde(default)]
     pub test_fraction: Option<f64>,
+    /// Fraction of the training samples held out as the validation set, if one was.
+    #[serde(default)]
+    pub validation_fraction: Option<f64>,
 }
 
 /// Why a manifest cannot be used.
@@ -163,7 +170,8 @@ pub enum ManifestError {
     Invalid(String),
 }
 
-/// The key of batch `index` of `split` (`"train"` or `"test"`): `train/000017.bin`.
+/// The key of batch `index` of `split` (`"train"`, `"validation"` or `"test"`):
+/// `train/000017.bin`.
 pub fn batch_key(split: &str, index: usize) -> String {
     format!("{split}/{index:06}.bin")
 }
@@ -283,7 +291,11 @@ impl Manifest {
             return invalid("no training batches".into());
         }
         let mut keys = HashSet::new();
-        for (name, split) in [("train", &self.train), ("test", &self.test)] {
+        for (name, split) in [
+            ("train", &self.train),
+            ("test", &self.test),
+            ("validation", &self.validation),
+        ] {
             let mut total = 0u64;
             for b in &split.batches {
                 check_key(&b.key)?;
@@ -339,6 +351,7 @@ mod tests {
             batch_size: 2,
             train,
             test,
+            validation: SplitInfo::default(),
             normalization: Some(Normalization {
                 method: "minmax".into(),
                 min: vec![0.0, -1.0, 0.0],
@@ -353,6 +366,7 @@ mod tests {
                 input: "a.libsvm".into(),
                 seed: 7,
                 test_fraction: Some(0.25),
+                validation_fraction: None,
             },
             created_unix_s: 1_700_000_000,
             schema: Some(InputSchema {

@@ -18,13 +18,13 @@ use crate::parse::Parsed;
 /// Why data cannot be split or batched as asked.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PrepareError {
-    /// The test fraction is not strictly between 0 and 1.
-    #[error("test fraction must be strictly between 0 and 1, got {0}")]
+    /// The test (or validation) fraction is not strictly between 0 and 1.
+    #[error("a held-out fraction must be strictly between 0 and 1, got {0}")]
     TestFraction(f64),
-    /// The split would leave the training or the test set empty.
+    /// The split would leave one side empty (training and test, or training and validation).
     #[error(
-        "a test fraction of {fraction} of {samples} samples leaves {train} training and {test} \
-         test samples; both sets need at least one"
+        "holding out a fraction of {fraction} of {samples} samples leaves {train} and {test}; \
+         both sides need at least one"
     )]
     EmptySplit {
         /// Samples to split.
@@ -121,25 +121,39 @@ pub fn shuffle_split(
     test_fraction: f64,
     seed: u64,
 ) -> Result<(Parsed, Parsed), PrepareError> {
-    if !(test_fraction > 0.0 && test_fraction < 1.0) {
-        return Err(PrepareError::TestFraction(test_fraction));
+    let train = split_point(parsed.samples(), test_fraction)?;
+    let order = permutation(parsed.samples(), seed);
+    let (train_order, test_order) = order.split_at(train);
+    Ok((gather(&parsed, train_order), gather(&parsed, test_order)))
+}
+
+/// Splits the samples, in their order, into `(head, tail)` with `round(samples · fraction)`
+/// samples in the tail: how the validation set is held out of an already shuffled training
+/// set. Both keep the whole input's schema. Errors as [`shuffle_split`] does.
+pub fn split_tail(parsed: Parsed, fraction: f64) -> Result<(Parsed, Parsed), PrepareError> {
+    let head = split_point(parsed.samples(), fraction)?;
+    let order: Vec<u32> = (0..parsed.samples() as u32).collect();
+    let (head_order, tail_order) = order.split_at(head);
+    Ok((gather(&parsed, head_order), gather(&parsed, tail_order)))
+}
+
+/// How many of `samples` stay on the first side when `fraction` of them go to the second;
+/// errors if the fraction is not strictly between 0 and 1 or a side would be empty.
+fn split_point(samples: usize, fraction: f64) -> Result<usize, PrepareError> {
+    if !(fraction > 0.0 && fraction < 1.0) {
+        return Err(PrepareError::TestFraction(fraction));
     }
-    let samples = parsed.samples();
-    let test = (samples as f64 * test_fraction).round() as usize;
-    let train = samples - test.min(samples);
-    if test == 0 || train == 0 {
+    let tail = (samples as f64 * fraction).round() as usize;
+    let head = samples - tail.min(samples);
+    if tail == 0 || head == 0 {
         return Err(PrepareError::EmptySplit {
             samples,
-            fraction: test_fraction,
-            train,
-            test,
+            fraction,
+            train: head,
+            test: tail,
         });
     }
-    let order = permutation(samples, seed);
-    let (train_order, test_order) = order.split_at(train);
-    let train_part = gather(&parsed, train_order);
-    let test_part = gather(&parsed, test_order);
-    Ok((train_part, test_part))
+    Ok(head)
 }
 
 /// Rows `start..end` of a sparse batch as a batch of its own.

@@ -194,6 +194,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
         batch_size: 64,
         train: train_info,
         test: test_info,
+        validation: SplitInfo::default(),
         normalization: None,
         label_map: train.label_map(),
         source: SourceInfo {
@@ -201,6 +202,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
             input: path.display().to_string(),
             seed: 3,
             test_fraction: Some(0.1),
+            validation_fraction: None,
         },
         created_unix_s: 0,
         schema: None,

@@ -28,9 +28,7 @@ mod measure;
 mod plots;
 
 pub use html::{comparison, escape, html_report};
-pub use measure::{
-    bill_at, cost_curve, default_cores, measurements, price_table_of, time_offset_s,
-};
+pub use measure::{bill_at, cost_curve, default_cores, measurements, price_table_of};
 pub use plots::{bytes_svg, cost_svg, loss_svg};
 
 /// Errors of a report.

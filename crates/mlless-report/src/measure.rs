@@ -2,24 +2,10 @@
 
 use mlless_cost::{
     Bill, ChannelKind, DEFAULT_VM_STARTUP_S, ObjectRequests, PhaseMeasurement, PriceTable,
-    RunMeasurements, Usage, billed_duration_ms, gb_seconds,
+    RunMeasurements, Usage, billed_duration_ms,
 };
 use mlless_runtime::RunRecord;
 use mlless_runtime::record::StepRecord;
-
-/// Seconds from the start of the run (the driver) to the start of the supervisor, whose clock
-/// the steps' `time_s` use; 0 when the record has no supervisor invocation.
-pub fn time_offset_s(record: &RunRecord) -> f64 {
-    record
-        .invocations
-        .iter()
-        .find(|i| i.name == "supervisor")
-        .map_or(0.0, |i| {
-            i.started_at_unix_ms
-                .saturating_sub(record.started_at_unix_ms) as f64
-                / 1000.0
-        })
-}
 
 /// The CPUs the functions of `record` shared, as far as this machine can tell: when the
 /// invocations have process ids the run was made by the local invoker, taken to be on this
@@ -106,64 +92,20 @@ pub fn bill_at(record: &RunRecord, prices: &PriceTable) -> Bill {
 }
 
 /// The billed cost so far at each time of the run: `(seconds since the run started, dollars)`,
-/// from the start of the run to the end of its last invocation.
-///
-/// Derived from the invocations' start times and durations at the prices of `prices`: at time
-/// `t` an invocation that started at `s` has cost its request fee plus the GB-seconds of
-/// `min(t − s, duration)` rounded up to the billing granularity (so the curve steps by one unit
-/// of granularity, as the platform bills); always-on services accrue for the time passed, and
-/// the object-store requests of the record's bill (whose times the record does not keep) are
-/// spread evenly over the run. Where the record has a bill, the services are billed at the
-/// bill's own rate, so the curve ends near the bill's total.
+/// from the start of the run to the end of its last invocation; see
+/// [`RunRecord::cost_clock`] for how it is derived.
 pub fn cost_curve(record: &RunRecord, prices: &PriceTable) -> Vec<(f64, f64)> {
-    let t0 = record.started_at_unix_ms;
-    let spans: Vec<(f64, u64, u32)> = record
-        .invocations
-        .iter()
-        .map(|i| {
-            (
-                i.started_at_unix_ms.saturating_sub(t0) as f64 / 1000.0,
-                i.duration_ms,
-                i.memory_mb,
-            )
-        })
-        .collect();
-    let end = spans
-        .iter()
-        .map(|&(s, d, _)| s + d as f64 / 1000.0)
-        .fold(record.wall_s.max(0.0), f64::max);
-    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
-    let (services_per_s, storage_usd) = match &record.bill {
-        Some(bill) if record.wall_s > 0.0 => (bill.services_usd / record.wall_s, bill.storage_usd),
-        _ => (
-            prices.clone().for_channel(channel).services_usd_per_hour / 3600.0,
-            0.0,
-        ),
-    };
-    let cost_at = |t: f64| -> f64 {
-        let mut usd = services_per_s * t;
-        if end > 0.0 {
-            usd += storage_usd * (t / end).min(1.0);
-        }
-        for &(start, duration_ms, memory_mb) in &spans {
-            if t < start {
-                continue;
-            }
-            let elapsed_ms = (((t - start) * 1000.0).round() as u64).min(duration_ms);
-            let billed = billed_duration_ms(elapsed_ms, prices.granularity_ms);
-            usd += prices.request_usd + gb_seconds(billed, memory_mb) * prices.gb_second_usd;
-        }
-        usd
-    };
+    let clock = record.cost_clock(prices);
+    let end = clock.end_s();
     let mut times: Vec<f64> = (0..=400).map(|k| end * f64::from(k) / 400.0).collect();
-    for &(start, duration_ms, _) in &spans {
-        times.push(start);
-        times.push(start + duration_ms as f64 / 1000.0);
+    for span in clock.spans() {
+        times.push(span.start_s);
+        times.push(span.start_s + span.duration_ms as f64 / 1000.0);
     }
     times.retain(|t| t.is_finite());
     times.sort_by(f64::total_cmp);
     times.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
-    times.into_iter().map(|t| (t, cost_at(t))).collect()
+    times.into_iter().map(|t| (t, clock.cost_at(t))).collect()
 }
 
 /// What `record` measured, for [`RunMeasurements::predict_faas`] and
@@ -220,7 +162,7 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
     }
     phases.retain(|p| p.workers > 0);
 
-    let offset = time_offset_s(record);
+    let offset = record.time_offset_s();
     let (startup_s, teardown_s) = match (record.steps.first(), record.steps.last()) {
         (Some(first), Some(last)) => (
             (offset + first.time_s - slowest_step_ms(first) / 1000.0).max(0.0),

@@ -7,7 +7,7 @@ use mlless_runtime::RunRecord;
 use plotters::prelude::*;
 
 use crate::ReportError;
-use crate::measure::{cost_curve, time_offset_s};
+use crate::measure::cost_curve;
 
 /// Size of every plot, pixels.
 const SIZE: (u32, u32) = (800, 420);
@@ -28,7 +28,7 @@ const COST_COLOR: RGBColor = RGBColor(44, 160, 44);
 ///
 /// [`ReportError::Plot`] if plotters fails.
 pub fn loss_svg(record: &RunRecord) -> Result<String, ReportError> {
-    let offset = time_offset_s(record);
+    let offset = record.time_offset_s();
     let loss: Vec<(f64, f64)> = thin(
         record
             .steps

@@ -124,6 +124,7 @@ fn record() -> RunRecord {
         replica_spread: 0.0,
         rounds: 0,
         scale_in: Default::default(),
+        validation: None,
     }
 }
 

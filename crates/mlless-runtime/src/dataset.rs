@@ -13,13 +13,16 @@ pub struct Dataset {
     manifest: Manifest,
 }
 
-/// The two parts of a data set.
+/// The parts of a data set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Split {
     /// Minibatches to train on.
     Train,
     /// Minibatches to evaluate the final model on.
     Test,
+    /// Minibatches held out of training to evaluate the model on as it trains (possibly
+    /// none).
+    Validation,
 }
 
 impl Dataset {
@@ -53,6 +56,7 @@ impl Dataset {
         match split {
             Split::Train => &self.manifest.train,
             Split::Test => &self.manifest.test,
+            Split::Validation => &self.manifest.validation,
         }
     }
 

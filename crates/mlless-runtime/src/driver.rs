@@ -23,7 +23,10 @@ use crate::function::Payload;
 use crate::function::Start;
 use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
 use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{Algorithm, Fault, JobSpec, Pattern, SPEC_KEY, StopCriteria, SyncMode};
+use crate::spec::{
+    Algorithm, EvalEvery, Fault, JobSpec, Pattern, SPEC_KEY, StopCriteria, SyncMode,
+    ValidationConfig,
+};
 use crate::supervisor::SUPERVISOR_ROLE;
 use crate::worker::worker_role;
 
@@ -132,7 +135,7 @@ impl Defaults {
                         Momentum | Nesterov => 3.0,
                         Sgd => 30.0,
                     },
-                    l2: 0.05,
+                    l2: 0.1,
                     factors: 10,
                 }
             }
@@ -221,7 +224,25 @@ pub struct TrainOptions {
     pub faults: Vec<Fault>,
     /// How long the channel may be unreachable before a function gives up.
     pub channel_grace: Duration,
+    /// What the user asked of the validation set.
+    pub validation: ValidationOptions,
 }
+
+/// What the user asked of the validation set: how often to evaluate, and when to stop on it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ValidationOptions {
+    /// How often the model is evaluated.
+    pub every: EvalEvery,
+    /// Early stopping's patience in evaluations: `None` is the default
+    /// ([`DEFAULT_PATIENCE`] when the data set has a validation set), `Some(0)` turns it off.
+    pub early_stop: Option<u32>,
+    /// Stop once all of these are reached.
+    pub targets: Vec<mlless_core::MetricTarget>,
+}
+
+/// Early stopping's patience when a data set has a validation set and `--early-stop` is not
+/// given: evaluations without improvement before training stops.
+pub const DEFAULT_PATIENCE: u32 = 5;
 
 /// Shows the URLs redacted, so that a `{:?}` never logs a credential.
 impl std::fmt::Debug for TrainOptions {
@@ -249,6 +270,7 @@ impl std::fmt::Debug for TrainOptions {
             worker_deadline_s,
             faults,
             channel_grace,
+            validation,
         } = self;
         f.debug_struct("TrainOptions")
             .field("data_url", &redact_url(data_url))
@@ -272,6 +294,7 @@ impl std::fmt::Debug for TrainOptions {
             .field("worker_deadline_s", worker_deadline_s)
             .field("faults", faults)
             .field("channel_grace", channel_grace)
+            .field("validation", validation)
             .finish()
     }
 }
@@ -295,6 +318,9 @@ pub struct LiveProgress {
     pub elapsed_s: f64,
     /// Billed cost of the invocations so far.
     pub cost_usd: f64,
+    /// The validation metric, latest and best (`None` before the first evaluation or
+    /// without a validation set).
+    pub validation: Option<crate::messages::ValidationProgress>,
 }
 
 /// Trains a model as `options` say, reporting progress to `observe`; returns the complete run
@@ -440,6 +466,7 @@ async fn run_job(
             max_epochs: spec.stop.max_epochs,
             elapsed_s: started.elapsed().as_secs_f64(),
             cost_usd: fleet.cost_so_far(prices, spec.limits.memory_mb),
+            validation: progress.validation.clone(),
         });
     };
     progress.loss = f64::NAN;
@@ -536,12 +563,14 @@ async fn run_job(
             .bill(&usages, record.wall_s, requests),
     );
     record.invocations = reports;
+    record.price_validation(prices);
     if let Some(last) = record.steps.last() {
         let p = Progress {
             step: last.step,
             epoch: last.epoch,
             loss: last.loss,
             workers: spec.workers,
+            validation: progress.validation.clone(),
         };
         show(&p, &fleet);
     }
@@ -901,6 +930,7 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset, platform: &str) -> Result
         .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
+    let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
     let job_id = format!("job-{}-{:04x}", unix_ms() / 1000, rand::random::<u16>());
     let runs = options
         .runs_url
@@ -936,7 +966,52 @@ fn job_spec(options: &TrainOptions, dataset: &Dataset, platform: &str) -> Result
         faults: options.faults.clone(),
         channel_grace_s: options.channel_grace.as_secs_f64(),
         platform: platform.to_owned(),
+        validation,
     })
+}
+
+/// The job's validation settings: `None` when the data set has no validation set (and then
+/// nothing may ask for one), early stopping on by default when it has.
+fn validation_config(
+    options: &ValidationOptions,
+    model: &ModelSpec,
+    manifest: &mlless_data::Manifest,
+    data_url: &str,
+) -> Result<Option<ValidationConfig>> {
+    let metrics = mlless_core::validation::metrics_of(model);
+    for target in &options.targets {
+        if !metrics.contains(&target.metric.as_str()) {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--target-metric {target}: this model reports {} on the validation set",
+                metrics.join(", ")
+            )));
+        }
+    }
+    if manifest.validation.batches.is_empty() {
+        let asked = if options.early_stop.is_some_and(|p| p > 0) {
+            Some("--early-stop")
+        } else if !options.targets.is_empty() {
+            Some("--target-metric")
+        } else {
+            None
+        };
+        if let Some(flag) = asked {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{flag} needs a validation set, and {data_url} has none: prepare it with \
+                 --validation-fraction F or --validation-input FILE"
+            )));
+        }
+        return Ok(None);
+    }
+    Ok(Some(ValidationConfig {
+        every: options.every,
+        early_stop: match options.early_stop {
+            None => Some(DEFAULT_PATIENCE),
+            Some(0) => None,
+            Some(p) => Some(p),
+        },
+        targets: options.targets.clone(),
+    }))
 }
 
 fn unix_ms() -> u64 {

@@ -39,6 +39,8 @@ pub(crate) struct Traffic {
     pub entries_held: u64,
     pub updates_applied: u32,
     pub published_unix_ms: f64,
+    /// The worker published its model of the step for validation.
+    pub snapshot: bool,
 }
 
 /// What every worker of a step learns from an exchange.

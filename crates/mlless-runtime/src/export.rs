@@ -213,6 +213,7 @@ mod tests {
                 batch_size: 1,
                 train,
                 test: SplitInfo::default(),
+                validation: SplitInfo::default(),
                 normalization: None,
                 label_map: None,
                 source: SourceInfo {
@@ -220,6 +221,7 @@ mod tests {
                     input: "test".into(),
                     seed: 0,
                     test_fraction: None,
+                    validation_fraction: None,
                 },
                 created_unix_s: 0,
                 schema: None,

@@ -67,10 +67,13 @@ pub mod fuzzing {
 }
 
 pub use driver::{
-    Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions, resume, train,
+    DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions,
+    ValidationOptions, resume, train,
 };
 pub use error::{Result, RuntimeError};
 pub use function::{Payload, Start, run_function};
-pub use prepare::{PrepareOptions, TestSet, prepare};
+pub use prepare::{PrepareOptions, TestSet, ValidationSet, prepare};
 pub use record::RunRecord;
-pub use spec::{Algorithm, Fault, JobSpec, Pattern, StopCriteria, SyncMode};
+pub use spec::{
+    Algorithm, EvalEvery, Fault, JobSpec, Pattern, StopCriteria, SyncMode, ValidationConfig,
+};

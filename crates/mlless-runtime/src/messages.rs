@@ -16,6 +16,9 @@ pub const UPDATES: &str = "updates";
 pub const STATS: &str = "stats";
 /// Topic of the final replicas that workers send the supervisor.
 pub const FINAL: &str = "final";
+/// Topic of the leading worker's model at the steps it is evaluated on the validation set
+/// ([`ReplicaMessage`]s, id: the worker).
+pub const EVAL: &str = "eval";
 /// Topic of what the workers' update filters still held when training stopped (one message per
 /// worker, at step 0), so that no update is lost.
 pub const FLUSH: &str = "flush";
@@ -116,6 +119,8 @@ pub struct StatsMessage {
     pub last: bool,
     /// Whether the worker ends because the scale-in tuner removed it.
     pub removed: bool,
+    /// Whether the worker published its model of this step on [`EVAL`] for validation.
+    pub snapshot: bool,
 }
 
 impl Message for StatsMessage {
@@ -177,6 +182,21 @@ pub struct Progress {
     pub loss: f64,
     /// Workers active.
     pub workers: u32,
+    /// The validation metric, latest and best (`None` before the first evaluation, or
+    /// without a validation set).
+    #[serde(default)]
+    pub validation: Option<ValidationProgress>,
+}
+
+/// The validation metric as the live line shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationProgress {
+    /// The metric (`logloss`, `rmse`, …).
+    pub metric: String,
+    /// Its value at the latest evaluation.
+    pub latest: f64,
+    /// Its best value so far.
+    pub best: f64,
 }
 
 /// The supervisor's request that the driver replace workers that sent nothing in time.
@@ -262,6 +282,7 @@ mod tests {
             published_unix_ms: 1e12,
             last: false,
             removed: false,
+            snapshot: false,
         };
         assert_every_flip_fails::<StatsMessage>(&stats.encode());
         let replica = ReplicaMessage {

@@ -22,7 +22,7 @@ use mlless_data::{
 use mlless_faas::{FunctionRequest, Invoker, Limits};
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
@@ -35,6 +35,15 @@ const UPLOAD_CONCURRENCY: usize = 16;
 #[derive(Debug, Clone, PartialEq)]
 pub enum TestSet {
     /// Split this fraction of the input off, after shuffling.
+    Fraction(f64),
+    /// Read it from its own file, in the same format.
+    Input(PathBuf),
+}
+
+/// Where the validation set comes from, if there is one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValidationSet {
+    /// Hold this fraction of the (shuffled) training samples out.
     Fraction(f64),
     /// Read it from its own file, in the same format.
     Input(PathBuf),
@@ -53,6 +62,8 @@ pub struct PrepareOptions {
     pub batch_size: u32,
     /// Where the test set comes from.
     pub test: TestSet,
+    /// Where the validation set comes from (`None`: no validation set).
+    pub validation: Option<ValidationSet>,
     /// Seed of the shuffle.
     pub seed: u64,
     /// Whether to min-max normalise the features.
@@ -116,7 +127,19 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
 
-    let (train, test, layout) = read_input(options).await?;
+    if let Some(ValidationSet::Fraction(f)) = options.validation
+        && !(f > 0.0 && f < 1.0)
+    {
+        return Err(RuntimeError::InvalidJob(format!(
+            "--validation-fraction must be between 0 and 1 (exclusive), not {f}"
+        )));
+    }
+    let Splits {
+        train,
+        validation,
+        test,
+        layout,
+    } = read_input(options).await?;
     let kind = train.dataset_kind();
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
         return Err(RuntimeError::InvalidJob(
@@ -124,11 +147,16 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         ));
     }
     let label_map = train.label_map();
-    let train_samples = train.samples() as u64;
-    let test_samples = test.samples() as u64;
+    let samples = |p: &Option<Parsed>| p.as_ref().map_or(0, |p| p.samples() as u64);
+    let (train_samples, test_samples) = (train.samples() as u64, test.samples() as u64);
+    let validation_samples = samples(&validation);
     let train_batches = mlless_data::into_batches(&train, options.batch_size)?;
     let test_batches = mlless_data::into_batches(&test, options.batch_size)?;
-    drop((train, test));
+    let validation_batches = match &validation {
+        Some(v) => mlless_data::into_batches(v, options.batch_size)?,
+        None => Vec::new(),
+    };
+    drop((train, test, validation));
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
@@ -137,28 +165,31 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         Some(ids) => Some(put_ids(&store, ids).await?),
         None => None,
     };
-    for prefix in ["train/", "test/", "staging/"] {
+    for prefix in ["train/", "test/", "validation/", "staging/"] {
         store.delete_prefix(prefix).await?;
     }
 
-    let (train_infos, test_infos, normalization) = if options.normalize {
+    let splits = [
+        ("train", train_batches),
+        ("test", test_batches),
+        ("validation", validation_batches),
+    ];
+    let (infos, normalization) = if options.normalize {
         let DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
         };
-        normalize(
-            options,
-            &store,
-            invoker,
-            features,
-            train_batches,
-            test_batches,
-        )
-        .await?
+        normalize(options, &store, invoker, features, splits).await?
     } else {
-        let train_infos = upload(&store, "train", train_batches).await?;
-        let test_infos = upload(&store, "test", test_batches).await?;
-        (train_infos, test_infos, None)
+        let mut infos = Vec::with_capacity(splits.len());
+        for (split, batches) in splits {
+            infos.push(upload(&store, split, batches).await?);
+        }
+        (infos, None)
     };
+    let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] =
+        infos.try_into().map_err(|_| {
+            RuntimeError::InvalidJob("preparation returned the wrong number of splits".into())
+        })?;
 
     let manifest = Manifest {
         format_version: mlless_data::MANIFEST_VERSION,
@@ -172,6 +203,10 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
             samples: test_samples,
             batches: test_infos,
         },
+        validation: SplitInfo {
+            samples: validation_samples,
+            batches: validation_infos,
+        },
         normalization,
         label_map,
         source: SourceInfo {
@@ -181,6 +216,10 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
             test_fraction: match options.test {
                 TestSet::Fraction(f) => Some(f),
                 TestSet::Input(_) => None,
+            },
+            validation_fraction: match options.validation {
+                Some(ValidationSet::Fraction(f)) => Some(f),
+                _ => None,
             },
         },
         created_unix_s: std::time::SystemTime::now()
@@ -212,40 +251,67 @@ async fn put_ids(store: &Store, ids: &IdMap) -> Result<IdsInfo> {
     Ok(info)
 }
 
-async fn read_input(options: &PrepareOptions) -> Result<(Parsed, Parsed, InputLayout)> {
+/// The parsed input, split.
+struct Splits {
+    train: Parsed,
+    validation: Option<Parsed>,
+    test: Parsed,
+    /// How the input was read.
+    layout: InputLayout,
+}
+
+/// Parses the input (and the test and validation files, if any, as parts of one data set, so
+/// that they share ids), shuffles the training samples, and splits off the test set and then
+/// the validation set by their fractions.
+async fn read_input(options: &PrepareOptions) -> Result<Splits> {
     let parse_options = ParseOptions {
         features: options.features,
     };
     let (format, seed) = (options.format, options.seed);
-    let input = options.input.clone();
-    let test = options.test.clone();
-    tokio::task::spawn_blocking(move || -> Result<(Parsed, Parsed, InputLayout)> {
-        match test {
-            TestSet::Fraction(fraction) => {
-                let (mut parsed, layout) =
-                    mlless_data::parse_files_with_layout(&[&input], format, &parse_options)?;
-                let parsed = parsed
-                    .pop()
-                    .ok_or_else(|| RuntimeError::InvalidJob("parsing returned no data".into()))?;
-                let (train, test) = mlless_data::shuffle_split(parsed, fraction, seed)?;
-                Ok((train, test, layout))
+    let mut files = vec![options.input.clone()];
+    if let TestSet::Input(path) = &options.test {
+        files.push(path.clone());
+    }
+    if let Some(ValidationSet::Input(path)) = &options.validation {
+        files.push(path.clone());
+    }
+    let (test, validation) = (options.test.clone(), options.validation.clone());
+    tokio::task::spawn_blocking(move || -> Result<Splits> {
+        let (parsed, layout) =
+            mlless_data::parse_files_with_layout(&files, format, &parse_options)?;
+        let mut parsed = parsed.into_iter();
+        let no_data = || RuntimeError::InvalidJob("parsing returned no data".into());
+        let input = parsed.next().ok_or_else(no_data)?;
+        let (train, test) = match test {
+            TestSet::Fraction(fraction) => mlless_data::shuffle_split(input, fraction, seed)?,
+            TestSet::Input(_) => (
+                mlless_data::shuffle(input, seed),
+                parsed.next().ok_or_else(no_data)?,
+            ),
+        };
+        let (train, validation) = match validation {
+            None => (train, None),
+            Some(ValidationSet::Fraction(fraction))
+                if (train.samples() as f64 * fraction).round() < 1.0 =>
+            {
+                warn!(
+                    samples = train.samples(),
+                    fraction, "too few training samples to hold out a validation set"
+                );
+                (train, None)
             }
-            TestSet::Input(test_input) => {
-                let (mut parsed, layout) = mlless_data::parse_files_with_layout(
-                    &[input.as_path(), test_input.as_path()],
-                    format,
-                    &parse_options,
-                )?;
-                let test = parsed.pop();
-                let train = parsed.pop();
-                match (train, test) {
-                    (Some(train), Some(test)) => {
-                        Ok((mlless_data::shuffle(train, seed), test, layout))
-                    }
-                    _ => Err(RuntimeError::InvalidJob("parsing returned no data".into())),
-                }
+            Some(ValidationSet::Fraction(fraction)) => {
+                let (train, validation) = mlless_data::split_tail(train, fraction)?;
+                (train, Some(validation))
             }
-        }
+            Some(ValidationSet::Input(_)) => (train, Some(parsed.next().ok_or_else(no_data)?)),
+        };
+        Ok(Splits {
+            train,
+            validation,
+            test,
+            layout,
+        })
     })
     .await
     .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
@@ -270,24 +336,27 @@ async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInf
     Ok(info)
 }
 
-type Normalized = (
-    Vec<BatchInfo>,
-    Vec<BatchInfo>,
-    Option<mlless_data::Normalization>,
-);
+/// The manifest entries of each split's minibatches, in the order given, and the ranges.
+type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normalization>);
 
-/// Min-max normalisation as map-reduce over function invocations.
-async fn normalize(
+/// Min-max normalisation as map-reduce over function invocations, with the ranges of the
+/// first split (the training set) applied to every split.
+async fn normalize<const N: usize>(
     options: &PrepareOptions,
     store: &Store,
     invoker: Arc<dyn Invoker>,
     features: u32,
-    train: Vec<Batch>,
-    test: Vec<Batch>,
+    splits: [(&str, Vec<Batch>); N],
 ) -> Result<Normalized> {
-    let (train_count, test_count) = (train.len(), test.len());
-    let staged_train = upload(store, "staging/train", train).await?;
-    upload(store, "staging/test", test).await?;
+    let counts: Vec<(&str, usize)> = splits.iter().map(|(n, b)| (*n, b.len())).collect();
+    let mut staged_train = Vec::new();
+    for (index, (split, batches)) in splits.into_iter().enumerate() {
+        let staged = upload(store, &format!("staging/{split}"), batches).await?;
+        if index == 0 {
+            staged_train = staged;
+        }
+    }
+    let train_count = staged_train.len();
     let tasks = (options.map_tasks.max(1) as usize).min(train_count.max(1));
 
     // Map: feature ranges of each task's share of the training minibatches.
@@ -321,9 +390,16 @@ async fn normalize(
         .await?;
 
     // Map: scale and write the final minibatches.
-    let items: Vec<(String, String)> = (0..train_count)
-        .map(|i| (batch_key("staging/train", i), batch_key("train", i)))
-        .chain((0..test_count).map(|i| (batch_key("staging/test", i), batch_key("test", i))))
+    let items: Vec<(String, String)> = counts
+        .iter()
+        .flat_map(|&(split, count)| {
+            (0..count).map(move |i| {
+                (
+                    batch_key(&format!("staging/{split}"), i),
+                    batch_key(split, i),
+                )
+            })
+        })
         .collect();
     let scale_payloads: Vec<Payload> = chunks(items, tasks)
         .into_iter()
@@ -339,7 +415,7 @@ async fn normalize(
         .collect();
     run_tasks(&invoker, "scale-map", &scale_payloads, options.limits).await?;
 
-    let mut infos = Vec::with_capacity(train_count + test_count);
+    let mut infos = Vec::with_capacity(counts.iter().map(|&(_, c)| c).sum());
     for payload in &scale_payloads {
         let Payload::ScaleMap(task) = payload else {
             continue;
@@ -353,8 +429,12 @@ async fn normalize(
         infos.extend(written);
     }
     store.delete_prefix("staging/").await?;
-    let test_infos = infos.split_off(train_count);
-    Ok((infos, test_infos, Some(merged.into_normalization())))
+    let mut per_split = Vec::with_capacity(N);
+    let mut rest = infos.into_iter();
+    for &(_, count) in &counts {
+        per_split.push(rest.by_ref().take(count).collect());
+    }
+    Ok((per_split, Some(merged.into_normalization())))
 }
 
 /// Splits `items` into `n` contiguous chunks of nearly equal size (none empty).

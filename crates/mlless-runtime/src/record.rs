@@ -2,7 +2,7 @@
 //! JSON to the run's location (`record.json`) and, on request, to a local file.
 
 use mlless_core::Metrics;
-use mlless_cost::Bill;
+use mlless_cost::{Bill, ChannelKind, CostClock, PriceTable, Span};
 use mlless_faas::InvocationReport;
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,67 @@ pub struct RunRecord {
     /// What the scale-in auto-tuner decided and did (empty when it was off).
     #[serde(default)]
     pub scale_in: ScaleInRecord,
+    /// The validation curve, the best evaluation and the targets reached (`None` when the
+    /// data set has no validation set).
+    #[serde(default)]
+    pub validation: Option<ValidationRecord>,
+}
+
+/// The model's evaluations on the validation set during a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValidationRecord {
+    /// The metric the best model is chosen by and early stopping watches (`logloss`, `rmse`,
+    /// …: the names of [`EvalPoint::metrics`]).
+    pub metric: String,
+    /// Every evaluation, in order; the last one is of the final model.
+    pub points: Vec<EvalPoint>,
+    /// Index in `points` of the best evaluation: the model kept (`model.bin`), on which the
+    /// test metrics are computed.
+    pub best: Option<usize>,
+    /// The targets of `--target-metric`, with when each was first reached.
+    pub targets: Vec<TargetRecord>,
+}
+
+/// One evaluation of the model on the validation set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalPoint {
+    /// The step after which the model was taken.
+    pub step: u64,
+    /// Epochs done by then.
+    pub epoch: f64,
+    /// Seconds since the supervisor started, when the step's statistics were complete.
+    pub time_s: f64,
+    /// Billed cost of the run up to that time (filled in by the driver from the invocations
+    /// once the run has ended).
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// The metrics, unprefixed (`logloss`, `accuracy`, `auc`; `rmse`; …; and `samples`).
+    pub metrics: mlless_core::Metrics,
+    /// Whether this is the final model (the replicas' average after the last step) rather
+    /// than the leading worker's replica during training.
+    #[serde(default)]
+    pub last: bool,
+}
+
+/// A target of `--target-metric` and when it was first reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetRecord {
+    /// The target.
+    pub target: mlless_core::MetricTarget,
+    /// Index in the points of the first evaluation that reached it (`None`: never reached).
+    pub reached: Option<usize>,
+}
+
+impl ValidationRecord {
+    /// The best evaluation, if there is one.
+    pub fn best_point(&self) -> Option<&EvalPoint> {
+        self.best.and_then(|i| self.points.get(i))
+    }
+
+    /// The evaluation at which `target` was first reached.
+    pub fn reached(&self, target: &TargetRecord) -> Option<&EvalPoint> {
+        target.reached.and_then(|i| self.points.get(i))
+    }
 }
 
 /// The scale-in auto-tuner's part of a run record.
@@ -82,6 +143,61 @@ pub struct RemovalRecord {
 }
 
 impl RunRecord {
+    /// Seconds from the start of the run (the driver) to the start of the supervisor, whose
+    /// clock the steps' and evaluations' `time_s` use; 0 when the record has no supervisor
+    /// invocation.
+    pub fn time_offset_s(&self) -> f64 {
+        self.invocations
+            .iter()
+            .find(|i| i.name == crate::supervisor::SUPERVISOR_ROLE)
+            .map_or(0.0, |i| {
+                i.started_at_unix_ms.saturating_sub(self.started_at_unix_ms) as f64 / 1000.0
+            })
+    }
+
+    /// The run's billed cost over time at `prices` ([`CostClock`]), in seconds since the run
+    /// started: from the invocations' starts and durations; where the record has a bill, the
+    /// services and object-store requests at the bill's own figures, so the clock ends near
+    /// the bill's total.
+    pub fn cost_clock(&self, prices: &PriceTable) -> CostClock {
+        let t0 = self.started_at_unix_ms;
+        let spans = self
+            .invocations
+            .iter()
+            .map(|i| Span {
+                start_s: i.started_at_unix_ms.saturating_sub(t0) as f64 / 1000.0,
+                duration_ms: i.duration_ms,
+                memory_mb: i.memory_mb,
+            })
+            .collect();
+        let channel = ChannelKind::from_url(self.spec.channel.as_deref());
+        let (services_per_s, storage_usd) = match &self.bill {
+            Some(bill) if self.wall_s > 0.0 => (bill.services_usd / self.wall_s, bill.storage_usd),
+            _ => (
+                prices.clone().for_channel(channel).services_usd_per_hour / 3600.0,
+                0.0,
+            ),
+        };
+        CostClock::new(
+            prices.clone(),
+            spans,
+            services_per_s,
+            storage_usd,
+            self.wall_s,
+        )
+    }
+
+    /// Fills in the billed cost so far of every validation evaluation, at `prices`.
+    pub fn price_validation(&mut self, prices: &PriceTable) {
+        let clock = self.cost_clock(prices);
+        let offset = self.time_offset_s();
+        if let Some(validation) = &mut self.validation {
+            for point in &mut validation.points {
+                point.cost_usd = Some(clock.cost_at(point.time_s + offset));
+            }
+        }
+    }
+
     /// Loss of the last step, if any step ran.
     pub fn final_loss(&self) -> Option<f64> {
         self.steps.last().map(|s| s.loss)

@@ -79,6 +79,120 @@ pub struct JobSpec {
     /// Where the functions ran: the invoker's platform (`local`, `lambda`).
     #[serde(default = "default_platform")]
     pub platform: String,
+    /// Evaluation on the validation set as the model trains, and the stops it decides
+    /// (`None`: the data set has no validation set).
+    #[serde(default)]
+    pub validation: Option<ValidationConfig>,
+}
+
+/// How the model is evaluated on the validation set while it trains, and when that stops
+/// training. The model kept at the end is the best one evaluated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValidationConfig {
+    /// How often the model is evaluated.
+    pub every: EvalEvery,
+    /// Stop once the metric has not improved for this many evaluations (`None`: never).
+    pub early_stop: Option<u32>,
+    /// Stop once every one of these is reached (none: no such stop).
+    pub targets: Vec<mlless_core::MetricTarget>,
+}
+
+/// How often the model is evaluated on the validation set (`--eval-every`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EvalEvery {
+    /// Every epoch or every [`AUTO_EVAL_SECONDS`], whichever comes sooner.
+    #[default]
+    Auto,
+    /// Every this many steps.
+    Steps {
+        /// Steps between two evaluations.
+        steps: u64,
+    },
+    /// Every this many epochs (a fraction is fine).
+    Epochs {
+        /// Epochs between two evaluations.
+        epochs: f64,
+    },
+    /// Every this many seconds (of the leading worker's clock).
+    Seconds {
+        /// Seconds between two evaluations.
+        seconds: f64,
+    },
+}
+
+/// The longest time between two evaluations of [`EvalEvery::Auto`].
+pub const AUTO_EVAL_SECONDS: f64 = 5.0;
+
+impl std::str::FromStr for EvalEvery {
+    type Err = String;
+
+    /// `auto`, `N` or `Nsteps` (steps), `Xepochs` / `Xepoch`, `Ss` (seconds).
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let s = s.trim();
+        let bad = || {
+            format!(
+                "--eval-every is auto, STEPS (e.g. 200 or 200steps), EPOCHS (e.g. 1epoch, \
+                 0.5epochs) or SECONDS (e.g. 5s), not '{s}'"
+            )
+        };
+        if s == "auto" {
+            return Ok(EvalEvery::Auto);
+        }
+        let positive = |v: &str| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(bad)
+        };
+        if let Some(v) = s.strip_suffix("epochs").or_else(|| s.strip_suffix("epoch")) {
+            return Ok(EvalEvery::Epochs {
+                epochs: positive(v)?,
+            });
+        }
+        if let Some(v) = s.strip_suffix("steps").or_else(|| s.strip_suffix("step")) {
+            return v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .map_or_else(|| Err(bad()), |steps| Ok(EvalEvery::Steps { steps }));
+        }
+        if let Some(v) = s.strip_suffix('s') {
+            return Ok(EvalEvery::Seconds {
+                seconds: positive(v)?,
+            });
+        }
+        s.parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(|steps| EvalEvery::Steps { steps })
+            .ok_or_else(bad)
+    }
+}
+
+impl EvalEvery {
+    /// Whether an evaluation is due after the step that brought the positions read from
+    /// `before` to `after` (of `batches` per epoch), `since_last` after the last one.
+    pub fn is_due(
+        self,
+        step: u64,
+        (before, after): (u64, u64),
+        batches: u32,
+        since_last: Duration,
+    ) -> bool {
+        let epoch_crossed = |epochs: f64| {
+            let per = (epochs * f64::from(batches.max(1))).max(1.0);
+            (after as f64 / per).floor() > (before as f64 / per).floor()
+        };
+        match self {
+            EvalEvery::Auto => epoch_crossed(1.0) || since_last.as_secs_f64() >= AUTO_EVAL_SECONDS,
+            EvalEvery::Steps { steps } => (step + 1).is_multiple_of(steps.max(1)),
+            EvalEvery::Epochs { epochs } => epoch_crossed(epochs),
+            EvalEvery::Seconds { seconds } => since_last.as_secs_f64() >= seconds,
+        }
+    }
 }
 
 fn default_platform() -> String {
@@ -117,6 +231,7 @@ impl std::fmt::Debug for JobSpec {
             faults,
             channel_grace_s,
             platform,
+            validation,
         } = self;
         f.debug_struct("JobSpec")
             .field("job_id", job_id)
@@ -142,6 +257,7 @@ impl std::fmt::Debug for JobSpec {
             .field("faults", faults)
             .field("channel_grace_s", channel_grace_s)
             .field("platform", platform)
+            .field("validation", validation)
             .finish()
     }
 }

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
-use mlless_core::{BatchLoss, Evaluation, Ewma, ScaleInTuner, TunerConfig};
+use mlless_core::{
+    Batch, BatchLoss, EarlyStopping, Evaluation, Ewma, ScaleInTuner, TunerConfig, primary_metric,
+};
 use tracing::info;
 
 use crate::checkpoint::{self, Lifetime};
@@ -19,15 +21,16 @@ use crate::error::{Result, RuntimeError};
 use crate::exchange::first_message;
 use crate::function::Start;
 use crate::messages::{
-    FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, Removal, ReplaceRequest, ReplicaMessage,
-    SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage, StopRequest, StoredModel,
+    EVAL, FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, Removal, ReplaceRequest,
+    ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage, StopRequest, StoredModel,
+    ValidationProgress,
 };
 use crate::record::{
-    MODEL_KEY, RECORD_KEY, RECORD_VERSION, RemovalRecord, RunRecord, ScaleInRecord, StepRecord,
-    WorkerStep,
+    EvalPoint, MODEL_KEY, RECORD_KEY, RECORD_VERSION, RemovalRecord, RunRecord, ScaleInRecord,
+    StepRecord, TargetRecord, ValidationRecord, WorkerStep,
 };
 use crate::spec::Fault;
-use crate::spec::Fleet;
+use crate::spec::{Fleet, ValidationConfig};
 use mlless_store::ChannelError;
 
 /// A loss above this is taken for divergence (log loss and squared error of sane models stay far
@@ -58,6 +61,9 @@ struct SupervisorState {
     retained_from: u64,
     /// Replacements asked for so far, per worker.
     replacements: BTreeMap<u32, u32>,
+    /// The validation curve so far (`None`: no validation set).
+    #[serde(default)]
+    validation: Option<Validation>,
 }
 
 impl Message for SupervisorState {
@@ -146,6 +152,7 @@ pub mod fuzzing {
             scale_in: Some(ScaleIn::new(TunerConfig::default(), 3).expect("a valid tuner")),
             retained_from: 0,
             replacements: BTreeMap::new(),
+            validation: None,
         };
         state.encode().to_vec()
     }
@@ -186,8 +193,14 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             },
             retained_from: 0,
             replacements: BTreeMap::new(),
+            validation: match &spec.validation {
+                Some(config) => Some(Validation::new(config, &spec.model)?),
+                None => None,
+            },
         }
     };
+    // The validation minibatches, read once, at the first evaluation.
+    let mut validation_set: Option<Vec<Batch>> = None;
     let elapsed = |state: &SupervisorState| {
         Duration::from_secs_f64(((unix_ms() - state.started_unix_ms) / 1000.0).max(0.0))
     };
@@ -239,6 +252,24 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             .retain(|w| !stats.iter().any(|s| s.worker == *w && s.last));
         let last = state.active.is_empty();
 
+        if let Some(worker) = stats.iter().find(|s| s.snapshot).map(|s| s.worker)
+            && let Some(validation) = &mut state.validation
+        {
+            let params = collect_snapshot(&ctx, step, worker).await?;
+            let batches = cached_validation_set(&ctx, &mut validation_set).await?;
+            let metrics = evaluate_on(&ctx, &params, batches, Split::Validation)?;
+            let point = EvalPoint {
+                step,
+                epoch,
+                time_s: now.as_secs_f64(),
+                cost_usd: None,
+                metrics,
+                last: false,
+            };
+            if let Some(reason) = validation.observe(point, params) {
+                state.stopper.request(&ctx, &reason).await?;
+            }
+        }
         if state.diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
             state.diverged = Some((step, loss));
             state.stopper.request(&ctx, "the loss diverged").await?;
@@ -260,6 +291,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
                 epoch,
                 loss,
                 workers: state.fleet.workers(step + 1).len() as u32,
+                validation: state.validation.as_ref().and_then(Validation::progress),
             };
             ctx.channel
                 .put_key(PROGRESS_KEY, Bytes::from(json(&progress)?))
@@ -305,6 +337,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         diverged,
         fleet,
         scale_in,
+        validation,
         ..
     } = state;
 
@@ -340,6 +373,26 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     let params = mlless_core::average(&views);
     let replica_spread = spread(&views);
 
+    // With a validation set, the model kept is the best one evaluated, the final one included.
+    let (params, validation) = match validation {
+        Some(mut validation) => {
+            let batches = cached_validation_set(&ctx, &mut validation_set).await?;
+            let metrics = evaluate_on(&ctx, &params, batches, Split::Validation)?;
+            let epoch = steps.last().map_or(0.0, |s| s.epoch);
+            let point = EvalPoint {
+                step,
+                epoch,
+                time_s: steps.last().map_or(0.0, |s| s.time_s),
+                cost_usd: None,
+                metrics,
+                last: true,
+            };
+            validation.observe(point, params);
+            let (params, record) = validation.into_best();
+            (params.unwrap_or_default(), Some(record))
+        }
+        None => (params, None),
+    };
     let metrics = evaluate(&ctx, &params).await?;
     info!(?metrics, "test metrics");
     let model = StoredModel {
@@ -373,6 +426,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         replica_spread,
         rounds,
         scale_in: scale_in.map(ScaleIn::into_record).unwrap_or_default(),
+        validation,
     };
     ctx.run_store
         .put(RECORD_KEY, Bytes::from(json(&record)?))
@@ -477,18 +531,166 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
 
 /// Evaluates `params` on every test minibatch.
 async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metrics> {
+    let mut batches = Vec::with_capacity(ctx.dataset.batches(Split::Test));
+    for index in 0..ctx.dataset.batches(Split::Test) {
+        batches.push(ctx.dataset.read_batch(Split::Test, index).await?);
+    }
+    evaluate_on(ctx, params, &batches, Split::Test)
+}
+
+/// Evaluates `params` on `batches` of `split`: the test metrics named `test_…`, the
+/// validation metrics unprefixed.
+fn evaluate_on(
+    ctx: &JobContext,
+    params: &[f32],
+    batches: &[Batch],
+    split: Split,
+) -> Result<mlless_core::Metrics> {
     let model = ctx.spec.model.model();
     let mut evaluation = Evaluation::for_spec(&ctx.spec.model);
-    for index in 0..ctx.dataset.batches(Split::Test) {
-        let batch = ctx.dataset.read_batch(Split::Test, index).await?;
+    let (name, prefix) = match split {
+        Split::Test => ("test", "test_"),
+        Split::Validation => ("validation", ""),
+        Split::Train => ("training", "train_"),
+    };
+    for (index, batch) in batches.iter().enumerate() {
         model
-            .evaluate(params, &batch, &mut evaluation)
+            .evaluate(params, batch, &mut evaluation)
             .map_err(|source| RuntimeError::Model {
-                location: format!("{} test minibatch {index}", ctx.dataset.url()),
+                location: format!("{} {name} minibatch {index}", ctx.dataset.url()),
                 source,
             })?;
     }
-    Ok(evaluation.finish())
+    Ok(evaluation.finish_as(prefix))
+}
+
+/// The validation minibatches, read on first use and kept.
+async fn cached_validation_set<'a>(
+    ctx: &JobContext,
+    cache: &'a mut Option<Vec<Batch>>,
+) -> Result<&'a [Batch]> {
+    if cache.is_none() {
+        let mut batches = Vec::with_capacity(ctx.dataset.batches(Split::Validation));
+        for index in 0..ctx.dataset.batches(Split::Validation) {
+            batches.push(ctx.dataset.read_batch(Split::Validation, index).await?);
+        }
+        *cache = Some(batches);
+    }
+    Ok(cache.as_deref().unwrap_or_default())
+}
+
+/// The model `worker` published on [`EVAL`] after `step`, checked against the job's model;
+/// the message is deleted once read.
+async fn collect_snapshot(ctx: &JobContext, step: u64, worker: u32) -> Result<Vec<f32>> {
+    let payloads = ctx
+        .channel
+        .collect(EVAL, step, &[worker], ctx.spec.collect_timeout())
+        .await?;
+    let payload = payloads.first().ok_or_else(|| {
+        RuntimeError::FunctionFailed(format!("no model of worker {worker} for step {step}"))
+    })?;
+    let replica = ReplicaMessage::decode(payload, || {
+        format!("the model of worker {worker} for validation after step {step}")
+    })?;
+    if replica.params.len() != ctx.spec.model.num_params() {
+        return Err(RuntimeError::FunctionFailed(format!(
+            "the model of worker {worker} for validation after step {step} has {} parameters, \
+             the job's {}",
+            replica.params.len(),
+            ctx.spec.model.num_params()
+        )));
+    }
+    ctx.channel.discard(EVAL, step, &[worker]).await?;
+    Ok(replica.params)
+}
+
+/// The validation curve as the supervisor builds it: every evaluation, the best model so far,
+/// early stopping and the targets.
+#[derive(Debug, Serialize, Deserialize)]
+struct Validation {
+    stopping: EarlyStopping,
+    patience: Option<u32>,
+    points: Vec<EvalPoint>,
+    /// The parameters of the best evaluation (`None` before the first).
+    best_params: Option<Vec<f32>>,
+    targets: Vec<TargetRecord>,
+}
+
+impl Validation {
+    fn new(config: &ValidationConfig, model: &mlless_core::ModelSpec) -> Result<Self> {
+        let stopping = EarlyStopping::new(primary_metric(model), config.early_stop)
+            .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+        Ok(Self {
+            stopping,
+            patience: config.early_stop,
+            points: Vec::new(),
+            best_params: None,
+            targets: config
+                .targets
+                .iter()
+                .map(|target| TargetRecord {
+                    target: target.clone(),
+                    reached: None,
+                })
+                .collect(),
+        })
+    }
+
+    /// Takes one evaluation of the model `params`; returns why to stop, if it is time to.
+    fn observe(&mut self, point: EvalPoint, params: Vec<f32>) -> Option<String> {
+        let index = self.points.len();
+        let verdict = self.stopping.observe(index, &point.metrics);
+        if verdict.best {
+            self.best_params = Some(params);
+        }
+        for target in &mut self.targets {
+            if target.reached.is_none() && target.target.is_met(&point.metrics) {
+                target.reached = Some(index);
+            }
+        }
+        let step = point.step;
+        self.points.push(point);
+        if !self.targets.is_empty() && self.targets.iter().all(|t| t.reached.is_some()) {
+            let targets: Vec<String> = self.targets.iter().map(|t| t.target.to_string()).collect();
+            return Some(format!(
+                "validation reached --target-metric {} (step {step})",
+                targets.join(" ")
+            ));
+        }
+        if verdict.stop {
+            let (best, value) = self.stopping.best()?;
+            let best_step = self.points.get(best).map_or(0, |p| p.step);
+            return Some(format!(
+                "validation {} did not improve for {} evaluations (--early-stop; best {value:.6} \
+                 after step {best_step})",
+                self.stopping.metric(),
+                self.patience.unwrap_or(0),
+            ));
+        }
+        None
+    }
+
+    /// The latest and the best evaluation, for the live line.
+    fn progress(&self) -> Option<ValidationProgress> {
+        let metric = self.stopping.metric();
+        let latest = *self.points.last()?.metrics.get(metric)?;
+        Some(ValidationProgress {
+            metric: metric.to_string(),
+            latest,
+            best: self.stopping.best().map_or(latest, |(_, v)| v),
+        })
+    }
+
+    /// The best model's parameters and the record of the curve.
+    fn into_best(self) -> (Option<Vec<f32>>, ValidationRecord) {
+        let record = ValidationRecord {
+            metric: self.stopping.metric().to_string(),
+            points: self.points,
+            best: self.stopping.best().map(|(i, _)| i),
+            targets: self.targets,
+        };
+        (self.best_params, record)
+    }
 }
 
 /// The scale-in auto-tuner in the supervisor (DESIGN §6): feeds it each step, asks it for a

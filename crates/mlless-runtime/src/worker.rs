@@ -43,8 +43,8 @@ use crate::exchange::PublishFault;
 use crate::exchange::{Exchange, Traffic};
 use crate::function::Start;
 use crate::messages::{
-    FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage,
-    UPDATES, UpdateMessage,
+    EVAL, FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
+    StatsMessage, UPDATES, UpdateMessage,
 };
 use crate::spec::{Algorithm, Fault, Fleet, batch_order};
 
@@ -249,6 +249,8 @@ struct Worker {
     retained_from: u64,
     /// Faults to inject (test aid; none in a replacement).
     faults: Vec<Fault>,
+    /// When this worker last published its model for validation (or started).
+    last_snapshot: Instant,
 }
 
 /// What MA-SGD and ADMM keep between two exchanges.
@@ -325,6 +327,7 @@ impl Worker {
             replaying: false,
             retained_from: 0,
             faults: Vec::new(),
+            last_snapshot: Instant::now(),
         }
     }
 
@@ -712,6 +715,7 @@ impl Worker {
                 self.flush(step, &mut traffic).await?;
             }
             let exchange_ms = ms(exchange_started.elapsed());
+            traffic.snapshot = self.publish_snapshot(step, last || removed).await?;
             self.send_stats(
                 step,
                 computed,
@@ -836,15 +840,10 @@ impl Worker {
                 started_unix_ms,
                 lr: 0.0,
             };
-            self.send_stats(
-                step,
-                computed,
-                ms(exchange_started.elapsed()),
-                traffic,
-                last,
-                false,
-            )
-            .await?;
+            let exchange_ms = ms(exchange_started.elapsed());
+            traffic.snapshot = self.publish_snapshot(step, last).await?;
+            self.send_stats(step, computed, exchange_ms, traffic, last, false)
+                .await?;
             self.after_step(step, 1, true, last).await?;
             if last {
                 return Ok(End::Last(step));
@@ -1100,6 +1099,7 @@ impl Worker {
                 self.flush(step, &mut traffic).await?;
             }
             let exchange_ms = ms(exchange_started.elapsed());
+            traffic.snapshot = self.publish_snapshot(step, last).await?;
             self.send_stats(step, computed, exchange_ms, traffic, last, false)
                 .await?;
             if last {
@@ -1210,6 +1210,54 @@ impl Worker {
         Ok(())
     }
 
+    /// Publishes this worker's model of `step` on [`EVAL`] for the supervisor to evaluate on
+    /// the validation set, when the job has one, an evaluation is due after `step`
+    /// ([`EvalEvery::is_due`](crate::spec::EvalEvery::is_due)), and this worker leads the
+    /// step's fleet (under BSP every replica is the same; otherwise the leader's stands for
+    /// them). The last step's model is not sent: the supervisor evaluates the final model
+    /// itself. Returns whether it published.
+    async fn publish_snapshot(&mut self, step: u64, last: bool) -> Result<bool> {
+        let Some(validation) = &self.ctx.spec.validation else {
+            return Ok(false);
+        };
+        let leads = self.fleet.workers(step).first() == Some(&self.id);
+        if last || !leads {
+            return Ok(false);
+        }
+        let batches = self.ctx.spec.train_batches;
+        // A Lloyd iteration of k-means reads the whole data set.
+        let positions = if matches!(self.ctx.spec.model, ModelSpec::KMeans { .. }) {
+            (step * u64::from(batches), (step + 1) * u64::from(batches))
+        } else {
+            let before = step
+                .checked_sub(1)
+                .map_or(0, |s| self.fleet.positions_done(s));
+            (before, self.fleet.positions_done(step))
+        };
+        if !validation
+            .every
+            .is_due(step, positions, batches, self.last_snapshot.elapsed())
+        {
+            return Ok(false);
+        }
+        let params = match &self.rounds {
+            // ADMM's model is the consensus.
+            RoundState::Admm { z, .. } => z.clone(),
+            _ => self.params.clone(),
+        };
+        let replica = ReplicaMessage {
+            worker: self.id,
+            step,
+            params,
+        };
+        self.ctx
+            .channel
+            .publish(EVAL, step, self.id, replica.encode())
+            .await?;
+        self.last_snapshot = Instant::now();
+        Ok(true)
+    }
+
     /// Sends the step's statistics to the supervisor while the next step computes, one at a
     /// time so that they arrive in order.
     async fn send_stats(
@@ -1240,6 +1288,7 @@ impl Worker {
             published_unix_ms: traffic.published_unix_ms,
             last,
             removed,
+            snapshot: traffic.snapshot,
         };
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;

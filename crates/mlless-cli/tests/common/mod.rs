@@ -132,6 +132,10 @@ pub fn prepare_libsvm(input: &Path, out: &Path, batch_size: u32) {
         &s(input),
         "--out",
         &s(out),
+        // Without a validation set: runs stop only by the criteria the tests name, so that
+        // runs of one job compare bit for bit.
+        "--validation-fraction",
+        "0",
         "--batch-size",
         &batch_size.to_string(),
     ]);
@@ -190,6 +194,10 @@ pub fn ratings_data(dir: &Path) -> (PathBuf, f64) {
         &s(&input),
         "--out",
         &s(&data),
+        // Without a validation set: runs stop only by the criteria the tests name, so that
+        // runs of one job compare bit for bit.
+        "--validation-fraction",
+        "0",
         "--batch-size",
         "1000",
     ]);
