@@ -158,9 +158,12 @@ fn minmax_normalisation_scales_features_into_unit_range() {
         serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["normalization"]["method"], "minmax");
     let train = batches(&data, mlless_runtime::dataset::Split::Train);
-    assert_eq!(train.iter().map(|b| b.samples()).sum::<usize>(), 270);
+    let validation = batches(&data, mlless_runtime::dataset::Split::Validation);
+    // 300 rows: 30 for the test set, then 27 of the 270 left held out for validation.
+    assert_eq!(train.iter().map(|b| b.samples()).sum::<usize>(), 243);
+    assert_eq!(validation.iter().map(|b| b.samples()).sum::<usize>(), 27);
     let mut seen_one = false;
-    for batch in train {
+    for batch in train.into_iter().chain(validation) {
         let mlless_core::Batch::Sparse(rows) = batch else {
             panic!()
         };

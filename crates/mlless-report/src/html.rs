@@ -65,10 +65,10 @@ pub fn comparison(record: &RunRecord, options: &ReportOptions) -> Vec<Prediction
     rows
 }
 
-/// The report page of `record`: summary, the three plots (SVG documents, inlined as they are)
+/// The report page of `record`: summary, the plots (`(id, SVG document)`, inlined as they are)
 /// and the FaaS-versus-VM comparison. Every string from the record is escaped, and its URLs are
 /// shown with their credentials redacted.
-pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: [&str; 3]) -> String {
+pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, &str)]) -> String {
     // Redacted here too: a record written before records were redacted may hold credentials.
     let spec = &record.spec.redacted();
     let mut out = String::new();
@@ -218,7 +218,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: [&str; 3]
 
     // Plots.
     out.push_str("<h2>Plots</h2>\n");
-    for (id, svg) in ["loss", "cost", "bytes"].iter().zip(plots) {
+    for (id, svg) in plots {
         let _ = writeln!(
             out,
             "<figure id=\"plot-{id}\">\n{}\n</figure>",

@@ -29,7 +29,7 @@ mod plots;
 
 pub use html::{comparison, escape, html_report};
 pub use measure::{bill_at, cost_curve, default_cores, measurements, price_table_of};
-pub use plots::{bytes_svg, cost_svg, loss_svg};
+pub use plots::{bytes_svg, cost_svg, loss_svg, validation_svg};
 
 /// Errors of a report.
 #[derive(Debug, thiserror::Error)]
@@ -99,14 +99,20 @@ pub struct ReportFiles {
     pub cost_svg: PathBuf,
     /// Bytes sent and received per step.
     pub bytes_svg: PathBuf,
+    /// The validation metric over time and against cost (`None`: the run had no validation
+    /// set).
+    pub validation_svg: Option<PathBuf>,
     /// The page with the summary, the plots and the comparison.
     pub html: PathBuf,
 }
 
 impl ReportFiles {
     /// Every file, the page last.
-    pub fn all(&self) -> [&Path; 4] {
-        [&self.loss_svg, &self.cost_svg, &self.bytes_svg, &self.html]
+    pub fn all(&self) -> Vec<&Path> {
+        let mut files = vec![self.loss_svg.as_path(), &self.cost_svg, &self.bytes_svg];
+        files.extend(self.validation_svg.as_deref());
+        files.push(&self.html);
+        files
     }
 }
 
@@ -134,7 +140,10 @@ pub fn render_report_with(
     let loss = loss_svg(record)?;
     let cost = cost_svg(record, &options.prices)?;
     let bytes = bytes_svg(record)?;
-    let page = html_report(record, options, [&loss, &cost, &bytes]);
+    let validation = validation_svg(record)?;
+    let mut plots = vec![("loss", loss.as_str()), ("cost", &cost), ("bytes", &bytes)];
+    plots.extend(validation.as_deref().map(|v| ("validation", v)));
+    let page = html_report(record, options, &plots);
 
     std::fs::create_dir_all(out_dir).map_err(|source| ReportError::Io {
         path: out_dir.to_path_buf(),
@@ -145,14 +154,19 @@ pub fn render_report_with(
         loss_svg: out_dir.join("loss.svg"),
         cost_svg: out_dir.join("cost.svg"),
         bytes_svg: out_dir.join("bytes.svg"),
+        validation_svg: validation.as_ref().map(|_| out_dir.join("validation.svg")),
         html: out_dir.join("report.html"),
     };
-    for (path, text) in [
+    let mut writes = vec![
         (&files.loss_svg, &loss),
         (&files.cost_svg, &cost),
         (&files.bytes_svg, &bytes),
-        (&files.html, &page),
-    ] {
+    ];
+    if let (Some(path), Some(svg)) = (&files.validation_svg, &validation) {
+        writes.push((path, svg));
+    }
+    writes.push((&files.html, &page));
+    for (path, text) in writes {
         std::fs::write(path, text).map_err(|source| ReportError::Io {
             path: path.clone(),
             source,

@@ -107,6 +107,161 @@ pub fn loss_svg(record: &RunRecord) -> Result<String, ReportError> {
     Ok(svg)
 }
 
+/// The validation curve: the validation metric against time (with the training loss,
+/// smoothed, on the right axis) and against the billed cost so far, side by side, the best
+/// evaluation marked; `None` when the run had no validation set.
+///
+/// # Errors
+///
+/// [`ReportError::Plot`] if plotters fails.
+pub fn validation_svg(record: &RunRecord) -> Result<Option<String>, ReportError> {
+    let Some(validation) = &record.validation else {
+        return Ok(None);
+    };
+    let metric = validation.metric.as_str();
+    let offset = record.time_offset_s();
+    let points: Vec<(f64, f64, f64)> = validation
+        .points
+        .iter()
+        .filter_map(|p| {
+            let v = *p.metrics.get(metric)?;
+            Some((offset + p.time_s, p.cost_usd.unwrap_or(f64::NAN), v))
+        })
+        .filter(|(t, _, v)| t.is_finite() && v.is_finite())
+        .collect();
+    if points.is_empty() {
+        return Ok(None);
+    }
+    let best = validation
+        .best_point()
+        .and_then(|p| Some((offset + p.time_s, p.cost_usd?, *p.metrics.get(metric)?)));
+    let smoothed = thin(smoothed_loss(record, offset));
+    let by_time: Vec<(f64, f64)> = points.iter().map(|&(t, _, v)| (t, v)).collect();
+    let by_cost: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(_, c, _)| c.is_finite())
+        .map(|&(_, c, v)| (c, v))
+        .collect();
+    let y = padded_range(points.iter().map(|p| p.2), false);
+    let x_time = padded_range(by_time.iter().chain(&smoothed).map(|p| p.0), false);
+    let x_cost = padded_range(by_cost.iter().map(|p| p.0), false);
+    let loss_y = padded_range(smoothed.iter().map(|p| p.1), false);
+    let label = format!("validation {metric}");
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (SIZE.0 * 2, SIZE.1)).into_drawing_area();
+        let fail = plot_error("validation");
+        root.fill(&WHITE).map_err(&fail)?;
+        let (left, right) = root.split_horizontally(SIZE.0);
+        let mut chart = ChartBuilder::on(&left)
+            .caption(format!("{label} over time"), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .right_y_label_area_size(64)
+            .build_cartesian_2d(x_time.clone(), y.clone())
+            .map_err(&fail)?
+            .set_secondary_coord(x_time, loss_y);
+        chart
+            .configure_mesh()
+            .x_desc("time since the run started (s)")
+            .y_desc(label.as_str())
+            .x_label_formatter(&|v| format!("{v:.1}"))
+            .y_label_formatter(&|v| format!("{v:.4}"))
+            .draw()
+            .map_err(&fail)?;
+        chart
+            .configure_secondary_axes()
+            .y_desc("training loss (smoothed)")
+            .y_label_formatter(&|v| format!("{v:.4}"))
+            .draw()
+            .map_err(&fail)?;
+        chart
+            .draw_secondary_series(LineSeries::new(smoothed, WORKERS_COLOR.mix(0.6)))
+            .map_err(&fail)?
+            .label("training loss, smoothed (right axis)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], WORKERS_COLOR));
+        chart
+            .draw_series(LineSeries::new(by_time.clone(), LOSS_COLOR.stroke_width(2)))
+            .map_err(&fail)?
+            .label(label.as_str())
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LOSS_COLOR));
+        chart
+            .draw_series(
+                by_time
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, LOSS_COLOR.filled())),
+            )
+            .map_err(&fail)?;
+        if let Some((t, _, v)) = best {
+            chart
+                .draw_series([Circle::new((t, v), 7, COST_COLOR.stroke_width(2))])
+                .map_err(&fail)?
+                .label("best (the model kept)")
+                .legend(|(x, y)| Circle::new((x + 10, y), 5, COST_COLOR.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(&fail)?;
+
+        let mut chart = ChartBuilder::on(&right)
+            .caption(format!("{label} against cost"), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x_cost, y)
+            .map_err(&fail)?;
+        chart
+            .configure_mesh()
+            .x_desc("billed cost so far (USD)")
+            .y_desc(label.as_str())
+            .x_label_formatter(&|v| format!("{v:.4}"))
+            .y_label_formatter(&|v| format!("{v:.4}"))
+            .draw()
+            .map_err(&fail)?;
+        chart
+            .draw_series(LineSeries::new(by_cost.clone(), COST_COLOR.stroke_width(2)))
+            .map_err(&fail)?;
+        chart
+            .draw_series(
+                by_cost
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, COST_COLOR.filled())),
+            )
+            .map_err(&fail)?;
+        if let Some((_, c, v)) = best {
+            chart
+                .draw_series([Circle::new((c, v), 7, LOSS_COLOR.stroke_width(2))])
+                .map_err(&fail)?;
+        }
+        root.present().map_err(&fail)?;
+    }
+    Ok(Some(svg))
+}
+
+/// Smoothing of the training loss in the validation plot (an EWMA over steps).
+const LOSS_SMOOTHING: f64 = 0.05;
+
+/// The training loss over time, smoothed by an EWMA over the steps.
+fn smoothed_loss(record: &RunRecord, offset: f64) -> Vec<(f64, f64)> {
+    let mut ewma: Option<f64> = None;
+    record
+        .steps
+        .iter()
+        .filter(|s| s.loss.is_finite() && s.time_s.is_finite())
+        .map(|s| {
+            let v = ewma.map_or(s.loss, |e| e + LOSS_SMOOTHING * (s.loss - e));
+            ewma = Some(v);
+            (offset + s.time_s, v)
+        })
+        .collect()
+}
+
 /// The billed cost so far over time (seconds since the run started) at the prices of `prices`,
 /// as an SVG document; the curve is [`cost_curve`].
 ///

@@ -398,3 +398,53 @@ fn an_unwritable_directory_is_an_error_naming_it() {
     let err = render_report(&record(), &file.join("report")).unwrap_err();
     assert!(err.to_string().contains("a-file"), "{err}");
 }
+
+#[test]
+fn the_validation_curve_is_plotted_against_time_and_cost_with_the_best_marked() {
+    use mlless_runtime::record::{EvalPoint, ValidationRecord};
+    let mut record = record();
+    let dir = tempfile::tempdir().unwrap();
+    let without = render_report(&record, &dir.path().join("without")).unwrap();
+    assert_eq!(without.validation_svg, None);
+    assert_eq!(without.all().len(), 4);
+
+    // 12 evaluations: the curve falls, then rises; the best is the 8th.
+    let points: Vec<EvalPoint> = (0..12)
+        .map(|k| EvalPoint {
+            step: 10 * k,
+            epoch: k as f64,
+            time_s: 0.5 * k as f64,
+            cost_usd: Some(0.001 * (k + 1) as f64),
+            metrics: [(
+                "logloss".to_string(),
+                0.7 - 0.05 * k as f64 + 0.01 * (k * k) as f64 / 2.0,
+            )]
+            .into_iter()
+            .collect(),
+            last: k == 11,
+        })
+        .collect();
+    record.validation = Some(ValidationRecord {
+        metric: "logloss".into(),
+        points,
+        best: Some(7),
+        targets: Vec::new(),
+    });
+    let files = render_report(&record, &dir.path().join("with")).unwrap();
+    let path = files.validation_svg.clone().expect("a validation plot");
+    assert_eq!(files.all().len(), 5);
+    // The curve against time, the training loss, the curve against cost.
+    let svg = check_svg(&path, 3);
+    assert!(svg.contains("validation logloss over time"));
+    assert!(svg.contains("billed cost so far (USD)"));
+    assert!(svg.contains("best (the model kept)"));
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let circles = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "circle")
+        .count();
+    // 12 points in each panel, the best marked in each, and the legend's mark.
+    assert_eq!(circles, 12 * 2 + 2 + 1, "{svg}");
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert!(html.contains("id=\"plot-validation\""));
+}
