@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README. It starts the servers the tests talk to on loopback — two
 # redis-servers and a password-protected one, a memcached (from Debian's packages), and a
-# moto_server for S3 (from PyPI) — installing what is missing, and `cargo-lambda` (PyPI) whose
+# moto_server for S3 (from PyPI) — installing what is missing, `safetensors` and `numpy` (PyPI)
+# for the README's Python snippets, and `cargo-lambda` (PyPI) whose
 # Lambda emulator the Lambda tests start themselves — runs every test of the workspace
 # in release mode (the convergence tests train real models), and stops the servers whatever
 # happens. Extra arguments go to `cargo test`.
@@ -88,6 +89,11 @@ curl -sf -X PUT "http://127.0.0.1:$s3_port/mlless-test" >/dev/null
 export AWS_ENDPOINT_URL="http://127.0.0.1:$s3_port"
 export AWS_ACCESS_KEY_ID=mlless-test AWS_SECRET_ACCESS_KEY=mlless-test AWS_REGION=us-east-1
 export MLLESS_TEST_S3_URL="s3://mlless-test/tests"
+
+# safetensors and numpy (PyPI), for the README's Python snippets that tests/predict.rs runs.
+if ! python3 -c 'import safetensors.numpy, numpy' >/dev/null 2>&1; then
+    python3 -m pip install --quiet safetensors numpy
+fi
 
 # The Lambda emulator (`cargo lambda watch`), from PyPI; each Lambda test starts its own.
 if ! cargo lambda --version >/dev/null 2>&1; then

@@ -8,6 +8,7 @@ mod bench;
 mod cost;
 mod demo;
 mod generate;
+mod predict;
 mod prepare;
 mod summary;
 mod train;
@@ -38,6 +39,10 @@ enum Command {
     Prepare(prepare::PrepareArgs),
     /// Train a model on a prepared data set with function workers.
     Train(Box<train::TrainArgs>),
+    /// Score a file with a trained model (CSV predictions; --evaluate for its test metrics).
+    Predict(predict::PredictArgs),
+    /// Write a trained model as named tensors in a safetensors file.
+    Export(predict::ExportArgs),
     /// Print the summary of a run record again and write its plots and HTML page.
     Report(summary::ReportArgs),
     /// Predict the time and cost of a recorded run's work at other fleet sizes and on VMs.
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
         Command::Generate(command) => generate::run(command),
         Command::Prepare(args) => prepare::run(args),
         Command::Train(args) => train::run(*args).map(|_| ()),
+        Command::Predict(args) => predict::run(args),
+        Command::Export(args) => predict::export(args),
         Command::Report(args) => summary::report(args),
         Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),

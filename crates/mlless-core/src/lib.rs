@@ -63,8 +63,8 @@ pub use filter::{
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, MAX_PARAMS,
-    MatrixFactorization, Mlp, Model, ModelError, ModelSpec, Svm, kmeans_plus_plus, lloyd,
-    solve_svm_reference, svm_objective,
+    MatrixFactorization, Mlp, Model, ModelError, ModelSpec, Prediction, Predictor, Svm,
+    kmeans_plus_plus, lloyd, sigmoid, solve_svm_reference, svm_objective,
 };
 pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,

@@ -24,6 +24,7 @@ pub mod kmeans;
 mod linear;
 mod logistic;
 mod mlp;
+pub mod predict;
 pub mod svm;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -38,6 +39,7 @@ pub use factorization::MatrixFactorization;
 pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
 pub use logistic::LogisticRegression;
 pub use mlp::Mlp;
+pub use predict::{Prediction, Predictor, sigmoid};
 pub use svm::{Svm, solve_svm_reference, svm_objective};
 
 /// The largest number of parameters a model may have: every index must fit a `u32`.

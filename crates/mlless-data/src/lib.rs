@@ -43,6 +43,7 @@ pub use mlless_core::{Batch, RatingBatch, SparseBatch};
 
 pub mod codec;
 pub mod generate;
+pub mod ids;
 pub mod manifest;
 pub mod parse;
 pub mod prepare;
@@ -56,13 +57,15 @@ pub use generate::{
     RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs, write_dense_lr,
     write_ratings, write_rings, write_sparse_lr,
 };
+pub use ids::{IDS_KEY, IDS_MAGIC, IdMap};
 pub use manifest::{
-    BatchInfo, DatasetKind, LabelMap, MANIFEST_KEY, MANIFEST_VERSION, Manifest, ManifestError,
-    Normalization, SourceInfo, SplitInfo, batch_key,
+    BatchInfo, DatasetKind, IdsInfo, InputSchema, LabelMap, MANIFEST_KEY, MANIFEST_VERSION,
+    Manifest, ManifestError, Normalization, SourceInfo, SplitInfo, batch_key,
 };
 pub use parse::{
-    InputFormat, ParseError, ParseOptions, Parsed, UnknownFormat, parse_file, parse_files,
-    parse_reader,
+    InputFormat, InputLayout, ParseError, ParseOptions, Parsed, ScoringInput, ScoringLayout,
+    ScoringRows, UnknownFormat, parse_file, parse_files, parse_files_with_layout, parse_reader,
+    read_for_scoring, read_reader_for_scoring,
 };
 pub use prepare::{
     FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_tail,

@@ -41,6 +41,40 @@ pub struct Manifest {
     pub source: SourceInfo,
     /// When the dataset was prepared, seconds since the Unix epoch.
     pub created_unix_s: u64,
+    /// How the input was read, so that `mlless predict` reads new input the same way (absent
+    /// from data sets prepared before it was kept).
+    #[serde(default)]
+    pub schema: Option<InputSchema>,
+}
+
+/// How a data set's input was read: what reading new input like it needs beyond the kind, the
+/// normalisation and the label map.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InputSchema {
+    /// LIBSVM: whether the feature indices were 0-based (the input had an index 0); else they
+    /// were 1-based.
+    #[serde(default)]
+    pub zero_based: bool,
+    /// CSV: columns of a row (the label, then the feature columns).
+    #[serde(default)]
+    pub csv_columns: Option<u32>,
+    /// Ratings: the object holding the original ids of the users and items
+    /// ([`IdMap`](crate::IdMap)).
+    #[serde(default)]
+    pub ids: Option<IdsInfo>,
+}
+
+/// Where a ratings data set's [`IdMap`](crate::IdMap) is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdsInfo {
+    /// Key relative to the data set prefix ([`IDS_KEY`](crate::IDS_KEY)).
+    pub key: String,
+    /// Users it maps (the data set's users).
+    pub users: u32,
+    /// Items it maps (the data set's items).
+    pub items: u32,
+    /// CRC-32 of the whole encoded object.
+    pub crc32: u32,
 }
 
 /// The kind of samples in a dataset.
@@ -241,6 +275,18 @@ impl Manifest {
                 }
             }
         }
+        if let Some(ids) = self.schema.as_ref().and_then(|s| s.ids.as_ref()) {
+            let DatasetKind::Ratings { users, items, .. } = self.kind else {
+                return invalid("an id map on a sparse dataset".into());
+            };
+            if (ids.users, ids.items) != (users, items) {
+                return invalid(format!(
+                    "the id map has {} users and {} items, the dataset {users} and {items}",
+                    ids.users, ids.items
+                ));
+            }
+            check_key(&ids.key)?;
+        }
         if self.train.batches.is_empty() {
             return invalid("no training batches".into());
         }
@@ -323,6 +369,11 @@ mod tests {
                 validation_fraction: None,
             },
             created_unix_s: 1_700_000_000,
+            schema: Some(InputSchema {
+                zero_based: true,
+                csv_columns: None,
+                ids: None,
+            }),
         }
     }
 
@@ -348,6 +399,15 @@ mod tests {
         };
         r.normalization = None;
         r.label_map = None;
+        r.schema = Some(InputSchema {
+            ids: Some(IdsInfo {
+                key: crate::IDS_KEY.into(),
+                users: 4,
+                items: 5,
+                crc32: 9,
+            }),
+            ..InputSchema::default()
+        });
         let json = r.to_json();
         let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(value["kind"]["type"], "ratings");
@@ -399,6 +459,44 @@ mod tests {
             &|m| m.normalization.as_mut().unwrap().method = "z".into(),
             "method",
         );
+        let ids = |users, key: &'static str| {
+            move |m: &mut Manifest| {
+                m.kind = DatasetKind::Ratings {
+                    users: 4,
+                    items: 5,
+                    mean: 3.0,
+                };
+                m.normalization = None;
+                m.label_map = None;
+                m.schema = Some(InputSchema {
+                    ids: Some(IdsInfo {
+                        key: key.into(),
+                        users,
+                        items: 5,
+                        crc32: 0,
+                    }),
+                    ..InputSchema::default()
+                });
+            }
+        };
+        check(&ids(3, "ids.bin"), "the id map has 3 users");
+        check(&ids(4, "../ids.bin"), "unsafe");
+        check(
+            &|m| {
+                m.schema.as_mut().unwrap().ids = Some(IdsInfo {
+                    key: "ids.bin".into(),
+                    users: 1,
+                    items: 1,
+                    crc32: 0,
+                })
+            },
+            "id map on a sparse",
+        );
+        // A manifest written before the schema was kept still reads.
+        let mut old: serde_json::Value = serde_json::from_slice(&sample().to_json()).unwrap();
+        old.as_object_mut().unwrap().remove("schema");
+        let old = Manifest::from_json(&serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(old.schema, None);
         assert!(matches!(
             Manifest::from_json(b"{"),
             Err(ManifestError::Json(_))

@@ -205,6 +205,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
             validation_fraction: None,
         },
         created_unix_s: 0,
+        schema: None,
     };
     let back = Manifest::from_json(&manifest.to_json()).unwrap();
     assert_eq!(back, manifest);

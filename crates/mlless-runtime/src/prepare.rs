@@ -16,8 +16,8 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::Batch;
 use mlless_data::{
-    BatchInfo, DatasetKind, FeatureRange, InputFormat, MANIFEST_KEY, Manifest, ParseOptions,
-    Parsed, SourceInfo, SplitInfo, batch_key,
+    BatchInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo, InputFormat, InputLayout,
+    InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed, SourceInfo, SplitInfo, batch_key,
 };
 use mlless_faas::{FunctionRequest, Invoker, Limits};
 use mlless_store::Store;
@@ -138,6 +138,7 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         train,
         validation,
         test,
+        layout,
     } = read_input(options).await?;
     let kind = train.dataset_kind();
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
@@ -159,6 +160,11 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
+    store.delete(IDS_KEY).await?;
+    let ids = match &layout.ids {
+        Some(ids) => Some(put_ids(&store, ids).await?),
+        None => None,
+    };
     for prefix in ["train/", "test/", "validation/", "staging/"] {
         store.delete_prefix(prefix).await?;
     }
@@ -219,6 +225,11 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         created_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        schema: Some(InputSchema {
+            zero_based: layout.zero_based,
+            csv_columns: layout.csv_columns,
+            ids,
+        }),
     };
     store
         .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
@@ -227,11 +238,26 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
     Ok(manifest)
 }
 
+/// Writes the id map of a ratings data set (before the manifest, which refers to it).
+async fn put_ids(store: &Store, ids: &IdMap) -> Result<IdsInfo> {
+    let bytes = ids.encode();
+    let info = IdsInfo {
+        key: IDS_KEY.to_string(),
+        users: ids.users.len() as u32,
+        items: ids.items.len() as u32,
+        crc32: crc32fast::hash(&bytes),
+    };
+    store.put(IDS_KEY, Bytes::from(bytes)).await?;
+    Ok(info)
+}
+
 /// The parsed input, split.
 struct Splits {
     train: Parsed,
     validation: Option<Parsed>,
     test: Parsed,
+    /// How the input was read.
+    layout: InputLayout,
 }
 
 /// Parses the input (and the test and validation files, if any, as parts of one data set, so
@@ -251,7 +277,9 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
     }
     let (test, validation) = (options.test.clone(), options.validation.clone());
     tokio::task::spawn_blocking(move || -> Result<Splits> {
-        let mut parsed = mlless_data::parse_files(&files, format, &parse_options)?.into_iter();
+        let (parsed, layout) =
+            mlless_data::parse_files_with_layout(&files, format, &parse_options)?;
+        let mut parsed = parsed.into_iter();
         let no_data = || RuntimeError::InvalidJob("parsing returned no data".into());
         let input = parsed.next().ok_or_else(no_data)?;
         let (train, test) = match test {
@@ -282,6 +310,7 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
             train,
             validation,
             test,
+            layout,
         })
     })
     .await

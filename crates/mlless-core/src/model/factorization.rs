@@ -49,12 +49,46 @@ impl MatrixFactorization {
 
     /// The rating the parameters predict for `(user, item)`; ids must be in range.
     #[inline]
-    fn predict(&self, params: &[f32], user: usize, item: usize) -> f32 {
+    pub(super) fn predict(&self, params: &[f32], user: usize, item: usize) -> f32 {
         let k = self.factors;
         let p = &params[user * k..user * k + k];
         let q = &params[self.item_factors + item * k..self.item_factors + item * k + k];
         let dot: f32 = p.iter().zip(q).map(|(a, b)| a * b).sum();
         self.mean + params[self.user_biases + user] + params[self.item_biases + item] + dot
+    }
+
+    /// The rating predicted when the user or the item (or both) is unknown (`None`): the mean
+    /// plus the biases of those that are known, no factors; with both known, [`Self::predict`].
+    /// Errs when a known id is out of range or `params` has the wrong length.
+    pub(super) fn predict_partial(
+        &self,
+        params: &[f32],
+        user: Option<u32>,
+        item: Option<u32>,
+    ) -> Result<f32, ModelError> {
+        check_dims(self.num_params, params, None)?;
+        if let Some(user) = user.filter(|&u| u >= self.users) {
+            return Err(ModelError::UserOutOfRange {
+                position: 0,
+                user,
+                users: self.users,
+            });
+        }
+        if let Some(item) = item.filter(|&i| i >= self.items) {
+            return Err(ModelError::ItemOutOfRange {
+                position: 0,
+                item,
+                items: self.items,
+            });
+        }
+        Ok(match (user, item) {
+            (Some(u), Some(i)) => self.predict(params, u as usize, i as usize),
+            (u, i) => {
+                let bu = u.map_or(0.0, |u| params[self.user_biases + u as usize]);
+                let bi = i.map_or(0.0, |i| params[self.item_biases + i as usize]);
+                self.mean + bu + bi
+            }
+        })
     }
 
     /// Checks parameters and batch, returning the batch's ratings.

@@ -78,6 +78,27 @@ impl Model for KMeans {
     }
 }
 
+impl KMeans {
+    /// The nearest centroid of each row of `batch` and the row's squared distance to it (the
+    /// lowest index among ties), as [`evaluate`](Model::evaluate) computes them; labels are
+    /// ignored.
+    pub(super) fn assign(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+    ) -> Result<Vec<(u32, f64)>, ModelError> {
+        let rows = prepare(params, batch, self.k, self.features)?;
+        let centroids = Centroids::new(params, self.features);
+        Ok(rows
+            .iter_rows()
+            .map(|(_, indices, values)| {
+                let (c, d) = centroids.nearest(indices, values);
+                (c as u32, d)
+            })
+            .collect())
+    }
+}
+
 /// Checks the centroids' length and the batch (kind, layout, indices, values; not the labels),
 /// returning its rows; with `k = 0`, a non-empty batch is an error (no centroid to assign to).
 fn prepare<'b>(

@@ -215,6 +215,31 @@ impl Mlp {
         Ok(rows)
     }
 
+    /// The output logits of each row of `batch`, as [`evaluate`](Model::evaluate) computes
+    /// them; labels are ignored (they need not be class ids).
+    pub(super) fn logits(
+        &self,
+        params: &[f32],
+        batch: &SparseBatch,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        if let Some(reason) = &self.shape_error {
+            return Err(ModelError::InvalidSpec {
+                reason: reason.clone(),
+            });
+        }
+        check_dims(self.num_params, params, None)?;
+        validate_sparse(batch, self.features, Labels::Ignored)?;
+        let mut acts = self.layer_buffers();
+        let last = self.layers.len() - 1;
+        Ok(batch
+            .iter_rows()
+            .map(|(_, indices, values)| {
+                self.forward(params, indices, values, &mut acts);
+                acts[last].clone()
+            })
+            .collect())
+    }
+
     /// One buffer per layer for its activations (or its deltas).
     fn layer_buffers(&self) -> Vec<Vec<f32>> {
         self.layers.iter().map(|l| vec![0.0; l.outputs]).collect()

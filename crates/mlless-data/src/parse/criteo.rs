@@ -73,6 +73,57 @@ pub(super) fn features(path: Option<&Path>, options: &ParseOptions) -> Result<u3
     }
 }
 
+/// Adds the features of one line's columns after the label (`fields`: I1..I13, C1..C26) to
+/// the current row of `rows`, in ascending index order; returns how many fields there were
+/// (extra ones are counted, not read). `categorical` is scratch space.
+pub(super) fn push_features<'a>(
+    ctx: Ctx<'_>,
+    no: u64,
+    fields: impl Iterator<Item = &'a str>,
+    features: u32,
+    rows: &mut SparseBatch,
+    categorical: &mut Vec<u32>,
+) -> Result<usize, ParseError> {
+    categorical.clear();
+    let mut count = 0;
+    for (i, field) in fields.enumerate() {
+        count += 1;
+        let column = i + 1;
+        if column <= CRITEO_INTEGER {
+            if field.is_empty() {
+                continue;
+            }
+            let x: i64 = field.parse().map_err(|_| {
+                ctx.line(
+                    no,
+                    format!("expected an integer in column I{column}, found {field:?}"),
+                )
+            })?;
+            if x != 0 {
+                let value = (x as f64).signum() * (x.unsigned_abs() as f64).ln_1p();
+                rows.indices.push((column - 1) as u32);
+                rows.values.push(value as f32);
+            }
+        } else if column < CRITEO_COLUMNS && !field.is_empty() {
+            let c = column - 1 - CRITEO_INTEGER;
+            categorical.push(criteo_feature(c, field.as_bytes(), features));
+        }
+    }
+    // Integer features are already in order and below 13; categorical ones follow.
+    categorical.sort_unstable();
+    for &index in categorical.iter() {
+        if rows.indices.last() == Some(&index) {
+            if let Some(v) = rows.values.last_mut() {
+                *v += 1.0;
+            }
+        } else {
+            rows.indices.push(index);
+            rows.values.push(1.0);
+        }
+    }
+    Ok(count)
+}
+
 /// Reads a Criteo input into a feature space of `features` (from [`features`]).
 pub(super) fn read<R: BufRead>(
     lines: &mut Lines<'_, R>,
@@ -86,56 +137,22 @@ pub(super) fn read<R: BufRead>(
         if line.trim_ascii().is_empty() {
             continue;
         }
-        let mut columns = 0usize;
-        categorical.clear();
-        for (column, field) in line.split('\t').enumerate() {
-            columns += 1;
-            if column == 0 {
-                let label = match field {
-                    "0" => 0.0,
-                    "1" => 1.0,
-                    _ => {
-                        return Err(ctx.line(no, format!("expected label 0 or 1, found {field:?}")));
-                    }
-                };
-                rows.labels.push(label);
-            } else if column <= CRITEO_INTEGER {
-                if field.is_empty() {
-                    continue;
-                }
-                let x: i64 = field.parse().map_err(|_| {
-                    ctx.line(
-                        no,
-                        format!("expected an integer in column I{column}, found {field:?}"),
-                    )
-                })?;
-                if x != 0 {
-                    let value = (x as f64).signum() * (x.unsigned_abs() as f64).ln_1p();
-                    rows.indices.push((column - 1) as u32);
-                    rows.values.push(value as f32);
-                }
-            } else if column < CRITEO_COLUMNS && !field.is_empty() {
-                let c = column - 1 - CRITEO_INTEGER;
-                categorical.push(criteo_feature(c, field.as_bytes(), features));
+        let mut fields = line.split('\t');
+        let field = fields.next().unwrap_or_default();
+        let label = match field {
+            "0" => 0.0,
+            "1" => 1.0,
+            _ => {
+                return Err(ctx.line(no, format!("expected label 0 or 1, found {field:?}")));
             }
-        }
+        };
+        rows.labels.push(label);
+        let columns = 1 + push_features(ctx, no, fields, features, &mut rows, &mut categorical)?;
         if columns != CRITEO_COLUMNS {
             return Err(ctx.line(
                 no,
                 format!("expected {CRITEO_COLUMNS} tab-separated columns, found {columns}"),
             ));
-        }
-        // Integer features are already in order and below 13; categorical ones follow.
-        categorical.sort_unstable();
-        for &index in &categorical {
-            if rows.indices.last() == Some(&index) {
-                if let Some(v) = rows.values.last_mut() {
-                    *v += 1.0;
-                }
-            } else {
-                rows.indices.push(index);
-                rows.values.push(1.0);
-            }
         }
         end_row(&mut rows, ctx, no)?;
     }

@@ -110,10 +110,11 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
 }
 
 /// Checks that all inputs have the same columns and maps their labels jointly.
+/// Reconciles the parts; returns them and their number of columns.
 pub(super) fn finish(
     mut raws: Vec<(Ctx<'_>, Raw)>,
     options: &ParseOptions,
-) -> Result<Vec<Parsed>, ParseError> {
+) -> Result<(Vec<Parsed>, u32), ParseError> {
     let first = &raws[0];
     if let Some((ctx, raw)) = raws.iter().find(|(_, r)| r.columns != first.1.columns) {
         return Err(ctx.invalid(format!(
@@ -139,14 +140,15 @@ pub(super) fn finish(
         raws.iter_mut()
             .map(|(_, r)| (&r.labels, &mut r.rows.labels)),
     );
-    Ok(raws
+    let parsed = raws
         .into_iter()
         .map(|(_, raw)| Parsed::Sparse {
             rows: raw.rows,
             features,
             label_map,
         })
-        .collect())
+        .collect();
+    Ok((parsed, columns_features + 1))
 }
 
 #[cfg(test)]

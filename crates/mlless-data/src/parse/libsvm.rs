@@ -115,10 +115,11 @@ pub(super) fn read<R: BufRead>(
 }
 
 /// Decides the index base and dimension over all inputs and maps their labels jointly.
+/// Reconciles the parts; returns them and whether their indices are 0-based.
 pub(super) fn finish(
     mut raws: Vec<(Ctx<'_>, Raw)>,
     options: &ParseOptions,
-) -> Result<Vec<Parsed>, ParseError> {
+) -> Result<(Vec<Parsed>, bool), ParseError> {
     let limit = options.features;
     let zero_based = raws.iter().any(|(_, r)| r.saw_zero);
     // With 0-based indices, index == limit is out of range too.
@@ -154,14 +155,15 @@ pub(super) fn finish(
         raws.iter_mut()
             .map(|(_, r)| (&r.labels, &mut r.rows.labels)),
     );
-    Ok(raws
+    let parsed = raws
         .into_iter()
         .map(|(_, raw)| Parsed::Sparse {
             rows: raw.rows,
             features,
             label_map,
         })
-        .collect())
+        .collect();
+    Ok((parsed, zero_based))
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod criteo;
 mod csv;
 mod libsvm;
 mod movielens;
+mod score;
 
 use std::fmt;
 use std::fs::File;
@@ -28,7 +29,12 @@ use std::str::FromStr;
 
 use mlless_core::{RatingBatch, SparseBatch};
 
+use crate::ids::IdMap;
 use crate::manifest::{DatasetKind, LabelMap};
+
+pub use score::{
+    ScoringInput, ScoringLayout, ScoringRows, read_for_scoring, read_reader_for_scoring,
+};
 
 pub use criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, CRITEO_INTEGER, criteo_feature, criteo_hash};
 
@@ -228,6 +234,27 @@ pub fn parse_files<P: AsRef<Path>>(
     format: InputFormat,
     options: &ParseOptions,
 ) -> Result<Vec<Parsed>, ParseError> {
+    Ok(parse_files_with_layout(paths, format, options)?.0)
+}
+
+/// How parsed input was read, beyond what [`Parsed`] says: what reading new input the same way
+/// needs (see [`read_for_scoring`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InputLayout {
+    /// LIBSVM: whether the indices were 0-based (some part had an index 0).
+    pub zero_based: bool,
+    /// CSV: columns of a row (the label, then the features).
+    pub csv_columns: Option<u32>,
+    /// MovieLens: the original ids of the dense user and item ids.
+    pub ids: Option<IdMap>,
+}
+
+/// [`parse_files`], also returning how the input was read.
+pub fn parse_files_with_layout<P: AsRef<Path>>(
+    paths: &[P],
+    format: InputFormat,
+    options: &ParseOptions,
+) -> Result<(Vec<Parsed>, InputLayout), ParseError> {
     let mut inputs = Vec::with_capacity(paths.len());
     for path in paths {
         let path = path.as_ref();
@@ -247,7 +274,7 @@ pub fn parse_reader(
     format: InputFormat,
     options: &ParseOptions,
 ) -> Result<Parsed, ParseError> {
-    let mut parsed = parse_inputs(vec![(reader, path)], format, options)?;
+    let mut parsed = parse_inputs(vec![(reader, path)], format, options)?.0;
     Ok(parsed.pop().expect("one input, one result"))
 }
 
@@ -257,7 +284,7 @@ fn parse_inputs<R: BufRead>(
     inputs: Vec<(R, &Path)>,
     format: InputFormat,
     options: &ParseOptions,
-) -> Result<Vec<Parsed>, ParseError> {
+) -> Result<(Vec<Parsed>, InputLayout), ParseError> {
     fn read_all<'p, R: BufRead, T>(
         inputs: Vec<(R, &'p Path)>,
         mut read: impl FnMut(&mut Lines<'p, R>) -> Result<T, ParseError>,
@@ -279,20 +306,36 @@ fn parse_inputs<R: BufRead>(
     match format {
         InputFormat::Libsvm => {
             let raws = read_all(inputs, |l| libsvm::read(l, options), libsvm::Raw::samples)?;
-            libsvm::finish(raws, options)
+            let (parsed, zero_based) = libsvm::finish(raws, options)?;
+            let layout = InputLayout {
+                zero_based,
+                ..InputLayout::default()
+            };
+            Ok((parsed, layout))
         }
         InputFormat::Csv => {
             let raws = read_all(inputs, csv::read, csv::Raw::samples)?;
-            csv::finish(raws, options)
+            let (parsed, columns) = csv::finish(raws, options)?;
+            let layout = InputLayout {
+                csv_columns: Some(columns),
+                ..InputLayout::default()
+            };
+            Ok((parsed, layout))
         }
         InputFormat::Movielens => {
             let raws = read_all(inputs, movielens::read, RatingBatch::len)?;
-            Ok(movielens::finish(raws))
+            let (parsed, ids) = movielens::finish(raws);
+            let layout = InputLayout {
+                ids: Some(ids),
+                ..InputLayout::default()
+            };
+            Ok((parsed, layout))
         }
         InputFormat::Criteo => {
             let features = criteo::features(inputs.first().map(|i| i.1), options)?;
             let raws = read_all(inputs, |l| criteo::read(l, features), Parsed::samples)?;
-            Ok(raws.into_iter().map(|(_, parsed)| parsed).collect())
+            let parsed = raws.into_iter().map(|(_, parsed)| parsed).collect();
+            Ok((parsed, InputLayout::default()))
         }
     }
 }
@@ -454,10 +497,11 @@ fn end_row(rows: &mut SparseBatch, ctx: Ctx<'_>, line: u64) -> Result<(), ParseE
     Ok(())
 }
 
-/// Replaces ids by dense ids `0..n` in ascending order of the original id; returns `n`.
-fn dense_remap(ids: &mut [u32]) -> u32 {
+/// Replaces ids by dense ids `0..n` in ascending order of the original id; returns the `n`
+/// distinct original ids, ascending (dense id `d` was `distinct[d]`).
+fn dense_remap(ids: &mut [u32]) -> Vec<u32> {
     let Some(&max) = ids.iter().max() else {
-        return 0;
+        return Vec::new();
     };
     let max = max as usize;
     // A lookup table when it is not much bigger than the ids themselves, else sort and search.
@@ -466,17 +510,17 @@ fn dense_remap(ids: &mut [u32]) -> u32 {
         for &id in ids.iter() {
             table[id as usize] = 0;
         }
-        let mut next = 0u32;
-        for slot in table.iter_mut() {
+        let mut distinct = Vec::new();
+        for (original, slot) in table.iter_mut().enumerate() {
             if *slot == 0 {
-                *slot = next;
-                next += 1;
+                *slot = distinct.len() as u32;
+                distinct.push(original as u32);
             }
         }
         for id in ids.iter_mut() {
             *id = table[*id as usize];
         }
-        next
+        distinct
     } else {
         let mut distinct = ids.to_vec();
         distinct.sort_unstable();
@@ -486,12 +530,13 @@ fn dense_remap(ids: &mut [u32]) -> u32 {
                 .binary_search(id)
                 .expect("every id is in the table") as u32;
         }
-        distinct.len() as u32
+        distinct
     }
 }
 
-/// Remaps the ids of several parts jointly (see [`dense_remap`]); returns `n`.
-fn dense_remap_parts(parts: &mut [&mut Vec<u32>]) -> u32 {
+/// Remaps the ids of several parts jointly (see [`dense_remap`]); returns the distinct original
+/// ids, ascending.
+fn dense_remap_parts(parts: &mut [&mut Vec<u32>]) -> Vec<u32> {
     if let [only] = parts {
         return dense_remap(only);
     }
@@ -524,12 +569,12 @@ mod tests {
     #[test]
     fn dense_remap_both_paths() {
         let mut ids = vec![30, 10, 30, 20, 10];
-        assert_eq!(dense_remap(&mut ids), 3);
+        assert_eq!(dense_remap(&mut ids), vec![10, 20, 30]);
         assert_eq!(ids, vec![2, 0, 2, 1, 0]);
         let mut ids = vec![u32::MAX - 1, 5, u32::MAX - 1, 4_000_000_000];
-        assert_eq!(dense_remap(&mut ids), 3);
+        assert_eq!(dense_remap(&mut ids), vec![5, 4_000_000_000, u32::MAX - 1]);
         assert_eq!(ids, vec![2, 0, 2, 1]);
-        assert_eq!(dense_remap(&mut []), 0);
+        assert!(dense_remap(&mut []).is_empty());
     }
 
     #[test]

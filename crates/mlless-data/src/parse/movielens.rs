@@ -11,16 +11,19 @@ use std::io::BufRead;
 use mlless_core::RatingBatch;
 
 use super::{Ctx, Lines, ParseError, Parsed, dense_remap_parts, parse_finite};
+use crate::ids::IdMap;
 
+/// The layout of a MovieLens file.
 #[derive(Clone, Copy)]
-enum Variant {
+pub(super) enum Variant {
     Dat,
     UData,
     Csv,
 }
 
 impl Variant {
-    fn separator(self) -> &'static str {
+    /// The field separator.
+    pub(super) fn separator(self) -> &'static str {
         match self {
             Variant::Dat => "::",
             Variant::UData => "\t",
@@ -28,7 +31,8 @@ impl Variant {
         }
     }
 
-    fn layout(self) -> &'static str {
+    /// The layout, for messages.
+    pub(super) fn layout(self) -> &'static str {
         match self {
             Variant::Dat => "user::item::rating::timestamp",
             Variant::UData => "user<TAB>item<TAB>rating<TAB>timestamp",
@@ -37,9 +41,41 @@ impl Variant {
     }
 }
 
+/// The variant of a file whose first non-blank line is `line`.
+pub(super) fn detect(line: &str) -> Option<Variant> {
+    if line.contains("::") {
+        Some(Variant::Dat)
+    } else if line.contains('\t') {
+        Some(Variant::UData)
+    } else if line.contains(',') {
+        Some(Variant::Csv)
+    } else {
+        None
+    }
+}
+
+/// The error for a first line that is no MovieLens variant.
+pub(super) fn not_movielens(ctx: Ctx<'_>, no: u64, line: &str) -> ParseError {
+    ctx.line(
+        no,
+        format!(
+            "not a MovieLens ratings line: expected {}, {} or {}, found {line:?}",
+            Variant::UData.layout(),
+            Variant::Dat.layout(),
+            Variant::Csv.layout()
+        ),
+    )
+}
+
+/// Whether the first line of a `ratings.csv` is its header (`userId,movieId,…`).
+pub(super) fn is_header(line: &str, v: Variant) -> bool {
+    let first = line.split(v.separator()).next().unwrap_or("").trim_ascii();
+    matches!(v, Variant::Csv) && first.parse::<u32>().is_err()
+}
+
 /// Splits `line` into at most `out.len()` fields (the last one holds the rest of the line);
 /// returns how many.
-fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]) -> usize {
+pub(super) fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]) -> usize {
     fn fill<'a>(fields: impl Iterator<Item = &'a str>, out: &mut [&'a str; 5]) -> usize {
         let mut n = 0;
         for (slot, field) in out.iter_mut().zip(fields) {
@@ -68,27 +104,10 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, 
         let v = match variant {
             Some(v) => v,
             None => {
-                let v = if line.contains("::") {
-                    Variant::Dat
-                } else if line.contains('\t') {
-                    Variant::UData
-                } else if line.contains(',') {
-                    Variant::Csv
-                } else {
-                    return Err(ctx.line(
-                        no,
-                        format!(
-                            "not a MovieLens ratings line: expected {}, {} or {}, found {line:?}",
-                            Variant::UData.layout(),
-                            Variant::Dat.layout(),
-                            Variant::Csv.layout()
-                        ),
-                    ));
-                };
+                let v = detect(line).ok_or_else(|| not_movielens(ctx, no, line))?;
                 variant = Some(v);
-                let first = line.split(v.separator()).next().unwrap_or("").trim_ascii();
-                if matches!(v, Variant::Csv) && first.parse::<u32>().is_err() {
-                    continue; // header
+                if is_header(line, v) {
+                    continue;
                 }
                 v
             }
@@ -125,8 +144,9 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, 
     Ok(ratings)
 }
 
-/// Remaps user and item ids to dense ids over all inputs.
-pub(super) fn finish(mut raws: Vec<(Ctx<'_>, RatingBatch)>) -> Vec<Parsed> {
+/// Remaps user and item ids to dense ids over all inputs; returns the parts and the original
+/// ids of the dense ones.
+pub(super) fn finish(mut raws: Vec<(Ctx<'_>, RatingBatch)>) -> (Vec<Parsed>, IdMap) {
     let users = dense_remap_parts(
         &mut raws
             .iter_mut()
@@ -139,13 +159,17 @@ pub(super) fn finish(mut raws: Vec<(Ctx<'_>, RatingBatch)>) -> Vec<Parsed> {
             .map(|(_, r)| &mut r.items)
             .collect::<Vec<_>>(),
     );
-    raws.into_iter()
+    let ids = IdMap { users, items };
+    let (users, items) = (ids.users.len() as u32, ids.items.len() as u32);
+    let parsed = raws
+        .into_iter()
         .map(|(_, ratings)| Parsed::Ratings {
             ratings,
             users,
             items,
         })
-        .collect()
+        .collect();
+    (parsed, ids)
 }
 
 #[cfg(test)]

@@ -1,0 +1,563 @@
+//! Reading input to score (`mlless predict`): any format `prepare` reads, read the way the
+//! training input was read, with or without labels.
+//!
+//! A file has labels on every data line or on none; the first data line decides, and a later
+//! line that differs is an error naming it. How a line without a label is recognised:
+//!
+//! | format | labelled line | line without a label |
+//! | --- | --- | --- |
+//! | LIBSVM | `label index:value …` (a bare label: a row without features) | its first token is `index:value` (so `1:0.5 3:1` has none) |
+//! | CSV | the training file's columns (label first) | one column fewer |
+//! | MovieLens | `user item rating [timestamp]` | `user item` |
+//! | Criteo | 40 tab-separated columns | 39 (no label column, as in Criteo's `test.txt`) |
+//!
+//! Blank lines and (LIBSVM) comments are skipped, as by the parsers.
+//!
+//! Labels are mapped with the data set's [`LabelMap`] (e.g. -1/+1 → 0/1); a label that is not
+//! one of its two values is an error. Feature indices follow the data set's base (1-based
+//! LIBSVM unless it was 0-based); an index beyond the data set's features is dropped and
+//! counted in [`ScoringInput::ignored_features`]: the model has no weight for it. MovieLens ids
+//! stay the original ones.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use mlless_core::{RatingBatch, SparseBatch};
+
+use super::criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, push_features};
+use super::movielens::{Variant, detect, is_header, not_movielens, split_fields};
+use super::{Ctx, InputFormat, Lines, ParseError, end_row, parse_finite};
+use crate::manifest::LabelMap;
+
+/// How to read input to score: the data set's layout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoringLayout {
+    /// The input format.
+    pub format: InputFormat,
+    /// Features of the data set (sparse formats): larger indices are dropped.
+    pub features: u32,
+    /// LIBSVM: whether indices are 0-based.
+    pub zero_based: bool,
+    /// CSV: columns of a labelled row (default: `features + 1`).
+    pub csv_columns: Option<u32>,
+    /// How labels map to 0/1, if they were mapped.
+    pub label_map: Option<LabelMap>,
+}
+
+/// The rows read, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScoringRows {
+    /// Sparse rows (LIBSVM, CSV, Criteo): 0-based indices below the features; labels mapped
+    /// as in training, or 0 when the input has none.
+    Sparse(SparseBatch),
+    /// Ratings with their *original* user and item ids; ratings are 0 when the input has none.
+    Ratings(RatingBatch),
+}
+
+/// Input read for scoring.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoringInput {
+    /// The samples.
+    pub rows: ScoringRows,
+    /// Whether the lines had labels (ratings).
+    pub labelled: bool,
+    /// The 1-based line of each sample.
+    pub lines: Vec<u64>,
+    /// Feature entries dropped because their index is beyond the data set's features.
+    pub ignored_features: u64,
+}
+
+impl ScoringInput {
+    /// Number of samples.
+    pub fn samples(&self) -> usize {
+        self.lines.len()
+    }
+}
+
+/// Reads `path` for scoring (see the module doc); an input without samples is an error.
+pub fn read_for_scoring(path: &Path, layout: &ScoringLayout) -> Result<ScoringInput, ParseError> {
+    let file = File::open(path).map_err(|error| ParseError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    read_reader_for_scoring(BufReader::with_capacity(1 << 20, file), path, layout)
+}
+
+/// [`read_for_scoring`] from a reader; `path` names it in errors.
+pub fn read_reader_for_scoring(
+    reader: impl BufRead,
+    path: &Path,
+    layout: &ScoringLayout,
+) -> Result<ScoringInput, ParseError> {
+    let mut lines = Lines::new(reader, path);
+    let mut state = State {
+        ctx: lines.ctx,
+        labelled: None,
+        lines: Vec::new(),
+        ignored: 0,
+    };
+    let rows = match layout.format {
+        InputFormat::Libsvm => ScoringRows::Sparse(libsvm(&mut lines, layout, &mut state)?),
+        InputFormat::Csv => ScoringRows::Sparse(csv(&mut lines, layout, &mut state)?),
+        InputFormat::Criteo => ScoringRows::Sparse(criteo(&mut lines, layout, &mut state)?),
+        InputFormat::Movielens => ScoringRows::Ratings(movielens(&mut lines, &mut state)?),
+    };
+    if state.lines.is_empty() {
+        return Err(ParseError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(ScoringInput {
+        rows,
+        labelled: state.labelled.is_some_and(|(labelled, _)| labelled),
+        lines: state.lines,
+        ignored_features: state.ignored,
+    })
+}
+
+struct State<'p> {
+    ctx: Ctx<'p>,
+    labelled: Option<(bool, u64)>,
+    lines: Vec<u64>,
+    ignored: u64,
+}
+
+impl State<'_> {
+    /// Records that line `no` has (or has not) a label; errs when it differs from the first.
+    fn label_presence(&mut self, no: u64, labelled: bool) -> Result<(), ParseError> {
+        match self.labelled {
+            None => self.labelled = Some((labelled, no)),
+            Some((first, first_no)) if first != labelled => {
+                let (has, hasnt) = if first { ("a ", "no ") } else { ("no ", "a ") };
+                return Err(self.ctx.line(
+                    no,
+                    format!("{hasnt}label here, but line {first_no} had {has}label: a file has labels on every line or on none"),
+                ));
+            }
+            Some(_) => {}
+        }
+        self.lines.push(no);
+        Ok(())
+    }
+
+    /// The label `value` of line `no`, mapped with the data set's label map.
+    fn map_label(&self, no: u64, value: f32, map: Option<LabelMap>) -> Result<f32, ParseError> {
+        match map {
+            None => Ok(value),
+            Some(map) if value == map.negative => Ok(0.0),
+            Some(map) if value == map.positive => Ok(1.0),
+            Some(map) => Err(self.ctx.line(
+                no,
+                format!(
+                    "label {value} is neither of the data set's labels {} and {}",
+                    map.negative, map.positive
+                ),
+            )),
+        }
+    }
+}
+
+fn libsvm<R: BufRead>(
+    lines: &mut Lines<'_, R>,
+    layout: &ScoringLayout,
+    state: &mut State<'_>,
+) -> Result<SparseBatch, ParseError> {
+    let ctx = lines.ctx;
+    let mut rows = SparseBatch::new();
+    while let Some((no, line)) = lines.next_line()? {
+        let content = line.find('#').map_or(line, |p| &line[..p]);
+        let mut tokens = content.split_ascii_whitespace().peekable();
+        let Some(&first) = tokens.peek() else {
+            continue;
+        };
+        let labelled = !first.contains(':');
+        state.label_presence(no, labelled)?;
+        let label = if labelled {
+            tokens.next();
+            let label = parse_finite(first).ok_or_else(|| {
+                ctx.line(no, format!("expected a numeric label, found {first:?}"))
+            })?;
+            state.map_label(no, label, layout.label_map)?
+        } else {
+            0.0
+        };
+        rows.labels.push(label);
+        let mut previous: Option<u32> = None;
+        for token in tokens {
+            let Some((index, value)) = token.split_once(':') else {
+                return Err(ctx.line(no, format!("expected INDEX:VALUE, found {token:?}")));
+            };
+            let index: u32 = index.parse().map_err(|_| {
+                ctx.line(
+                    no,
+                    format!("expected a feature index, found {index:?} in {token:?}"),
+                )
+            })?;
+            let value = parse_finite(value).ok_or_else(|| {
+                ctx.line(
+                    no,
+                    format!("expected a numeric value, found {value:?} in {token:?}"),
+                )
+            })?;
+            if let Some(p) = previous.filter(|&p| index <= p) {
+                return Err(ctx.line(
+                    no,
+                    format!("feature indices must ascend, found {index} after {p}"),
+                ));
+            }
+            previous = Some(index);
+            let index = if layout.zero_based {
+                index
+            } else {
+                index.checked_sub(1).ok_or_else(|| {
+                    ctx.line(
+                        no,
+                        "feature index 0 in a data set whose LIBSVM indices are 1-based",
+                    )
+                })?
+            };
+            if index >= layout.features {
+                state.ignored += 1;
+                continue;
+            }
+            rows.indices.push(index);
+            rows.values.push(value);
+        }
+        end_row(&mut rows, ctx, no)?;
+    }
+    Ok(rows)
+}
+
+fn csv<R: BufRead>(
+    lines: &mut Lines<'_, R>,
+    layout: &ScoringLayout,
+    state: &mut State<'_>,
+) -> Result<SparseBatch, ParseError> {
+    let ctx = lines.ctx;
+    let columns = layout
+        .csv_columns
+        .map_or(layout.features as usize + 1, |c| c as usize);
+    let mut rows = SparseBatch::new();
+    let mut first = true;
+    while let Some((no, line)) = lines.next_line()? {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let fields = || line.split(',').map(str::trim_ascii);
+        if std::mem::take(&mut first)
+            && fields().any(|f| !f.is_empty() && f.parse::<f64>().is_err())
+        {
+            continue; // header
+        }
+        let count = fields().count();
+        let labelled = if count == columns {
+            true
+        } else if count + 1 == columns {
+            false
+        } else {
+            return Err(ctx.line(
+                no,
+                format!(
+                    "expected {columns} columns (label first) or {} (no label), found {count}",
+                    columns - 1
+                ),
+            ));
+        };
+        state.label_presence(no, labelled)?;
+        let mut fields = fields();
+        let label = if labelled {
+            let field = fields.next().unwrap_or_default();
+            if field.is_empty() {
+                return Err(ctx.line(no, "missing label in column 1"));
+            }
+            let label = parse_finite(field).ok_or_else(|| {
+                ctx.line(no, format!("expected a numeric label, found {field:?}"))
+            })?;
+            state.map_label(no, label, layout.label_map)?
+        } else {
+            0.0
+        };
+        rows.labels.push(label);
+        let offset = usize::from(labelled);
+        for (i, field) in fields.enumerate() {
+            if field.is_empty() {
+                continue;
+            }
+            let value = parse_finite(field).ok_or_else(|| {
+                ctx.line(
+                    no,
+                    format!(
+                        "expected a number in column {}, found {field:?}",
+                        i + offset + 1
+                    ),
+                )
+            })?;
+            if value == 0.0 {
+                continue;
+            }
+            match u32::try_from(i).ok().filter(|&j| j < layout.features) {
+                Some(j) => {
+                    rows.indices.push(j);
+                    rows.values.push(value);
+                }
+                None => state.ignored += 1,
+            }
+        }
+        end_row(&mut rows, ctx, no)?;
+    }
+    Ok(rows)
+}
+
+fn criteo<R: BufRead>(
+    lines: &mut Lines<'_, R>,
+    layout: &ScoringLayout,
+    state: &mut State<'_>,
+) -> Result<SparseBatch, ParseError> {
+    let ctx = lines.ctx;
+    let mut rows = SparseBatch::new();
+    let mut categorical = Vec::with_capacity(CRITEO_CATEGORICAL);
+    while let Some((no, line)) = lines.next_line()? {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let count = line.split('\t').count();
+        let labelled = if count == CRITEO_COLUMNS {
+            true
+        } else if count + 1 == CRITEO_COLUMNS {
+            false
+        } else {
+            return Err(ctx.line(
+                no,
+                format!(
+                    "expected {CRITEO_COLUMNS} tab-separated columns (label first) or {} (no label), found {count}",
+                    CRITEO_COLUMNS - 1
+                ),
+            ));
+        };
+        state.label_presence(no, labelled)?;
+        let mut fields = line.split('\t');
+        let label = if labelled {
+            match fields.next().unwrap_or_default() {
+                "0" => 0.0,
+                "1" => 1.0,
+                field => {
+                    return Err(ctx.line(no, format!("expected label 0 or 1, found {field:?}")));
+                }
+            }
+        } else {
+            0.0
+        };
+        rows.labels.push(label);
+        push_features(
+            ctx,
+            no,
+            fields,
+            layout.features,
+            &mut rows,
+            &mut categorical,
+        )?;
+        end_row(&mut rows, ctx, no)?;
+    }
+    Ok(rows)
+}
+
+fn movielens<R: BufRead>(
+    lines: &mut Lines<'_, R>,
+    state: &mut State<'_>,
+) -> Result<RatingBatch, ParseError> {
+    let ctx = lines.ctx;
+    let mut ratings = RatingBatch::default();
+    let mut variant: Option<Variant> = None;
+    while let Some((no, line)) = lines.next_line()? {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let v = match variant {
+            Some(v) => v,
+            None => {
+                let v = detect(line).ok_or_else(|| not_movielens(ctx, no, line))?;
+                variant = Some(v);
+                if is_header(line, v) {
+                    continue;
+                }
+                v
+            }
+        };
+        let mut parts = [""; 5];
+        let n = split_fields(line, v, &mut parts);
+        let fields: Vec<&str> = parts[..n].iter().map(|f| f.trim_ascii()).collect();
+        let (user, item, rating) = match fields[..] {
+            [user, item] => (user, item, None),
+            [user, item, rating] | [user, item, rating, _] => (user, item, Some(rating)),
+            _ => {
+                return Err(ctx.line(
+                    no,
+                    format!(
+                        "expected {} or user and item alone, found {n} fields",
+                        v.layout()
+                    ),
+                ));
+            }
+        };
+        state.label_presence(no, rating.is_some())?;
+        let user: u32 = user
+            .parse()
+            .map_err(|_| ctx.line(no, format!("expected a user id, found {user:?}")))?;
+        let item: u32 = item
+            .parse()
+            .map_err(|_| ctx.line(no, format!("expected an item id, found {item:?}")))?;
+        let rating = match rating {
+            Some(r) => parse_finite(r)
+                .ok_or_else(|| ctx.line(no, format!("expected a rating, found {r:?}")))?,
+            None => 0.0,
+        };
+        ratings.push(user, item, rating);
+    }
+    Ok(ratings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str, layout: ScoringLayout) -> Result<ScoringInput, ParseError> {
+        read_reader_for_scoring(text.as_bytes(), Path::new("in.txt"), &layout)
+    }
+
+    fn layout(format: InputFormat, features: u32) -> ScoringLayout {
+        ScoringLayout {
+            format,
+            features,
+            zero_based: false,
+            csv_columns: None,
+            label_map: Some(LabelMap {
+                negative: -1.0,
+                positive: 1.0,
+            }),
+        }
+    }
+
+    fn sparse(input: &ScoringInput) -> &SparseBatch {
+        match &input.rows {
+            ScoringRows::Sparse(rows) => rows,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn libsvm_with_and_without_labels() {
+        let l = layout(InputFormat::Libsvm, 3);
+        let input = read("# c\n-1 1:0.5 3:2 5:9\n\n+1 2:1\n", l).unwrap();
+        assert!(input.labelled);
+        assert_eq!(input.lines, vec![2, 4]);
+        assert_eq!(input.ignored_features, 1);
+        let rows = sparse(&input);
+        assert_eq!(rows.labels, vec![0.0, 1.0]);
+        assert_eq!(rows.indices, vec![0, 2, 1]);
+        assert_eq!(rows.offsets, vec![0, 2, 3]);
+
+        let input = read("1:0.5 3:2\n2:1\n", l).unwrap();
+        assert!(!input.labelled);
+        assert_eq!(sparse(&input).indices, vec![0, 2, 1]);
+
+        let zero = ScoringLayout {
+            zero_based: true,
+            ..l
+        };
+        assert_eq!(sparse(&read("0:1 3:1\n", zero).unwrap()).indices, vec![0]);
+
+        for (text, message) in [
+            (
+                "-1 1:1\n1:1\n",
+                "in.txt:2: no label here, but line 1 had a label",
+            ),
+            (
+                "1:1\n-1 1:1\n",
+                "in.txt:2: a label here, but line 1 had no label",
+            ),
+            (
+                "2 1:1\n",
+                "in.txt:1: label 2 is neither of the data set's labels -1 and 1",
+            ),
+            (
+                "1 0:1\n",
+                "in.txt:1: feature index 0 in a data set whose LIBSVM",
+            ),
+            ("1 2:1 x\n", "in.txt:1: expected INDEX:VALUE"),
+            ("1 2:1 1:1\n", "in.txt:1: feature indices must ascend"),
+        ] {
+            let err = read(text, l).unwrap_err().to_string();
+            assert!(err.starts_with(message), "{err:?} for {text:?}");
+        }
+        assert!(matches!(read("# none\n", l), Err(ParseError::Empty { .. })));
+    }
+
+    #[test]
+    fn csv_with_and_without_labels() {
+        let l = ScoringLayout {
+            csv_columns: Some(3),
+            ..layout(InputFormat::Csv, 2)
+        };
+        let input = read("y,a,b\n1,0.5,\n-1,0,2\n", l).unwrap();
+        assert!(input.labelled);
+        let rows = sparse(&input);
+        assert_eq!(rows.labels, vec![1.0, 0.0]);
+        assert_eq!(rows.indices, vec![0, 1]);
+        assert_eq!(rows.values, vec![0.5, 2.0]);
+        let input = read("0.5,\n0,2\n", l).unwrap();
+        assert!(!input.labelled);
+        assert_eq!(sparse(&input).values, vec![0.5, 2.0]);
+        let err = read("1,2,3,4\n", l).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "in.txt:1: expected 3 columns (label first) or 2 (no label), found 4"
+        );
+        let err = read("1,2,3\n1,x,3\n", l).unwrap_err().to_string();
+        assert_eq!(err, "in.txt:2: expected a number in column 2, found \"x\"");
+    }
+
+    #[test]
+    fn movielens_keeps_original_ids() {
+        let l = layout(InputFormat::Movielens, 0);
+        let input = read(
+            "userId,movieId,rating,timestamp\n1007,999999,4.5,1\n7,3,2,1\n",
+            l,
+        )
+        .unwrap();
+        assert!(input.labelled);
+        let ScoringRows::Ratings(r) = &input.rows else {
+            panic!()
+        };
+        assert_eq!(
+            (r.users.clone(), r.items.clone()),
+            (vec![1007, 7], vec![999999, 3])
+        );
+        assert_eq!(r.ratings, vec![4.5, 2.0]);
+        let input = read("1007\t5\n8\t6\n", l).unwrap();
+        assert!(!input.labelled);
+        let err = read("1::2::3\n1::2::x\n", l).unwrap_err().to_string();
+        assert_eq!(err, "in.txt:2: expected a rating, found \"x\"");
+        let err = read("1\t2\n1\n", l).unwrap_err().to_string();
+        assert!(err.starts_with("in.txt:2: expected user"), "{err}");
+    }
+
+    #[test]
+    fn criteo_with_and_without_labels() {
+        let l = ScoringLayout {
+            label_map: None,
+            ..layout(InputFormat::Criteo, 1000)
+        };
+        let features = vec!["1"; 13].join("\t") + "\t" + &vec!["ab"; 26].join("\t");
+        let labelled = read(&format!("1\t{features}\n"), l).unwrap();
+        let unlabelled = read(&format!("{features}\n"), l).unwrap();
+        assert!(labelled.labelled && !unlabelled.labelled);
+        assert_eq!(sparse(&labelled).indices, sparse(&unlabelled).indices);
+        assert_eq!(sparse(&labelled).labels, vec![1.0]);
+        let err = read("1\t2\n", l).unwrap_err().to_string();
+        assert!(
+            err.starts_with("in.txt:1: expected 40 tab-separated columns"),
+            "{err}"
+        );
+    }
+}

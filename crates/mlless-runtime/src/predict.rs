@@ -1,0 +1,424 @@
+//! `mlless predict`: scores a file with a trained model, the way its data set was prepared.
+//!
+//! A model is found from a run (`{runs}/{job}`: `spec.json`, `model.bin`, `record.json`) or
+//! from a `model.bin` (with the run's `spec.json` beside it, or a data set given). The run's
+//! data set gives what reading and scoring new input needs: the normalisation, the label map,
+//! how the input was read ([`mlless_data::InputSchema`]) and, for ratings, the id map
+//! ([`IdMap`]).
+//!
+//! Output is CSV with a header, one row per input sample, in input order:
+//!
+//! | model | columns |
+//! | --- | --- |
+//! | lr | `probability,label` (probability of the positive label; label the predicted one) |
+//! | svm | `margin,label` |
+//! | pmf | `user,item,rating` (original ids) |
+//! | kmeans | `cluster,distance` (Euclidean distance to the nearest centroid) |
+//! | mlp | `p0,…,p{C-1},label` |
+//!
+//! Labels are written as the input wrote them (through the data set's label map). A PMF user or
+//! item the data set never had gets the bias-only prediction: the global mean plus the bias of
+//! whichever of the two is known.
+
+use std::io::Write;
+
+use mlless_core::{Batch, Evaluation, Metrics, ModelError, ModelSpec, Prediction, Predictor};
+use mlless_data::{
+    DatasetKind, IdMap, InputFormat, LabelMap, Manifest, RatingBatch, ScoringInput, ScoringLayout,
+    ScoringRows,
+};
+use mlless_store::Store;
+
+use crate::dataset::Dataset;
+use crate::error::{Result, RuntimeError};
+use crate::messages::{Message, StoredModel};
+use crate::record::{MODEL_KEY, RECORD_KEY, RunRecord};
+use crate::spec::{JobSpec, SPEC_KEY};
+
+/// A trained model with what scoring new input needs.
+#[derive(Debug, Clone)]
+pub struct TrainedModel {
+    /// Where the model was read from.
+    pub model_url: String,
+    /// The model.
+    pub model: StoredModel,
+    /// The run's spec, when the model came with one.
+    pub spec: Option<JobSpec>,
+    /// The run's record, when there is one (for its test metrics).
+    pub record: Option<RunRecord>,
+    /// Location of the data set the model was trained on.
+    pub data_url: String,
+    /// That data set's manifest.
+    pub manifest: Manifest,
+    /// Its id map (ratings data sets).
+    pub ids: Option<IdMap>,
+}
+
+/// What scoring a file did, besides writing the predictions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScoreSummary {
+    /// Samples scored.
+    pub samples: u64,
+    /// The model's metrics on the input, when asked for.
+    pub metrics: Option<Metrics>,
+    /// Feature entries ignored: their index is beyond the model's features.
+    pub ignored_features: u64,
+    /// PMF: ratings whose user the data set never had.
+    pub unknown_users: u64,
+    /// PMF: ratings whose item the data set never had.
+    pub unknown_items: u64,
+}
+
+/// Splits a location into its directory and its last component (`a/b/model.bin` → `a/b`,
+/// `model.bin`).
+fn split_last(location: &str) -> (&str, &str) {
+    let trimmed = location.trim_end_matches('/');
+    match trimmed.rsplit_once('/') {
+        Some(("", name)) => ("/", name),
+        Some((dir, name)) if !dir.ends_with(':') && !dir.ends_with(":/") => (dir, name),
+        _ => (".", trimmed),
+    }
+}
+
+/// Opens a store at `url`, refusing a local directory that does not exist (opening would
+/// create it).
+fn open_existing(url: &str) -> Result<Store> {
+    if !url.contains("://") && !std::path::Path::new(url).is_dir() {
+        return Err(RuntimeError::InvalidJob(format!(
+            "{url}: no such directory"
+        )));
+    }
+    Ok(Store::open(url)?)
+}
+
+impl TrainedModel {
+    /// Loads the model at `location` — a run (`{runs}/{job}`) or a `model.bin` — and the data
+    /// set it was trained on: `data_url`, or else the run's (from the `spec.json` beside the
+    /// model).
+    pub async fn load(location: &str, data_url: Option<&str>) -> Result<Self> {
+        let (run, key) = if location.trim_end_matches('/').ends_with(".bin") {
+            let (dir, name) = split_last(location);
+            (open_existing(dir)?, name.to_string())
+        } else {
+            (open_existing(location)?, MODEL_KEY.to_string())
+        };
+        let model_url = format!("{}/{key}", run.url());
+        let bytes = run.get(&key).await?;
+        let model = StoredModel::decode(&bytes, || model_url.clone())?;
+        let spec = match run.get_opt(SPEC_KEY).await? {
+            Some(bytes) => Some(serde_json::from_slice::<JobSpec>(&bytes).map_err(|source| {
+                RuntimeError::Json {
+                    location: format!("{}/{SPEC_KEY}", run.url()),
+                    source,
+                }
+            })?),
+            None => None,
+        };
+        // The record is only for comparing metrics: one that does not read is left out.
+        let record = match run.get_opt(RECORD_KEY).await? {
+            Some(bytes) => serde_json::from_slice::<RunRecord>(&bytes).ok(),
+            None => None,
+        };
+        let data_url = match (data_url, &spec) {
+            (Some(url), _) => url.to_string(),
+            (None, Some(spec)) => spec.data_url.clone(),
+            (None, None) => {
+                return Err(RuntimeError::InvalidJob(format!(
+                    "{model_url}: no {SPEC_KEY} beside the model names its data set; give --data"
+                )));
+            }
+        };
+        let dataset = Dataset::open(&data_url).await?;
+        let manifest = dataset.manifest().clone();
+        check_fits(&model.spec, &manifest.kind, &model_url)?;
+        let ids = match manifest.schema.as_ref().and_then(|s| s.ids.as_ref()) {
+            Some(info) => {
+                let store = Store::open(&data_url)?;
+                let bytes = store.get(&info.key).await?;
+                let location = format!("{}/{}", store.url(), info.key);
+                if crc32fast::hash(&bytes) != info.crc32 {
+                    return Err(RuntimeError::Corrupt {
+                        location,
+                        source: mlless_data::CodecError::ChecksumMismatch {
+                            expected: info.crc32,
+                            actual: crc32fast::hash(&bytes),
+                        },
+                    });
+                }
+                let ids = IdMap::decode(&bytes)
+                    .map_err(|source| RuntimeError::Corrupt { location, source })?;
+                Some(ids)
+            }
+            None => None,
+        };
+        Ok(Self {
+            model_url,
+            model,
+            spec,
+            record,
+            data_url: dataset.url().to_string(),
+            manifest,
+            ids,
+        })
+    }
+
+    /// How input in `format` is read for this model's data set.
+    pub fn scoring_layout(&self, format: InputFormat) -> ScoringLayout {
+        let schema = self.manifest.schema.clone().unwrap_or_default();
+        let features = match (&self.model.spec, &self.manifest.kind) {
+            (
+                ModelSpec::LogisticRegression { features, .. }
+                | ModelSpec::Svm { features, .. }
+                | ModelSpec::KMeans { features, .. }
+                | ModelSpec::Mlp { features, .. },
+                _,
+            ) => *features,
+            (_, DatasetKind::Sparse { features }) => *features,
+            _ => 0,
+        };
+        ScoringLayout {
+            format,
+            features,
+            zero_based: schema.zero_based,
+            csv_columns: schema.csv_columns,
+            label_map: self.manifest.label_map,
+        }
+    }
+
+    /// Scores `input` (read with [`Self::scoring_layout`]; `path` names it in errors), writes
+    /// the predictions as CSV to `out`, and with `evaluate` computes the model's test metrics
+    /// on it exactly as the supervisor does for the test set.
+    pub fn score(
+        &self,
+        input: ScoringInput,
+        path: &str,
+        out: &mut dyn Write,
+        evaluate: bool,
+    ) -> Result<ScoreSummary> {
+        let spec = &self.model.spec;
+        let params = &self.model.params;
+        let predictor = Predictor::new(spec, params).map_err(|source| RuntimeError::Model {
+            location: self.model_url.clone(),
+            source,
+        })?;
+        let needs_labels = !matches!(spec, ModelSpec::KMeans { .. });
+        if evaluate && needs_labels && !input.labelled {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{path}: --evaluate needs labels (ratings), and the input has none"
+            )));
+        }
+        let io = |source| RuntimeError::Io {
+            path: "the predictions".into(),
+            source,
+        };
+        let mut summary = ScoreSummary {
+            samples: input.samples() as u64,
+            ignored_features: input.ignored_features,
+            ..ScoreSummary::default()
+        };
+        let lines = input.lines;
+        let model_error = |source: ModelError| line_error(path, &lines, source);
+        match input.rows {
+            ScoringRows::Sparse(mut rows) => {
+                if matches!(spec, ModelSpec::MatrixFactorization { .. }) {
+                    return Err(RuntimeError::InvalidJob(format!(
+                        "{path}: a pmf model scores ratings: use --format movielens"
+                    )));
+                }
+                if let Some(normalization) = &self.manifest.normalization {
+                    normalization.apply(&mut rows);
+                }
+                let predictions = predictor.predict_rows(&rows).map_err(model_error)?;
+                write_rows(out, spec, &predictions, self.manifest.label_map).map_err(io)?;
+                if evaluate {
+                    summary.metrics = Some(evaluate_batch(
+                        spec,
+                        params,
+                        Batch::Sparse(rows),
+                        path,
+                        &lines,
+                    )?);
+                }
+            }
+            ScoringRows::Ratings(ratings) => {
+                let ModelSpec::MatrixFactorization { .. } = spec else {
+                    return Err(RuntimeError::InvalidJob(format!(
+                        "{path}: a {} model scores feature rows, not ratings",
+                        spec.name()
+                    )));
+                };
+                let ids = self.ids.as_ref().ok_or_else(|| {
+                    RuntimeError::InvalidJob(format!(
+                        "the data set {} has no id map (prepared before mlless kept one): \
+                         prepare it again to predict by original ids",
+                        self.data_url
+                    ))
+                })?;
+                writeln!(out, "user,item,rating").map_err(io)?;
+                // Ratings of known users and items by model ids, for the model's evaluation;
+                // the (bias-only prediction, rating) of the others.
+                let mut known = RatingBatch::default();
+                let mut unknown = Vec::new();
+                for (user, item, rating) in ratings.iter() {
+                    let (u, i) = (ids.user(user), ids.item(item));
+                    let predicted = predictor.predict_rating(u, i).map_err(model_error)?;
+                    writeln!(out, "{user},{item},{predicted}").map_err(io)?;
+                    summary.unknown_users += u64::from(u.is_none());
+                    summary.unknown_items += u64::from(i.is_none());
+                    match (u, i) {
+                        (Some(u), Some(i)) => known.push(u, i, rating),
+                        _ => unknown.push((predicted, f64::from(rating))),
+                    }
+                }
+                if evaluate {
+                    let mut eval = Evaluation::for_spec(spec);
+                    spec.model()
+                        .evaluate(params, &Batch::Ratings(known), &mut eval)
+                        .map_err(model_error)?;
+                    for (predicted, actual) in unknown {
+                        eval.push_rating(predicted, actual).map_err(model_error)?;
+                    }
+                    summary.metrics = Some(eval.finish());
+                }
+            }
+        }
+        out.flush().map_err(io)?;
+        Ok(summary)
+    }
+}
+
+/// Errs unless the model can have been trained on a data set of this kind.
+fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str) -> Result<()> {
+    let fits = match (spec, kind) {
+        (
+            ModelSpec::MatrixFactorization { users, items, .. },
+            DatasetKind::Ratings {
+                users: u, items: i, ..
+            },
+        ) => users == u && items == i,
+        (ModelSpec::MatrixFactorization { .. }, _) | (_, DatasetKind::Ratings { .. }) => false,
+        _ => true,
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(RuntimeError::InvalidJob(format!(
+            "{model_url}: the {} model does not fit its data set ({kind:?})",
+            spec.name()
+        )))
+    }
+}
+
+/// A model's complaint about sample `row`, named by its file and line where it has a row.
+fn line_error(path: &str, lines: &[u64], source: ModelError) -> RuntimeError {
+    let row = match &source {
+        ModelError::BadLabel { row, .. }
+        | ModelError::BadClassLabel { row, .. }
+        | ModelError::FeatureOutOfRange { row, .. }
+        | ModelError::NonFiniteFeature { row, .. } => Some(*row),
+        _ => None,
+    };
+    let location = match row.and_then(|r| lines.get(r)) {
+        Some(line) => format!("{path}:{line}"),
+        None => path.to_string(),
+    };
+    RuntimeError::Model { location, source }
+}
+
+/// The supervisor's evaluation of one batch.
+fn evaluate_batch(
+    spec: &ModelSpec,
+    params: &[f32],
+    batch: Batch,
+    path: &str,
+    lines: &[u64],
+) -> Result<Metrics> {
+    let mut eval = Evaluation::for_spec(spec);
+    spec.model()
+        .evaluate(params, &batch, &mut eval)
+        .map_err(|source| line_error(path, lines, source))?;
+    Ok(eval.finish())
+}
+
+/// The label the input would have written for class `class`.
+fn original_label(class: u32, map: Option<LabelMap>) -> f32 {
+    match (map, class) {
+        (Some(map), 0) => map.negative,
+        (Some(map), _) => map.positive,
+        (None, c) => c as f32,
+    }
+}
+
+/// Writes the header and one CSV row per prediction of a sparse model.
+fn write_rows(
+    out: &mut dyn Write,
+    spec: &ModelSpec,
+    predictions: &[Prediction],
+    map: Option<LabelMap>,
+) -> std::io::Result<()> {
+    match spec {
+        ModelSpec::LogisticRegression { .. } => writeln!(out, "probability,label")?,
+        ModelSpec::Svm { .. } => writeln!(out, "margin,label")?,
+        ModelSpec::KMeans { .. } => writeln!(out, "cluster,distance")?,
+        ModelSpec::Mlp { classes, .. } => {
+            let header: Vec<String> = (0..*classes).map(|c| format!("p{c}")).collect();
+            writeln!(out, "{},label", header.join(","))?
+        }
+        ModelSpec::MatrixFactorization { .. } => {}
+    }
+    for p in predictions {
+        let label = p.class().map(|c| original_label(c, map));
+        match p {
+            Prediction::Logit(_) => writeln!(
+                out,
+                "{},{}",
+                p.probabilities()[1],
+                label.unwrap_or_default()
+            )?,
+            Prediction::Margin(m) => writeln!(out, "{m},{}", label.unwrap_or_default())?,
+            Prediction::Cluster {
+                cluster,
+                sq_distance,
+            } => writeln!(out, "{cluster},{}", sq_distance.sqrt())?,
+            Prediction::Classes(_) => {
+                for q in p.probabilities() {
+                    write!(out, "{q},")?;
+                }
+                writeln!(out, "{}", label.unwrap_or_default())?
+            }
+            Prediction::Rating(r) => writeln!(out, "{r}")?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_last_finds_the_directory() {
+        assert_eq!(split_last("runs/job/model.bin"), ("runs/job", "model.bin"));
+        assert_eq!(split_last("model.bin"), (".", "model.bin"));
+        assert_eq!(split_last("/model.bin"), ("/", "model.bin"));
+        assert_eq!(
+            split_last("s3://bucket/runs/job/model.bin"),
+            ("s3://bucket/runs/job", "model.bin")
+        );
+        assert_eq!(
+            split_last("file:///tmp/model.bin"),
+            ("file:///tmp", "model.bin")
+        );
+    }
+
+    #[test]
+    fn labels_go_back_to_the_input_values() {
+        let map = Some(LabelMap {
+            negative: -1.0,
+            positive: 1.0,
+        });
+        assert_eq!(original_label(0, map), -1.0);
+        assert_eq!(original_label(1, map), 1.0);
+        assert_eq!(original_label(3, None), 3.0);
+    }
+}
