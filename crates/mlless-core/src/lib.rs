@@ -61,8 +61,9 @@ pub use filter::{
 };
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
-    BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, MAX_PARAMS,
-    MatrixFactorization, Mlp, Model, ModelError, ModelSpec, Svm, kmeans_plus_plus, lloyd,
+    BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, LrReference,
+    LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model, ModelError,
+    ModelSpec, Svm, kmeans_plus_plus, lloyd, lr_reference_objective, solve_lr_reference,
     solve_svm_reference, svm_objective,
 };
 pub use optim::{

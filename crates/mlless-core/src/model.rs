@@ -23,6 +23,7 @@ mod factorization;
 pub mod kmeans;
 mod linear;
 mod logistic;
+pub mod lr_reference;
 mod mlp;
 pub mod svm;
 
@@ -37,6 +38,9 @@ pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
 pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
 pub use logistic::LogisticRegression;
+pub use lr_reference::{
+    LrReference, LrReferenceOptions, LrRegularization, lr_reference_objective, solve_lr_reference,
+};
 pub use mlp::Mlp;
 pub use svm::{Svm, solve_svm_reference, svm_objective};
 
