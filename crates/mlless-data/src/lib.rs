@@ -52,9 +52,9 @@ pub use codec::{
     decode_batch, decode_batch_checked, decode_framed, encode_batch, encode_framed,
 };
 pub use generate::{
-    BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, RatingsSpec, RatingsTruth, RingsSpec,
-    RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs, write_dense_lr,
-    write_ratings, write_rings, write_sparse_lr,
+    BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, FeatureValues, RatingsSpec, RatingsTruth,
+    RingsSpec, RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs,
+    write_dense_lr, write_ratings, write_rings, write_sparse_lr,
 };
 pub use manifest::{
     BatchInfo, DatasetKind, LabelMap, MANIFEST_KEY, MANIFEST_VERSION, Manifest, ManifestError,
