@@ -74,7 +74,11 @@ pub fn run(command: ReferenceCommand) -> anyhow::Result<()> {
     let solved = solve_lr_reference(&train, features, regularization, &options)
         .context("solving the reference")?;
     let seconds = started.elapsed().as_secs_f64();
-    let spec = ModelSpec::LogisticRegression { features, l2: 0.0 };
+    let spec = ModelSpec::LogisticRegression {
+        features,
+        l2: 0.0,
+        init_bias: 0.0,
+    };
     let model = spec.model();
     let mut eval = Evaluation::for_spec(&spec);
     for batch in &test {

@@ -22,7 +22,7 @@
 //!     SparseBatch, apply_mean, build_optimizer,
 //! };
 //!
-//! let spec = ModelSpec::LogisticRegression { features: 3, l2: 1e-4 };
+//! let spec = ModelSpec::LogisticRegression { features: 3, l2: 1e-4, init_bias: 0.0 };
 //! let model = spec.model();
 //! let mut params = spec.init_params(0);
 //! let mut optimizer = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());

@@ -341,7 +341,7 @@ mod tests {
                 .collect();
             let mut g = vec![0.0; 13];
             problem.eval(&x, &mut g);
-            let f = |x: &[f64]| problem.eval(x, &mut vec![0.0; 13]);
+            let f = |x: &[f64]| problem.eval(x, &mut [0.0; 13]);
             for (j, want) in finite_difference(f, &x, 0..13) {
                 assert_close(g[j], want, 1e-6, &format!("{reg:?}: d/dx_{j}"));
             }
@@ -447,8 +447,9 @@ mod tests {
                 for r in 0..d {
                     if r != c {
                         let k = m[r][c] / m[c][c];
-                        for col in c..=d {
-                            m[r][col] -= k * m[c][col];
+                        let pivot_row = m[c].clone();
+                        for (cell, &p) in m[r][c..].iter_mut().zip(&pivot_row[c..]) {
+                            *cell -= k * p;
                         }
                     }
                 }
@@ -493,7 +494,11 @@ mod tests {
         let batches = split_rows(&batch, 500);
         let r = solve_lr_reference(&batches, features, reg, &tight()).unwrap();
         assert!(r.converged && r.gradient_max <= 1e-10, "{r:?}");
-        let spec = ModelSpec::LogisticRegression { features, l2 };
+        let spec = ModelSpec::LogisticRegression {
+            features,
+            l2,
+            init_bias: 0.0,
+        };
         let mut acc = GradientAccumulator::new(spec.num_params());
         spec.model()
             .gradient(&r.params, &Batch::Sparse(batch.clone()), &mut acc)
