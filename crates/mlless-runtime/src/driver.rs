@@ -88,8 +88,8 @@ pub const DEFAULT_TOLERANCE: f64 = 1e-4;
 ///
 /// Sparse LR's default learning rate with momentum, Nesterov or SGD is per sample: `lr` is the
 /// rate for a global batch (workers × minibatch) of [`LR_REFERENCE_BATCH`] samples, and
-/// [`Defaults::lr_for_global_batch`] scales it in proportion to the global batch of the run
-/// (gradient averaging only). A step of P workers then moves the model as far as P steps of
+/// [`Defaults::lr_for`] scales it in proportion to the global batch of the run (with MA and
+/// ADMM too, whose local steps are averaged over the workers). A step of P workers then moves the model as far as P steps of
 /// one worker, so an epoch makes the same progress whatever P and the batch size: with a fixed
 /// rate, 4 workers took 4 times fewer, equally long steps per epoch and ended 7% (at 8 workers
 /// 12%) further from the optimum after 40 epochs on web-like data (3% positive, 300 binary
@@ -117,7 +117,7 @@ pub struct Defaults {
 }
 
 /// The global batch (samples per step over all workers) at which sparse LR's default learning
-/// rate is [`Defaults::lr`]; see [`Defaults::lr_for_global_batch`].
+/// rate is [`Defaults::lr`]; see [`Defaults::lr_for`].
 pub const LR_REFERENCE_BATCH: u64 = 1000;
 
 /// The largest factor by which [`Defaults::lr_for`] scales the rate up: beyond it momentum's
@@ -1015,14 +1015,14 @@ fn job_spec(
         model,
         workers: options.workers,
         optimizer: OptimizerConfig::new(defaults.optimizer),
-        lr: options.hyper.lr.unwrap_or_else(|| match options.algorithm {
-            Algorithm::Ga => defaults.lr_for(
+        // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so
+        // that their per-sample progress is GA's at P times the minibatch too.
+        lr: options.hyper.lr.unwrap_or_else(|| {
+            defaults.lr_for(
                 options.model,
                 u64::from(options.workers) * u64::from(manifest.batch_size),
                 rate,
-            ),
-            // Local steps: each worker's step is over its own minibatch.
-            _ => defaults.lr_for(options.model, u64::from(manifest.batch_size), rate),
+            )
         }),
         schedule: options.schedule,
         seed: options.seed,
