@@ -187,7 +187,11 @@ fn lr_throughput(budget: Duration) -> (f64, f64) {
     }
     let nnz = batch.nnz() as f64;
     let rows = batch.rows() as f64;
-    let spec = ModelSpec::LogisticRegression { features, l2: 1e-5 };
+    let spec = ModelSpec::LogisticRegression {
+        features,
+        l2: 1e-5,
+        init_bias: 0.0,
+    };
     let calls = train_loop(budget, &spec, &Batch::Sparse(batch));
     (calls * nnz, calls * rows)
 }

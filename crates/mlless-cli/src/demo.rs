@@ -39,6 +39,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         features: 100_000,
         nnz: 30,
         seed: 7,
+        positive_rate: None,
+        binary: true,
+        real_valued: false,
         out: lr_input.clone(),
     };
     let lr_spec = crate::generate::sparse_lr_spec(&lr_args);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use mlless_data::{BlobsSpec, DenseLrSpec, RatingsSpec, RingsSpec, SparseLrSpec};
+use mlless_data::{BlobsSpec, DenseLrSpec, FeatureValues, RatingsSpec, RingsSpec, SparseLrSpec};
 
 /// The generators.
 #[derive(Debug, Subcommand)]
@@ -39,6 +39,16 @@ pub struct SparseLrArgs {
     /// Seed of the generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Expected fraction of positive rows, in (0, 1): the true bias is shifted to give it
+    /// (class imbalance; default: bias 0, about half positive).
+    #[arg(long)]
+    pub positive_rate: Option<f64>,
+    /// Every feature value is 1, as in web-page and census LIBSVM sets (the default).
+    #[arg(long, conflicts_with = "real_valued")]
+    pub binary: bool,
+    /// Feature values uniform in (0, 2] instead of 1.
+    #[arg(long)]
+    pub real_valued: bool,
     /// Output file (LIBSVM); the true model goes to OUT.truth.json.
     #[arg(long)]
     pub out: PathBuf,
@@ -215,7 +225,15 @@ pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
 
 /// The generator spec of the arguments.
 pub fn sparse_lr_spec(args: &SparseLrArgs) -> SparseLrSpec {
-    SparseLrSpec::new(args.samples, args.features, args.nnz, args.seed)
+    SparseLrSpec {
+        positive_rate: args.positive_rate,
+        values: if args.real_valued {
+            FeatureValues::Real
+        } else {
+            FeatureValues::Binary
+        },
+        ..SparseLrSpec::new(args.samples, args.features, args.nnz, args.seed)
+    }
 }
 
 /// The generator spec of the arguments.

@@ -10,6 +10,7 @@ mod demo;
 mod generate;
 mod predict;
 mod prepare;
+mod reference;
 mod summary;
 mod train;
 
@@ -49,6 +50,10 @@ enum Command {
     Cost(cost::CostArgs),
     /// Measure the hot paths and the exchange.
     Bench(bench::BenchArgs),
+    /// Solve a converged reference model (L2 logistic regression by L-BFGS) on a prepared
+    /// data set and print its test metrics.
+    #[command(subcommand)]
+    Reference(reference::ReferenceCommand),
     /// Run one function invocation (used by the local invoker; payload on standard input).
     #[command(hide = true)]
     Function,
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         Command::Report(args) => summary::report(args),
         Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Reference(command) => reference::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

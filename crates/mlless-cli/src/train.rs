@@ -125,8 +125,9 @@ pub struct TrainArgs {
     /// The optimiser each worker runs [default: momentum for lr, adam for pmf].
     #[arg(long, value_enum)]
     pub optimizer: Option<Optimizer>,
-    /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, 0.003 with adam; pmf
-    /// 0.03 with adam, 3 with momentum/nesterov, 30 with sgd].
+    /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, per 1,000 samples of
+    /// a step (scaled with workers × minibatch) and larger on imbalanced data, at most 16 times
+    /// that; 0.003 with adam; pmf 0.03 with adam, 3 with momentum/nesterov, 30 with sgd].
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.

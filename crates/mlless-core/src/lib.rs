@@ -22,7 +22,7 @@
 //!     SparseBatch, apply_mean, build_optimizer,
 //! };
 //!
-//! let spec = ModelSpec::LogisticRegression { features: 3, l2: 1e-4 };
+//! let spec = ModelSpec::LogisticRegression { features: 3, l2: 1e-4, init_bias: 0.0 };
 //! let model = spec.model();
 //! let mut params = spec.init_params(0);
 //! let mut optimizer = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
@@ -62,9 +62,10 @@ pub use filter::{
 };
 pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
 pub use model::{
-    BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, MAX_PARAMS,
-    MatrixFactorization, Mlp, Model, ModelError, ModelSpec, Prediction, Predictor, Svm,
-    kmeans_plus_plus, lloyd, sigmoid, solve_svm_reference, svm_objective,
+    BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, LrReference,
+    LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model, ModelError,
+    ModelSpec, Prediction, Predictor, Svm, kmeans_plus_plus, lloyd, lr_reference_objective,
+    sigmoid, solve_lr_reference, solve_svm_reference, svm_objective,
 };
 pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,

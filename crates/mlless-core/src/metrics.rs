@@ -580,6 +580,7 @@ mod tests {
         let lr = ModelSpec::LogisticRegression {
             features: 1,
             l2: 0.0,
+            init_bias: 0.0,
         };
         assert_eq!(Evaluation::for_spec(&lr).task(), "binary");
         let pmf = ModelSpec::MatrixFactorization {

@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use mlless_core::{Batch, GradientAccumulator, ModelSpec, SparseBatch};
-//! let spec = ModelSpec::LogisticRegression { features: 4, l2: 0.0 };
+//! let spec = ModelSpec::LogisticRegression { features: 4, l2: 0.0, init_bias: 0.0 };
 //! let params = spec.init_params(7);
 //! let mut batch = SparseBatch::new();
 //! batch.push_row(1.0, &[0, 3], &[1.0, 2.0]);
@@ -23,6 +23,7 @@ mod factorization;
 pub mod kmeans;
 mod linear;
 mod logistic;
+pub mod lr_reference;
 mod mlp;
 pub mod predict;
 pub mod svm;
@@ -38,6 +39,9 @@ pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
 pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
 pub use logistic::LogisticRegression;
+pub use lr_reference::{
+    LrReference, LrReferenceOptions, LrRegularization, lr_reference_objective, solve_lr_reference,
+};
 pub use mlp::Mlp;
 pub use predict::{Prediction, Predictor, sigmoid};
 pub use svm::{Svm, solve_svm_reference, svm_objective};
@@ -57,6 +61,11 @@ pub enum ModelSpec {
         features: u32,
         /// L2 coefficient, applied lazily to the weights a batch touches (never to the bias).
         l2: f32,
+        /// The bias the model starts from (the weights start at 0): the training set's log-odds
+        /// `ln(r / (1 − r))` by default, so that training starts at the base rate. Absent from
+        /// older specs, where it is 0.
+        #[serde(default)]
+        init_bias: f32,
     },
     /// Biased probabilistic matrix factorisation of ratings.
     ///
@@ -160,7 +169,15 @@ impl ModelSpec {
             ));
         }
         match *self {
-            ModelSpec::LogisticRegression { l2, .. } | ModelSpec::Svm { l2, .. } => {
+            ModelSpec::LogisticRegression { l2, init_bias, .. } => {
+                if !(l2.is_finite() && l2 >= 0.0) {
+                    return invalid(format!("l2 must be finite and >= 0, got {l2}"));
+                }
+                if !init_bias.is_finite() {
+                    return invalid(format!("init_bias must be finite, got {init_bias}"));
+                }
+            }
+            ModelSpec::Svm { l2, .. } => {
                 if !(l2.is_finite() && l2 >= 0.0) {
                     return invalid(format!("l2 must be finite and >= 0, got {l2}"));
                 }
@@ -203,7 +220,8 @@ impl ModelSpec {
     /// The initial parameters, identical for identical seeds (every worker starts from the same
     /// replica).
     ///
-    /// Logistic regression and the SVM start at zero; so does k-means, whose runtime seeds the
+    /// Logistic regression starts with zero weights and its `init_bias`; the SVM at zero; so
+    /// does k-means, whose runtime seeds the
     /// centroids with [`kmeans_plus_plus`] on the data instead. Matrix factorisation draws its factors from
     /// N(0, init_std²) with a `StdRng` seeded by `seed` (factors in layout order: users, then
     /// items), and starts its biases at 0. `StdRng`'s stream is fixed for a given `rand`
@@ -214,9 +232,14 @@ impl ModelSpec {
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         let n = self.num_params();
         match *self {
-            ModelSpec::LogisticRegression { .. }
-            | ModelSpec::Svm { .. }
-            | ModelSpec::KMeans { .. } => vec![0.0; n],
+            ModelSpec::LogisticRegression { init_bias, .. } => {
+                let mut params = vec![0.0; n];
+                if let Some(bias) = params.last_mut() {
+                    *bias = init_bias;
+                }
+                params
+            }
+            ModelSpec::Svm { .. } | ModelSpec::KMeans { .. } => vec![0.0; n],
             ModelSpec::Mlp {
                 features,
                 ref hidden,
@@ -246,7 +269,7 @@ impl ModelSpec {
     /// The model that computes gradients and evaluations for this spec.
     pub fn model(&self) -> Box<dyn Model> {
         match *self {
-            ModelSpec::LogisticRegression { features, l2 } => {
+            ModelSpec::LogisticRegression { features, l2, .. } => {
                 Box::new(LogisticRegression::new(features, l2))
             }
             ModelSpec::MatrixFactorization {
@@ -638,6 +661,7 @@ mod tests {
         let lr = ModelSpec::LogisticRegression {
             features: 10,
             l2: 0.0,
+            init_bias: 0.0,
         };
         assert_eq!(lr.num_params(), 11);
         assert_eq!(lr.name(), "lr");
@@ -691,11 +715,13 @@ mod tests {
         let bad_l2 = ModelSpec::LogisticRegression {
             features: 3,
             l2: -1.0,
+            init_bias: 0.0,
         };
         assert!(bad_l2.validate().is_err());
         let biggest_lr = ModelSpec::LogisticRegression {
             features: u32::MAX,
             l2: 0.0,
+            init_bias: 0.0,
         };
         assert!(biggest_lr.validate().is_ok());
     }
@@ -722,8 +748,28 @@ mod tests {
         let lr = ModelSpec::LogisticRegression {
             features: 5,
             l2: 0.0,
+            init_bias: 0.0,
         };
         assert_eq!(lr.init_params(1), vec![0.0; 6]);
+        let imbalanced = ModelSpec::LogisticRegression {
+            features: 2,
+            l2: 0.0,
+            init_bias: -3.5,
+        };
+        assert_eq!(imbalanced.init_params(1), vec![0.0, 0.0, -3.5]);
+        assert!(
+            ModelSpec::LogisticRegression {
+                features: 2,
+                l2: 0.0,
+                init_bias: f32::NAN,
+            }
+            .validate()
+            .is_err()
+        );
+        // Specs written before init_bias existed start at 0.
+        let old: ModelSpec =
+            serde_json::from_str(r#"{"logistic_regression":{"features":2,"l2":0.5}}"#).unwrap();
+        assert_eq!(old.init_params(0), vec![0.0; 3]);
     }
 
     #[test]

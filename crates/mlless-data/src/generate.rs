@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 const STREAM_MODEL: u64 = 1;
 const STREAM_SAMPLES: u64 = 2;
 const STREAM_CALIBRATION: u64 = 3;
+const STREAM_BIAS: u64 = 4;
 
 /// An RNG for one stream of one seed (SplitMix64 mixing of seed and stream).
 fn stream_rng(seed: u64, stream: u64) -> StdRng {
@@ -204,6 +205,25 @@ pub struct SparseLrSpec {
     pub zipf_exponent: f64,
     /// Target standard deviation of the true margin `w·x` of an average row.
     pub margin_std: f64,
+    /// The expected fraction of positive rows, in (0, 1): the true bias is chosen so that the
+    /// mean of `sigmoid(w·x + bias)` over rows is this. `None`: bias 0 (about half positive).
+    #[serde(default)]
+    pub positive_rate: Option<f64>,
+    /// Whether feature values are all 1 (binary, as in web-page or census LIBSVM sets) or
+    /// real-valued.
+    #[serde(default)]
+    pub values: FeatureValues,
+}
+
+/// The feature values [`write_sparse_lr`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureValues {
+    /// Every stored value is 1.
+    #[default]
+    Binary,
+    /// Values uniform in (0, 2], written with 4 decimals (mean 1, mean square 4/3).
+    Real,
 }
 
 impl SparseLrSpec {
@@ -218,6 +238,8 @@ impl SparseLrSpec {
             informative: features.min(1000),
             zipf_exponent: 1.0,
             margin_std: 2.0,
+            positive_rate: None,
+            values: FeatureValues::Binary,
         }
     }
 
@@ -244,6 +266,13 @@ impl SparseLrSpec {
                 self.zipf_exponent
             )));
         }
+        if let Some(rate) = self.positive_rate
+            && !(rate > 0.0 && rate < 1.0)
+        {
+            return Err(invalid(format!(
+                "the positive rate must be in (0, 1), got {rate}"
+            )));
+        }
         check_non_negative("margin standard deviation", self.margin_std)
     }
 }
@@ -253,7 +282,7 @@ impl SparseLrSpec {
 pub struct SparseLrTruth {
     /// One weight per feature (0-based, as in prepared data); zero except for informative ones.
     pub weights: Vec<f32>,
-    /// Intercept (0 for generated data).
+    /// Intercept: 0, or the one that gives the spec's positive rate.
     pub bias: f32,
 }
 
@@ -408,8 +437,12 @@ fn sparse_lr_model(spec: &SparseLrSpec, sampler: &mut RowSampler) -> (Vec<u32>, 
         informative_seen += ranks.iter().filter(|&&r| r < spec.informative).count() as u64;
     }
     let mean_informative = informative_seen as f64 / f64::from(CALIBRATION_ROWS);
+    let mean_square_value = match spec.values {
+        FeatureValues::Binary => 1.0,
+        FeatureValues::Real => 4.0 / 3.0,
+    };
     let sigma = if mean_informative > 0.0 {
-        spec.margin_std / mean_informative.sqrt()
+        spec.margin_std / (mean_informative * mean_square_value).sqrt()
     } else {
         0.0
     };
@@ -417,7 +450,55 @@ fn sparse_lr_model(spec: &SparseLrSpec, sampler: &mut RowSampler) -> (Vec<u32>, 
     for &feature in &perm[..spec.informative as usize] {
         weights[feature as usize] = (sigma * gaussian(&mut rng)) as f32;
     }
-    (perm, SparseLrTruth { weights, bias: 0.0 })
+    let bias = match spec.positive_rate {
+        None => 0.0,
+        Some(rate) => calibrate_bias(spec, sampler, &perm, &weights, rate),
+    };
+    (perm, SparseLrTruth { weights, bias })
+}
+
+/// Draws the value of one feature of a row: 1, or `k / 10^4` for `k` uniform in `1..=20000`.
+fn draw_value(values: FeatureValues, rng: &mut impl Rng) -> f64 {
+    match values {
+        FeatureValues::Binary => 1.0,
+        FeatureValues::Real => f64::from(rng.random_range(1..=20_000_u32)) / 10_000.0,
+    }
+}
+
+/// The bias `b` with which the mean of `sigmoid(w·x + b)` over 8192 rows drawn like the data's
+/// (from their own stream) is `rate`, by bisection: the mean is increasing in `b`.
+fn calibrate_bias(
+    spec: &SparseLrSpec,
+    sampler: &mut RowSampler,
+    perm: &[u32],
+    weights: &[f32],
+    rate: f64,
+) -> f32 {
+    let mut rng = stream_rng(spec.seed, STREAM_BIAS);
+    let mut ranks = Vec::with_capacity(spec.nnz as usize);
+    let margins: Vec<f64> = (0..8192)
+        .map(|_| {
+            sampler.sample(&mut rng, &mut ranks);
+            ranks
+                .iter()
+                .map(|&r| {
+                    let v = draw_value(spec.values, &mut rng);
+                    f64::from(weights[perm[r as usize] as usize]) * v
+                })
+                .sum::<f64>()
+        })
+        .collect();
+    let mean_rate = |b: f64| margins.iter().map(|m| sigmoid(m + b)).sum::<f64>() / 8192.0;
+    let (mut lo, mut hi) = (-50.0_f64, 50.0_f64);
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if mean_rate(mid) < rate {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (0.5 * (lo + hi)) as f32
 }
 
 /// The true model of `spec`, as [`write_sparse_lr`] returns it, without writing data.
@@ -439,17 +520,20 @@ pub fn sparse_lr_truth(spec: &SparseLrSpec) -> SparseLrTruth {
 ///   `(r + 1)^-s`, `s = zipf_exponent` (default 1.0). Ranks map to feature ids through a seeded
 ///   random permutation, so popular features are spread over the id space.
 /// * Each row holds `nnz` distinct features, drawn one after the other in proportion to
-///   popularity among those not drawn yet, each with value 1.0.
+///   popularity among those not drawn yet, each with value 1.0 ([`FeatureValues::Binary`], the
+///   default) or uniform in (0, 2] with 4 decimals ([`FeatureValues::Real`]).
 /// * The `informative` most popular features (default `min(features, 1000)`) have true weights
 ///   `~ N(0, σ²)`; all others have weight 0. σ is calibrated on 2048 sample rows so that the
 ///   margin `w·x` of an average row has standard deviation `margin_std` (default 2):
 ///   `σ = margin_std / sqrt(E[informative features per row])`: the spread of `w·x` over the
 ///   weight draw for a row with the average number of informative features. The spread across
 ///   rows of one dataset is somewhat lower, because the most popular features are in nearly
-///   every row. The bias is 0.
+///   every row. With real values σ is divided by `sqrt(E[v²]) = sqrt(4/3)` too. The bias is 0,
+///   or, with a `positive_rate` R, the one with which the mean of `sigmoid(w·x + b)` over 8192
+///   rows drawn from their own stream is R (class imbalance, as in web-page data).
 /// * The label is 1 with probability `sigmoid(w·x)`, else 0.
 ///
-/// Lines are `label index:1 index:1 ...` with 1-based ascending indices. The output is
+/// Lines are `label index:value index:value ...` with 1-based ascending indices. The output is
 /// buffered internally; pass a plain `File`. Errors if the spec is invalid
 /// (`ErrorKind::InvalidInput`) or on a write error.
 pub fn write_sparse_lr(spec: &SparseLrSpec, out: impl Write) -> io::Result<SparseLrTruth> {
@@ -459,27 +543,36 @@ pub fn write_sparse_lr(spec: &SparseLrSpec, out: impl Write) -> io::Result<Spars
     let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let mut ranks = Vec::with_capacity(spec.nnz as usize);
-    let mut ids = Vec::with_capacity(spec.nnz as usize);
+    let mut ids: Vec<(u32, f64)> = Vec::with_capacity(spec.nnz as usize);
     let mut line = Vec::with_capacity(16 + 12 * spec.nnz as usize);
     for _ in 0..spec.samples {
         sampler.sample(&mut rng, &mut ranks);
         ids.clear();
-        ids.extend(ranks.iter().map(|&r| perm[r as usize]));
-        ids.sort_unstable();
-        // Only informative ranks have weights; they are the popular, cache-resident ones.
-        let margin: f64 = ranks
+        ids.extend(
+            ranks
+                .iter()
+                .map(|&r| (perm[r as usize], draw_value(spec.values, &mut rng))),
+        );
+        ids.sort_unstable_by_key(|&(id, _)| id);
+        // Only informative features have weights; they are the popular, cache-resident ones.
+        let margin: f64 = ids
             .iter()
-            .filter(|&&r| r < spec.informative)
-            .map(|&r| f64::from(truth.weights[perm[r as usize] as usize]))
+            .map(|&(id, v)| f64::from(truth.weights[id as usize]) * v)
             .sum::<f64>()
             + f64::from(truth.bias);
         let positive = rng.random::<f64>() < sigmoid(margin);
         line.clear();
         line.push(if positive { b'1' } else { b'0' });
-        for &id in &ids {
+        for &(id, v) in &ids {
             line.push(b' ');
             push_u64(&mut line, u64::from(id) + 1);
-            line.extend_from_slice(b":1");
+            match spec.values {
+                FeatureValues::Binary => line.extend_from_slice(b":1"),
+                FeatureValues::Real => {
+                    line.push(b':');
+                    push_fixed4(&mut line, v);
+                }
+            }
         }
         line.push(b'\n');
         out.write_all(&line)?;
@@ -1148,6 +1241,71 @@ mod tests {
             bias: 0.0,
         };
         assert!((zero.log_loss(&rows) - std::f64::consts::LN_2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sparse_lr_positive_rate_and_binary_values() {
+        // Web-like: 300 binary features, 12 per row, 3% positive; a9a-like: 24% positive.
+        for (rate, seed) in [(0.03, 11), (0.24, 12)] {
+            let spec = SparseLrSpec {
+                positive_rate: Some(rate),
+                ..SparseLrSpec::new(40_000, 300, 12, seed)
+            };
+            let mut text = Vec::new();
+            let truth = write_sparse_lr(&spec, &mut text).unwrap();
+            let mut again = Vec::new();
+            assert_eq!(write_sparse_lr(&spec, &mut again).unwrap(), truth);
+            assert_eq!(text, again, "deterministic per seed");
+            assert!(
+                truth.bias < -0.5,
+                "the bias moves towards the minority: {}",
+                truth.bias
+            );
+            let Parsed::Sparse { rows, .. } = parse(&text, InputFormat::Libsvm) else {
+                panic!()
+            };
+            let positives = rows.labels.iter().filter(|&&l| l == 1.0).count();
+            let observed = positives as f64 / rows.rows() as f64;
+            // Binomial sd at 40k rows is below 0.0022; the calibration's own error is smaller.
+            assert!(
+                (observed - rate).abs() < 0.006,
+                "positive rate {observed}, asked for {rate}"
+            );
+            assert!(rows.values.iter().all(|&v| v == 1.0), "binary values");
+            // The truth explains the data better than the base rate alone.
+            let base = -(rate * rate.ln() + (1.0 - rate) * (1.0 - rate).ln());
+            assert!(truth.log_loss(&rows) < 0.9 * base);
+        }
+        // Without a rate the bias stays 0 and the data is today's.
+        assert_eq!(
+            sparse_lr_truth(&SparseLrSpec::new(10, 300, 12, 11)).bias,
+            0.0
+        );
+        let bad = SparseLrSpec {
+            positive_rate: Some(1.0),
+            ..SparseLrSpec::new(10, 300, 12, 11)
+        };
+        assert!(write_sparse_lr(&bad, io::sink()).is_err());
+    }
+
+    #[test]
+    fn sparse_lr_real_values() {
+        let spec = SparseLrSpec {
+            values: FeatureValues::Real,
+            ..SparseLrSpec::new(20_000, 2_000, 20, 5)
+        };
+        let mut text = Vec::new();
+        let truth = write_sparse_lr(&spec, &mut text).unwrap();
+        let Parsed::Sparse { rows, .. } = parse(&text, InputFormat::Libsvm) else {
+            panic!()
+        };
+        assert!(rows.values.iter().all(|&v| v > 0.0 && v <= 2.0));
+        let mean = rows.values.iter().map(|&v| f64::from(v)).sum::<f64>() / rows.nnz() as f64;
+        assert!((mean - 1.0).abs() < 0.02, "mean value {mean}");
+        assert!(rows.values.iter().any(|&v| v != 1.0));
+        // The labels follow the truth with these values: its log loss is that of margin std 2.
+        let loss = truth.log_loss(&rows);
+        assert!(loss < 0.52 && loss > 0.38, "log loss {loss}");
     }
 
     #[test]

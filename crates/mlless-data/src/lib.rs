@@ -53,9 +53,9 @@ pub use codec::{
     decode_batch, decode_batch_checked, decode_framed, encode_batch, encode_framed,
 };
 pub use generate::{
-    BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, RatingsSpec, RatingsTruth, RingsSpec,
-    RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs, write_dense_lr,
-    write_ratings, write_rings, write_sparse_lr,
+    BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, FeatureValues, RatingsSpec, RatingsTruth,
+    RingsSpec, RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs,
+    write_dense_lr, write_ratings, write_rings, write_sparse_lr,
 };
 pub use ids::{IDS_KEY, IDS_MAGIC, IdMap};
 pub use manifest::{

@@ -301,7 +301,7 @@ fn sync_of(record: &RunRecord) -> String {
 fn model_description(model: &mlless_core::ModelSpec) -> String {
     use mlless_core::ModelSpec;
     let detail = match model {
-        ModelSpec::LogisticRegression { features, l2 } => {
+        ModelSpec::LogisticRegression { features, l2, .. } => {
             format!("sparse logistic regression, {features} features, L2 {l2}")
         }
         ModelSpec::MatrixFactorization {

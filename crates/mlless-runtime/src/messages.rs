@@ -295,6 +295,7 @@ mod tests {
             spec: ModelSpec::LogisticRegression {
                 features: 2,
                 l2: 0.0,
+                init_bias: 0.0,
             },
             params: vec![0.5, -1.0, 2.0],
         };

@@ -128,7 +128,11 @@ mod tests {
         assert!(touched.len() < features as usize, "some features untouched");
         assert!(touched.len() < batch.nnz(), "some features touched twice");
 
-        let spec = ModelSpec::LogisticRegression { features, l2 };
+        let spec = ModelSpec::LogisticRegression {
+            features,
+            l2,
+            init_bias: 0.0,
+        };
         let params: Vec<f32> = (0..spec.num_params())
             .map(|_| rng.sample::<f32, _>(StandardNormal) * 0.5)
             .collect();
@@ -164,6 +168,7 @@ mod tests {
         let spec = ModelSpec::LogisticRegression {
             features: 1,
             l2: 0.0,
+            init_bias: 0.0,
         };
         let mut batch = SparseBatch::new();
         batch.push_row(0.0, &[0], &[1.0]);
@@ -311,6 +316,7 @@ mod tests {
         let spec = ModelSpec::LogisticRegression {
             features: features as u32,
             l2: 1e-4,
+            init_bias: 0.0,
         };
         let model = spec.model();
         let mut params = spec.init_params(0);

@@ -655,6 +655,7 @@ mod tests {
         let lr = ModelSpec::LogisticRegression {
             features: 2,
             l2: 1e-4,
+            init_bias: 0.0,
         };
         let mut params = lr.init_params(9);
         sgd(&lr, &mut params, &train, 0.2, 600);

@@ -438,6 +438,7 @@ mod tests {
         let lr = ModelSpec::LogisticRegression {
             features: 3,
             l2: 0.0,
+            init_bias: 0.0,
         };
         assert!(
             lr.model()
