@@ -110,7 +110,7 @@ impl PrepareArgs {
             },
             validation: match (&self.validation_input, self.validation_fraction) {
                 (Some(path), _) => Some(ValidationSet::Input(path.clone())),
-                (None, Some(f)) if f == 0.0 => None,
+                (None, Some(0.0)) => None,
                 (None, f) => Some(ValidationSet::Fraction(
                     f.unwrap_or(DEFAULT_VALIDATION_FRACTION),
                 )),

@@ -194,7 +194,7 @@ pub struct TrainArgs {
     pub compress: mlless_core::Compression,
     /// How the workers combine their work: ga (updates averaged every step), ma[:K] (local
     /// steps, models averaged every K steps or every epoch) or admm[:RHO[:LOCAL_EPOCHS]]
-    /// (consensus ADMM; RHO defaults to 0.1, LOCAL_EPOCHS to 1).
+    /// (consensus ADMM; RHO defaults to 0.05, LOCAL_EPOCHS to 1).
     #[arg(long, default_value = "ga")]
     pub algorithm: mlless_runtime::Algorithm,
     /// How an exchange aggregates the updates (allreduce and scatter-reduce need --sync bsp or

@@ -507,8 +507,12 @@ impl Algorithm {
     }
 }
 
-/// ADMM's penalty ρ when `--algorithm admm` does not give one.
-pub const DEFAULT_ADMM_RHO: f32 = 0.1;
+/// ADMM's penalty ρ when `--algorithm admm` does not give one. The proximal step pulls a
+/// local model towards `z − u` by `lr · ρ` per step; with sparse LR's per-sample rate (twice
+/// the former 0.5 at 4 workers × 500 samples) 0.05 keeps that pull where 0.1 had it, and
+/// reaches GA's test log loss (within 0.5%) in 5 epochs on the tests' set, where 0.1 stays
+/// 0.7% above.
+pub const DEFAULT_ADMM_RHO: f32 = 0.05;
 
 /// `ga`, `ma`, `ma:K`, `admm`, `admm:RHO` or `admm:RHO:LOCAL_EPOCHS`.
 impl std::str::FromStr for Algorithm {

@@ -216,6 +216,7 @@ mod tests {
             ModelSpec::LogisticRegression {
                 features: 3,
                 l2: 0.0,
+                init_bias: 0.0,
             },
             ModelSpec::Svm {
                 features: 3,
@@ -338,6 +339,7 @@ mod tests {
         let spec = ModelSpec::LogisticRegression {
             features: 2,
             l2: 0.0,
+            init_bias: 0.0,
         };
         assert!(Predictor::new(&spec, &[0.0; 2]).is_err());
         let p = Predictor::new(&spec, &[0.0; 3]).unwrap();
