@@ -59,7 +59,24 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let summary = if to_stdout {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
-        trained.score(input, &shown, &mut out, args.evaluate)?
+        match trained
+            .score(input, &shown, &mut out, args.evaluate)
+            .and_then(|summary| {
+                out.flush()
+                    .map_err(|source| mlless_runtime::RuntimeError::Io {
+                        path: "the predictions".into(),
+                        source,
+                    })?;
+                Ok(summary)
+            }) {
+            // A reader that stopped reading (`| head`) is no failure, as for any filter.
+            Err(mlless_runtime::RuntimeError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::BrokenPipe =>
+            {
+                return Ok(());
+            }
+            result => result?,
+        }
     } else {
         let file = std::fs::File::create(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;

@@ -257,11 +257,39 @@ fn check_pmf(dir: &Path) -> (String, PathBuf) {
 
 /// `predict --evaluate` on the test set equals the run record's test metrics for every model,
 /// and the README's Python snippets reproduce `predict` for LR and PMF from `export`.
+/// `predict --out - | head -1`: the reader stops after one line of 20,000, and predict ends
+/// with success and says nothing, as a filter does.
+fn stops_quietly_when_the_reader_does(dir: &Path, run: &str, test_file: &Path) {
+    use std::io::BufRead;
+    let many = std::fs::read_to_string(test_file)
+        .expect("test file")
+        .repeat(20);
+    let input = write(dir, "lr.many", &many);
+    let mut child = common::mlless()
+        .args(["predict", "--model", run, "--input", &s(&input)])
+        .args(["--format", "libsvm", "--out", "-"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("predict starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut first = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("a line");
+    assert_eq!(first.trim(), "probability,label");
+    let output = child.wait_with_output().expect("predict ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
+
 #[test]
 fn predictions_match_the_record_and_the_exported_model() {
     let dir = tempdir();
     let dir = dir.path();
     let (lr_run, lr_test) = check_lr(dir);
+    stops_quietly_when_the_reader_does(dir, &lr_run, &lr_test);
     let (pmf_run, pmf_test) = check_pmf(dir);
 
     // SVM on dense data, k-means on blobs, an MLP on three rings.

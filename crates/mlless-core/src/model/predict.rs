@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use mlless_core::{ModelSpec, Prediction, Predictor, SparseBatch};
-//! let spec = ModelSpec::LogisticRegression { features: 2, l2: 0.0 };
+//! let spec = ModelSpec::LogisticRegression { features: 2, l2: 0.0, init_bias: 0.0 };
 //! let params = [1.0, -1.0, 0.5]; // w0, w1, bias
 //! let mut rows = SparseBatch::new();
 //! rows.push_row(0.0, &[0], &[2.0]); // labels are ignored

@@ -29,6 +29,44 @@ impl Raw {
     }
 }
 
+/// Hands each `INDEX:VALUE` token of a line to `feature` (the index as written), checking that
+/// both are numbers and that the indices ascend strictly; returns the last index, if any.
+/// `no` is the line's number, for the errors.
+pub(super) fn for_each_feature<'a>(
+    ctx: Ctx<'_>,
+    no: u64,
+    tokens: impl Iterator<Item = &'a str>,
+    mut feature: impl FnMut(u32, f32) -> Result<(), ParseError>,
+) -> Result<Option<u32>, ParseError> {
+    let mut previous: Option<u32> = None;
+    for token in tokens {
+        let Some((index, value)) = token.split_once(':') else {
+            return Err(ctx.line(no, format!("expected INDEX:VALUE, found {token:?}")));
+        };
+        let index: u32 = index.parse().map_err(|_| {
+            ctx.line(
+                no,
+                format!("expected a feature index, found {index:?} in {token:?}"),
+            )
+        })?;
+        let value = parse_finite(value).ok_or_else(|| {
+            ctx.line(
+                no,
+                format!("expected a numeric value, found {value:?} in {token:?}"),
+            )
+        })?;
+        if let Some(p) = previous.filter(|&p| index <= p) {
+            return Err(ctx.line(
+                no,
+                format!("feature indices must ascend, found {index} after {p}"),
+            ));
+        }
+        previous = Some(index);
+        feature(index, value)?;
+    }
+    Ok(previous)
+}
+
 pub(super) fn read<R: BufRead>(
     lines: &mut Lines<'_, R>,
     options: &ParseOptions,
@@ -58,33 +96,7 @@ pub(super) fn read<R: BufRead>(
         })?;
         labels.observe(label);
         rows.labels.push(label);
-        let mut previous: Option<u32> = None;
-        for token in tokens {
-            let Some((index, value)) = token.split_once(':') else {
-                return Err(ctx.line(no, format!("expected INDEX:VALUE, found {token:?}")));
-            };
-            let index: u32 = index.parse().map_err(|_| {
-                ctx.line(
-                    no,
-                    format!("expected a feature index, found {index:?} in {token:?}"),
-                )
-            })?;
-            let value = parse_finite(value).ok_or_else(|| {
-                ctx.line(
-                    no,
-                    format!("expected a numeric value, found {value:?} in {token:?}"),
-                )
-            })?;
-            if previous.is_some_and(|p| index <= p) {
-                return Err(ctx.line(
-                    no,
-                    format!(
-                        "feature indices must ascend, found {index} after {}",
-                        previous.unwrap_or_default()
-                    ),
-                ));
-            }
-            previous = Some(index);
+        let last = for_each_feature(ctx, no, tokens, |index, value| {
             if let Some(limit) = limit {
                 if index > limit {
                     return Err(ctx.line(
@@ -99,8 +111,9 @@ pub(super) fn read<R: BufRead>(
             saw_zero |= index == 0;
             rows.indices.push(index);
             rows.values.push(value);
-        }
-        if let Some(last) = previous {
+            Ok(())
+        })?;
+        if let Some(last) = last {
             max_index = Some(max_index.map_or(last, |m| m.max(last)));
         }
         end_row(&mut rows, ctx, no)?;

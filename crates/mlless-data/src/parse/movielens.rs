@@ -42,7 +42,7 @@ impl Variant {
 }
 
 /// The variant of a file whose first non-blank line is `line`.
-pub(super) fn detect(line: &str) -> Option<Variant> {
+fn detect(line: &str) -> Option<Variant> {
     if line.contains("::") {
         Some(Variant::Dat)
     } else if line.contains('\t') {
@@ -55,7 +55,7 @@ pub(super) fn detect(line: &str) -> Option<Variant> {
 }
 
 /// The error for a first line that is no MovieLens variant.
-pub(super) fn not_movielens(ctx: Ctx<'_>, no: u64, line: &str) -> ParseError {
+fn not_movielens(ctx: Ctx<'_>, no: u64, line: &str) -> ParseError {
     ctx.line(
         no,
         format!(
@@ -68,14 +68,14 @@ pub(super) fn not_movielens(ctx: Ctx<'_>, no: u64, line: &str) -> ParseError {
 }
 
 /// Whether the first line of a `ratings.csv` is its header (`userId,movieId,…`).
-pub(super) fn is_header(line: &str, v: Variant) -> bool {
+fn is_header(line: &str, v: Variant) -> bool {
     let first = line.split(v.separator()).next().unwrap_or("").trim_ascii();
     matches!(v, Variant::Csv) && first.parse::<u32>().is_err()
 }
 
 /// Splits `line` into at most `out.len()` fields (the last one holds the rest of the line);
 /// returns how many.
-pub(super) fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]) -> usize {
+fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]) -> usize {
     fn fill<'a>(fields: impl Iterator<Item = &'a str>, out: &mut [&'a str; 5]) -> usize {
         let mut n = 0;
         for (slot, field) in out.iter_mut().zip(fields) {
@@ -91,6 +91,32 @@ pub(super) fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]
     }
 }
 
+/// Splits `line` (number `no`) into its fields, at most 5, in `parts`, the variant detected on
+/// the first line that is not blank; `None` for a blank line and for the header.
+pub(super) fn fields_of<'l>(
+    ctx: Ctx<'_>,
+    no: u64,
+    line: &'l str,
+    variant: &mut Option<Variant>,
+    parts: &mut [&'l str; 5],
+) -> Result<Option<(Variant, usize)>, ParseError> {
+    if line.trim_ascii().is_empty() {
+        return Ok(None);
+    }
+    let v = match *variant {
+        Some(v) => v,
+        None => {
+            let v = detect(line).ok_or_else(|| not_movielens(ctx, no, line))?;
+            *variant = Some(v);
+            if is_header(line, v) {
+                return Ok(None);
+            }
+            v
+        }
+    };
+    Ok(Some((v, split_fields(line, v, parts))))
+}
+
 /// Reads ratings with their original ids.
 pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, ParseError> {
     let ctx = lines.ctx;
@@ -98,22 +124,10 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, 
     let mut variant: Option<Variant> = None;
 
     while let Some((no, line)) = lines.next_line()? {
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        let v = match variant {
-            Some(v) => v,
-            None => {
-                let v = detect(line).ok_or_else(|| not_movielens(ctx, no, line))?;
-                variant = Some(v);
-                if is_header(line, v) {
-                    continue;
-                }
-                v
-            }
-        };
         let mut parts = [""; 5];
-        let n = split_fields(line, v, &mut parts);
+        let Some((v, n)) = fields_of(ctx, no, line, &mut variant, &mut parts)? else {
+            continue;
+        };
         let mut fields = parts[..n].iter().map(|f| f.trim_ascii());
         let mut next = |what: &str| {
             fields

@@ -26,7 +26,7 @@ use std::path::Path;
 use mlless_core::{RatingBatch, SparseBatch};
 
 use super::criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, push_features};
-use super::movielens::{Variant, detect, is_header, not_movielens, split_fields};
+use super::movielens::{Variant, fields_of};
 use super::{Ctx, InputFormat, Lines, ParseError, end_row, parse_finite};
 use crate::manifest::LabelMap;
 
@@ -183,30 +183,7 @@ fn libsvm<R: BufRead>(
             0.0
         };
         rows.labels.push(label);
-        let mut previous: Option<u32> = None;
-        for token in tokens {
-            let Some((index, value)) = token.split_once(':') else {
-                return Err(ctx.line(no, format!("expected INDEX:VALUE, found {token:?}")));
-            };
-            let index: u32 = index.parse().map_err(|_| {
-                ctx.line(
-                    no,
-                    format!("expected a feature index, found {index:?} in {token:?}"),
-                )
-            })?;
-            let value = parse_finite(value).ok_or_else(|| {
-                ctx.line(
-                    no,
-                    format!("expected a numeric value, found {value:?} in {token:?}"),
-                )
-            })?;
-            if let Some(p) = previous.filter(|&p| index <= p) {
-                return Err(ctx.line(
-                    no,
-                    format!("feature indices must ascend, found {index} after {p}"),
-                ));
-            }
-            previous = Some(index);
+        super::libsvm::for_each_feature(ctx, no, tokens, |index, value| {
             let index = if layout.zero_based {
                 index
             } else {
@@ -219,11 +196,12 @@ fn libsvm<R: BufRead>(
             };
             if index >= layout.features {
                 state.ignored += 1;
-                continue;
+            } else {
+                rows.indices.push(index);
+                rows.values.push(value);
             }
-            rows.indices.push(index);
-            rows.values.push(value);
-        }
+            Ok(())
+        })?;
         end_row(&mut rows, ctx, no)?;
     }
     Ok(rows)
@@ -370,22 +348,10 @@ fn movielens<R: BufRead>(
     let mut ratings = RatingBatch::default();
     let mut variant: Option<Variant> = None;
     while let Some((no, line)) = lines.next_line()? {
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        let v = match variant {
-            Some(v) => v,
-            None => {
-                let v = detect(line).ok_or_else(|| not_movielens(ctx, no, line))?;
-                variant = Some(v);
-                if is_header(line, v) {
-                    continue;
-                }
-                v
-            }
-        };
         let mut parts = [""; 5];
-        let n = split_fields(line, v, &mut parts);
+        let Some((v, n)) = fields_of(ctx, no, line, &mut variant, &mut parts)? else {
+            continue;
+        };
         let fields: Vec<&str> = parts[..n].iter().map(|f| f.trim_ascii()).collect();
         let (user, item, rating) = match fields[..] {
             [user, item] => (user, item, None),
