@@ -396,9 +396,10 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
                 metrics,
                 last: true,
             };
-            validation.observe(point, params);
-            let (params, record) = validation.into_best();
-            (params.unwrap_or_default(), Some(record))
+            validation.observe(point, params.clone());
+            // No best only if no evaluation had a finite metric: then the final model.
+            let (best, record) = validation.into_best();
+            (best.unwrap_or(params), Some(record))
         }
         None => (params, None),
     };
