@@ -207,6 +207,30 @@ fn libsvm<R: BufRead>(
     Ok(rows)
 }
 
+/// Whether line `no` with `count` columns has its label: `columns` with it, one fewer
+/// without; any other count is an error naming both (`kind`: e.g. "tab-separated ").
+fn labelled_by_columns(
+    ctx: Ctx<'_>,
+    no: u64,
+    count: usize,
+    columns: usize,
+    kind: &str,
+) -> Result<bool, ParseError> {
+    if count == columns {
+        Ok(true)
+    } else if count + 1 == columns {
+        Ok(false)
+    } else {
+        Err(ctx.line(
+            no,
+            format!(
+                "expected {columns} {kind}columns (label first) or {} (no label), found {count}",
+                columns - 1
+            ),
+        ))
+    }
+}
+
 fn csv<R: BufRead>(
     lines: &mut Lines<'_, R>,
     layout: &ScoringLayout,
@@ -228,20 +252,7 @@ fn csv<R: BufRead>(
         {
             continue; // header
         }
-        let count = fields().count();
-        let labelled = if count == columns {
-            true
-        } else if count + 1 == columns {
-            false
-        } else {
-            return Err(ctx.line(
-                no,
-                format!(
-                    "expected {columns} columns (label first) or {} (no label), found {count}",
-                    columns - 1
-                ),
-            ));
-        };
+        let labelled = labelled_by_columns(ctx, no, fields().count(), columns, "")?;
         state.label_presence(no, labelled)?;
         let mut fields = fields();
         let label = if labelled {
@@ -300,19 +311,7 @@ fn criteo<R: BufRead>(
             continue;
         }
         let count = line.split('\t').count();
-        let labelled = if count == CRITEO_COLUMNS {
-            true
-        } else if count + 1 == CRITEO_COLUMNS {
-            false
-        } else {
-            return Err(ctx.line(
-                no,
-                format!(
-                    "expected {CRITEO_COLUMNS} tab-separated columns (label first) or {} (no label), found {count}",
-                    CRITEO_COLUMNS - 1
-                ),
-            ));
-        };
+        let labelled = labelled_by_columns(ctx, no, count, CRITEO_COLUMNS, "tab-separated ")?;
         state.label_presence(no, labelled)?;
         let mut fields = line.split('\t');
         let label = if labelled {
