@@ -214,6 +214,7 @@ fn pmf_throughput(budget: Duration) -> f64 {
         l2: 0.02,
         mean: 3.0,
         init_std: 0.1,
+        prior: 0.0,
     };
     train_loop(budget, &spec, &Batch::Ratings(batch)) * 1000.0
 }

@@ -136,6 +136,11 @@ pub struct TrainArgs {
     /// L2 regularisation, per example [default: lr 1e-4, pmf 0.05].
     #[arg(long)]
     pub l2: Option<f32>,
+    /// pmf: the count-aware prior, added to --l2 as PRIOR / n per rating for a user or item
+    /// with n training ratings, so that the rarely rated are held near their bias
+    /// [default: 10; 0 turns it off].
+    #[arg(long)]
+    pub prior: Option<f32>,
     /// Clusters of kmeans.
     #[arg(long, default_value_t = mlless_runtime::driver::DEFAULT_CLUSTERS)]
     pub k: u32,
@@ -318,6 +323,7 @@ impl TrainArgs {
                 clusters: Some(self.k),
                 hidden: Some(self.hidden.clone()),
                 classes: Some(self.classes),
+                prior: self.prior,
             },
             workers: self.workers,
             optimizer: self.optimizer.map(|o| match o {

@@ -172,6 +172,8 @@ fn early_stopping_stops_an_overfitting_run_and_keeps_the_best_model() {
             "20".into(),
             "--l2".into(),
             "0".into(),
+            "--prior".into(),
+            "0".into(),
             "--max-epochs".into(),
             epochs.into(),
             "--early-stop".into(),

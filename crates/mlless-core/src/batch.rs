@@ -104,6 +104,43 @@ impl RatingBatch {
     }
 }
 
+/// How many training ratings each user and each item has: what matrix factorisation's
+/// count-aware prior divides by (see [`crate::MatrixFactorization::with_prior`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RatingCounts {
+    /// Ratings of user `u` at index `u`.
+    pub users: Vec<u32>,
+    /// Ratings of item `i` at index `i`.
+    pub items: Vec<u32>,
+}
+
+impl RatingCounts {
+    /// Zero counts for `users` users and `items` items.
+    pub fn new(users: u32, items: u32) -> Self {
+        Self {
+            users: vec![0; users as usize],
+            items: vec![0; items as usize],
+        }
+    }
+
+    /// Counts the ratings of `batch`, growing the tables to any id beyond them.
+    pub fn add(&mut self, batch: &RatingBatch) {
+        for (user, item, _) in batch.iter() {
+            bump(&mut self.users, user);
+            bump(&mut self.items, item);
+        }
+    }
+}
+
+/// Adds one to `counts[id]`, growing `counts` to hold `id`.
+fn bump(counts: &mut Vec<u32>, id: u32) {
+    let id = id as usize;
+    if counts.len() <= id {
+        counts.resize(id + 1, 0);
+    }
+    counts[id] = counts[id].saturating_add(1);
+}
+
 /// A minibatch of either kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Batch {

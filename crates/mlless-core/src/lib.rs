@@ -55,7 +55,7 @@ pub mod sparse;
 pub mod tuner;
 pub mod validation;
 
-pub use batch::{Batch, RatingBatch, SparseBatch};
+pub use batch::{Batch, RatingBatch, RatingCounts, SparseBatch};
 pub use filter::{
     Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, SignificanceScale,
     UpdateFilter, WireDelta,

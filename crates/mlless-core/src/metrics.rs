@@ -590,6 +590,7 @@ mod tests {
             l2: 0.0,
             mean: 0.0,
             init_std: 0.1,
+            prior: 0.0,
         };
         assert_eq!(Evaluation::for_spec(&pmf).task(), "regression");
         let svm = ModelSpec::Svm {

@@ -32,7 +32,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
 
-use crate::batch::Batch;
+use std::sync::Arc;
+
+use crate::batch::{Batch, RatingCounts};
 use crate::metrics::Evaluation;
 
 pub use accumulator::GradientAccumulator;
@@ -84,6 +86,11 @@ pub enum ModelSpec {
         mean: f32,
         /// Standard deviation of the initial factors (biases start at 0).
         init_std: f32,
+        /// Coefficient of the count-aware prior on each user's and item's parameters, added to
+        /// `l2` as `prior / count` per rating (see [`MatrixFactorization::with_prior`]); it
+        /// needs the data set's rating counts. Absent from older specs, where it is 0.
+        #[serde(default)]
+        prior: f32,
     },
     /// Linear support vector machine over sparse features: hinge loss, labels 0/1 taken as
     /// −1/+1.
@@ -183,10 +190,17 @@ impl ModelSpec {
                 }
             }
             ModelSpec::MatrixFactorization {
-                l2, mean, init_std, ..
+                l2,
+                mean,
+                init_std,
+                prior,
+                ..
             } => {
                 if !(l2.is_finite() && l2 >= 0.0) {
                     return invalid(format!("l2 must be finite and >= 0, got {l2}"));
+                }
+                if !(prior.is_finite() && prior >= 0.0) {
+                    return invalid(format!("prior must be finite and >= 0, got {prior}"));
                 }
                 if !mean.is_finite() {
                     return invalid(format!("mean must be finite, got {mean}"));
@@ -266,7 +280,41 @@ impl ModelSpec {
         }
     }
 
-    /// The model that computes gradients and evaluations for this spec.
+    /// The model that trains on this spec: [`Self::model`], with matrix factorisation's
+    /// count-aware prior when its coefficient is positive, for which `counts` are the training
+    /// set's (see [`MatrixFactorization::with_prior`]). Errs when the prior needs counts and
+    /// there are none, or they do not fit the model.
+    pub fn training_model(
+        &self,
+        counts: Option<Arc<RatingCounts>>,
+    ) -> Result<Box<dyn Model>, ModelError> {
+        match *self {
+            ModelSpec::MatrixFactorization {
+                users,
+                items,
+                factors,
+                l2,
+                mean,
+                prior,
+                ..
+            } if prior > 0.0 => {
+                let counts = counts.ok_or_else(|| ModelError::InvalidSpec {
+                    reason: format!(
+                        "the count-aware prior ({prior}) needs the data set's rating counts"
+                    ),
+                })?;
+                Ok(Box::new(
+                    MatrixFactorization::new(users, items, factors, l2, mean)
+                        .with_prior(prior, counts)?,
+                ))
+            }
+            _ => Ok(self.model()),
+        }
+    }
+
+    /// The model that evaluates and predicts with this spec, and computes its gradients but
+    /// for matrix factorisation's count-aware prior, which needs the data set's counts
+    /// ([`Self::training_model`]).
     pub fn model(&self) -> Box<dyn Model> {
         match *self {
             ModelSpec::LogisticRegression { features, l2, .. } => {
@@ -653,6 +701,7 @@ mod tests {
             l2: 0.01,
             mean: 3.5,
             init_std: 0.1,
+            prior: 0.0,
         }
     }
 
@@ -707,6 +756,7 @@ mod tests {
             l2: 0.0,
             mean: 0.0,
             init_std: 0.1,
+            prior: 0.0,
         };
         assert!(matches!(
             too_big.validate(),

@@ -39,9 +39,10 @@
 //! ```
 
 /// The batch types this crate reads and writes, from `mlless-core`.
-pub use mlless_core::{Batch, RatingBatch, SparseBatch};
+pub use mlless_core::{Batch, RatingBatch, RatingCounts, SparseBatch};
 
 pub mod codec;
+pub mod counts;
 pub mod generate;
 pub mod ids;
 pub mod manifest;
@@ -52,6 +53,7 @@ pub use codec::{
     BATCH_MAGIC, CodecError, FORMAT_VERSION, HEADER_LEN, check_batch, check_batch_fits,
     decode_batch, decode_batch_checked, decode_framed, encode_batch, encode_framed,
 };
+pub use counts::{COUNTS_KEY, COUNTS_MAGIC, CountsInfo, decode_counts, encode_counts};
 pub use generate::{
     BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, FeatureValues, RatingsSpec, RatingsTruth,
     RingsSpec, RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs,

@@ -45,6 +45,11 @@ pub struct Manifest {
     /// from data sets prepared before it was kept).
     #[serde(default)]
     pub schema: Option<InputSchema>,
+    /// Ratings: the object holding each user's and item's number of training ratings
+    /// ([`RatingCounts`](crate::RatingCounts)); absent from data sets prepared before it was
+    /// kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rating_counts: Option<crate::CountsInfo>,
 }
 
 /// How a data set's input was read: what reading new input like it needs beyond the kind, the
@@ -287,6 +292,12 @@ impl Manifest {
             }
             check_key(&ids.key)?;
         }
+        if let Some(counts) = &self.rating_counts {
+            if !matches!(self.kind, DatasetKind::Ratings { .. }) {
+                return invalid("rating counts on a sparse dataset".into());
+            }
+            check_key(&counts.key)?;
+        }
         if self.train.batches.is_empty() {
             return invalid("no training batches".into());
         }
@@ -374,6 +385,7 @@ mod tests {
                 csv_columns: None,
                 ids: None,
             }),
+            rating_counts: None,
         }
     }
 

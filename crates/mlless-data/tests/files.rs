@@ -206,6 +206,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
         },
         created_unix_s: 0,
         schema: None,
+        rating_counts: None,
     };
     let back = Manifest::from_json(&manifest.to_json()).unwrap();
     assert_eq!(back, manifest);

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mlless_core::{Model, ModelSpec, RatingCounts};
 use mlless_store::{Channel, Store, open_channel_with};
 
 use crate::dataset::Dataset;
@@ -19,6 +20,8 @@ pub struct JobContext {
     pub dataset: Dataset,
     /// The exchange between functions.
     pub channel: Arc<dyn Channel>,
+    /// The training set's rating counts, when the model's count-aware prior needs them.
+    pub rating_counts: Option<Arc<RatingCounts>>,
 }
 
 impl JobContext {
@@ -39,12 +42,30 @@ impl JobContext {
             spec.channel_options(),
         )
         .await?;
-        Ok(Self {
+        let rating_counts = match spec.model {
+            ModelSpec::MatrixFactorization { prior, .. } if prior > 0.0 => {
+                dataset.rating_counts().await?.map(Arc::new)
+            }
+            _ => None,
+        };
+        let ctx = Self {
             spec,
             run_store,
             dataset,
             channel,
-        })
+            rating_counts,
+        };
+        ctx.training_model()?;
+        Ok(ctx)
+    }
+
+    /// The model the job trains, with what it needs of the data set (the rating counts of
+    /// matrix factorisation's count-aware prior).
+    pub fn training_model(&self) -> Result<Box<dyn Model>> {
+        self.spec
+            .model
+            .training_model(self.rating_counts.clone())
+            .map_err(|e| RuntimeError::InvalidJob(format!("{}: {e}", self.dataset.url())))
     }
 
     /// The ids of the workers of the job.

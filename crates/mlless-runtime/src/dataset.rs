@@ -1,7 +1,7 @@
 //! A prepared data set in the object store: its manifest and its minibatches.
 
-use mlless_core::Batch;
-use mlless_data::{MANIFEST_KEY, Manifest};
+use mlless_core::{Batch, RatingCounts};
+use mlless_data::{DatasetKind, MANIFEST_KEY, Manifest};
 use mlless_store::Store;
 
 use crate::error::{Result, RuntimeError};
@@ -85,6 +85,34 @@ impl Dataset {
                 source,
             }
         })
+    }
+
+    /// The training ratings of each user and item, if the data set keeps them (ratings data
+    /// sets prepared by this version do), checked against the manifest's checksum and shape.
+    pub async fn rating_counts(&self) -> Result<Option<RatingCounts>> {
+        let (Some(info), DatasetKind::Ratings { users, items, .. }) =
+            (&self.manifest.rating_counts, &self.manifest.kind)
+        else {
+            return Ok(None);
+        };
+        let bytes = self.store.get(&info.key).await?;
+        let location = || format!("{}/{}", self.store.url(), info.key);
+        let actual = crc32fast::hash(&bytes);
+        if actual != info.crc32 {
+            return Err(RuntimeError::Corrupt {
+                location: location(),
+                source: mlless_data::CodecError::ChecksumMismatch {
+                    expected: info.crc32,
+                    actual,
+                },
+            });
+        }
+        mlless_data::decode_counts(&bytes, *users, *items)
+            .map(Some)
+            .map_err(|source| RuntimeError::Corrupt {
+                location: location(),
+                source,
+            })
     }
 
     /// Where the data set is.

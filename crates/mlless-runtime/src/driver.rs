@@ -70,6 +70,8 @@ pub struct Hyperparameters {
     pub l2: Option<f32>,
     /// Latent factors (PMF).
     pub factors: Option<u32>,
+    /// Coefficient of the count-aware prior (PMF).
+    pub prior: Option<f32>,
     /// Clusters (k-means).
     pub clusters: Option<u32>,
     /// Widths of the hidden layers (MLP).
@@ -117,7 +119,21 @@ pub struct Defaults {
     pub l2: f32,
     /// Latent factors.
     pub factors: u32,
+    /// Coefficient of matrix factorisation's count-aware prior (0 for the other models).
+    pub prior: f32,
 }
+
+/// Matrix factorisation's default per-example L2. With [`PMF_PRIOR`], chosen on MovieLens
+/// ml-latest-small and on synthetic low-rank ratings together: per-example L2 alone either
+/// lets the many users and items with few ratings overfit (real ratings: the validation RMSE
+/// rises 2.3% from its best by epoch 40 at 0.1) or shrinks a dense data set's true factors
+/// (synthetic: 13% above the noise floor at 0.2).
+pub const PMF_L2: f32 = 0.05;
+
+/// Matrix factorisation's default count-aware prior: each user and item gets `PMF_PRIOR / n`
+/// more L2 per rating when it has `n` training ratings, so that one with 3 ratings is held
+/// near its bias while one with 500 is fit almost freely; see [`PMF_L2`].
+pub const PMF_PRIOR: f32 = 10.0;
 
 /// The global batch (samples per step over all workers) at which sparse LR's default learning
 /// rate is [`Defaults::lr`]; see [`Defaults::lr_for`].
@@ -186,6 +202,7 @@ impl Defaults {
                     },
                     l2: 1e-4,
                     factors: 0,
+                    prior: 0.0,
                 }
             }
             ModelChoice::MatrixFactorization => {
@@ -197,8 +214,9 @@ impl Defaults {
                         Momentum | Nesterov => 3.0,
                         Sgd => 30.0,
                     },
-                    l2: 0.1,
+                    l2: PMF_L2,
                     factors: 10,
+                    prior: PMF_PRIOR,
                 }
             }
             // The hinge's gradient is the row itself wherever the margin is short, twice the
@@ -214,6 +232,7 @@ impl Defaults {
                     },
                     l2: 1e-4,
                     factors: 0,
+                    prior: 0.0,
                 }
             }
             // Lloyd steps take no learning rate or optimiser.
@@ -222,6 +241,7 @@ impl Defaults {
                 lr: 0.0,
                 l2: 0.0,
                 factors: 0,
+                prior: 0.0,
             },
             // Adam, as for most small dense networks: robust to the scale of the inputs.
             ModelChoice::Mlp => {
@@ -235,6 +255,7 @@ impl Defaults {
                     },
                     l2: 1e-4,
                     factors: 0,
+                    prior: 0.0,
                 }
             }
         }
@@ -963,6 +984,33 @@ pub async fn estimate_positive_rate(dataset: &Dataset) -> Result<f64> {
     })
 }
 
+/// The count-aware prior of a PMF run: the one asked for, or the default. It needs the data
+/// set's rating counts: without them (a data set prepared by an older mlless) a prior asked
+/// for is an error, and the default is left out with a warning.
+fn pmf_prior(asked: Option<f32>, default: f32, dataset: &Dataset) -> Result<f32> {
+    if dataset.manifest().rating_counts.is_some() {
+        return Ok(asked.unwrap_or(default));
+    }
+    match asked {
+        Some(prior) if prior > 0.0 => Err(RuntimeError::InvalidJob(format!(
+            "--prior {prior} needs the rating counts of the data set, and {} has none (it was \
+             prepared by an older mlless): prepare it again",
+            dataset.url()
+        ))),
+        Some(_) => Ok(0.0),
+        None => {
+            if default > 0.0 {
+                warn!(
+                    data = dataset.url(),
+                    "the data set has no rating counts (it was prepared by an older mlless): \
+                     training without the count-aware prior; prepare it again to have it"
+                );
+            }
+            Ok(0.0)
+        }
+    }
+}
+
 /// The job spec of `options` on `dataset`, run on `platform` (the invoker's); for LR,
 /// `positive_rate` is the training set's (estimated) fraction of positive labels.
 fn job_spec(
@@ -1010,6 +1058,7 @@ fn job_spec(
                 l2,
                 mean: *mean,
                 init_std: 0.1,
+                prior: pmf_prior(options.hyper.prior, defaults.prior, dataset)?,
             }
         }
         (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {

@@ -225,6 +225,7 @@ mod tests {
                 },
                 created_unix_s: 0,
                 schema: None,
+                rating_counts: None,
             },
             ids,
         }
@@ -292,6 +293,7 @@ mod tests {
             l2: 0.0,
             mean: 3.5,
             init_std: 0.1,
+            prior: 0.0,
         };
         let kind = DatasetKind::Ratings {
             users: 3,

@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use mlless_core::Batch;
+use mlless_core::{Batch, RatingCounts};
 use mlless_data::{
-    BatchInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo, InputFormat, InputLayout,
-    InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed, SourceInfo, SplitInfo, batch_key,
+    BatchInfo, COUNTS_KEY, CountsInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo,
+    InputFormat, InputLayout, InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed,
+    SourceInfo, SplitInfo, batch_key,
 };
 use mlless_faas::{FunctionRequest, Invoker, Limits};
 use mlless_store::Store;
@@ -161,9 +162,16 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
     store.delete(IDS_KEY).await?;
+    store.delete(COUNTS_KEY).await?;
     let ids = match &layout.ids {
         Some(ids) => Some(put_ids(&store, ids).await?),
         None => None,
+    };
+    let rating_counts = match kind {
+        DatasetKind::Ratings { users, items, .. } => {
+            Some(put_counts(&store, users, items, &train_batches).await?)
+        }
+        DatasetKind::Sparse { .. } => None,
     };
     for prefix in ["train/", "test/", "validation/", "staging/"] {
         store.delete_prefix(prefix).await?;
@@ -230,6 +238,7 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
             csv_columns: layout.csv_columns,
             ids,
         }),
+        rating_counts,
     };
     store
         .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
@@ -248,6 +257,24 @@ async fn put_ids(store: &Store, ids: &IdMap) -> Result<IdsInfo> {
         crc32: crc32fast::hash(&bytes),
     };
     store.put(IDS_KEY, Bytes::from(bytes)).await?;
+    Ok(info)
+}
+
+/// Counts the training ratings of each user and item and writes them (before the manifest,
+/// which refers to them).
+async fn put_counts(store: &Store, users: u32, items: u32, train: &[Batch]) -> Result<CountsInfo> {
+    let mut counts = RatingCounts::new(users, items);
+    for batch in train {
+        if let Batch::Ratings(ratings) = batch {
+            counts.add(ratings);
+        }
+    }
+    let bytes = mlless_data::encode_counts(&counts);
+    let info = CountsInfo {
+        key: COUNTS_KEY.to_string(),
+        crc32: crc32fast::hash(&bytes),
+    };
+    store.put(COUNTS_KEY, Bytes::from(bytes)).await?;
     Ok(info)
 }
 

@@ -64,6 +64,7 @@ const STOP_POLL: Duration = Duration::from_millis(200);
 /// not published.
 pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
     let mut worker = Worker::new(ctx, id);
+    worker.model = worker.ctx.training_model()?;
     if let Some(step) = start.resume_step {
         let saved = checkpoint::load(&worker.ctx.run_store, &worker_role(id), step).await?;
         worker.restore(saved)?;

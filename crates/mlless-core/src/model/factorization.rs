@@ -1,7 +1,9 @@
 //! Biased probabilistic matrix factorisation.
 
+use std::sync::Arc;
+
 use super::{BatchLoss, GradientAccumulator, Model, ModelError, batch_kind, check_dims};
-use crate::batch::{Batch, RatingBatch};
+use crate::batch::{Batch, RatingBatch, RatingCounts};
 use crate::metrics::Evaluation;
 
 /// Biased matrix factorisation: `r̂(u, i) = mean + b_u + b_i + <p_u, q_i>`.
@@ -11,13 +13,15 @@ use crate::metrics::Evaluation;
 /// its derivative), and the per-example L2 term applies to the factors *and* the biases of
 /// the rating's user and item, as in Koren's biased MF (a user with one rating would
 /// otherwise fit its bias to that rating exactly).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MatrixFactorization {
     users: u32,
     items: u32,
     factors: usize,
     l2: f32,
     mean: f32,
+    /// The count-aware prior: its coefficient and the training ratings of each user and item.
+    prior: Option<(f32, Arc<RatingCounts>)>,
     /// Start of the item factors.
     item_factors: usize,
     /// Start of the user biases.
@@ -40,11 +44,42 @@ impl MatrixFactorization {
             factors: k,
             l2,
             mean,
+            prior: None,
             item_factors,
             user_biases,
             item_biases,
             num_params: item_biases.saturating_add(i),
         }
+    }
+
+    /// The model with a count-aware prior of coefficient `prior` added to the per-example L2:
+    /// each user's (item's) parameters get `prior/2 · ‖x‖²` once over the training set, spread
+    /// over its `n` ratings as `prior / n` per rating. A user with few ratings is pulled
+    /// towards the mean much harder than one with many, as a Gaussian prior on each user's
+    /// parameters does (MAP), where per-example L2 alone shrinks the rare least. `counts` are
+    /// the training ratings of each user and item; a count of 0 is taken as 1. Errs when
+    /// `prior` is negative or not finite, or `counts` does not have one entry per user and item.
+    pub fn with_prior(mut self, prior: f32, counts: Arc<RatingCounts>) -> Result<Self, ModelError> {
+        if !(prior.is_finite() && prior >= 0.0) {
+            return Err(ModelError::InvalidSpec {
+                reason: format!("prior must be finite and >= 0, got {prior}"),
+            });
+        }
+        if counts.users.len() != self.users as usize || counts.items.len() != self.items as usize {
+            return Err(ModelError::InvalidSpec {
+                reason: format!(
+                    "rating counts for {} users and {} items, the model has {} and {}",
+                    counts.users.len(),
+                    counts.items.len(),
+                    self.users,
+                    self.items
+                ),
+            });
+        }
+        if prior > 0.0 {
+            self.prior = Some((prior, counts));
+        }
+        Ok(self)
     }
 
     /// The rating the parameters predict for `(user, item)`; ids must be in range.
@@ -158,9 +193,22 @@ impl Model for MatrixFactorization {
         let k = self.factors;
         let scale = (2.0 / n as f64) as f32;
         let l2 = (f64::from(self.l2) / n as f64) as f32;
+        // The L2 coefficients of the rating's user and item: per example, plus the prior's
+        // share of each (`prior / count`), over the batch.
+        let coefficients = |u: usize, i: usize| match &self.prior {
+            None => (l2, l2),
+            Some((prior, counts)) => {
+                let share = |count: u32| {
+                    ((f64::from(self.l2) + f64::from(*prior) / f64::from(count.max(1))) / n as f64)
+                        as f32
+                };
+                (share(counts.users[u]), share(counts.items[i]))
+            }
+        };
         let mut loss = 0.0_f64;
         for (user, item, rating) in ratings.iter() {
             let (u, i) = (user as usize, item as usize);
+            let (l2_user, l2_item) = coefficients(u, i);
             let err = self.predict(params, u, i) - rating;
             loss += f64::from(err) * f64::from(err);
             let g = scale * err;
@@ -169,12 +217,12 @@ impl Model for MatrixFactorization {
             let p = &params[pu..pu + k];
             let q = &params[qi..qi + k];
             for (f, (&pf, &qf)) in p.iter().zip(q).enumerate() {
-                acc.add((pu + f) as u32, g * qf + l2 * pf);
-                acc.add((qi + f) as u32, g * pf + l2 * qf);
+                acc.add((pu + f) as u32, g * qf + l2_user * pf);
+                acc.add((qi + f) as u32, g * pf + l2_item * qf);
             }
             let (bu, bi) = (self.user_biases + u, self.item_biases + i);
-            acc.add(bu as u32, g + l2 * params[bu]);
-            acc.add(bi as u32, g + l2 * params[bi]);
+            acc.add(bu as u32, g + l2_user * params[bu]);
+            acc.add(bi as u32, g + l2_item * params[bi]);
         }
         Ok(BatchLoss::new(loss, n as u64))
     }
@@ -219,12 +267,23 @@ mod tests {
             l2,
             mean: 3.0,
             init_std: 0.5,
+            prior: 0.0,
         }
     }
 
     /// The regularised objective in f64: the mean over ratings of the squared error plus
     /// l2/2 times the squared norm of the rating's parameters (per-example L2).
     fn objective(b: &RatingBatch, l2: f64, x: &[f64]) -> f64 {
+        objective_with(b, |_| l2, |_| l2, x)
+    }
+
+    /// The objective with the L2 coefficient of each user's and item's parameters given.
+    fn objective_with(
+        b: &RatingBatch,
+        l2_user: impl Fn(usize) -> f64,
+        l2_item: impl Fn(usize) -> f64,
+        x: &[f64],
+    ) -> f64 {
         let (u_n, i_n, k) = (U as usize, I as usize, K as usize);
         let mut sum = 0.0;
         for (u, i, r) in b.iter() {
@@ -232,26 +291,93 @@ mod tests {
             let dot: f64 = (0..k).map(|f| x[u * k + f] * x[u_n * k + i * k + f]).sum();
             let pred = 3.0 + x[(u_n + i_n) * k + u] + x[(u_n + i_n) * k + u_n + i] + dot;
             sum += (pred - f64::from(r)).powi(2);
-            let own = (0..k)
-                .map(|f| x[u * k + f].powi(2) + x[u_n * k + i * k + f].powi(2))
-                .sum::<f64>()
-                + x[(u_n + i_n) * k + u].powi(2)
+            let user =
+                (0..k).map(|f| x[u * k + f].powi(2)).sum::<f64>() + x[(u_n + i_n) * k + u].powi(2);
+            let item = (0..k).map(|f| x[u_n * k + i * k + f].powi(2)).sum::<f64>()
                 + x[(u_n + i_n) * k + u_n + i].powi(2);
-            sum += 0.5 * l2 * own;
+            sum += 0.5 * (l2_user(u) * user + l2_item(i) * item);
         }
         sum / b.len() as f64
+    }
+
+    /// Random parameters of `spec`, biases included.
+    fn random_params(spec: &ModelSpec) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut params = spec.init_params(9);
+        for p in params.iter_mut() {
+            *p += 0.3 * rng.sample::<f32, _>(StandardNormal);
+        }
+        params
+    }
+
+    #[test]
+    fn the_count_aware_prior_adds_prior_over_count_to_each_rating_s_l2() {
+        let (l2, prior) = (0.2_f32, 3.0_f32);
+        let spec = spec(l2);
+        let params = random_params(&spec);
+        let mut b = RatingBatch::default();
+        b.push(0, 3, 4.0);
+        b.push(1, 0, 2.5);
+        b.push(1, 3, 5.0);
+        b.push(2, 0, 1.0);
+        // Counts of a larger training set; user 2's 0 counts as 1.
+        let counts = RatingCounts {
+            users: vec![1, 4, 0, 2, 2, 2, 2],
+            items: vec![10, 1, 1, 2, 1],
+        };
+        let model = MatrixFactorization::new(U, I, K, l2, 3.0)
+            .with_prior(prior, Arc::new(counts.clone()))
+            .unwrap();
+        let mut acc = GradientAccumulator::new(spec.num_params());
+        model
+            .gradient(&params, &Batch::Ratings(b.clone()), &mut acc)
+            .unwrap();
+        let mut dense = vec![0.0_f32; spec.num_params()];
+        acc.take().scaled_add_to(&mut dense, 1.0);
+        let coefficient = |count: u32| f64::from(l2) + f64::from(prior) / f64::from(count.max(1));
+        let f = |x: &[f64]| {
+            objective_with(
+                &b,
+                |u| coefficient(counts.users[u]),
+                |i| coefficient(counts.items[i]),
+                x,
+            )
+        };
+        let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
+        for (j, want) in finite_difference(f, &x, 0..spec.num_params()) {
+            assert_close(f64::from(dense[j]), want, 1e-4, &format!("d/dx_{j}"));
+        }
+
+        // Through the spec: the prior needs counts of the model's shape.
+        let with_prior = ModelSpec::MatrixFactorization {
+            users: U,
+            items: I,
+            factors: K,
+            l2,
+            mean: 3.0,
+            init_std: 0.5,
+            prior,
+        };
+        assert!(with_prior.training_model(None).is_err());
+        let short = RatingCounts::new(U - 1, I);
+        assert!(with_prior.training_model(Some(Arc::new(short))).is_err());
+        let mut again = GradientAccumulator::new(spec.num_params());
+        with_prior
+            .training_model(Some(Arc::new(counts)))
+            .unwrap()
+            .gradient(&params, &Batch::Ratings(b), &mut again)
+            .unwrap();
+        let mut dense_again = vec![0.0_f32; spec.num_params()];
+        again.take().scaled_add_to(&mut dense_again, 1.0);
+        assert_eq!(dense_again, dense);
     }
 
     #[test]
     fn gradient_matches_finite_differences_with_per_example_l2() {
         let l2 = 0.2_f32;
         let spec = spec(l2);
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut params = spec.init_params(9);
         // Non-zero biases too, so that a missing or extra L2 term on them shows.
-        for p in params.iter_mut() {
-            *p += 0.3 * rng.sample::<f32, _>(StandardNormal);
-        }
+        let params = random_params(&spec);
         // Users 0,1,2 (user 1 twice) and items 0,3 (item 3 twice): users 3..7 and items 1,2,4
         // untouched.
         let mut b = RatingBatch::default();
@@ -377,6 +503,7 @@ mod tests {
             l2: 1e-3,
             mean: mean as f32,
             init_std: 0.1,
+            prior: 0.0,
         };
         let model = spec.model();
         let mut params = spec.init_params(0);

@@ -303,6 +303,7 @@ mod tests {
             l2: 0.0,
             mean: 3.0,
             init_std: 0.1,
+            prior: 0.0,
         };
         let mut params = spec.init_params(1);
         // Biases: users [0.5, -0.5], items [0.1, 0.2, 0.3].
