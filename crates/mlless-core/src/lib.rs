@@ -47,6 +47,7 @@
 
 pub mod batch;
 pub mod filter;
+pub mod fit;
 pub mod metrics;
 pub mod model;
 pub mod optim;
