@@ -61,7 +61,7 @@ pub use filter::{
     Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, SignificanceScale,
     UpdateFilter, WireDelta,
 };
-pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
+pub use metrics::{Evaluation, Metrics, Task, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, LrReference,
     LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model, ModelError,

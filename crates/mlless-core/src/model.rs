@@ -32,8 +32,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
 
-use crate::batch::Batch;
-use crate::metrics::Evaluation;
+use crate::batch::{Batch, SparseBatch};
+use crate::metrics::{Evaluation, Task};
 
 pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
@@ -155,6 +155,17 @@ impl ModelSpec {
             ModelSpec::Svm { .. } => "svm",
             ModelSpec::KMeans { .. } => "kmeans",
             ModelSpec::Mlp { .. } => "mlp",
+        }
+    }
+
+    /// What the model predicts, hence its evaluation and metrics.
+    pub fn task(&self) -> Task {
+        match self {
+            ModelSpec::LogisticRegression { .. } => Task::Binary,
+            ModelSpec::MatrixFactorization { .. } => Task::Regression,
+            ModelSpec::Svm { .. } => Task::Margin,
+            ModelSpec::KMeans { .. } => Task::Clustering,
+            ModelSpec::Mlp { .. } => Task::Multiclass,
         }
     }
 
@@ -325,6 +336,26 @@ pub trait Model: Send + Sync {
         batch: &Batch,
         eval: &mut Evaluation,
     ) -> Result<(), ModelError>;
+
+    /// Predicts every row of `rows` (labels ignored) with the same per-sample code as
+    /// [`evaluate`](Self::evaluate); `params` has the model's length ([`Predictor::new`]
+    /// checks it). Feature indices must be below the model's features and values finite, as
+    /// in training. A model that scores no rows (PMF) returns [`ModelError::WrongBatchKind`].
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError>;
+
+    /// Predicts the rating of `(user, item)` by model ids, `None` an id the model does not
+    /// know (see [`Predictor::predict_rating`]). A model that predicts no ratings returns
+    /// [`ModelError::rows_only`].
+    fn predict_rating(
+        &self,
+        params: &[f32],
+        user: Option<u32>,
+        item: Option<u32>,
+    ) -> Result<f64, ModelError>;
 }
 
 /// The data loss of some samples: its sum and the number of samples.
@@ -516,6 +547,17 @@ pub enum ModelError {
         /// What is wrong.
         reason: String,
     },
+}
+
+impl ModelError {
+    /// The error of a model that scores sparse rows when it is asked for a rating.
+    pub fn rows_only(model: &'static str) -> Self {
+        ModelError::WrongBatchKind {
+            model,
+            expected: "sparse",
+            got: "ratings",
+        }
+    }
 }
 
 /// Checks the lengths of the parameter vector and the accumulator against the model's.

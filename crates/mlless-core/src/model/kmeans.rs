@@ -25,7 +25,7 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::linear::{Labels, sparse_rows, validate_sparse};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, check_dims};
+use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction, check_dims};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
@@ -45,6 +45,31 @@ impl KMeans {
 }
 
 impl Model for KMeans {
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        let batch = Batch::Sparse(rows.clone());
+        Ok(self
+            .assign(params, &batch)?
+            .into_iter()
+            .map(|(cluster, sq_distance)| Prediction::Cluster {
+                cluster,
+                sq_distance,
+            })
+            .collect())
+    }
+
+    fn predict_rating(
+        &self,
+        _params: &[f32],
+        _user: Option<u32>,
+        _item: Option<u32>,
+    ) -> Result<f64, ModelError> {
+        Err(ModelError::rows_only("kmeans"))
+    }
+
     fn num_params(&self) -> usize {
         self.k as usize * self.features as usize
     }

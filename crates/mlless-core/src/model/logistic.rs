@@ -1,8 +1,8 @@
 //! Sparse binary logistic regression.
 
-use super::linear::{linear_gradient, margins, prepare_linear};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError};
-use crate::batch::Batch;
+use super::linear::{Labels, linear_gradient, margins, prepare_linear, validate_sparse};
+use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
+use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
 /// Binary logistic regression over sparse features: `p(y = 1 | x) = σ(w·x + b)`.
@@ -36,6 +36,26 @@ pub(crate) fn logistic_loss(z: f64, y: f64) -> (f64, f64) {
 }
 
 impl Model for LogisticRegression {
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        validate_sparse(rows, self.features, Labels::Ignored)?;
+        Ok(margins(params, rows)
+            .map(|(z, _)| Prediction::Logit(z))
+            .collect())
+    }
+
+    fn predict_rating(
+        &self,
+        _params: &[f32],
+        _user: Option<u32>,
+        _item: Option<u32>,
+    ) -> Result<f64, ModelError> {
+        Err(ModelError::rows_only("lr"))
+    }
+
     fn num_params(&self) -> usize {
         self.features as usize + 1
     }

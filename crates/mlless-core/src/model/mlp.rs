@@ -9,7 +9,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::StandardNormal;
 
 use super::linear::{Labels, validate_sparse};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, batch_kind, check_dims};
+use super::{
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
+};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
@@ -276,6 +278,27 @@ impl Mlp {
 }
 
 impl Model for Mlp {
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        Ok(self
+            .logits(params, rows)?
+            .into_iter()
+            .map(Prediction::Classes)
+            .collect())
+    }
+
+    fn predict_rating(
+        &self,
+        _params: &[f32],
+        _user: Option<u32>,
+        _item: Option<u32>,
+    ) -> Result<f64, ModelError> {
+        Err(ModelError::rows_only("mlp"))
+    }
+
     fn num_params(&self) -> usize {
         self.num_params
     }

@@ -5,9 +5,9 @@
 //! bias); only the loss of the margin differs: the hinge `max(0, 1 − y·(w·x + b))` with the
 //! labels 0/1 taken as `y = −1/+1`.
 
-use super::linear::{linear_gradient, margins, prepare_linear};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError};
-use crate::batch::Batch;
+use super::linear::{Labels, linear_gradient, margins, prepare_linear, validate_sparse};
+use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
+use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
 /// Linear SVM: predicts the positive class when the margin `w·x + b` is positive, trained on
@@ -41,6 +41,26 @@ fn hinge(z: f64, label: f64) -> (f64, f64) {
 }
 
 impl Model for Svm {
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        validate_sparse(rows, self.features, Labels::Ignored)?;
+        Ok(margins(params, rows)
+            .map(|(z, _)| Prediction::Margin(z))
+            .collect())
+    }
+
+    fn predict_rating(
+        &self,
+        _params: &[f32],
+        _user: Option<u32>,
+        _item: Option<u32>,
+    ) -> Result<f64, ModelError> {
+        Err(ModelError::rows_only("svm"))
+    }
+
     fn num_params(&self) -> usize {
         self.features as usize + 1
     }
