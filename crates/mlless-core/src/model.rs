@@ -158,6 +158,25 @@ impl ModelSpec {
         }
     }
 
+    /// How the model trains: what a worker runs each step.
+    ///
+    /// ```
+    /// use mlless_core::{ModelSpec, Training};
+    /// let kmeans = ModelSpec::KMeans { features: 2, k: 3 };
+    /// assert_eq!(kmeans.training(), Training::Lloyd { k: 3, features: 2 });
+    /// let svm = ModelSpec::Svm { features: 2, l2: 0.0 };
+    /// assert_eq!(svm.training(), Training::Gradients);
+    /// ```
+    pub fn training(&self) -> Training {
+        match *self {
+            ModelSpec::LogisticRegression { .. }
+            | ModelSpec::MatrixFactorization { .. }
+            | ModelSpec::Svm { .. }
+            | ModelSpec::Mlp { .. } => Training::Gradients,
+            ModelSpec::KMeans { features, k } => Training::Lloyd { k, features },
+        }
+    }
+
     /// What the model predicts, hence its evaluation and metrics.
     pub fn task(&self) -> Task {
         match self {
@@ -301,6 +320,22 @@ impl ModelSpec {
             } => Box::new(Mlp::new(features, hidden, classes, l2)),
         }
     }
+}
+
+/// How a model trains ([`ModelSpec::training`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Training {
+    /// By the gradients of minibatches, through an optimiser ([`Model::gradient`]): each step
+    /// reads the worker's minibatch.
+    Gradients,
+    /// By Lloyd iterations ([`LloydSums`]): each step reads the whole data set (a worker, its
+    /// shard) and the workers exchange per-cluster sums.
+    Lloyd {
+        /// Number of clusters.
+        k: u32,
+        /// Number of features of a point.
+        features: u32,
+    },
 }
 
 /// A model: the gradient and the evaluation of a flat parameter vector on a batch.
