@@ -142,6 +142,10 @@ impl MatrixFactorization {
 }
 
 impl Model for MatrixFactorization {
+    fn name(&self) -> &'static str {
+        "pmf"
+    }
+
     /// Always [`ModelError::WrongBatchKind`]: the model scores `(user, item)` pairs
     /// ([`predict_rating`](Model::predict_rating)), not rows.
     fn predict_rows(

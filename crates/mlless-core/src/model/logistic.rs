@@ -1,6 +1,6 @@
 //! Sparse binary logistic regression.
 
-use super::linear::{Labels, linear_gradient, margins, prepare_linear, validate_sparse};
+use super::linear::{linear_gradient, linear_predictions, margins, prepare_linear};
 use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -41,19 +41,11 @@ impl Model for LogisticRegression {
         params: &[f32],
         rows: &SparseBatch,
     ) -> Result<Vec<Prediction>, ModelError> {
-        validate_sparse(rows, self.features, Labels::Ignored)?;
-        Ok(margins(params, rows)
-            .map(|(z, _)| Prediction::Logit(z))
-            .collect())
+        linear_predictions(self.features, params, rows, Prediction::Logit)
     }
 
-    fn predict_rating(
-        &self,
-        _params: &[f32],
-        _user: Option<u32>,
-        _item: Option<u32>,
-    ) -> Result<f64, ModelError> {
-        Err(ModelError::rows_only("lr"))
+    fn name(&self) -> &'static str {
+        "lr"
     }
 
     fn num_params(&self) -> usize {

@@ -290,13 +290,8 @@ impl Model for Mlp {
             .collect())
     }
 
-    fn predict_rating(
-        &self,
-        _params: &[f32],
-        _user: Option<u32>,
-        _item: Option<u32>,
-    ) -> Result<f64, ModelError> {
-        Err(ModelError::rows_only("mlp"))
+    fn name(&self) -> &'static str {
+        "mlp"
     }
 
     fn num_params(&self) -> usize {

@@ -5,7 +5,7 @@
 //! bias); only the loss of the margin differs: the hinge `max(0, 1 − y·(w·x + b))` with the
 //! labels 0/1 taken as `y = −1/+1`.
 
-use super::linear::{Labels, linear_gradient, margins, prepare_linear, validate_sparse};
+use super::linear::{linear_gradient, linear_predictions, margins, prepare_linear};
 use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -46,19 +46,11 @@ impl Model for Svm {
         params: &[f32],
         rows: &SparseBatch,
     ) -> Result<Vec<Prediction>, ModelError> {
-        validate_sparse(rows, self.features, Labels::Ignored)?;
-        Ok(margins(params, rows)
-            .map(|(z, _)| Prediction::Margin(z))
-            .collect())
+        linear_predictions(self.features, params, rows, Prediction::Margin)
     }
 
-    fn predict_rating(
-        &self,
-        _params: &[f32],
-        _user: Option<u32>,
-        _item: Option<u32>,
-    ) -> Result<f64, ModelError> {
-        Err(ModelError::rows_only("svm"))
+    fn name(&self) -> &'static str {
+        "svm"
     }
 
     fn num_params(&self) -> usize {
