@@ -47,6 +47,7 @@
 
 pub mod batch;
 pub mod filter;
+pub mod fit;
 pub mod metrics;
 pub mod model;
 pub mod optim;
@@ -60,12 +61,12 @@ pub use filter::{
     Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, SignificanceScale,
     UpdateFilter, WireDelta,
 };
-pub use metrics::{Evaluation, Metrics, auc, log_loss, log_loss_from_logit};
+pub use metrics::{Evaluation, Metrics, Task, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, LrReference,
     LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model, ModelError,
-    ModelSpec, Prediction, Predictor, Svm, kmeans_plus_plus, lloyd, lr_reference_objective,
-    sigmoid, solve_lr_reference, solve_svm_reference, svm_objective,
+    ModelSpec, Prediction, Predictor, Svm, Training, kmeans_plus_plus, lloyd,
+    lr_reference_objective, sigmoid, solve_lr_reference, solve_svm_reference, svm_objective,
 };
 pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,

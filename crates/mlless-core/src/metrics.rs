@@ -60,15 +60,37 @@ enum Score {
     Margin,
 }
 
+/// What a model's predictions are, and so how it is evaluated and which metrics it reports
+/// ([`ModelSpec::task`]). A new model of an existing kind needs nothing here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Task {
+    /// A probabilistic binary classifier (logits): [`Evaluation::binary`].
+    Binary,
+    /// A margin classifier (margins `w·x + b`): [`Evaluation::margin_classifier`].
+    Margin,
+    /// A regression (ratings): [`Evaluation::regression`].
+    Regression,
+    /// A probabilistic multiclass classifier (one logit per class): [`Evaluation::multiclass`].
+    Multiclass,
+    /// A clustering (nearest centroid): [`Evaluation::clustering`].
+    Clustering,
+}
+
 impl Evaluation {
-    /// The evaluation that fits the model `spec`.
+    /// The evaluation that fits the model `spec`: that of its [`Task`].
     pub fn for_spec(spec: &ModelSpec) -> Self {
-        match spec {
-            ModelSpec::LogisticRegression { .. } => Self::binary(),
-            ModelSpec::MatrixFactorization { .. } => Self::regression(),
-            ModelSpec::Svm { .. } => Self::margin_classifier(),
-            ModelSpec::KMeans { .. } => Self::clustering(),
-            ModelSpec::Mlp { .. } => Self::multiclass(),
+        Self::for_task(spec.task())
+    }
+
+    /// An empty evaluation of `task`.
+    pub fn for_task(task: Task) -> Self {
+        match task {
+            Task::Binary => Self::binary(),
+            Task::Regression => Self::regression(),
+            Task::Margin => Self::margin_classifier(),
+            Task::Clustering => Self::clustering(),
+            Task::Multiclass => Self::multiclass(),
         }
     }
 

@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use crate::batch::{Batch, RatingCounts};
-use crate::metrics::Evaluation;
+use crate::batch::{Batch, RatingCounts, SparseBatch};
+use crate::metrics::{Evaluation, Task};
 
 pub use accumulator::GradientAccumulator;
 pub use factorization::MatrixFactorization;
@@ -162,6 +162,36 @@ impl ModelSpec {
             ModelSpec::Svm { .. } => "svm",
             ModelSpec::KMeans { .. } => "kmeans",
             ModelSpec::Mlp { .. } => "mlp",
+        }
+    }
+
+    /// How the model trains: what a worker runs each step.
+    ///
+    /// ```
+    /// use mlless_core::{ModelSpec, Training};
+    /// let kmeans = ModelSpec::KMeans { features: 2, k: 3 };
+    /// assert_eq!(kmeans.training(), Training::Lloyd { k: 3, features: 2 });
+    /// let svm = ModelSpec::Svm { features: 2, l2: 0.0 };
+    /// assert_eq!(svm.training(), Training::Gradients);
+    /// ```
+    pub fn training(&self) -> Training {
+        match *self {
+            ModelSpec::LogisticRegression { .. }
+            | ModelSpec::MatrixFactorization { .. }
+            | ModelSpec::Svm { .. }
+            | ModelSpec::Mlp { .. } => Training::Gradients,
+            ModelSpec::KMeans { features, k } => Training::Lloyd { k, features },
+        }
+    }
+
+    /// What the model predicts, hence its evaluation and metrics.
+    pub fn task(&self) -> Task {
+        match self {
+            ModelSpec::LogisticRegression { .. } => Task::Binary,
+            ModelSpec::MatrixFactorization { .. } => Task::Regression,
+            ModelSpec::Svm { .. } => Task::Margin,
+            ModelSpec::KMeans { .. } => Task::Clustering,
+            ModelSpec::Mlp { .. } => Task::Multiclass,
         }
     }
 
@@ -340,8 +370,27 @@ impl ModelSpec {
     }
 }
 
+/// How a model trains ([`ModelSpec::training`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Training {
+    /// By the gradients of minibatches, through an optimiser ([`Model::gradient`]): each step
+    /// reads the worker's minibatch.
+    Gradients,
+    /// By Lloyd iterations ([`LloydSums`]): each step reads the whole data set (a worker, its
+    /// shard) and the workers exchange per-cluster sums.
+    Lloyd {
+        /// Number of clusters.
+        k: u32,
+        /// Number of features of a point.
+        features: u32,
+    },
+}
+
 /// A model: the gradient and the evaluation of a flat parameter vector on a batch.
 pub trait Model: Send + Sync {
+    /// The model family's short name, as [`ModelSpec::name`] and errors give it.
+    fn name(&self) -> &'static str;
+
     /// Number of parameters the model expects.
     fn num_params(&self) -> usize;
 
@@ -373,6 +422,28 @@ pub trait Model: Send + Sync {
         batch: &Batch,
         eval: &mut Evaluation,
     ) -> Result<(), ModelError>;
+
+    /// Predicts every row of `rows` (labels ignored) with the same per-sample code as
+    /// [`evaluate`](Self::evaluate); `params` has the model's length ([`Predictor::new`]
+    /// checks it). Feature indices must be below the model's features and values finite, as
+    /// in training. A model that scores no rows (PMF) returns [`ModelError::WrongBatchKind`].
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError>;
+
+    /// Predicts the rating of `(user, item)` by model ids, `None` an id the model does not
+    /// know (see [`Predictor::predict_rating`]). By default, for a model that predicts no
+    /// ratings, [`ModelError::rows_only`].
+    fn predict_rating(
+        &self,
+        _params: &[f32],
+        _user: Option<u32>,
+        _item: Option<u32>,
+    ) -> Result<f64, ModelError> {
+        Err(ModelError::rows_only(self.name()))
+    }
 }
 
 /// The data loss of some samples: its sum and the number of samples.
@@ -566,6 +637,17 @@ pub enum ModelError {
     },
 }
 
+impl ModelError {
+    /// The error of a model that scores sparse rows when it is asked for a rating.
+    pub fn rows_only(model: &'static str) -> Self {
+        ModelError::WrongBatchKind {
+            model,
+            expected: "sparse",
+            got: "ratings",
+        }
+    }
+}
+
 /// Checks the lengths of the parameter vector and the accumulator against the model's.
 fn check_dims(num_params: usize, params: &[f32], acc_dim: Option<usize>) -> Result<(), ModelError> {
     if num_params > MAX_PARAMS {
@@ -690,146 +772,4 @@ pub(crate) mod testutil {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pmf_spec() -> ModelSpec {
-        ModelSpec::MatrixFactorization {
-            users: 30,
-            items: 20,
-            factors: 4,
-            l2: 0.01,
-            mean: 3.5,
-            init_std: 0.1,
-            prior: 0.0,
-        }
-    }
-
-    #[test]
-    fn num_params_and_names() {
-        let lr = ModelSpec::LogisticRegression {
-            features: 10,
-            l2: 0.0,
-            init_bias: 0.0,
-        };
-        assert_eq!(lr.num_params(), 11);
-        assert_eq!(lr.name(), "lr");
-        assert_eq!(pmf_spec().num_params(), (30 + 20) * 4 + 30 + 20);
-        assert_eq!(pmf_spec().name(), "pmf");
-        assert_eq!(pmf_spec().model().num_params(), pmf_spec().num_params());
-        let svm = ModelSpec::Svm {
-            features: 10,
-            l2: 0.1,
-        };
-        assert_eq!((svm.num_params(), svm.name()), (11, "svm"));
-        assert_eq!(svm.model().num_params(), 11);
-        assert_eq!(svm.init_params(3), vec![0.0; 11]);
-        let kmeans = ModelSpec::KMeans { features: 7, k: 3 };
-        assert_eq!((kmeans.num_params(), kmeans.name()), (21, "kmeans"));
-        assert_eq!(kmeans.model().num_params(), 21);
-        assert_eq!(kmeans.init_params(3), vec![0.0; 21]);
-    }
-
-    #[test]
-    fn validate_svm_and_kmeans_specs() {
-        let svm = |l2| ModelSpec::Svm { features: 3, l2 };
-        assert!(svm(0.0).validate().is_ok());
-        assert!(svm(-0.1).validate().is_err());
-        assert!(svm(f32::NAN).validate().is_err());
-        let kmeans = |features, k| ModelSpec::KMeans { features, k };
-        assert!(kmeans(2, 1).validate().is_ok());
-        assert!(kmeans(0, 3).validate().is_err());
-        assert!(kmeans(3, 0).validate().is_err());
-        assert!(matches!(
-            kmeans(u32::MAX, 4).validate(),
-            Err(ModelError::InvalidSpec { .. })
-        ));
-    }
-
-    #[test]
-    fn validate_rejects_bad_specs() {
-        assert!(pmf_spec().validate().is_ok());
-        let too_big = ModelSpec::MatrixFactorization {
-            users: u32::MAX,
-            items: 1,
-            factors: 10,
-            l2: 0.0,
-            mean: 0.0,
-            init_std: 0.1,
-            prior: 0.0,
-        };
-        assert!(matches!(
-            too_big.validate(),
-            Err(ModelError::InvalidSpec { .. })
-        ));
-        let bad_l2 = ModelSpec::LogisticRegression {
-            features: 3,
-            l2: -1.0,
-            init_bias: 0.0,
-        };
-        assert!(bad_l2.validate().is_err());
-        let biggest_lr = ModelSpec::LogisticRegression {
-            features: u32::MAX,
-            l2: 0.0,
-            init_bias: 0.0,
-        };
-        assert!(biggest_lr.validate().is_ok());
-    }
-
-    #[test]
-    fn init_params_is_seeded_and_shaped() {
-        let spec = pmf_spec();
-        let a = spec.init_params(42);
-        let b = spec.init_params(42);
-        let c = spec.init_params(43);
-        assert_eq!(a.len(), spec.num_params());
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        let n_factors = 50 * 4;
-        assert!(
-            a[n_factors..].iter().all(|&x| x == 0.0),
-            "biases start at 0"
-        );
-        let factors = &a[..n_factors];
-        assert!(factors.iter().all(|&x| x != 0.0));
-        let var = factors.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>() / n_factors as f64;
-        assert!((var.sqrt() - 0.1).abs() < 0.02, "std {}", var.sqrt());
-
-        let lr = ModelSpec::LogisticRegression {
-            features: 5,
-            l2: 0.0,
-            init_bias: 0.0,
-        };
-        assert_eq!(lr.init_params(1), vec![0.0; 6]);
-        let imbalanced = ModelSpec::LogisticRegression {
-            features: 2,
-            l2: 0.0,
-            init_bias: -3.5,
-        };
-        assert_eq!(imbalanced.init_params(1), vec![0.0, 0.0, -3.5]);
-        assert!(
-            ModelSpec::LogisticRegression {
-                features: 2,
-                l2: 0.0,
-                init_bias: f32::NAN,
-            }
-            .validate()
-            .is_err()
-        );
-        // Specs written before init_bias existed start at 0.
-        let old: ModelSpec =
-            serde_json::from_str(r#"{"logistic_regression":{"features":2,"l2":0.5}}"#).unwrap();
-        assert_eq!(old.init_params(0), vec![0.0; 3]);
-    }
-
-    #[test]
-    fn batch_loss_merges() {
-        let mut a = BatchLoss::new(1.5, 3);
-        a.merge(BatchLoss::new(2.5, 1));
-        assert_eq!(a, BatchLoss::new(4.0, 4));
-        assert_eq!(a.mean(), 1.0);
-        assert!(BatchLoss::default().mean().is_nan());
-        let total: BatchLoss = [a, BatchLoss::new(1.0, 1)].into_iter().sum();
-        assert_eq!(total, BatchLoss::new(5.0, 5));
-    }
-}
+mod tests;

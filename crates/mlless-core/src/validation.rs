@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Task};
 use crate::model::ModelSpec;
 
 /// Whether a metric is better when it is lower (losses, errors) or higher (accuracy, AUC).
@@ -42,24 +42,24 @@ impl Direction {
 }
 
 /// The metric a model is judged by on the validation set: the one early stopping watches and
-/// the best model is kept by.
+/// the best model is kept by (that of its [`Task`]).
 pub fn primary_metric(spec: &ModelSpec) -> &'static str {
-    match spec {
-        ModelSpec::LogisticRegression { .. } | ModelSpec::Mlp { .. } => "logloss",
-        ModelSpec::MatrixFactorization { .. } => "rmse",
-        ModelSpec::Svm { .. } => "hinge",
-        ModelSpec::KMeans { .. } => "mean_sq_distance",
+    match spec.task() {
+        Task::Binary | Task::Multiclass => "logloss",
+        Task::Regression => "rmse",
+        Task::Margin => "hinge",
+        Task::Clustering => "mean_sq_distance",
     }
 }
 
-/// The metrics a model's evaluation reports, by name.
+/// The metrics a model's evaluation reports, by name (those of its [`Task`]).
 pub fn metrics_of(spec: &ModelSpec) -> &'static [&'static str] {
-    match spec {
-        ModelSpec::LogisticRegression { .. } => &["logloss", "accuracy", "auc"],
-        ModelSpec::Mlp { .. } => &["logloss", "accuracy"],
-        ModelSpec::MatrixFactorization { .. } => &["rmse"],
-        ModelSpec::Svm { .. } => &["hinge", "accuracy", "auc"],
-        ModelSpec::KMeans { .. } => &["mean_sq_distance", "inertia"],
+    match spec.task() {
+        Task::Binary => &["logloss", "accuracy", "auc"],
+        Task::Multiclass => &["logloss", "accuracy"],
+        Task::Regression => &["rmse"],
+        Task::Margin => &["hinge", "accuracy", "auc"],
+        Task::Clustering => &["mean_sq_distance", "inertia"],
     }
 }
 

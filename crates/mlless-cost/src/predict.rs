@@ -20,7 +20,8 @@
 //! floor `a` (publish, wait for the barrier, collect one message) and a cost `b` per further
 //! peer (one more message to fetch, decode and add). With phases at two or more worker counts
 //! (the scale-in auto-tuner changes P during a run), `a` and `b` are fitted by least squares
-//! weighted by steps (kept non-negative). With one worker count `P_m`, the floor is taken to be
+//! weighted by steps (kept non-negative: [`mlless_core::fit::nonneg_line`]). With one worker
+//! count `P_m`, the floor is taken to be
 //! the cost of one peer, `a = b`, so `e(P) = e(P_m) · P / P_m`: proportional to the messages a
 //! worker collects.
 //!
@@ -59,6 +60,7 @@
 //! talk directly, as LambdaML's all-reduce over the VPC, may exchange faster; the run did not
 //! measure that), while the cost counts the machines only (no channel servers or requests).
 
+use mlless_core::fit::{LineFit, nonneg_line};
 use serde::{Deserialize, Serialize};
 
 use crate::{Bill, ChannelKind, ObjectRequests, PriceTable, Usage, VmPrice};
@@ -211,44 +213,23 @@ impl RunMeasurements {
                 )
             })
             .collect();
-        let n: f64 = points.iter().map(|p| p.2).sum();
-        if n == 0.0 {
-            return ExchangeModel {
+        match nonneg_line(&points) {
+            LineFit::Empty => ExchangeModel {
                 floor_ms: 0.0,
                 per_peer_ms: 0.0,
-            };
-        }
-        let mean_x = points.iter().map(|p| p.2 * p.0).sum::<f64>() / n;
-        let mean_y = points.iter().map(|p| p.2 * p.1).sum::<f64>() / n;
-        let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
-        if sxx <= 1e-12 {
-            // One worker count: a = b, e(P) = e(P_m) · P / P_m.
-            let per = mean_y / (mean_x + 1.0);
-            return ExchangeModel {
-                floor_ms: per,
-                per_peer_ms: per,
-            };
-        }
-        let sxy: f64 = points
-            .iter()
-            .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
-            .sum();
-        let mut b = (sxy / sxx).max(0.0);
-        let mut a = mean_y - b * mean_x;
-        if a < 0.0 {
-            // A negative floor: force it to 0 and fit the slope through the origin.
-            a = 0.0;
-            let sxx0: f64 = points.iter().map(|p| p.2 * p.0 * p.0).sum();
-            let sxy0: f64 = points.iter().map(|p| p.2 * p.0 * p.1).sum();
-            b = if sxx0 > 0.0 {
-                (sxy0 / sxx0).max(0.0)
-            } else {
-                0.0
-            };
-        }
-        ExchangeModel {
-            floor_ms: a,
-            per_peer_ms: b,
+            },
+            LineFit::OneAbscissa { mean_x, mean_y } => {
+                // One worker count: a = b, e(P) = e(P_m) · P / P_m.
+                let per = mean_y / (mean_x + 1.0);
+                ExchangeModel {
+                    floor_ms: per,
+                    per_peer_ms: per,
+                }
+            }
+            LineFit::Line { intercept, slope } => ExchangeModel {
+                floor_ms: intercept,
+                per_peer_ms: slope,
+            },
         }
     }
 

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, batch_kind, check_dims};
-use crate::batch::{Batch, RatingBatch, RatingCounts};
+use super::{
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
+};
+use crate::batch::{Batch, RatingBatch, RatingCounts, SparseBatch};
 use crate::metrics::Evaluation;
 
 /// Biased matrix factorisation: `r̂(u, i) = mean + b_u + b_i + <p_u, q_i>`.
@@ -175,6 +177,33 @@ impl MatrixFactorization {
 }
 
 impl Model for MatrixFactorization {
+    fn name(&self) -> &'static str {
+        "pmf"
+    }
+
+    /// Always [`ModelError::WrongBatchKind`]: the model scores `(user, item)` pairs
+    /// ([`predict_rating`](Model::predict_rating)), not rows.
+    fn predict_rows(
+        &self,
+        _params: &[f32],
+        _rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        Err(ModelError::WrongBatchKind {
+            model: "pmf",
+            expected: "ratings",
+            got: "sparse",
+        })
+    }
+
+    fn predict_rating(
+        &self,
+        params: &[f32],
+        user: Option<u32>,
+        item: Option<u32>,
+    ) -> Result<f64, ModelError> {
+        Ok(f64::from(self.predict_partial(params, user, item)?))
+    }
+
     fn num_params(&self) -> usize {
         self.num_params
     }

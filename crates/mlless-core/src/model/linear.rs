@@ -4,7 +4,7 @@
 //! Logistic regression, the linear SVM and k-means (which validates its rows the same way but
 //! ignores their labels) build on these.
 
-use super::{BatchLoss, GradientAccumulator, ModelError, batch_kind, check_dims};
+use super::{BatchLoss, GradientAccumulator, ModelError, Prediction, batch_kind, check_dims};
 use crate::batch::{Batch, SparseBatch};
 
 /// What [`validate_sparse`] requires of the labels.
@@ -149,6 +149,18 @@ pub(crate) fn margins<'a>(
             label == 1.0,
         )
     })
+}
+
+/// The predictions of a linear model with `features` features on unlabelled `rows`: each
+/// row's margin, validated as in training, wrapped by `prediction` (a logit or a margin).
+pub(crate) fn linear_predictions(
+    features: u32,
+    params: &[f32],
+    rows: &SparseBatch,
+    prediction: fn(f64) -> Prediction,
+) -> Result<Vec<Prediction>, ModelError> {
+    validate_sparse(rows, features, Labels::Ignored)?;
+    Ok(margins(params, rows).map(|(z, _)| prediction(z)).collect())
 }
 
 /// Adds to `acc` the gradient of a validated batch's mean loss plus per-example L2, where

@@ -1,8 +1,8 @@
 //! Sparse binary logistic regression.
 
-use super::linear::{linear_gradient, margins, prepare_linear};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError};
-use crate::batch::Batch;
+use super::linear::{linear_gradient, linear_predictions, margins, prepare_linear};
+use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
+use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
 /// Binary logistic regression over sparse features: `p(y = 1 | x) = σ(w·x + b)`.
@@ -36,6 +36,18 @@ pub(crate) fn logistic_loss(z: f64, y: f64) -> (f64, f64) {
 }
 
 impl Model for LogisticRegression {
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        linear_predictions(self.features, params, rows, Prediction::Logit)
+    }
+
+    fn name(&self) -> &'static str {
+        "lr"
+    }
+
     fn num_params(&self) -> usize {
         self.features as usize + 1
     }

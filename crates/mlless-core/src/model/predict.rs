@@ -16,9 +16,10 @@
 //! # Ok::<(), mlless_core::ModelError>(())
 //! ```
 
-use super::linear::{Labels, margins, validate_sparse};
-use super::{KMeans, MatrixFactorization, Mlp, ModelError, ModelSpec, check_dims};
-use crate::batch::{Batch, SparseBatch};
+use std::fmt;
+
+use super::{Model, ModelError, ModelSpec, check_dims};
+use crate::batch::SparseBatch;
 
 /// What a model predicts for one sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,11 +95,22 @@ pub fn sigmoid(z: f64) -> f64 {
     }
 }
 
-/// A trained model ready to score samples: its spec and its flat parameters, checked.
-#[derive(Debug)]
+/// A trained model ready to score samples: its spec, its model and its flat parameters,
+/// checked. Each prediction is the model's ([`Model::predict_rows`],
+/// [`Model::predict_rating`]).
 pub struct Predictor<'a> {
     spec: &'a ModelSpec,
+    model: Box<dyn Model>,
     params: &'a [f32],
+}
+
+impl fmt::Debug for Predictor<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Predictor")
+            .field("spec", self.spec)
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Predictor<'a> {
@@ -106,7 +118,11 @@ impl<'a> Predictor<'a> {
     pub fn new(spec: &'a ModelSpec, params: &'a [f32]) -> Result<Self, ModelError> {
         spec.validate()?;
         check_dims(spec.num_params(), params, None)?;
-        Ok(Self { spec, params })
+        Ok(Self {
+            spec,
+            model: spec.model(),
+            params,
+        })
     }
 
     /// The spec of the model.
@@ -117,81 +133,21 @@ impl<'a> Predictor<'a> {
     /// Predicts every row of `rows` (LR, SVM, k-means, MLP); labels are ignored. Feature
     /// indices must be below the model's features and values finite, as in training.
     pub fn predict_rows(&self, rows: &SparseBatch) -> Result<Vec<Prediction>, ModelError> {
-        match *self.spec {
-            ModelSpec::LogisticRegression { features, .. } | ModelSpec::Svm { features, .. } => {
-                validate_sparse(rows, features, Labels::Ignored)?;
-                let logit = matches!(self.spec, ModelSpec::LogisticRegression { .. });
-                Ok(margins(self.params, rows)
-                    .map(|(z, _)| {
-                        if logit {
-                            Prediction::Logit(z)
-                        } else {
-                            Prediction::Margin(z)
-                        }
-                    })
-                    .collect())
-            }
-            ModelSpec::KMeans { features, k } => {
-                let batch = Batch::Sparse(rows.clone());
-                Ok(KMeans::new(k, features)
-                    .assign(self.params, &batch)?
-                    .into_iter()
-                    .map(|(cluster, sq_distance)| Prediction::Cluster {
-                        cluster,
-                        sq_distance,
-                    })
-                    .collect())
-            }
-            ModelSpec::Mlp {
-                features,
-                ref hidden,
-                classes,
-                l2,
-            } => Ok(Mlp::new(features, hidden, classes, l2)
-                .logits(self.params, rows)?
-                .into_iter()
-                .map(Prediction::Classes)
-                .collect()),
-            ModelSpec::MatrixFactorization { .. } => Err(ModelError::WrongBatchKind {
-                model: "pmf",
-                expected: "ratings",
-                got: "sparse",
-            }),
-        }
+        self.model.predict_rows(self.params, rows)
     }
 
     /// Predicts the rating of `(user, item)` by model ids (PMF); `None` is an id the model
     /// does not know, which contributes neither factors nor a bias: the prediction is the mean
     /// plus the known biases.
     pub fn predict_rating(&self, user: Option<u32>, item: Option<u32>) -> Result<f64, ModelError> {
-        match *self.spec {
-            ModelSpec::MatrixFactorization {
-                users,
-                items,
-                factors,
-                l2,
-                mean,
-                ..
-            } => Ok(f64::from(
-                MatrixFactorization::new(users, items, factors, l2, mean).predict_partial(
-                    self.params,
-                    user,
-                    item,
-                )?,
-            )),
-            _ => Err(ModelError::WrongBatchKind {
-                model: self.spec.name(),
-                expected: "sparse",
-                got: "ratings",
-            }),
-        }
+        self.model.predict_rating(self.params, user, item)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::RatingBatch;
+    use crate::batch::{Batch, RatingBatch};
     use crate::metrics::Evaluation;
 
     fn rows() -> SparseBatch {

@@ -5,9 +5,9 @@
 //! bias); only the loss of the margin differs: the hinge `max(0, 1 − y·(w·x + b))` with the
 //! labels 0/1 taken as `y = −1/+1`.
 
-use super::linear::{linear_gradient, margins, prepare_linear};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError};
-use crate::batch::Batch;
+use super::linear::{linear_gradient, linear_predictions, margins, prepare_linear};
+use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
+use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
 /// Linear SVM: predicts the positive class when the margin `w·x + b` is positive, trained on
@@ -41,6 +41,18 @@ fn hinge(z: f64, label: f64) -> (f64, f64) {
 }
 
 impl Model for Svm {
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        linear_predictions(self.features, params, rows, Prediction::Margin)
+    }
+
+    fn name(&self) -> &'static str {
+        "svm"
+    }
+
     fn num_params(&self) -> usize {
         self.features as usize + 1
     }

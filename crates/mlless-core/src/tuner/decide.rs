@@ -1,0 +1,461 @@
+//! The decision: [`TunerConfig`], the [`ScaleInTuner`] state machine with its
+//! [`ScaleInDecision`]s, and [`pick_worker_to_remove`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::curves::MIN_CURVE_POINTS;
+use super::{Ewma, KneeDetector, ReferenceCurve, SlowCurve, StepDurationModel, TunerError};
+
+/// Settings of the [`ScaleInTuner`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TunerConfig {
+    /// S in [0, 1]: remove a worker when `s_Δ < S` (default 0.05, see the
+    /// [module docs](crate::tuner#the-decision)).
+    pub threshold: f64,
+    /// T, seconds between two decisions (default 10).
+    pub interval_s: f64,
+    /// Δ ≤ T, the projection horizon in seconds (default 10, as MLLess).
+    pub horizon_s: f64,
+    /// Never go below this many workers (default 1).
+    pub min_workers: u32,
+    /// α of the loss EWMA (default 0.2).
+    pub ewma_alpha: f64,
+    /// Steps after the start and after each removal whose duration (and, after a removal,
+    /// loss) are not used (default 5, as MLLess).
+    pub warmup_steps: u32,
+    /// Steps over which the knee detector measures the drop per step (default 20).
+    pub knee_window: u32,
+    /// A step is slow when its drop per step is below this fraction of the largest (default 0.05).
+    pub knee_fraction: f64,
+    /// Consecutive slow steps that make a knee (default 10).
+    pub knee_patience: u32,
+    /// Points a curve needs before a decision uses it (default 40, at least 6). Fewer make the
+    /// slow curve, hence `s_Δ`, noisier: with 1 % loss noise, `s_Δ` scatters by about ±1 % with
+    /// 40 points and ±2 % with 20.
+    pub min_fit_points: usize,
+    /// Most recent duration samples kept per worker count (default 256).
+    pub duration_window: usize,
+}
+
+impl Default for TunerConfig {
+    fn default() -> Self {
+        Self {
+            threshold: 0.05,
+            interval_s: 10.0,
+            horizon_s: 10.0,
+            min_workers: 1,
+            ewma_alpha: 0.2,
+            warmup_steps: 5,
+            knee_window: 20,
+            knee_fraction: 0.05,
+            knee_patience: 10,
+            min_fit_points: 40,
+            duration_window: 256,
+        }
+    }
+}
+
+impl TunerConfig {
+    /// Checks every setting's range.
+    pub fn validate(&self) -> Result<(), TunerError> {
+        let err = |field, value: f64, reason| {
+            Err(TunerError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if !(0.0..=1.0).contains(&self.threshold) {
+            return err("threshold", self.threshold, "must be in [0, 1]");
+        }
+        if !(self.interval_s > 0.0 && self.interval_s.is_finite()) {
+            return err("interval_s", self.interval_s, "must be positive and finite");
+        }
+        if !(self.horizon_s > 0.0 && self.horizon_s <= self.interval_s) {
+            return err("horizon_s", self.horizon_s, "must be in (0, interval_s]");
+        }
+        if self.min_workers == 0 {
+            return err("min_workers", 0.0, "must be at least 1");
+        }
+        if self.min_fit_points < MIN_CURVE_POINTS {
+            return err(
+                "min_fit_points",
+                self.min_fit_points as f64,
+                "must be at least 6",
+            );
+        }
+        if self.duration_window == 0 {
+            return err("duration_window", 0.0, "must be at least 1");
+        }
+        Ewma::new(self.ewma_alpha)?;
+        KneeDetector::new(self.knee_window, self.knee_fraction, self.knee_patience).map(|_| ())
+    }
+}
+
+/// What a decision's `ℓ_p` prediction rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionBasis {
+    /// No worker removed yet: the smaller fleet is assumed to stall, `ℓ = L_P(t)`.
+    StallBound,
+    /// The slow curve fitted since the last removal.
+    SlowCurve,
+}
+
+/// One decision of the tuner, with every input and prediction a run record should show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleInDecision {
+    /// The last observed step: the t of `s_Δ(t)`.
+    pub step: u64,
+    /// The supervisor's clock at the decision, seconds.
+    pub now_s: f64,
+    /// The detected knee.
+    pub knee_step: u64,
+    /// P, the workers of the reference curve.
+    pub initial_workers: u32,
+    /// p, the workers now.
+    pub workers_before: u32,
+    /// The workers after the decision (`workers_before − 1` when `remove`).
+    pub workers_after: u32,
+    /// Whether to remove one worker.
+    pub remove: bool,
+    /// What `predicted_loss_p` rests on.
+    pub basis: DecisionBasis,
+    /// The reference curve `L_P`.
+    pub reference: ReferenceCurve,
+    /// The step at which the reference curve's `t` is 1.
+    pub reference_first_step: u64,
+    /// RMSE of the reference curve on its points.
+    pub reference_rmse: f64,
+    /// The slow curve `ℓ_p` (with [`DecisionBasis::SlowCurve`]).
+    pub slow: Option<SlowCurve>,
+    /// The step of the last removal, where the slow curve's `t` is 0.
+    pub slow_removal_step: Option<u64>,
+    /// RMSE of the slow curve on its points.
+    pub slow_rmse: Option<f64>,
+    /// The step-duration model.
+    pub duration: StepDurationModel,
+    /// `d_p`, seconds.
+    pub duration_p_s: f64,
+    /// `d_P`, seconds.
+    pub duration_full_s: f64,
+    /// Δ, seconds.
+    pub horizon_s: f64,
+    /// `⌊Δ/d_p⌋` (0 with [`DecisionBasis::StallBound`]: a stalled fleet makes no progress).
+    pub steps_ahead_p: u64,
+    /// `⌊Δ/d_P⌋`.
+    pub steps_ahead_full: u64,
+    /// `ℓ_p(t + ⌊Δ/d_p⌋)`, or `L_P(t)` with [`DecisionBasis::StallBound`].
+    pub predicted_loss_p: f64,
+    /// `L_P(t + ⌊Δ/d_P⌋)`.
+    pub predicted_loss_full: f64,
+    /// `s_Δ(t) = (predicted_loss_p − predicted_loss_full) / predicted_loss_full`.
+    pub s_delta: f64,
+    /// S.
+    pub threshold: f64,
+}
+
+/// The scale-in auto-tuner as a pure state machine (DESIGN §6 steps 1–5).
+///
+/// Each step the supervisor calls [`observe`](Self::observe) then [`decide`](Self::decide);
+/// when a decision removes a worker, it picks one with [`pick_worker_to_remove`], removes it and
+/// calls [`notify_removed`](Self::notify_removed). The state is serialisable, so that a
+/// supervisor can checkpoint it between invocations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleInTuner {
+    config: TunerConfig,
+    initial_workers: u32,
+    workers: u32,
+    ewma: Ewma,
+    knee: KneeDetector,
+    first_step: Option<u64>,
+    last_step: Option<u64>,
+    /// Steps up to this one are warm-up: their durations (and, after a removal, losses) are
+    /// not used.
+    warmup_until: Option<u64>,
+    /// `(step, loss)` of the full fleet, until the first removal.
+    reference_points: Vec<(u64, f64)>,
+    reference: Option<(ReferenceCurve, f64)>,
+    removal_step: Option<u64>,
+    /// `(step, loss)` since the last removal, warm-up excluded.
+    slow_points: Vec<(u64, f64)>,
+    durations: BTreeMap<u32, VecDeque<f64>>,
+    last_decision_s: Option<f64>,
+}
+
+impl ScaleInTuner {
+    /// A tuner for a run that starts with `initial_workers` (P) workers.
+    pub fn new(config: TunerConfig, initial_workers: u32) -> Result<Self, TunerError> {
+        config.validate()?;
+        if initial_workers == 0 {
+            return Err(TunerError::InvalidConfig {
+                field: "initial_workers",
+                value: 0.0,
+                reason: "must be at least 1",
+            });
+        }
+        Ok(Self {
+            ewma: Ewma::new(config.ewma_alpha)?,
+            knee: KneeDetector::new(
+                config.knee_window,
+                config.knee_fraction,
+                config.knee_patience,
+            )?,
+            config,
+            initial_workers,
+            workers: initial_workers,
+            first_step: None,
+            last_step: None,
+            warmup_until: None,
+            reference_points: Vec::new(),
+            reference: None,
+            removal_step: None,
+            slow_points: Vec::new(),
+            durations: BTreeMap::new(),
+            last_decision_s: None,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TunerConfig {
+        &self.config
+    }
+
+    /// P.
+    pub fn initial_workers(&self) -> u32 {
+        self.initial_workers
+    }
+
+    /// The current number of workers, as last notified.
+    pub fn workers(&self) -> u32 {
+        self.workers
+    }
+
+    /// The knee, once detected.
+    pub fn knee_step(&self) -> Option<u64> {
+        self.knee.knee()
+    }
+
+    /// The EWMA of the loss.
+    pub fn smoothed_loss(&self) -> Option<f64> {
+        self.ewma.value()
+    }
+
+    /// The reference curve, once fitted (by a decision, or at the first removal).
+    pub fn reference(&self) -> Option<&ReferenceCurve> {
+        self.reference.as_ref().map(|r| &r.0)
+    }
+
+    /// Feeds one step: its mean loss over the workers, its duration in seconds and the number
+    /// of workers that ran it (the duration sample is filed under that count). Steps must
+    /// increase; an invalid observation is rejected and leaves the tuner unchanged.
+    pub fn observe(
+        &mut self,
+        step: u64,
+        loss: f64,
+        step_duration_s: f64,
+        workers: u32,
+    ) -> Result<(), TunerError> {
+        let invalid = |reason| Err(TunerError::InvalidObservation { step, reason });
+        if !(loss.is_finite() && loss >= 0.0) {
+            return invalid("the loss must be finite and non-negative");
+        }
+        if !(step_duration_s.is_finite() && step_duration_s >= 0.0) {
+            return invalid("the step duration must be finite and non-negative");
+        }
+        if workers == 0 {
+            return invalid("a step needs at least one worker");
+        }
+        if let Some(last) = self.last_step
+            && step <= last
+        {
+            return Err(TunerError::StepNotIncreasing { step, last });
+        }
+        if self.first_step.is_none() {
+            self.first_step = Some(step);
+            self.warmup_until = match self.config.warmup_steps {
+                0 => None,
+                w => step.checked_add(u64::from(w) - 1),
+            };
+        }
+        self.last_step = Some(step);
+        let smoothed = self.ewma.update(loss);
+        self.knee.update(step, smoothed);
+
+        let in_warmup = self.warmup_until.is_some_and(|w| step <= w);
+        if self.removal_step.is_none() {
+            self.reference_points.push((step, loss));
+        } else if !in_warmup {
+            self.slow_points.push((step, loss));
+        }
+        if !in_warmup {
+            let window = self.durations.entry(workers).or_default();
+            window.push_back(step_duration_s);
+            while window.len() > self.config.duration_window {
+                window.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that the fleet shrank to `new_workers` after `step`: later steps run with
+    /// `new_workers`, the next `warmup_steps` are not used, and the slow curve restarts from
+    /// this step. The first removal freezes the reference curve (fitting it now if no decision
+    /// has yet).
+    pub fn notify_removed(&mut self, step: u64, new_workers: u32) -> Result<(), TunerError> {
+        if new_workers == 0 || new_workers >= self.workers {
+            return Err(TunerError::InvalidRemoval {
+                step,
+                workers: self.workers,
+                new_workers,
+            });
+        }
+        if self.removal_step.is_none() {
+            if self.reference.is_none() {
+                self.reference = self.fit_reference();
+            }
+            self.reference_points = Vec::new();
+        }
+        self.workers = new_workers;
+        self.removal_step = Some(step);
+        self.slow_points.clear();
+        self.warmup_until = step.checked_add(u64::from(self.config.warmup_steps));
+        Ok(())
+    }
+
+    fn fit_reference(&self) -> Option<(ReferenceCurve, f64)> {
+        let first = self.first_step?;
+        let points: Vec<(f64, f64)> = self
+            .reference_points
+            .iter()
+            .map(|&(s, l)| ((s - first + 1) as f64, l))
+            .collect();
+        if points.len() < self.config.min_fit_points {
+            return None;
+        }
+        let curve = ReferenceCurve::fit(&points).ok()?;
+        Some((curve, curve.rmse(&points)))
+    }
+
+    fn duration_model(&self) -> Option<StepDurationModel> {
+        let samples: Vec<(u32, f64)> = self
+            .durations
+            .iter()
+            .flat_map(|(&p, ds)| ds.iter().map(move |&d| (p, d)))
+            .collect();
+        StepDurationModel::fit(&samples).ok()
+    }
+
+    /// Called by the supervisor every step with its clock in seconds. Returns a decision at most
+    /// once per `interval_s`, only after the knee and while `workers > min_workers`; `None` when
+    /// it is not yet time, or the data are not yet enough to decide (which does not use up the
+    /// interval).
+    pub fn decide(&mut self, now_s: f64) -> Option<ScaleInDecision> {
+        let knee_step = self.knee.knee()?;
+        let step = self.last_step?;
+        let first = self.first_step?;
+        if self.workers <= self.config.min_workers || !now_s.is_finite() {
+            return None;
+        }
+        if let Some(last) = self.last_decision_s
+            && now_s - last < self.config.interval_s
+        {
+            return None;
+        }
+        if self.removal_step.is_none() {
+            // Still the full fleet: refit the reference on everything so far.
+            self.reference = Some(self.fit_reference()?);
+        }
+        let (reference, reference_rmse) = self.reference?;
+        let duration = self.duration_model()?;
+        let (p, full) = (self.workers, self.initial_workers);
+        let (d_p, d_full) = (duration.predict(p), duration.predict(full));
+        if !(d_p > 0.0 && d_full > 0.0) {
+            return None;
+        }
+        let horizon = self.config.horizon_s;
+        let steps_ahead_full = (horizon / d_full).floor() as u64;
+        let t_ref = (step - first + 1) as f64;
+        let predicted_loss_full = reference.eval(t_ref + steps_ahead_full as f64);
+
+        let (basis, slow, slow_rmse, steps_ahead_p, predicted_loss_p) = match self.removal_step {
+            None => (
+                DecisionBasis::StallBound,
+                None,
+                None,
+                0,
+                reference.eval(t_ref),
+            ),
+            Some(removed) => {
+                if self.slow_points.len() < self.config.min_fit_points {
+                    return None;
+                }
+                let points: Vec<(f64, f64)> = self
+                    .slow_points
+                    .iter()
+                    .map(|&(s, l)| ((s - removed) as f64, l))
+                    .collect();
+                let curve = SlowCurve::fit(&points).ok()?;
+                let ahead = (horizon / d_p).floor() as u64;
+                let predicted = curve.eval((step - removed) as f64 + ahead as f64);
+                (
+                    DecisionBasis::SlowCurve,
+                    Some(curve),
+                    Some(curve.rmse(&points)),
+                    ahead,
+                    predicted,
+                )
+            }
+        };
+        let s_delta = (predicted_loss_p - predicted_loss_full) / predicted_loss_full;
+        if !s_delta.is_finite() {
+            return None;
+        }
+        let remove = s_delta < self.config.threshold;
+        self.last_decision_s = Some(now_s);
+        Some(ScaleInDecision {
+            step,
+            now_s,
+            knee_step,
+            initial_workers: full,
+            workers_before: p,
+            workers_after: if remove { p - 1 } else { p },
+            remove,
+            basis,
+            reference,
+            reference_first_step: first,
+            reference_rmse,
+            slow,
+            slow_removal_step: self.removal_step,
+            slow_rmse,
+            duration,
+            duration_p_s: d_p,
+            duration_full_s: d_full,
+            horizon_s: horizon,
+            steps_ahead_p,
+            steps_ahead_full,
+            predicted_loss_p,
+            predicted_loss_full,
+            s_delta,
+            threshold: self.config.threshold,
+        })
+    }
+}
+
+/// The worker whose replica is of the lowest quality: the highest recent mean loss (a NaN loss,
+/// a diverged replica, counts as the highest), ties broken by the highest id. `None` if empty.
+pub fn pick_worker_to_remove(recent_losses: &[(u32, f64)]) -> Option<u32> {
+    let key = |loss: f64| if loss.is_nan() { f64::INFINITY } else { loss };
+    recent_losses
+        .iter()
+        .max_by(|a, b| {
+            key(a.1)
+                .total_cmp(&key(b.1))
+                .then_with(|| (a.1.is_nan()).cmp(&b.1.is_nan()))
+                .then(a.0.cmp(&b.0))
+        })
+        .map(|w| w.0)
+}
