@@ -123,6 +123,21 @@ pub enum ModelSpec {
     },
 }
 
+/// How a model trains ([`ModelSpec::training_loop`]), for the runtime to pick a worker's loop
+/// without naming models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainingLoop {
+    /// Minibatch gradients and an optimiser's steps, synchronised as the job says.
+    Gradient,
+    /// Distributed Lloyd iterations: per-cluster sums over each worker's shard, averaged.
+    Lloyd {
+        /// Number of clusters.
+        k: u32,
+        /// Number of features of a point.
+        features: u32,
+    },
+}
+
 impl ModelSpec {
     /// Number of parameters of the flat parameter vector (saturating at `usize::MAX`).
     pub fn num_params(&self) -> usize {
@@ -155,6 +170,18 @@ impl ModelSpec {
             ModelSpec::Svm { .. } => "svm",
             ModelSpec::KMeans { .. } => "kmeans",
             ModelSpec::Mlp { .. } => "mlp",
+        }
+    }
+
+    /// How the model trains: the loop a worker runs for it. Every model but k-means takes
+    /// gradient steps; k-means takes Lloyd iterations over the worker's shard.
+    pub fn training_loop(&self) -> TrainingLoop {
+        match *self {
+            ModelSpec::KMeans { features, k } => TrainingLoop::Lloyd { k, features },
+            ModelSpec::LogisticRegression { .. }
+            | ModelSpec::MatrixFactorization { .. }
+            | ModelSpec::Svm { .. }
+            | ModelSpec::Mlp { .. } => TrainingLoop::Gradient,
         }
     }
 

@@ -36,9 +36,10 @@ mod synchronous;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use mlless_core::model::TrainingLoop;
 use mlless_core::{
-    BatchLoss, FilterStats, GradientAccumulator, Model, ModelSpec, Optimizer, SparseVector,
-    UpdateFilter, WireDelta,
+    BatchLoss, FilterStats, GradientAccumulator, Model, Optimizer, SparseVector, UpdateFilter,
+    WireDelta,
 };
 use tokio::task::JoinHandle;
 use tracing::debug;
@@ -52,7 +53,7 @@ use crate::messages::{
     EVAL, FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
     StatsMessage, UpdateMessage,
 };
-use crate::spec::{Algorithm, Fault, Fleet};
+use crate::spec::{Algorithm, Fault, Fleet, JobSpec, SyncMode};
 
 pub use lloyd::KMEANS_SEED_BATCHES;
 pub use state::fuzzing;
@@ -82,12 +83,10 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
         worker.faults = worker.ctx.spec.faults.clone();
     }
     let generation = start.generation;
-    let end = if let ModelSpec::KMeans { features, k } = worker.ctx.spec.model {
-        worker.run_kmeans(k, features).await?
-    } else if worker.ctx.spec.sync.is_synchronous() {
-        worker.run_synchronous().await?
-    } else {
-        worker.run_stale().await?
+    let end = match Protocol::of(&worker.ctx.spec) {
+        Protocol::Synchronous => worker.run_synchronous().await?,
+        Protocol::Stale => worker.run_stale().await?,
+        Protocol::Lloyd { k, features } => worker.run_kmeans(k, features).await?,
     };
     match end {
         End::Last(step) => worker.finish(step).await,
@@ -98,6 +97,38 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
 /// The role name of worker `id`, as invocations and checkpoints name it.
 pub fn worker_role(id: u32) -> String {
     format!("worker-{id}")
+}
+
+/// The loop a worker runs, one per family of synchronisation protocols, each in its own module.
+/// The model says how it trains ([`ModelSpec::training_loop`](mlless_core::ModelSpec::training_loop)) and the job how its workers
+/// synchronise ([`SyncMode`]); [`Protocol::of`] matches both exhaustively, so that a new model
+/// loop or synchronisation mode does not compile until it is given a protocol here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// BSP and ISP ([`synchronous`]): every step's updates are averaged by an exchange.
+    Synchronous,
+    /// SSP and ASP ([`stale`]): peers' updates are applied as they arrive, within the slack.
+    Stale,
+    /// k-means ([`lloyd`]): one distributed Lloyd iteration per step.
+    Lloyd {
+        /// Number of clusters.
+        k: u32,
+        /// Number of features of a point.
+        features: u32,
+    },
+}
+
+impl Protocol {
+    /// The protocol the workers of the job `spec` run.
+    fn of(spec: &JobSpec) -> Self {
+        match spec.model.training_loop() {
+            TrainingLoop::Lloyd { k, features } => Self::Lloyd { k, features },
+            TrainingLoop::Gradient => match spec.sync {
+                SyncMode::Bsp | SyncMode::Isp { .. } => Self::Synchronous,
+                SyncMode::Ssp { .. } | SyncMode::Asp => Self::Stale,
+            },
+        }
+    }
 }
 
 /// How a worker's run ended.
@@ -180,7 +211,7 @@ impl Worker {
         let params = spec.model.init_params(spec.seed);
         let (params_copy, n) = (params.clone(), params.len());
         let (algorithm, timeout) = (spec.algorithm, spec.limits.timeout);
-        let kmeans = matches!(spec.model, ModelSpec::KMeans { .. });
+        let protocol = Protocol::of(spec);
         let optimizer = mlless_core::build_optimizer(&spec.optimizer, params.len());
         let accumulator = GradientAccumulator::new(params.len());
         let filter = Some(spec.filter())
@@ -208,7 +239,9 @@ impl Worker {
             stop_seen: false,
             pending_stats: None,
             rounds: match algorithm {
-                _ if kmeans => RoundState::Lloyd { inertia: None },
+                _ if matches!(protocol, Protocol::Lloyd { .. }) => {
+                    RoundState::Lloyd { inertia: None }
+                }
                 Algorithm::Ga => RoundState::None,
                 Algorithm::Ma { .. } => RoundState::Anchor(params_copy),
                 Algorithm::Admm { .. } => RoundState::Admm {
@@ -512,7 +545,8 @@ impl Worker {
         }
         let batches = self.ctx.spec.train_batches;
         // A Lloyd iteration of k-means reads the whole data set.
-        let positions = if matches!(self.ctx.spec.model, ModelSpec::KMeans { .. }) {
+        let lloyd = matches!(Protocol::of(&self.ctx.spec), Protocol::Lloyd { .. });
+        let positions = if lloyd {
             (step * u64::from(batches), (step + 1) * u64::from(batches))
         } else {
             let before = step
