@@ -72,17 +72,6 @@ pub(crate) struct Exchange<'a> {
     pub dim: usize,
     /// The sequence number of the removal request to look for.
     pub expected_removal: u32,
-    /// Test aid: what happens to this worker's own publish.
-    pub publish_fault: Option<PublishFault>,
-}
-
-/// Test aid: a fault injected into a worker's own publish.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PublishFault {
-    /// The message is never published.
-    Drop,
-    /// The message is published this late.
-    Delay(Duration),
 }
 
 impl Exchange<'_> {
@@ -100,7 +89,7 @@ impl Exchange<'_> {
         match self.pattern {
             Pattern::Broadcast => {
                 let sent = self.sent_vector(&message)?;
-                self.publish_own(UPDATES, step, self.worker, &message, traffic)
+                self.publish(UPDATES, step, self.worker, &message, traffic)
                     .await?;
                 let mut messages = self.collect(UPDATES, step, self.workers, traffic).await?;
                 let own_slot = own.cloned().unwrap_or(sent);
@@ -125,7 +114,7 @@ impl Exchange<'_> {
             Pattern::AllReduce => {
                 let leader = self.workers[0];
                 let held = own.map(|own| self.held(own, &message)).transpose()?;
-                self.publish_own(UPDATES, step, self.worker, &message, traffic)
+                self.publish(UPDATES, step, self.worker, &message, traffic)
                     .await?;
                 if self.worker == leader {
                     let messages = self.collect(UPDATES, step, self.workers, traffic).await?;
@@ -154,7 +143,7 @@ impl Exchange<'_> {
                         ..message.clone()
                     };
                     let id = scatter_id(self.worker, c, n)?;
-                    self.publish_own(SCATTER, step, id, &part, traffic).await?;
+                    self.publish(SCATTER, step, id, &part, traffic).await?;
                 }
                 let from: Vec<u32> = self
                     .workers
@@ -278,33 +267,6 @@ impl Exchange<'_> {
                 "the update of worker {from} for step {step} does not fit the model: {e}"
             ))
         })
-    }
-
-    /// Publishes one of this worker's own messages, unless a test fault drops or delays it.
-    async fn publish_own(
-        &self,
-        topic: &str,
-        step: u64,
-        id: u32,
-        message: &UpdateMessage,
-        traffic: &mut Traffic,
-    ) -> Result<()> {
-        match self.publish_fault {
-            Some(PublishFault::Drop) => {
-                tracing::error!(
-                    worker = self.worker,
-                    step,
-                    "fault injection: dropping a message"
-                );
-                Ok(())
-            }
-            Some(PublishFault::Delay(delay)) => {
-                tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
-                tokio::time::sleep(delay).await;
-                self.publish(topic, step, id, message, traffic).await
-            }
-            None => self.publish(topic, step, id, message, traffic).await,
-        }
     }
 
     async fn publish(

@@ -1,10 +1,17 @@
-//! Fault injection (`--fault`, a test aid): a crash or a memory hog at the start of a step,
-//! a dropped or delayed own message.
+//! Fault injection (`--fault`, a test aid): a crash or a memory hog at the start of a step
+//! ([`Worker::inject_faults`]), and a dropped or delayed own message, injected by
+//! [`FaultyChannel`], a decorator of the channel the exchange publishes through (like
+//! object_store's `ThrottledStore`), so that no protocol or pattern knows of faults.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use mlless_store::{Channel, ChannelError, WorkerId};
+
 use super::Worker;
-use crate::exchange::PublishFault;
+use crate::exchange::SCATTER;
+use crate::messages::UPDATES;
 use crate::spec::Fault;
 
 impl Worker {
@@ -28,22 +35,129 @@ impl Worker {
             }
         }
     }
+}
 
-    /// How this worker's own message of `step` is to be published (test aid: dropped or
-    /// delayed).
-    pub(super) fn publish_fault(&self, step: u64) -> Option<PublishFault> {
+/// A fault injected into a worker's own exchange messages of one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PublishFault {
+    /// The message is never published.
+    Drop,
+    /// The message is published this late.
+    Delay(Duration),
+}
+
+/// A channel that drops or delays worker `worker`'s own exchange messages (the first ones of a
+/// step: on [`UPDATES`], or a scatter-reduce's chunks on [`SCATTER`]) of the steps its faults
+/// name. Everything else passes through unchanged.
+#[derive(Debug)]
+pub(super) struct FaultyChannel {
+    inner: Arc<dyn Channel>,
+    worker: u32,
+    faults: Vec<Fault>,
+}
+
+impl FaultyChannel {
+    /// `inner` with the message faults of `faults` for `worker`; `inner` itself when there are
+    /// none.
+    pub(super) fn wrap(inner: Arc<dyn Channel>, worker: u32, faults: &[Fault]) -> Arc<dyn Channel> {
+        let faults: Vec<Fault> = faults
+            .iter()
+            .copied()
+            .filter(|fault| match *fault {
+                Fault::DropMessage { worker: w, .. } | Fault::DelayMessage { worker: w, .. } => {
+                    w == worker
+                }
+                Fault::KillWorker { .. }
+                | Fault::KillSupervisor { .. }
+                | Fault::ExceedMemory { .. } => false,
+            })
+            .collect();
+        if faults.is_empty() {
+            return inner;
+        }
+        Arc::new(Self {
+            inner,
+            worker,
+            faults,
+        })
+    }
+
+    /// What happens to this worker's own message of `step`.
+    fn fault(&self, step: u64) -> Option<PublishFault> {
         self.faults.iter().find_map(|fault| match *fault {
-            Fault::DropMessage { worker, step: at } if worker == self.id && at == step => {
-                Some(PublishFault::Drop)
-            }
-            Fault::DelayMessage {
-                worker,
-                step: at,
-                ms,
-            } if worker == self.id && at == step => {
+            Fault::DropMessage { step: at, .. } if at == step => Some(PublishFault::Drop),
+            Fault::DelayMessage { step: at, ms, .. } if at == step => {
                 Some(PublishFault::Delay(Duration::from_millis(ms)))
             }
             _ => None,
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl Channel for FaultyChannel {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        let own = topic == UPDATES || topic == SCATTER;
+        match self.fault(step).filter(|_| own) {
+            Some(PublishFault::Drop) => {
+                tracing::error!(
+                    worker = self.worker,
+                    step,
+                    "fault injection: dropping a message"
+                );
+                Ok(())
+            }
+            Some(PublishFault::Delay(delay)) => {
+                tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
+                tokio::time::sleep(delay).await;
+                self.inner.publish(topic, step, from, payload).await
+            }
+            None => self.inner.publish(topic, step, from, payload).await,
+        }
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.inner.collect(topic, step, from, timeout).await
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.inner.poll(topic, step, from).await
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.inner.discard(topic, step, from).await
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.inner.put_key(key, value).await
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        self.inner.get_key(key).await
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        self.inner.cleanup().await
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (with injected faults)", self.inner.describe())
     }
 }

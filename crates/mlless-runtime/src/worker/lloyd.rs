@@ -62,9 +62,10 @@ impl Worker {
                 .map_err(|e| RuntimeError::FunctionFailed(format!("Lloyd sums: {e}")))?;
             let mut message = self.message(step, loss, stop, WireDelta::Sparse(sent));
             self.replay_flags(&mut message, &workers).await?;
-            let mut exchange = self.exchange_of(&workers, dim);
-            exchange.publish_fault = self.publish_fault(step);
-            let exchanged = exchange.run(message, None, &mut traffic).await?;
+            let exchanged = self
+                .exchange_of(&workers, dim)
+                .run(message, None, &mut traffic)
+                .await?;
             let mut mean = vec![0.0f32; dim];
             exchanged.mean.scaled_add_to(&mut mean, 1.0);
             let global =

@@ -34,6 +34,7 @@ mod stale;
 mod state;
 mod synchronous;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mlless_core::model::TrainingLoop;
@@ -41,6 +42,7 @@ use mlless_core::{
     BatchLoss, FilterStats, GradientAccumulator, Model, Optimizer, SparseVector, UpdateFilter,
     WireDelta,
 };
+use mlless_store::Channel;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -58,6 +60,7 @@ use crate::spec::{Algorithm, Fault, Fleet, JobSpec, SyncMode};
 pub use lloyd::KMEANS_SEED_BATCHES;
 pub use state::fuzzing;
 
+use faults::FaultyChannel;
 use reader::BatchReader;
 use stale::StaleState;
 
@@ -81,6 +84,8 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
     worker.replaying = start.recovery > 0;
     if start.recovery == 0 {
         worker.faults = worker.ctx.spec.faults.clone();
+        worker.exchange_channel =
+            FaultyChannel::wrap(worker.ctx.channel.clone(), id, &worker.faults);
     }
     let generation = start.generation;
     let end = match Protocol::of(&worker.ctx.spec) {
@@ -175,6 +180,9 @@ struct Worker {
     retained_from: u64,
     /// Faults to inject (test aid; none in a replacement).
     faults: Vec<Fault>,
+    /// The channel exchanges go through: the job's, or (test aid) a [`FaultyChannel`] over it
+    /// that drops or delays this worker's own messages of some steps.
+    exchange_channel: Arc<dyn Channel>,
     /// When this worker last published its model for validation (or started).
     last_snapshot: Instant,
 }
@@ -220,6 +228,7 @@ impl Worker {
         let reader = BatchReader::new(&ctx);
         let fleet = Fleet::new(spec.workers);
         let workers = ctx.workers();
+        let exchange_channel = ctx.channel.clone();
         let me = workers.iter().position(|&w| w == id).unwrap_or(0);
         Self {
             model: spec.model.model(),
@@ -255,6 +264,7 @@ impl Worker {
             replaying: false,
             retained_from: 0,
             faults: Vec::new(),
+            exchange_channel,
             last_snapshot: Instant::now(),
         }
     }
@@ -437,7 +447,7 @@ impl Worker {
     /// This worker's side of an exchange among `workers` of vectors of dimension `dim`.
     fn exchange_of<'a>(&'a self, workers: &'a [u32], dim: usize) -> Exchange<'a> {
         Exchange {
-            channel: &*self.ctx.channel,
+            channel: &*self.exchange_channel,
             job_workers: self.ctx.spec.workers,
             timeout: self.ctx.spec.collect_timeout(),
             pattern: self.ctx.spec.pattern,
@@ -445,7 +455,6 @@ impl Worker {
             workers,
             dim,
             expected_removal: self.removals + 1,
-            publish_fault: None,
         }
     }
 

@@ -36,8 +36,7 @@ impl Worker {
                     traffic.entries_held = filtered.held as u64;
                     let mut message = self.message(step, computed.loss, stop, sent);
                     self.replay_flags(&mut message, &workers).await?;
-                    let mut exchange = self.exchange(&workers);
-                    exchange.publish_fault = self.publish_fault(step);
+                    let exchange = self.exchange(&workers);
                     let own_slot = self.filter.is_some().then_some(&own);
                     let exchanged = exchange.run(message, own_slot, &mut traffic).await?;
                     exchanged.mean.scaled_add_to(&mut self.params, 1.0);
@@ -151,9 +150,7 @@ impl Worker {
         traffic.entries_held = 0;
         let mut message = self.message(step, loss, stop, WireDelta::Sparse(sent));
         self.replay_flags(&mut message, workers).await?;
-        let mut exchange = self.exchange(workers);
-        exchange.publish_fault = self.publish_fault(step);
-        let exchanged = exchange.run(message, None, traffic).await?;
+        let exchanged = self.exchange(workers).run(message, None, traffic).await?;
         match &mut self.rounds {
             RoundState::Anchor(anchor) => {
                 exchanged.mean.scaled_add_to(anchor, 1.0);
