@@ -78,6 +78,13 @@ impl Exchange<'_> {
     /// Publishes `message` (whose delta is what this worker sends), and returns the mean of
     /// every worker's sent vector, with `own` (this worker's whole update, when its filter held
     /// part of it back) in place of its own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, but safe to run again: dropped (by the invocation's timeout) after it
+    /// has published, it leaves this worker's messages of the step on the channel, where its
+    /// peers and the leader find them, and `traffic` counts what was sent so far. Publishing is
+    /// idempotent, so a replacement that runs the step again publishes the same messages.
     pub async fn run(
         &self,
         message: UpdateMessage,
@@ -174,6 +181,10 @@ impl Exchange<'_> {
 
     /// The message this worker published first in the exchange of `step`, if it did (a
     /// replacement replaying steps looks its old flags up there).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn published(&self, step: u64) -> Result<Option<UpdateMessage>> {
         let (topic, id) = first_message(self.pattern, self.worker, self.job_workers)?;
         let found = self.channel.poll(topic, step, &[id]).await?;
@@ -186,6 +197,11 @@ impl Exchange<'_> {
     }
 
     /// Deletes what this worker published in the exchange of `step`, once no peer needs it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped part way, it leaves some of the step's messages on the channel (deleting them
+    /// again is harmless); the driver cleans the channel up when the job ends.
     pub async fn discard(&self, step: u64) -> Result<()> {
         let channel = self.channel;
         match self.pattern {

@@ -450,6 +450,11 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
 
 /// Collects the statistics of `step` from `active`; with a worker deadline, asks the driver to
 /// replace the workers whose statistics are that late, and goes on waiting.
+///
+/// # Cancel safety
+///
+/// Cancel safe apart from the replacement requests: dropped after a request, the request
+/// stands (the driver acts on it) and `state` counts it.
 async fn collect_stats(
     ctx: &JobContext,
     state: &mut SupervisorState,

@@ -103,6 +103,7 @@ impl Channel for FaultyChannel {
         from: WorkerId,
         payload: Bytes,
     ) -> Result<(), ChannelError> {
+        // Cancel safety: dropped during a delay, the message is not published, as if dropped.
         let own = topic == UPDATES || topic == SCATTER;
         match self.fault(step).filter(|_| own) {
             Some(PublishFault::Drop) => {

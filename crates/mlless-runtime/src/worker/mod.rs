@@ -513,6 +513,11 @@ impl Worker {
     }
 
     /// Collects the flushes of `from` at `flush_step` and applies them with `weight`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe while it waits for the flushes (nothing is applied before all have come);
+    /// the replica is updated only after the last await.
     async fn apply_flushes(
         &mut self,
         flush_step: u64,

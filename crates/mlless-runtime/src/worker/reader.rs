@@ -64,6 +64,11 @@ impl BatchReader {
 
     /// The minibatch at position `pos` with its epoch; starts fetching the one at `next` (the
     /// worker's position at the next step, as far as it knows; a wrong guess is refetched).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped while it waits, the read goes on in its task, detached, and the
+    /// next call reads the minibatch again.
     pub(super) async fn next(&mut self, pos: u64, next: Option<u64>) -> Result<(u64, Batch)> {
         let handle = match self.prefetched.take() {
             Some((p, handle)) if p == pos => handle,
