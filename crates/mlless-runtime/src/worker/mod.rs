@@ -574,20 +574,7 @@ impl Worker {
         {
             return Ok(false);
         }
-        let params = match &self.rounds {
-            // ADMM's model is the consensus.
-            RoundState::Admm { z, .. } => z.clone(),
-            _ => self.params.clone(),
-        };
-        let replica = ReplicaMessage {
-            worker: self.id,
-            step,
-            params,
-        };
-        self.ctx
-            .channel
-            .publish(EVAL, step, self.id, replica.encode())
-            .await?;
+        self.publish_model(EVAL, step, step).await?;
         self.last_snapshot = Instant::now();
         Ok(true)
     }
@@ -649,10 +636,16 @@ impl Worker {
         }
         // The last step's updates stay: a slower peer may still be collecting them. The driver
         // cleans the channel up when the job ends.
-        let params = match self.rounds {
+        self.publish_model(FINAL, 0, step).await
+    }
+
+    /// Publishes this worker's model after `step` on `topic` at `at`: its replica, or ADMM's
+    /// consensus `z`.
+    async fn publish_model(&self, topic: &str, at: u64, step: u64) -> Result<()> {
+        let params = match &self.rounds {
             // ADMM's model is the consensus.
-            RoundState::Admm { z, .. } => z,
-            _ => self.params,
+            RoundState::Admm { z, .. } => z.clone(),
+            _ => self.params.clone(),
         };
         let replica = ReplicaMessage {
             worker: self.id,
@@ -661,7 +654,7 @@ impl Worker {
         };
         self.ctx
             .channel
-            .publish(FINAL, 0, self.id, replica.encode())
+            .publish(topic, at, self.id, replica.encode())
             .await?;
         Ok(())
     }
