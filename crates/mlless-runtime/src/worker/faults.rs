@@ -162,3 +162,49 @@ impl Channel for FaultyChannel {
         format!("{} (with injected faults)", self.inner.describe())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mlless_store::{ObjectStoreChannel, Store};
+
+    use super::*;
+    use crate::messages::STATS;
+
+    #[tokio::test]
+    async fn only_the_faulted_steps_own_messages_are_dropped_or_delayed() {
+        let store = Store::open("memory://faulty-channel").expect("memory store");
+        let inner: Arc<dyn Channel> =
+            Arc::new(ObjectStoreChannel::new(store, "job").expect("channel"));
+        let faults = [
+            Fault::DropMessage { worker: 1, step: 3 },
+            Fault::DelayMessage {
+                worker: 1,
+                step: 4,
+                ms: 50,
+            },
+            Fault::DropMessage { worker: 2, step: 5 },
+            Fault::KillWorker { worker: 1, step: 9 },
+        ];
+        let channel = FaultyChannel::wrap(inner.clone(), 1, &faults);
+        let payload = || Bytes::from_static(b"m");
+        channel.publish(UPDATES, 3, 1, payload()).await.unwrap();
+        channel.publish(SCATTER, 3, 7, payload()).await.unwrap();
+        channel.publish(STATS, 3, 1, payload()).await.unwrap();
+        channel.publish(UPDATES, 5, 1, payload()).await.unwrap();
+        let started = std::time::Instant::now();
+        channel.publish(UPDATES, 4, 1, payload()).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        let found = |topic, step, id| {
+            let inner = inner.clone();
+            async move { inner.poll(topic, step, &[id]).await.unwrap()[0].is_some() }
+        };
+        assert!(!found(UPDATES, 3, 1).await, "dropped");
+        assert!(!found(SCATTER, 3, 7).await, "dropped chunk");
+        assert!(found(STATS, 3, 1).await, "statistics pass");
+        assert!(found(UPDATES, 4, 1).await, "delayed, then published");
+        assert!(found(UPDATES, 5, 1).await, "another worker's fault");
+        // No message faults for worker 0: the channel itself.
+        let plain = FaultyChannel::wrap(inner.clone(), 0, &faults);
+        assert!(Arc::ptr_eq(&plain, &inner));
+    }
+}
