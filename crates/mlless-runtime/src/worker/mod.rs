@@ -6,7 +6,7 @@
 //!    keeps its size, see [`Fleet`] for scale-in (the next one is
 //!    prefetched while it computes);
 //! 2. computes the gradient of its minibatch and its optimiser's delta `u`;
-//! 3. publishes on [`UPDATES`] what its [`UpdateFilter`] lets through of `u` (all of it under
+//! 3. publishes on [`UPDATES`](crate::messages::UPDATES) what its [`UpdateFilter`] lets through of `u` (all of it under
 //!    BSP, SSP and ASP without compression; the significant part under ISP; a compressed part
 //!    with `--compress`), together with its loss;
 //! 4. applies to its replica `(1/P)·u` of its own and `(1/P)·` every peer's sent delta:
@@ -25,6 +25,11 @@
 //! A worker whose filter holds updates back then publishes what it still holds on [`FLUSH`] and
 //! applies its peers' flushes, so that no update is lost. At the end it publishes its replica on
 //! [`FINAL`].
+//!
+//! The loop is the job's `Protocol`'s, each in its own module: `synchronous` (BSP, ISP),
+//! `stale` (SSP, ASP) and `lloyd` (k-means); they share the `Worker` state and its step
+//! parts here. The minibatch reader, a replacement's replay, fault injection and the checkpoint
+//! have a module each.
 
 mod faults;
 mod lloyd;

@@ -169,7 +169,7 @@ impl Worker {
 
     /// Merges the replica of `worker`, removed after `step`, into the survivors: replicas are
     /// equal under BSP and ISP, but the removed worker's filter still holds updates, which it
-    /// publishes on [`FLUSH`] (at step `step + 1`) and the survivors apply with the weight of
+    /// publishes on [`FLUSH`](crate::messages::FLUSH) (at step `step + 1`) and the survivors apply with the weight of
     /// the fleet of `workers` workers that made them.
     async fn merge_removed(
         &mut self,
