@@ -6,9 +6,9 @@
 //!    keeps its size, see [`Fleet`] for scale-in (the next one is
 //!    prefetched while it computes);
 //! 2. computes the gradient of its minibatch and its optimiser's delta `u`;
-//! 3. publishes on [`UPDATES`](crate::messages::UPDATES) what its [`UpdateFilter`] lets through of `u` (all of it under
-//!    BSP, SSP and ASP without compression; the significant part under ISP; a compressed part
-//!    with `--compress`), together with its loss;
+//! 3. publishes on [`UPDATES`](crate::messages::UPDATES) what its [`UpdateFilter`] lets
+//!    through of `u` (all of it under BSP, SSP and ASP without compression; the significant
+//!    part under ISP; a compressed part with `--compress`), together with its loss;
 //! 4. applies to its replica `(1/P)·u` of its own and `(1/P)·` every peer's sent delta:
 //!    - BSP, ISP: collects the step's messages of all `P` workers and adds them with
 //!      [`mlless_core::apply_mean`] in worker order (its own `u` in its own place), so that BSP
