@@ -227,7 +227,6 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
             workers: &peers,
             dim: task.params,
             expected_removal: 1,
-            publish_fault: None,
         };
         for step in 0..task.steps {
             let message = dense_update(step, task.worker, task.params);

@@ -72,23 +72,19 @@ pub(crate) struct Exchange<'a> {
     pub dim: usize,
     /// The sequence number of the removal request to look for.
     pub expected_removal: u32,
-    /// Test aid: what happens to this worker's own publish.
-    pub publish_fault: Option<PublishFault>,
-}
-
-/// Test aid: a fault injected into a worker's own publish.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PublishFault {
-    /// The message is never published.
-    Drop,
-    /// The message is published this late.
-    Delay(Duration),
 }
 
 impl Exchange<'_> {
     /// Publishes `message` (whose delta is what this worker sends), and returns the mean of
     /// every worker's sent vector, with `own` (this worker's whole update, when its filter held
     /// part of it back) in place of its own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, but safe to run again: dropped (by the invocation's timeout) after it
+    /// has published, it leaves this worker's messages of the step on the channel, where its
+    /// peers and the leader find them, and `traffic` counts what was sent so far. Publishing is
+    /// idempotent, so a replacement that runs the step again publishes the same messages.
     pub async fn run(
         &self,
         message: UpdateMessage,
@@ -100,7 +96,7 @@ impl Exchange<'_> {
         match self.pattern {
             Pattern::Broadcast => {
                 let sent = self.sent_vector(&message)?;
-                self.publish_own(UPDATES, step, self.worker, &message, traffic)
+                self.publish(UPDATES, step, self.worker, &message, traffic)
                     .await?;
                 let mut messages = self.collect(UPDATES, step, self.workers, traffic).await?;
                 let own_slot = own.cloned().unwrap_or(sent);
@@ -125,7 +121,7 @@ impl Exchange<'_> {
             Pattern::AllReduce => {
                 let leader = self.workers[0];
                 let held = own.map(|own| self.held(own, &message)).transpose()?;
-                self.publish_own(UPDATES, step, self.worker, &message, traffic)
+                self.publish(UPDATES, step, self.worker, &message, traffic)
                     .await?;
                 if self.worker == leader {
                     let messages = self.collect(UPDATES, step, self.workers, traffic).await?;
@@ -154,7 +150,7 @@ impl Exchange<'_> {
                         ..message.clone()
                     };
                     let id = scatter_id(self.worker, c, n)?;
-                    self.publish_own(SCATTER, step, id, &part, traffic).await?;
+                    self.publish(SCATTER, step, id, &part, traffic).await?;
                 }
                 let from: Vec<u32> = self
                     .workers
@@ -185,6 +181,10 @@ impl Exchange<'_> {
 
     /// The message this worker published first in the exchange of `step`, if it did (a
     /// replacement replaying steps looks its old flags up there).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn published(&self, step: u64) -> Result<Option<UpdateMessage>> {
         let (topic, id) = first_message(self.pattern, self.worker, self.job_workers)?;
         let found = self.channel.poll(topic, step, &[id]).await?;
@@ -197,6 +197,11 @@ impl Exchange<'_> {
     }
 
     /// Deletes what this worker published in the exchange of `step`, once no peer needs it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped part way, it leaves some of the step's messages on the channel (deleting them
+    /// again is harmless); the driver cleans the channel up when the job ends.
     pub async fn discard(&self, step: u64) -> Result<()> {
         let channel = self.channel;
         match self.pattern {
@@ -278,33 +283,6 @@ impl Exchange<'_> {
                 "the update of worker {from} for step {step} does not fit the model: {e}"
             ))
         })
-    }
-
-    /// Publishes one of this worker's own messages, unless a test fault drops or delays it.
-    async fn publish_own(
-        &self,
-        topic: &str,
-        step: u64,
-        id: u32,
-        message: &UpdateMessage,
-        traffic: &mut Traffic,
-    ) -> Result<()> {
-        match self.publish_fault {
-            Some(PublishFault::Drop) => {
-                tracing::error!(
-                    worker = self.worker,
-                    step,
-                    "fault injection: dropping a message"
-                );
-                Ok(())
-            }
-            Some(PublishFault::Delay(delay)) => {
-                tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
-                tokio::time::sleep(delay).await;
-                self.publish(topic, step, id, message, traffic).await
-            }
-            None => self.publish(topic, step, id, message, traffic).await,
-        }
     }
 
     async fn publish(

@@ -9,10 +9,8 @@ use serde::{Deserialize, Serialize};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
-use mlless_core::{
-    Batch, BatchLoss, EarlyStopping, Evaluation, Ewma, ScaleInTuner, TunerConfig, primary_metric,
-};
-use tracing::{info, warn};
+use mlless_core::{Batch, BatchLoss, TunerConfig};
+use tracing::info;
 
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
@@ -21,17 +19,23 @@ use crate::error::{Result, RuntimeError};
 use crate::exchange::first_message;
 use crate::function::Start;
 use crate::messages::{
-    EVAL, FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, Removal, ReplaceRequest,
-    ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage, StopRequest, StoredModel,
-    ValidationProgress,
+    FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, ReplicaMessage,
+    SCALE_IN_KEY, STATS, StatsMessage, StoredModel,
 };
 use crate::record::{
-    EvalPoint, MODEL_KEY, RECORD_KEY, RECORD_VERSION, RemovalRecord, RunRecord, ScaleInRecord,
-    StepRecord, TargetRecord, ValidationRecord, WorkerStep,
+    EvalPoint, MODEL_KEY, RECORD_KEY, RECORD_VERSION, RunRecord, StepRecord, WorkerStep,
 };
 use crate::spec::Fault;
-use crate::spec::{Fleet, ValidationConfig};
+use crate::spec::Fleet;
 use mlless_store::ChannelError;
+
+mod scale_in;
+mod stop;
+mod validation;
+
+use scale_in::ScaleIn;
+use stop::Stopper;
+use validation::{Validation, cached_validation_set, evaluate, evaluate_on, read_snapshot};
 
 /// A loss above this is taken for divergence (log loss and squared error of sane models stay far
 /// below it).
@@ -446,6 +450,11 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
 
 /// Collects the statistics of `step` from `active`; with a worker deadline, asks the driver to
 /// replace the workers whose statistics are that late, and goes on waiting.
+///
+/// # Cancel safety
+///
+/// Cancel safe apart from the replacement requests: dropped after a request, the request
+/// stands (the driver acts on it) and `state` counts it.
 async fn collect_stats(
     ctx: &JobContext,
     state: &mut SupervisorState,
@@ -536,357 +545,6 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
         updates_applied: s.updates_applied,
         started_unix_ms: s.started_unix_ms,
         published_unix_ms: s.published_unix_ms,
-    }
-}
-
-/// Evaluates `params` on every test minibatch.
-async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metrics> {
-    let mut batches = Vec::with_capacity(ctx.dataset.batches(Split::Test));
-    for index in 0..ctx.dataset.batches(Split::Test) {
-        batches.push(ctx.dataset.read_batch(Split::Test, index).await?);
-    }
-    evaluate_on(ctx, params, &batches, Split::Test)
-}
-
-/// Evaluates `params` on `batches` of `split`: the test metrics named `test_…`, the
-/// validation metrics unprefixed.
-fn evaluate_on(
-    ctx: &JobContext,
-    params: &[f32],
-    batches: &[Batch],
-    split: Split,
-) -> Result<mlless_core::Metrics> {
-    let model = ctx.spec.model.model();
-    let mut evaluation = Evaluation::for_spec(&ctx.spec.model);
-    let (name, prefix) = match split {
-        Split::Test => ("test", "test_"),
-        Split::Validation => ("validation", ""),
-        Split::Train => ("training", "train_"),
-    };
-    for (index, batch) in batches.iter().enumerate() {
-        model
-            .evaluate(params, batch, &mut evaluation)
-            .map_err(|source| RuntimeError::Model {
-                location: format!("{} {name} minibatch {index}", ctx.dataset.url()),
-                source,
-            })?;
-    }
-    Ok(evaluation.finish_as(prefix))
-}
-
-/// The validation minibatches, read on first use and kept.
-async fn cached_validation_set<'a>(
-    ctx: &JobContext,
-    cache: &'a mut Option<Vec<Batch>>,
-) -> Result<&'a [Batch]> {
-    if cache.is_none() {
-        let mut batches = Vec::with_capacity(ctx.dataset.batches(Split::Validation));
-        for index in 0..ctx.dataset.batches(Split::Validation) {
-            batches.push(ctx.dataset.read_batch(Split::Validation, index).await?);
-        }
-        *cache = Some(batches);
-    }
-    Ok(cache.as_deref().unwrap_or_default())
-}
-
-/// The model `worker` published on [`EVAL`] after `step`, checked against the job's model;
-/// `None` if it is not there. It was published before the statistics that announce it, so it
-/// is there unless this supervisor resumed past its deletion: the messages read are deleted
-/// only once a checkpoint no longer needs them ([`Validation::read`]).
-async fn read_snapshot(ctx: &JobContext, step: u64, worker: u32) -> Result<Option<Vec<f32>>> {
-    let Some(payload) = ctx
-        .channel
-        .poll(EVAL, step, &[worker])
-        .await?
-        .pop()
-        .flatten()
-    else {
-        warn!(
-            step,
-            worker, "the model for validation is gone; this evaluation is skipped"
-        );
-        return Ok(None);
-    };
-    let replica = ReplicaMessage::decode(&payload, || {
-        format!("the model of worker {worker} for validation after step {step}")
-    })?;
-    if replica.params.len() != ctx.spec.model.num_params() {
-        return Err(RuntimeError::FunctionFailed(format!(
-            "the model of worker {worker} for validation after step {step} has {} parameters, \
-             the job's {}",
-            replica.params.len(),
-            ctx.spec.model.num_params()
-        )));
-    }
-    Ok(Some(replica.params))
-}
-
-/// The validation curve as the supervisor builds it: every evaluation, the best model so far,
-/// early stopping and the targets.
-#[derive(Debug, Serialize, Deserialize)]
-struct Validation {
-    stopping: EarlyStopping,
-    patience: Option<u32>,
-    points: Vec<EvalPoint>,
-    /// The parameters of the best evaluation (`None` before the first).
-    best_params: Option<Vec<f32>>,
-    targets: Vec<TargetRecord>,
-    /// The `(step, worker)` of the [`EVAL`] messages read and not deleted yet: a supervisor
-    /// resumed from an earlier checkpoint reads them again.
-    read: Vec<(u64, u32)>,
-}
-
-impl Validation {
-    fn new(config: &ValidationConfig, model: &mlless_core::ModelSpec) -> Result<Self> {
-        let stopping = EarlyStopping::new(primary_metric(model), config.early_stop)
-            .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
-        Ok(Self {
-            stopping,
-            patience: config.early_stop,
-            points: Vec::new(),
-            best_params: None,
-            read: Vec::new(),
-            targets: config
-                .targets
-                .iter()
-                .map(|target| TargetRecord {
-                    target: target.clone(),
-                    reached: None,
-                })
-                .collect(),
-        })
-    }
-
-    /// Takes one evaluation of the model `params`; returns why to stop, if it is time to.
-    fn observe(&mut self, point: EvalPoint, params: Vec<f32>) -> Option<String> {
-        let index = self.points.len();
-        let verdict = self.stopping.observe(index, &point.metrics);
-        if verdict.best {
-            self.best_params = Some(params);
-        }
-        for target in &mut self.targets {
-            if target.reached.is_none() && target.target.is_met(&point.metrics) {
-                target.reached = Some(index);
-            }
-        }
-        let step = point.step;
-        self.points.push(point);
-        if !self.targets.is_empty() && self.targets.iter().all(|t| t.reached.is_some()) {
-            let targets: Vec<String> = self.targets.iter().map(|t| t.target.to_string()).collect();
-            return Some(format!(
-                "validation reached --target-metric {} (step {step})",
-                targets.join(" ")
-            ));
-        }
-        if verdict.stop {
-            let (best, value) = self.stopping.best()?;
-            let best_step = self.points.get(best).map_or(0, |p| p.step);
-            return Some(format!(
-                "validation {} did not improve for {} evaluations (--early-stop; best {value:.6} \
-                 after step {best_step})",
-                self.stopping.metric(),
-                self.patience.unwrap_or(0),
-            ));
-        }
-        None
-    }
-
-    /// Deletes the [`EVAL`] messages read of the steps before `before`.
-    async fn discard_read(&mut self, ctx: &JobContext, before: u64) -> Result<()> {
-        for &(step, worker) in self.read.iter().filter(|(s, _)| *s < before) {
-            ctx.channel.discard(EVAL, step, &[worker]).await?;
-        }
-        self.read.retain(|(s, _)| *s >= before);
-        Ok(())
-    }
-
-    /// The latest and the best evaluation, for the live line.
-    fn progress(&self) -> Option<ValidationProgress> {
-        let metric = self.stopping.metric();
-        let latest = *self.points.last()?.metrics.get(metric)?;
-        Some(ValidationProgress {
-            metric: metric.to_string(),
-            latest,
-            best: self.stopping.best().map_or(latest, |(_, v)| v),
-        })
-    }
-
-    /// The best model's parameters and the record of the curve.
-    fn into_best(self) -> (Option<Vec<f32>>, ValidationRecord) {
-        let record = ValidationRecord {
-            metric: self.stopping.metric().to_string(),
-            points: self.points,
-            best: self.stopping.best().map(|(i, _)| i),
-            targets: self.targets,
-        };
-        (self.best_params, record)
-    }
-}
-
-/// The scale-in auto-tuner in the supervisor (DESIGN §6): feeds it each step, asks it for a
-/// decision, picks the worker to remove and keeps the record of it all.
-#[derive(Debug, Serialize, Deserialize)]
-struct ScaleIn {
-    tuner: ScaleInTuner,
-    /// Per worker, the EWMA of its minibatch loss: the quality of its replica.
-    recent: BTreeMap<u32, Ewma>,
-    /// The request sent and not applied yet.
-    pending: Option<Removal>,
-    removals: u32,
-    record: ScaleInRecord,
-}
-
-impl ScaleIn {
-    fn new(config: TunerConfig, workers: u32) -> Result<Self> {
-        let tuner = ScaleInTuner::new(config, workers)
-            .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
-        Ok(Self {
-            tuner,
-            recent: BTreeMap::new(),
-            pending: None,
-            removals: 0,
-            record: ScaleInRecord::default(),
-        })
-    }
-
-    /// Feeds the tuner one step; returns a removal request to publish, if it decides one.
-    fn step(&mut self, step: u64, now_s: f64, stats: &[StatsMessage]) -> Result<Option<Removal>> {
-        let tuner_error = |e: mlless_core::TunerError| {
-            RuntimeError::FunctionFailed(format!("scale-in tuner at step {step}: {e}"))
-        };
-        for s in stats {
-            let ewma = self
-                .recent
-                .entry(s.worker)
-                .or_insert_with(|| Ewma::new(RECENT_LOSS_ALPHA).expect("a valid constant"));
-            ewma.update(s.loss.mean());
-        }
-        if let Some(removed) = stats.iter().find(|s| s.removed) {
-            let workers = stats.len() as u32 - 1;
-            self.tuner
-                .notify_removed(step, workers)
-                .map_err(tuner_error)?;
-            self.recent.remove(&removed.worker);
-            self.record.removals.push(RemovalRecord {
-                worker: removed.worker,
-                after_step: step,
-                time_s: now_s,
-                workers_after: workers,
-            });
-            self.pending = None;
-            return Ok(None);
-        }
-        let mut total = BatchLoss::default();
-        for s in stats {
-            total.merge(s.loss);
-        }
-        let duration_s = stats.iter().map(|s| s.step_ms).fold(0.0, f64::max) / 1000.0;
-        if !total.mean().is_finite() {
-            return Ok(None);
-        }
-        self.tuner
-            .observe(step, total.mean(), duration_s, stats.len() as u32)
-            .map_err(tuner_error)?;
-        if self.pending.is_some() {
-            return Ok(None);
-        }
-        let Some(decision) = self.tuner.decide(now_s) else {
-            return Ok(None);
-        };
-        let remove = decision.remove;
-        self.record.decisions.push(decision);
-        if !remove {
-            return Ok(None);
-        }
-        let candidates: Vec<(u32, f64)> = stats
-            .iter()
-            .map(|s| {
-                let loss = self.recent.get(&s.worker).and_then(Ewma::value);
-                (s.worker, loss.unwrap_or(f64::NAN))
-            })
-            .collect();
-        let Some(worker) = mlless_core::pick_worker_to_remove(&candidates) else {
-            return Ok(None);
-        };
-        self.removals += 1;
-        let request = Removal {
-            seq: self.removals,
-            worker,
-        };
-        info!(worker, step, "scale-in: removing a worker");
-        self.pending = Some(request);
-        Ok(Some(request))
-    }
-
-    fn into_record(self) -> ScaleInRecord {
-        self.record
-    }
-}
-
-/// Smoothing of each worker's recent loss, by which the tuner picks the worker to remove.
-const RECENT_LOSS_ALPHA: f64 = 0.1;
-
-/// The stop criteria other than the epoch count (which the workers apply themselves).
-#[derive(Debug, Serialize, Deserialize)]
-struct Stopper {
-    target: Option<f64>,
-    patience: u32,
-    max_time: Option<Duration>,
-    below_target: u32,
-    reason: Option<String>,
-}
-
-impl Stopper {
-    fn new(spec: &crate::spec::JobSpec) -> Self {
-        Self {
-            target: spec.stop.target_loss,
-            patience: spec.stop.target_patience.max(1),
-            max_time: spec.stop.max_time_s.map(Duration::from_secs_f64),
-            below_target: 0,
-            reason: None,
-        }
-    }
-
-    /// The reason to stop after this step, once; `None` while training should go on.
-    fn check(&mut self, step: u64, loss: f64, elapsed: Duration) -> Option<String> {
-        if self.reason.is_some() {
-            return None;
-        }
-        if let Some(target) = self.target {
-            self.below_target = if loss <= target {
-                self.below_target + 1
-            } else {
-                0
-            };
-            if self.below_target >= self.patience {
-                return Some(format!(
-                    "loss held at or below --target-loss {target} for {} steps (step {step})",
-                    self.patience
-                ));
-            }
-        }
-        match self.max_time {
-            Some(max) if elapsed >= max => Some(format!(
-                "reached --max-time {} s (step {step})",
-                max.as_secs_f64()
-            )),
-            _ => None,
-        }
-    }
-
-    async fn request(&mut self, ctx: &JobContext, reason: &str) -> Result<()> {
-        if self.reason.is_some() {
-            return Ok(());
-        }
-        info!(reason, "asking the workers to stop");
-        self.reason = Some(reason.to_string());
-        let request = StopRequest {
-            reason: reason.to_string(),
-        };
-        ctx.channel
-            .put_key(STOP_KEY, Bytes::from(json(&request)?))
-            .await?;
-        Ok(())
     }
 }
 

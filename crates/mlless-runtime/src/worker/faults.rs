@@ -1,0 +1,210 @@
+//! Fault injection (`--fault`, a test aid): a crash or a memory hog at the start of a step
+//! ([`Worker::inject_faults`]), and a dropped or delayed own message, injected by
+//! [`FaultyChannel`], a decorator of the channel the exchange publishes through (like
+//! object_store's `ThrottledStore`), so that no protocol or pattern knows of faults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mlless_store::{Channel, ChannelError, WorkerId};
+
+use super::Worker;
+use crate::exchange::SCATTER;
+use crate::messages::UPDATES;
+use crate::spec::Fault;
+
+impl Worker {
+    /// Injects the faults due at the start of `step` (test aid).
+    pub(super) fn inject_faults(&self, step: u64) {
+        for fault in &self.faults {
+            match *fault {
+                Fault::KillWorker { worker, step: at } if worker == self.id && at == step => {
+                    tracing::error!(worker, step, "fault injection: killing this worker");
+                    std::process::abort();
+                }
+                Fault::ExceedMemory { worker, step: at } if worker == self.id && at == step => {
+                    tracing::error!(worker, step, "fault injection: exceeding the memory cap");
+                    let bytes = (self.ctx.spec.limits.memory_mb as usize + 256) << 20;
+                    let hog = vec![1u8; bytes];
+                    // Touch it, so that it is resident, and keep it while the invoker notices.
+                    std::hint::black_box(&hog);
+                    std::thread::sleep(Duration::from_secs(30));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A fault injected into a worker's own exchange messages of one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PublishFault {
+    /// The message is never published.
+    Drop,
+    /// The message is published this late.
+    Delay(Duration),
+}
+
+/// A channel that drops or delays worker `worker`'s own exchange messages (the first ones of a
+/// step: on [`UPDATES`], or a scatter-reduce's chunks on [`SCATTER`]) of the steps its faults
+/// name. Everything else passes through unchanged.
+#[derive(Debug)]
+pub(super) struct FaultyChannel {
+    inner: Arc<dyn Channel>,
+    worker: u32,
+    faults: Vec<Fault>,
+}
+
+impl FaultyChannel {
+    /// `inner` with the message faults of `faults` for `worker`; `inner` itself when there are
+    /// none.
+    pub(super) fn wrap(inner: Arc<dyn Channel>, worker: u32, faults: &[Fault]) -> Arc<dyn Channel> {
+        let faults: Vec<Fault> = faults
+            .iter()
+            .copied()
+            .filter(|fault| match *fault {
+                Fault::DropMessage { worker: w, .. } | Fault::DelayMessage { worker: w, .. } => {
+                    w == worker
+                }
+                Fault::KillWorker { .. }
+                | Fault::KillSupervisor { .. }
+                | Fault::ExceedMemory { .. } => false,
+            })
+            .collect();
+        if faults.is_empty() {
+            return inner;
+        }
+        Arc::new(Self {
+            inner,
+            worker,
+            faults,
+        })
+    }
+
+    /// What happens to this worker's own message of `step`.
+    fn fault(&self, step: u64) -> Option<PublishFault> {
+        self.faults.iter().find_map(|fault| match *fault {
+            Fault::DropMessage { step: at, .. } if at == step => Some(PublishFault::Drop),
+            Fault::DelayMessage { step: at, ms, .. } if at == step => {
+                Some(PublishFault::Delay(Duration::from_millis(ms)))
+            }
+            _ => None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Channel for FaultyChannel {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        // Cancel safety: dropped during a delay, the message is not published, as if dropped.
+        let own = topic == UPDATES || topic == SCATTER;
+        match self.fault(step).filter(|_| own) {
+            Some(PublishFault::Drop) => {
+                tracing::error!(
+                    worker = self.worker,
+                    step,
+                    "fault injection: dropping a message"
+                );
+                Ok(())
+            }
+            Some(PublishFault::Delay(delay)) => {
+                tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
+                tokio::time::sleep(delay).await;
+                self.inner.publish(topic, step, from, payload).await
+            }
+            None => self.inner.publish(topic, step, from, payload).await,
+        }
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.inner.collect(topic, step, from, timeout).await
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.inner.poll(topic, step, from).await
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.inner.discard(topic, step, from).await
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.inner.put_key(key, value).await
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        self.inner.get_key(key).await
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        self.inner.cleanup().await
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (with injected faults)", self.inner.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlless_store::{ObjectStoreChannel, Store};
+
+    use super::*;
+    use crate::messages::STATS;
+
+    #[tokio::test]
+    async fn only_the_faulted_steps_own_messages_are_dropped_or_delayed() {
+        let store = Store::open("memory://faulty-channel").expect("memory store");
+        let inner: Arc<dyn Channel> =
+            Arc::new(ObjectStoreChannel::new(store, "job").expect("channel"));
+        let faults = [
+            Fault::DropMessage { worker: 1, step: 3 },
+            Fault::DelayMessage {
+                worker: 1,
+                step: 4,
+                ms: 50,
+            },
+            Fault::DropMessage { worker: 2, step: 5 },
+            Fault::KillWorker { worker: 1, step: 9 },
+        ];
+        let channel = FaultyChannel::wrap(inner.clone(), 1, &faults);
+        let payload = || Bytes::from_static(b"m");
+        channel.publish(UPDATES, 3, 1, payload()).await.unwrap();
+        channel.publish(SCATTER, 3, 7, payload()).await.unwrap();
+        channel.publish(STATS, 3, 1, payload()).await.unwrap();
+        channel.publish(UPDATES, 5, 1, payload()).await.unwrap();
+        let started = std::time::Instant::now();
+        channel.publish(UPDATES, 4, 1, payload()).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        let found = |topic, step, id| {
+            let inner = inner.clone();
+            async move { inner.poll(topic, step, &[id]).await.unwrap()[0].is_some() }
+        };
+        assert!(!found(UPDATES, 3, 1).await, "dropped");
+        assert!(!found(SCATTER, 3, 7).await, "dropped chunk");
+        assert!(found(STATS, 3, 1).await, "statistics pass");
+        assert!(found(UPDATES, 4, 1).await, "delayed, then published");
+        assert!(found(UPDATES, 5, 1).await, "another worker's fault");
+        // No message faults for worker 0: the channel itself.
+        let plain = FaultyChannel::wrap(inner.clone(), 0, &faults);
+        assert!(Arc::ptr_eq(&plain, &inner));
+    }
+}
