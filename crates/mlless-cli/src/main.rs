@@ -185,10 +185,7 @@ impl InvokerChoice {
 /// Whether a location (store or channel URL) is one a remote function can reach: S3, Redis or
 /// Memcached, not a directory of this machine.
 pub(crate) fn reachable_from_functions(url: &str) -> bool {
-    matches!(
-        url.split_once("://").map(|(scheme, _)| scheme),
-        Some("s3" | "s3a" | "redis" | "rediss" | "memcached")
-    )
+    mlless_store::ChannelScheme::parse(Some(url)).is_ok_and(mlless_store::ChannelScheme::is_remote)
 }
 
 /// The invoker of this binary as local processes.

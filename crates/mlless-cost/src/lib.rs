@@ -236,7 +236,7 @@ impl PriceTable {
     }
 
     /// The table with the always-on servers of `channel` added to its services: what the driver
-    /// bills a run with, e.g. `prices.for_channel(ChannelKind::from_url(spec.channel.as_deref()))`.
+    /// bills a run with, e.g. `prices.for_channel(ChannelKind::Redis { instances: 2 })`.
     pub fn for_channel(self, channel: ChannelKind) -> Self {
         let extra = self.channel_usd_per_hour(channel);
         self.with_services(extra)
@@ -293,30 +293,6 @@ pub enum ChannelKind {
         /// Number of Memcached instances.
         instances: u32,
     },
-}
-
-impl ChannelKind {
-    /// The kind of a channel URL as `mlless train --channel` takes it (`None`, `store`, a path,
-    /// `file://`, `s3://`…: the object store; `redis://a,redis://b`: Redis with two instances;
-    /// `memcached://…`). Only the scheme is looked at; the URL is not checked otherwise.
-    pub fn from_url(url: Option<&str>) -> Self {
-        let Some(url) = url.map(str::trim) else {
-            return Self::ObjectStore;
-        };
-        let instances = || {
-            let n = url.split(',').filter(|s| !s.trim().is_empty()).count();
-            u32::try_from(n.max(1)).unwrap_or(u32::MAX)
-        };
-        match url.split_once("://").map(|(scheme, _)| scheme) {
-            Some("redis" | "rediss") => Self::Redis {
-                instances: instances(),
-            },
-            Some("memcached") => Self::Memcached {
-                instances: instances(),
-            },
-            _ => Self::ObjectStore,
-        }
-    }
 }
 
 /// How long one invocation ran and with how much configured memory.
@@ -572,27 +548,7 @@ mod tests {
 
     #[test]
     fn channel_services_are_billed_per_instance() {
-        assert_eq!(ChannelKind::from_url(None), ChannelKind::ObjectStore);
-        assert_eq!(
-            ChannelKind::from_url(Some("store")),
-            ChannelKind::ObjectStore
-        );
-        assert_eq!(
-            ChannelKind::from_url(Some("s3://bucket/x")),
-            ChannelKind::ObjectStore
-        );
-        assert_eq!(
-            ChannelKind::from_url(Some("redis://a:6379,redis://b:6379")),
-            ChannelKind::Redis { instances: 2 }
-        );
-        assert_eq!(
-            ChannelKind::from_url(Some("rediss://:secret@a:6380")),
-            ChannelKind::Redis { instances: 1 }
-        );
-        assert_eq!(
-            ChannelKind::from_url(Some("memcached://127.0.0.1:11211")),
-            ChannelKind::Memcached { instances: 1 }
-        );
+        // Which kind a channel URL is billed as: `mlless_runtime::record::channel_kind`'s tests.
         let aws = PriceTable::aws_lambda();
         let redis = aws.clone().for_channel(ChannelKind::Redis { instances: 2 });
         assert!((redis.services_usd_per_hour - 0.34).abs() < 1e-12);

@@ -1,11 +1,11 @@
 //! What a run record measured: the inputs of the cost model and of the cost plot.
 
 use mlless_cost::{
-    Bill, ChannelKind, DEFAULT_VM_STARTUP_S, ObjectRequests, PhaseMeasurement, PriceTable,
-    RunMeasurements, Usage, billed_duration_ms,
+    Bill, DEFAULT_VM_STARTUP_S, ObjectRequests, PhaseMeasurement, PriceTable, RunMeasurements,
+    Usage, billed_duration_ms,
 };
 use mlless_runtime::RunRecord;
-use mlless_runtime::record::StepRecord;
+use mlless_runtime::record::{StepRecord, channel_kind};
 
 /// The CPUs the functions of `record` shared, as far as this machine can tell: when the
 /// invocations have process ids the run was made by the local invoker, taken to be on this
@@ -30,7 +30,7 @@ pub fn price_table_of(record: &RunRecord) -> PriceTable {
     let Some(bill) = &record.bill else {
         return PriceTable::aws_lambda();
     };
-    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    let channel = channel_kind(record.spec.channel.as_deref());
     if let Some(table) = PriceTable::by_name(&bill.platform) {
         return table;
     }
@@ -79,7 +79,7 @@ pub fn bill_at(record: &RunRecord, prices: &PriceTable) -> Bill {
             memory_mb: i.memory_mb,
         })
         .collect();
-    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    let channel = channel_kind(record.spec.channel.as_deref());
     let mut requests = ObjectRequests::default();
     for step in &record.steps {
         let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
@@ -198,7 +198,7 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
         } else {
             other_invocations
         },
-        channel: ChannelKind::from_url(spec.channel.as_deref()),
+        channel: channel_kind(spec.channel.as_deref()),
         cores,
         vm_startup_s: DEFAULT_VM_STARTUP_S,
     };

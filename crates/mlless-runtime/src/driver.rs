@@ -10,7 +10,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule, TunerConfig};
-use mlless_cost::{ChannelKind, ObjectRequests, PriceTable, Usage};
+use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits, Outcome};
 use mlless_store::{Store, open_channel_with, redact_url};
@@ -638,7 +638,7 @@ async fn run_job(
         .collect();
     // The channel's servers are billed for the wall time; its object-store requests are
     // estimated from the steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
-    let channel = ChannelKind::from_url(record.spec.channel.as_deref());
+    let channel = crate::record::channel_kind(record.spec.channel.as_deref());
     let mut requests = ObjectRequests::default();
     for step in &record.steps {
         let r = ObjectRequests::estimate(channel, step.workers.len() as u32, 1);

@@ -4,6 +4,7 @@
 use mlless_core::Metrics;
 use mlless_cost::{Bill, ChannelKind, CostClock, PriceTable, Span};
 use mlless_faas::InvocationReport;
+use mlless_store::ChannelScheme;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::JobSpec;
@@ -170,7 +171,7 @@ impl RunRecord {
                 memory_mb: i.memory_mb,
             })
             .collect();
-        let channel = ChannelKind::from_url(self.spec.channel.as_deref());
+        let channel = channel_kind(self.spec.channel.as_deref());
         let (services_per_s, storage_usd) = match &self.bill {
             Some(bill) if self.wall_s > 0.0 => (bill.services_usd / self.wall_s, bill.storage_usd),
             _ => (
@@ -261,4 +262,58 @@ pub struct WorkerStep {
     /// When the worker started publishing its update, Unix ms.
     #[serde(default)]
     pub published_unix_ms: f64,
+}
+
+/// The kind of channel a run with channel URL `channel` (the spec's, as `mlless train
+/// --channel` takes it) is billed as: its servers per instance, or the object store's requests.
+///
+/// The `match` is exhaustive on purpose: a new channel backend does not compile until it says
+/// here how it is billed. A URL no channel accepts ([`ChannelScheme::parse`] fails), which only
+/// a hand-made record can hold since the driver opens the channel before anything runs, is
+/// priced as the object store: no server of its own to bill.
+pub fn channel_kind(channel: Option<&str>) -> ChannelKind {
+    match ChannelScheme::parse(channel) {
+        Ok(ChannelScheme::RunStore | ChannelScheme::ObjectStore(_)) | Err(_) => {
+            ChannelKind::ObjectStore
+        }
+        Ok(ChannelScheme::Redis { shards }) => ChannelKind::Redis { instances: shards },
+        Ok(ChannelScheme::Memcached) => ChannelKind::Memcached { instances: 1 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlless_store::StoreKind;
+
+    #[test]
+    fn channels_are_billed_by_their_scheme() {
+        assert_eq!(channel_kind(None), ChannelKind::ObjectStore);
+        assert_eq!(channel_kind(Some("store")), ChannelKind::ObjectStore);
+        assert_eq!(
+            channel_kind(Some("s3://bucket/x")),
+            ChannelKind::ObjectStore
+        );
+        assert_eq!(
+            channel_kind(Some("redis://a:6379,redis://b:6379")),
+            ChannelKind::Redis { instances: 2 }
+        );
+        assert_eq!(
+            channel_kind(Some("rediss://:secret@a:6380")),
+            ChannelKind::Redis { instances: 1 }
+        );
+        assert_eq!(
+            channel_kind(Some("memcached://127.0.0.1:11211")),
+            ChannelKind::Memcached { instances: 1 }
+        );
+        // As the record shows them: redacted.
+        assert_eq!(
+            channel_kind(Some("redis://:***@a:1,redis://:***@b:2")),
+            ChannelKind::Redis { instances: 2 }
+        );
+        assert_eq!(
+            ChannelScheme::parse(Some("s3://bucket/x")).ok(),
+            Some(ChannelScheme::ObjectStore(StoreKind::S3))
+        );
+    }
 }

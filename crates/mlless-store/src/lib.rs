@@ -12,8 +12,13 @@
 //!   set of workers (blocking, with backoff, up to a timeout), plus last-write-wins keys; all
 //!   namespaced by job id. [`ObjectStoreChannel`] implements it on any [`Store`] (LambdaML's S3
 //!   channel); [`open_channel`] picks a backend from a URL.
+//! - [`ChannelScheme`]: which backend a channel URL names, parsed once ([`ChannelScheme::parse`])
+//!   and used to open, redact, bill and check it; [`parse`] is the one place a URL scheme is
+//!   matched.
 //! - [`RetryingChannel`]: rides out an outage of a channel's server shorter than a grace
-//!   (`--channel-grace`); [`open_channel_with`] wraps every remote channel in it.
+//!   (`--channel-grace`); [`open_channel_with`] wraps every remote channel in it. It retries
+//!   what [`ChannelError::is_transient`] says is worth it, which each backend decides for its
+//!   own errors.
 //! - [`conformance`]: the suites every backend's tests run.
 //!
 //! ```
@@ -40,18 +45,18 @@
 
 pub mod channel;
 pub mod conformance;
-pub mod memcached;
+pub mod parse;
 pub mod redact;
-pub mod redis;
-pub mod retry;
 pub mod store;
 
-pub use self::redis::RedisChannel;
-pub use channel::{
-    Channel, ChannelError, DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF,
-    ObjectStoreChannel, SUPPORTED_CHANNEL_URLS, WorkerId, open_channel, open_channel_with,
+pub use channel::memcached::{self, MemcachedChannel};
+pub use channel::object_store::{
+    DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF, ObjectStoreChannel,
 };
-pub use memcached::MemcachedChannel;
+pub use channel::open::{SUPPORTED_CHANNEL_URLS, open_channel, open_channel_with};
+pub use channel::redis::{self, RedisChannel};
+pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};
+pub use channel::{Channel, ChannelError, WorkerId};
+pub use parse::{ChannelScheme, StoreKind};
 pub use redact::redact_url;
-pub use retry::{ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel, is_connection_error};
-pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, StoreKind};
+pub use store::{SUPPORTED_STORE_URLS, Store, StoreError};

@@ -6,6 +6,8 @@
 //! `spec.json`, which functions read to connect); messages, logs, run records and reports show
 //! [`redact_url`]'s rendering instead.
 
+use crate::parse::{is_server_scheme, split_scheme};
+
 /// The rendering of `url` for messages, logs, records and reports: the password of a
 /// `user:password@` (or a whole `userinfo@` without a `:`, which some clients read as a
 /// password) and the value of every query parameter whose name looks like a secret (`key`,
@@ -114,25 +116,6 @@ fn split_query(url: &str) -> (&str, Option<&str>) {
         Some((before, query)) => (before, Some(query)),
         None => (url, None),
     }
-}
-
-/// `scheme://rest` with a valid scheme; `None` otherwise.
-fn split_scheme(url: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    valid.then_some((scheme, rest))
-}
-
-/// Schemes of servers whose URL has no path that could contain an `@` (only `/db`): there the
-/// userinfo ends at the last `@`, even when a password holds a `/`.
-fn is_server_scheme(scheme: &str) -> bool {
-    matches!(
-        scheme.to_ascii_lowercase().as_str(),
-        "redis" | "rediss" | "redis+unix" | "memcached" | "valkey" | "valkeys"
-    )
 }
 
 /// (userinfo, the rest after its `@`) of the part of a URL after `scheme://`.

@@ -6,6 +6,7 @@
 //! share one backend client.
 
 use std::collections::HashMap;
+use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,6 +22,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tracing::{debug, trace};
 
+pub use crate::parse::StoreKind;
+use crate::parse::split_scheme;
 use crate::redact::{redact_url, scrub, url_secrets};
 
 /// The URL schemes [`Store::open`] accepts, for error messages.
@@ -74,25 +77,67 @@ pub enum StoreError {
     },
 }
 
-/// Which kind of backend a [`Store`] talks to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum StoreKind {
-    /// A directory of the local filesystem.
-    Local,
-    /// A process-wide in-memory store (`memory://NAME`), for tests.
-    Memory,
-    /// Amazon S3 or an S3-compatible endpoint.
-    S3,
-    /// Any other [`ObjectStore`] given to [`Store::from_object_store`] (e.g. a throttled wrapper).
-    Other,
+impl StoreError {
+    /// Whether the error says the store could not be reached (worth another attempt once it is
+    /// back) rather than something about the request: a [`StoreError::Backend`] whose chain
+    /// holds an I/O error of a connection kind (refused, reset, aborted, broken pipe, timed out,
+    /// not connected, unexpected end of file, unreachable) or an HTTP request that failed to
+    /// connect, timed out, was interrupted, or could not be sent.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Backend { source, .. } => chain_has_connection_error(source),
+            StoreError::InvalidUrl { .. }
+            | StoreError::InvalidKey { .. }
+            | StoreError::NotFound { .. }
+            | StoreError::NotWritable { .. } => false,
+        }
+    }
 }
 
-impl StoreKind {
-    /// True for backends reached over the network, whose requests cost tens of milliseconds.
-    pub fn is_remote(self) -> bool {
-        matches!(self, StoreKind::S3)
+/// Whether `error` or one of its sources is an I/O or HTTP error of a connection kind.
+fn chain_has_connection_error(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && is_connection_io(io.kind())
+        {
+            return true;
+        }
+        if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
+            use object_store::client::HttpErrorKind;
+            if matches!(
+                http.kind(),
+                HttpErrorKind::Connect
+                    | HttpErrorKind::Request
+                    | HttpErrorKind::Timeout
+                    | HttpErrorKind::Interrupted
+            ) {
+                return true;
+            }
+        }
+        next = e.source();
     }
+    false
+}
+
+/// I/O error kinds that say the connection (not the request) failed.
+fn is_connection_io(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::BrokenPipe
+            | K::NotConnected
+            | K::TimedOut
+            | K::UnexpectedEof
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::NetworkDown
+            | K::AddrNotAvailable
+            | K::Interrupted
+    )
 }
 
 /// A handle on an object store below a key prefix.
@@ -156,37 +201,39 @@ impl Store {
         }
         match split_scheme(url) {
             None => open_local(url, PathBuf::from(url)),
-            Some(("file", rest)) => {
-                let path = match rest.strip_prefix("localhost") {
-                    Some(p) => p,
-                    None => rest,
-                };
-                if !path.starts_with('/') {
-                    return Err(invalid(
-                        "a file URL needs an absolute path (file:///abs/path)".into(),
-                    ));
+            Some((scheme, rest)) => match StoreKind::of_scheme(Some(scheme)) {
+                Some(StoreKind::Local) => {
+                    let path = match rest.strip_prefix("localhost") {
+                        Some(p) => p,
+                        None => rest,
+                    };
+                    if !path.starts_with('/') {
+                        return Err(invalid(
+                            "a file URL needs an absolute path (file:///abs/path)".into(),
+                        ));
+                    }
+                    open_local(url, PathBuf::from(percent_decode(path).map_err(invalid)?))
                 }
-                open_local(url, PathBuf::from(percent_decode(path).map_err(invalid)?))
-            }
-            Some(("memory", rest)) => {
-                let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                let inner = {
-                    let mut registry = memory_registry()
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
-                    Arc::clone(registry.entry(name.to_string()).or_default())
-                };
-                let store = Store::from_object_store(inner, format!("memory://{name}"));
-                Ok(Store {
-                    kind: StoreKind::Memory,
-                    ..store
+                Some(StoreKind::Memory) => {
+                    let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                    let inner = {
+                        let mut registry = memory_registry()
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        Arc::clone(registry.entry(name.to_string()).or_default())
+                    };
+                    let store = Store::from_object_store(inner, format!("memory://{name}"));
+                    Ok(Store {
+                        kind: StoreKind::Memory,
+                        ..store
+                    }
+                    .child(prefix))
                 }
-                .child(prefix))
-            }
-            Some(("s3" | "s3a", rest)) => open_s3(url, rest),
-            Some((scheme, _)) => Err(invalid(format!(
-                "unsupported scheme {scheme}://; supported: {SUPPORTED_STORE_URLS}"
-            ))),
+                Some(StoreKind::S3) => open_s3(url, rest),
+                Some(StoreKind::Other) | None => Err(invalid(format!(
+                    "unsupported scheme {scheme}://; supported: {SUPPORTED_STORE_URLS}"
+                ))),
+            },
         }
     }
 
@@ -534,17 +581,6 @@ fn raced_directory_removal(e: &object_store::Error) -> bool {
     )
 }
 
-/// Splits `scheme://rest`; `None` for a plain path.
-fn split_scheme(url: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let valid = !scheme.is_empty()
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-        && scheme.starts_with(|c: char| c.is_ascii_alphabetic());
-    valid.then_some((scheme, rest))
-}
-
 /// Decodes `%XX` escapes of a file URL's path.
 fn percent_decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
@@ -651,5 +687,35 @@ mod tests {
         assert_eq!(split_scheme("./x://y"), None);
         assert_eq!(percent_decode("/a%20b").as_deref(), Ok("/a b"));
         assert!(percent_decode("/a%2").is_err());
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapper")]
+    struct Wrapper(#[source] std::io::Error);
+
+    fn io(kind: std::io::ErrorKind) -> std::io::Error {
+        std::io::Error::new(kind, "test")
+    }
+
+    #[test]
+    fn io_errors_in_a_chain_are_found() {
+        assert!(chain_has_connection_error(&Wrapper(io(
+            std::io::ErrorKind::ConnectionReset
+        ))));
+        assert!(!chain_has_connection_error(&Wrapper(io(
+            std::io::ErrorKind::PermissionDenied
+        ))));
+        let store = StoreError::Backend {
+            location: "s3://b/k".into(),
+            source: object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(Wrapper(io(std::io::ErrorKind::ConnectionRefused))),
+            },
+        };
+        assert!(store.is_transient());
+        let not_found = StoreError::NotFound {
+            location: "s3://b/k".into(),
+        };
+        assert!(!not_found.is_transient());
     }
 }

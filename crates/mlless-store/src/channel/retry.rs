@@ -3,10 +3,10 @@
 //!
 //! # What it does
 //!
-//! Every operation of the inner channel that fails with a *connection-level* error (see
-//! [`is_connection_error`]: the connection was refused, reset or dropped, the server did not
-//! answer in time, Redis is loading its data set after a restart, an S3 request could not be
-//! sent) is attempted again with exponential backoff — [`RETRY_INITIAL_BACKOFF`] doubling up to
+//! Every operation of the inner channel that fails with a *transient* error (see
+//! [`ChannelError::is_transient`]; each backend marks its own errors: the connection was refused,
+//! reset or dropped, the server did not answer in time, Redis is loading its data set after a
+//! restart, an S3 request could not be sent) is attempted again with exponential backoff — [`RETRY_INITIAL_BACKOFF`] doubling up to
 //! [`RETRY_MAX_BACKOFF`], each pause jittered to between half and all of its nominal value so
 //! that the workers of a job do not reconnect in lockstep — until the *grace* has passed since
 //! the operation first failed. The last attempt happens when the grace runs out; if it fails
@@ -63,7 +63,6 @@
 //! requests itself before an error reaches this decorator), so an operation that gives up does
 //! so within the grace plus one attempt.
 
-use std::error::Error as StdError;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -71,16 +70,14 @@ use bytes::Bytes;
 use rand::Rng;
 use tracing::{debug, info, warn};
 
-use crate::channel::{Channel, ChannelError, WorkerId};
-use crate::memcached::MemcachedError;
-use crate::store::StoreError;
+use super::{Channel, ChannelError, WorkerId};
 
 /// How long an outage of a remote channel is ridden out by default: what [`open_channel`]
 /// uses.
 ///
 /// [`open_channel`]: crate::open_channel
 pub const DEFAULT_CHANNEL_GRACE: Duration = Duration::from_secs(30);
-/// First pause after a connection-level failure.
+/// First pause after a transient failure.
 pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest pause between two attempts.
 pub const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -123,7 +120,7 @@ impl ChannelOptions {
     }
 }
 
-/// A [`Channel`] that retries the operations of `C` that fail with a connection-level error,
+/// A [`Channel`] that retries the operations of `C` that fail with a transient error,
 /// with exponential backoff, for up to a grace period; see the [module documentation](self).
 ///
 /// ```no_run
@@ -174,7 +171,7 @@ impl<C: Channel> RetryingChannel<C> {
         self.grace
     }
 
-    /// Runs `attempt` until it succeeds, fails with an error that is not connection-level, or
+    /// Runs `attempt` until it succeeds, fails with an error that is not transient, or
     /// has kept failing for the grace.
     async fn run<T, F, Fut>(&self, operation: &str, mut attempt: F) -> Result<T, ChannelError>
     where
@@ -193,7 +190,7 @@ impl<C: Channel> RetryingChannel<C> {
                     }
                     return Ok(value);
                 }
-                Err(e) if !is_connection_error(&e) => {
+                Err(e) if !e.is_transient() => {
                     if let Some(since) = first_failure {
                         // The server answered: the connection is back.
                         self.recovered(operation, since, attempts);
@@ -346,86 +343,6 @@ impl<C: Channel> Channel for RetryingChannel<C> {
     }
 }
 
-/// Whether `error` says the server could not be reached (worth another attempt once it is back)
-/// rather than something about the request.
-///
-/// Connection-level: a [`ChannelError::Backend`] whose source is a Redis I/O error, dropped
-/// connection, timeout, or `LOADING`/`TRYAGAIN` reply; a Memcached I/O error, closed connection
-/// or timeout; or any error whose chain holds an I/O error of a connection kind (refused, reset,
-/// aborted, broken pipe, timed out, not connected, unexpected end of file, unreachable). A
-/// [`ChannelError::Store`] backend error is connection-level when its chain holds such an I/O
-/// error or an HTTP error that failed to connect, timed out, was interrupted, or could not be
-/// sent. Everything else is not: [`ChannelError::Timeout`] (the messages did not come),
-/// invalid names and URLs, corrupt values, refused commands, missing objects, and
-/// [`ChannelError::Unavailable`] itself (the grace is already spent).
-pub fn is_connection_error(error: &ChannelError) -> bool {
-    match error {
-        ChannelError::Backend { source, .. } => {
-            let source: &(dyn StdError + 'static) = source.as_ref();
-            if let Some(e) = source.downcast_ref::<redis::RedisError>() {
-                return crate::redis::is_transient(e);
-            }
-            if let Some(e) = source.downcast_ref::<MemcachedError>() {
-                return matches!(
-                    e,
-                    MemcachedError::Io(_) | MemcachedError::Closed | MemcachedError::Timeout(_)
-                );
-            }
-            chain_has_connection_error(source)
-        }
-        ChannelError::Store(StoreError::Backend { source, .. }) => {
-            chain_has_connection_error(source)
-        }
-        _ => false,
-    }
-}
-
-/// Whether `error` or one of its sources is an I/O or HTTP error of a connection kind.
-fn chain_has_connection_error(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && is_connection_io(io.kind())
-        {
-            return true;
-        }
-        if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
-            use object_store::client::HttpErrorKind;
-            if matches!(
-                http.kind(),
-                HttpErrorKind::Connect
-                    | HttpErrorKind::Request
-                    | HttpErrorKind::Timeout
-                    | HttpErrorKind::Interrupted
-            ) {
-                return true;
-            }
-        }
-        next = e.source();
-    }
-    false
-}
-
-/// I/O error kinds that say the connection (not the request) failed.
-fn is_connection_io(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        kind,
-        K::ConnectionRefused
-            | K::ConnectionReset
-            | K::ConnectionAborted
-            | K::BrokenPipe
-            | K::NotConnected
-            | K::TimedOut
-            | K::UnexpectedEof
-            | K::HostUnreachable
-            | K::NetworkUnreachable
-            | K::NetworkDown
-            | K::AddrNotAvailable
-            | K::Interrupted
-    )
-}
-
 /// The pauses between attempts: `initial`, doubling up to `max`, each jittered.
 #[derive(Clone, Debug)]
 pub(crate) struct Backoff {
@@ -456,96 +373,28 @@ fn jitter(nominal: Duration, unit: f64) -> Duration {
     nominal.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
 }
 
-/// A duration in seconds for messages: `10 s`, `1.5 s`.
-pub(crate) fn seconds(d: &Duration) -> String {
-    let text = format!("{:.3}", d.as_secs_f64());
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    format!("{text} s")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn backend(source: Box<dyn StdError + Send + Sync>) -> ChannelError {
+    /// What a backend's client might say when the server goes away.
+    #[derive(Debug, thiserror::Error)]
+    #[error("the server closed the connection")]
+    struct Closed;
+
+    fn backend(transient: bool) -> ChannelError {
         ChannelError::Backend {
             endpoint: "redis://127.0.0.1:1".into(),
             operation: "publish".into(),
-            source,
-        }
-    }
-
-    fn io(kind: std::io::ErrorKind) -> std::io::Error {
-        std::io::Error::new(kind, "test")
-    }
-
-    #[test]
-    fn redis_connection_errors_are_retried() {
-        use std::io::ErrorKind as K;
-        for kind in [
-            K::ConnectionRefused,
-            K::ConnectionReset,
-            K::BrokenPipe,
-            K::TimedOut,
-        ] {
-            let e = backend(Box::new(redis::RedisError::from(io(kind))));
-            assert!(is_connection_error(&e), "{kind:?}: {e}");
-        }
-        let loading = redis::RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
-            "loading",
-        ));
-        assert!(is_connection_error(&backend(Box::new(loading))));
-        let wrong_type = redis::RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-            "WRONGTYPE",
-        ));
-        assert!(!is_connection_error(&backend(Box::new(wrong_type))));
-        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
-        assert!(!is_connection_error(&backend(Box::new(parse))));
-    }
-
-    #[test]
-    fn memcached_connection_errors_are_retried() {
-        let retried = [
-            MemcachedError::Io(io(std::io::ErrorKind::ConnectionRefused)),
-            MemcachedError::Closed,
-            MemcachedError::Timeout(Duration::from_secs(1)),
-        ];
-        for e in retried {
-            assert!(is_connection_error(&backend(Box::new(e))));
-        }
-        let not = [
-            MemcachedError::Protocol("garbage".into()),
-            MemcachedError::Server("SERVER_ERROR out of memory".into()),
-            MemcachedError::Corrupt("crc".into()),
-        ];
-        for e in not {
-            assert!(!is_connection_error(&backend(Box::new(e))));
+            transient,
+            source: Box::new(Closed),
         }
     }
 
     #[test]
-    fn io_errors_in_a_chain_are_found() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("wrapper")]
-        struct Wrapper(#[source] std::io::Error);
-        let e = backend(Box::new(Wrapper(io(std::io::ErrorKind::ConnectionReset))));
-        assert!(is_connection_error(&e));
-        let e = backend(Box::new(Wrapper(io(std::io::ErrorKind::PermissionDenied))));
-        assert!(!is_connection_error(&e));
-        let store = ChannelError::Store(StoreError::Backend {
-            location: "s3://b/k".into(),
-            source: object_store::Error::Generic {
-                store: "S3",
-                source: Box::new(Wrapper(io(std::io::ErrorKind::ConnectionRefused))),
-            },
-        });
-        assert!(is_connection_error(&store));
-        let not_found = ChannelError::Store(StoreError::NotFound {
-            location: "s3://b/k".into(),
-        });
-        assert!(!is_connection_error(&not_found));
+    fn backends_say_what_is_retried() {
+        assert!(backend(true).is_transient());
+        assert!(!backend(false).is_transient());
     }
 
     #[test]
@@ -557,22 +406,22 @@ mod tests {
             waited: Duration::from_secs(1),
             endpoint: "redis://127.0.0.1:1".into(),
         };
-        assert!(!is_connection_error(&timeout));
+        assert!(!timeout.is_transient());
         let invalid = ChannelError::InvalidName {
             what: "topic",
             name: "a:b".into(),
             reason: "':'".into(),
             endpoint: "redis://127.0.0.1:1".into(),
         };
-        assert!(!is_connection_error(&invalid));
+        assert!(!invalid.is_transient());
         let unavailable = ChannelError::Unavailable {
             endpoint: "redis://127.0.0.1:1".into(),
             operation: "publish".into(),
             grace: Duration::from_secs(1),
             waited: Duration::from_secs(1),
-            source: Box::new(backend(Box::new(MemcachedError::Closed))),
+            source: Box::new(backend(true)),
         };
-        assert!(!is_connection_error(&unavailable));
+        assert!(!unavailable.is_transient());
     }
 
     #[test]
@@ -610,7 +459,7 @@ mod tests {
             operation: "publish".into(),
             grace: Duration::from_secs(10),
             waited: Duration::from_millis(10_020),
-            source: Box::new(backend(Box::new(MemcachedError::Closed))),
+            source: Box::new(backend(true)),
         };
         let text = e.to_string();
         assert!(
@@ -620,7 +469,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("closed the connection"), "{text}");
-        assert_eq!(seconds(&Duration::from_millis(1500)), "1.5 s");
-        assert_eq!(seconds(&Duration::from_millis(250)), "0.25 s");
+        assert_eq!(super::super::seconds(&Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(super::super::seconds(&Duration::from_millis(250)), "0.25 s");
     }
 }

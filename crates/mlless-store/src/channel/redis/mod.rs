@@ -48,23 +48,25 @@
 //! [`open_channel`](crate::open_channel) does.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::aio::MultiplexedConnection;
+use redis::{RedisError, Script, Value};
 use tracing::{debug, trace};
 
-use crate::channel::{Channel, ChannelError, WorkerId};
-use crate::redact::{redact_url, scrub, url_secrets};
+use crate::channel::{
+    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule,
+};
+use crate::redact::{redact_url, scrub};
 use crate::store::check_segment;
 
-/// How long [`RedisChannel::connect`] waits for each server (TCP, TLS, authentication, `PING`).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a command other than a blocking read may wait for its reply (large payloads on a
-/// slow link take time).
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+mod shard;
+
+use shard::{ATTEMPTS, RETRY_DELAY, Shard, is_transient};
+pub use shard::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+
 /// Default lifetime of every key the channel writes, refreshed on each write: what a job that
 /// never calls [`Channel::cleanup`] leaves behind is gone after this.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -76,16 +78,8 @@ pub const KEY_PREFIX: &str = "mlless";
 /// How long a blocking read may overrun the collect's deadline before the connection is
 /// considered hung (the reply of a read may carry many large payloads).
 const BLOCKED_READ_GRACE: Duration = Duration::from_secs(10);
-/// Attempts of a command that failed on a dropped connection or a timeout.
-const ATTEMPTS: u32 = 3;
-/// First pause between two attempts; doubles after each.
-const RETRY_DELAY: Duration = Duration::from_millis(50);
-/// Idle blocking-read connections kept per shard.
-const MAX_IDLE_READERS: usize = 16;
 /// Keys removed per `UNLINK` (and asked per `SCAN`) by a cleanup.
 const CLEANUP_BATCH: usize = 500;
-/// The topic segment under which keys live; not usable as a topic.
-const KEYS_SEGMENT: &str = "keys";
 
 /// Publishes one message unless the worker's message of that step is already there.
 /// KEYS: stream, index. ARGV: worker, payload, TTL in seconds. Returns 1 if stored, 0 if not.
@@ -125,200 +119,6 @@ return removed
 ",
     )
 });
-
-/// One Redis server (or database) of a [`RedisChannel`].
-struct Shard {
-    /// The shard's URL with any credentials redacted, for messages.
-    address: String,
-    /// The credentials in the shard's URL, to scrub from the client's error texts.
-    secrets: Vec<String>,
-    client: Client,
-    /// The shared, self-reconnecting connection of every non-blocking command.
-    commands: ConnectionManager,
-    /// Idle connections for blocking reads, one per concurrent collect.
-    readers: Mutex<Vec<MultiplexedConnection>>,
-}
-
-impl Shard {
-    /// Connects to one server and checks that it answers `PING` (which also tells whether it
-    /// wants a password the URL lacks), all within [`CONNECT_TIMEOUT`].
-    async fn connect(url: &str) -> Result<Shard, ChannelError> {
-        let address = redact_url(url);
-        let secrets = url_secrets(url);
-        let fail = |reason: String| ChannelError::InvalidUrl {
-            url: address.clone(),
-            reason: scrub(&reason, &secrets),
-        };
-        let tls = match url.split_once("://") {
-            Some(("redis", _)) => false,
-            Some(("rediss", _)) => true,
-            _ => {
-                return Err(fail(
-                    "not a Redis URL: expected redis://host[:port][/db], rediss://… for TLS, or \
-                     redis://[user]:password@host…"
-                        .to_string(),
-                ));
-            }
-        };
-        let client = Client::open(url).map_err(|e| fail(format!("invalid Redis URL: {e}")))?;
-        let attempt = async {
-            let mut first = client
-                .get_multiplexed_async_connection_with_config(&reader_config())
-                .await
-                .map_err(|e| fail(connect_failure(&e, tls)))?;
-            redis::cmd("PING")
-                .query_async::<()>(&mut first)
-                .await
-                .map_err(|e| fail(connect_failure(&e, tls)))?;
-            let manager_config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                // One quick retry of a reconnect: longer outages are ridden out by the caller
-                // (`RetryingChannel`), whose grace must not be outrun by the manager's own
-                // backoff — a command waits for the reconnect in progress.
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_secs(2));
-            let commands = ConnectionManager::new_with_config(client.clone(), manager_config)
-                .await
-                .map_err(|e| fail(connect_failure(&e, tls)))?;
-            Ok::<_, ChannelError>((first, commands))
-        };
-        let (first, commands) = tokio::time::timeout(CONNECT_TIMEOUT, attempt)
-            .await
-            .map_err(|_| {
-                fail(format!(
-                    "no answer within {CONNECT_TIMEOUT:?} (is a Redis server listening there?){}",
-                    tls_hint(tls)
-                ))
-            })??;
-        debug!(shard = %address, "connected to Redis");
-        Ok(Shard {
-            address,
-            secrets,
-            client,
-            commands,
-            readers: Mutex::new(vec![first]),
-        })
-    }
-
-    /// An idle blocking-read connection, or a new one.
-    async fn reader(&self) -> Result<MultiplexedConnection, RedisError> {
-        let idle = match self.readers.lock() {
-            Ok(mut readers) => readers.pop(),
-            Err(poisoned) => poisoned.into_inner().pop(),
-        };
-        if let Some(conn) = idle {
-            return Ok(conn);
-        }
-        trace!(shard = %self.address, "opening a connection for blocking reads");
-        self.client
-            .get_multiplexed_async_connection_with_config(&reader_config())
-            .await
-    }
-
-    /// Forgets the idle blocking-read connections: after one failed on the connection, the
-    /// others (opened before the same outage) are most likely dead too.
-    fn forget_readers(&self) {
-        let mut readers = match self.readers.lock() {
-            Ok(readers) => readers,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        readers.clear();
-    }
-
-    /// Returns a blocking-read connection that is idle (its last command completed).
-    fn release(&self, conn: MultiplexedConnection) {
-        let mut readers = match self.readers.lock() {
-            Ok(readers) => readers,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if readers.len() < MAX_IDLE_READERS {
-            readers.push(conn);
-        }
-    }
-
-    /// Runs `attempt` on the shared connection, again after a short pause if it failed on a
-    /// dropped connection or a timeout (at most [`ATTEMPTS`] times in all).
-    async fn retry<T, F, Fut>(&self, op: &str, mut attempt: F) -> Result<T, RedisError>
-    where
-        F: FnMut(ConnectionManager) -> Fut,
-        Fut: Future<Output = Result<T, RedisError>>,
-    {
-        let mut delay = RETRY_DELAY;
-        let mut tries = 1;
-        loop {
-            match attempt(self.commands.clone()).await {
-                Ok(value) => return Ok(value),
-                Err(e) if tries < ATTEMPTS && is_transient(&e) => {
-                    let error = scrub(&e.to_string(), &self.secrets);
-                    debug!(shard = %self.address, op, attempt = tries, %error, retry_in = ?delay, "Redis command failed, retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                    tries += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// The configuration of a blocking-read connection: no response timeout of its own (a read
-/// blocks as long as the collect allows; the collect bounds it).
-fn reader_config() -> AsyncConnectionConfig {
-    AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(None)
-}
-
-/// Errors worth another attempt: the connection dropped or timed out, or the server is busy.
-pub(crate) fn is_transient(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_timeout()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
-        )
-}
-
-/// Why a connection attempt failed, in words that say what to do. `tls`: the URL asked for
-/// TLS (`rediss://`).
-fn connect_failure(e: &RedisError, tls: bool) -> String {
-    let code = e.code().unwrap_or_default();
-    let text = e.to_string();
-    if code == "NOAUTH" || text.contains("NOAUTH") {
-        format!(
-            "the server requires a password and the URL gives none (use \
-             redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port): {text}"
-        )
-    } else if code == "WRONGPASS"
-        || text.contains("WRONGPASS")
-        || e.kind() == ErrorKind::AuthenticationFailed
-    {
-        format!("authentication failed (wrong user name or password): {text}")
-    } else if e.is_connection_refusal() {
-        format!("connection refused (is a Redis server listening there?): {text}")
-    } else if e.is_timeout() {
-        format!(
-            "no answer within {CONNECT_TIMEOUT:?}{}: {text}",
-            tls_hint(tls)
-        )
-    } else if tls && text.contains("certificate") {
-        format!("the server's TLS certificate was rejected: {text}")
-    } else {
-        format!("cannot connect{}: {text}", tls_hint(tls))
-    }
-}
-
-/// A hint for a connection that failed or timed out: a plain server never completes a TLS
-/// handshake.
-fn tls_hint(tls: bool) -> &'static str {
-    if tls {
-        " (the URL asks for TLS with rediss://: does the server speak TLS on that port?)"
-    } else {
-        ""
-    }
-}
 
 /// What the shards of a channel share, across the jobs of [`RedisChannel::for_job`].
 struct Shards {
@@ -362,6 +162,10 @@ impl RedisChannel {
     /// listening, no answer, a password needed that the URL lacks, or a wrong password.
     ///
     /// The job id must be one path segment without `:` (see [`for_job`](Self::for_job)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting writes nothing; a cancelled connect drops its connections.
     pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel, ChannelError> {
         let list: Vec<&str> = urls
             .split(',')
@@ -463,52 +267,33 @@ impl RedisChannel {
     }
 
     fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
-        let reason = if topic == KEYS_SEGMENT {
-            Some(format!("{KEYS_SEGMENT:?} is reserved for keys"))
-        } else if topic.contains(':') {
-            Some("':' is not allowed here".to_string())
-        } else {
-            check_segment(topic).err()
-        };
-        match reason {
-            None => Ok(()),
-            Some(reason) => Err(ChannelError::InvalidName {
-                what: "topic",
-                name: topic.to_string(),
-                reason,
-                endpoint: self.describe(),
-            }),
-        }
+        check_name(
+            "topic",
+            topic,
+            || self.describe(),
+            |t| segment_topic_rule(t, true),
+        )
     }
 
     fn check_key(&self, key: &str) -> Result<(), ChannelError> {
-        if key.is_empty() || key.chars().any(char::is_control) {
-            return Err(ChannelError::InvalidName {
-                what: "key",
-                name: key.to_string(),
-                reason: "a key must be non-empty and free of control characters".to_string(),
-                endpoint: self.describe(),
-            });
-        }
-        Ok(())
+        check_name(
+            "key",
+            key,
+            || self.describe(),
+            |key| {
+                if key.is_empty() || key.chars().any(char::is_control) {
+                    return Err(
+                        "a key must be non-empty and free of control characters".to_string()
+                    );
+                }
+                Ok(())
+            },
+        )
     }
 
     /// A failure of Redis on shard `shard` while doing `op` on `key`.
     fn backend_error(&self, shard: &Shard, op: &str, key: &str, e: RedisError) -> ChannelError {
-        // The client's messages do not quote the URL, but a reconnection's could: never let
-        // one carry the password out.
-        let text = e.to_string();
-        let source: Box<dyn std::error::Error + Send + Sync> =
-            if shard.secrets.iter().any(|s| text.contains(s.as_str())) {
-                scrub(&text, &shard.secrets).into()
-            } else {
-                Box::new(e)
-            };
-        ChannelError::Backend {
-            endpoint: shard.address.clone(),
-            operation: format!("{op} of key {key}"),
-            source,
-        }
+        shard.error(&format!("{op} of key {key}"), e)
     }
 
     /// Groups `workers` by shard, without duplicates: `(shard, workers)` for every shard with any.
@@ -694,20 +479,17 @@ fn stream_entries(reply: Value) -> Vec<(String, Option<WorkerId>, Bytes)> {
 }
 
 fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
-    let reason = if job_id.contains(':') {
-        Some("':' is not allowed here".to_string())
-    } else {
-        check_segment(job_id).err()
-    };
-    match reason {
-        None => Ok(()),
-        Some(reason) => Err(ChannelError::InvalidName {
-            what: "job id",
-            name: job_id.to_string(),
-            reason,
-            endpoint: endpoint.to_string(),
-        }),
-    }
+    check_name(
+        "job id",
+        job_id,
+        || endpoint.to_string(),
+        |job_id| {
+            if job_id.contains(':') {
+                return Err("':' is not allowed here".to_string());
+            }
+            check_segment(job_id)
+        },
+    )
 }
 
 #[async_trait::async_trait]

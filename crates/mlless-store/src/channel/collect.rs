@@ -1,0 +1,153 @@
+//! The collect loop of the backends that have no blocking read (the object store, Memcached):
+//! poll what is missing, sleep with exponential backoff, until every message is there or the
+//! timeout passes. One copy, so that a fix to the deadline or the backoff lands in every backend.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tracing::{debug, trace};
+
+use super::{ChannelError, WorkerId};
+
+/// What a collect waits for and how it backs off, for [`collect_with_backoff`].
+pub(crate) struct CollectPlan<'a> {
+    /// Where the channel is ([`Channel::describe`](super::Channel::describe)), for logs and
+    /// the timeout error.
+    pub(crate) endpoint: &'a str,
+    /// The topic collected.
+    pub(crate) topic: &'a str,
+    /// The step collected.
+    pub(crate) step: u64,
+    /// The workers whose messages are wanted, in the order of the result.
+    pub(crate) from: &'a [WorkerId],
+    /// How long to wait for all of them.
+    pub(crate) timeout: Duration,
+    /// The first sleep after a poll that left messages missing; also where the backoff
+    /// restarts after a poll that found some (a step's messages tend to arrive together).
+    pub(crate) initial_backoff: Duration,
+    /// The cap of the doubling sleep.
+    pub(crate) max_backoff: Duration,
+}
+
+/// Collects the messages of `plan.from` by calling `poll` until every slot is filled.
+///
+/// `poll` is one look at the step: it is given the slots (one per worker of `from`, `None`
+/// where the message has not been read yet), fills those whose message is now present, and
+/// returns them with whether it found any. A poll still running at the deadline may finish, but
+/// not past the deadline plus the timeout (at least 100 ms): a hung backend request must not turn
+/// a timeout into a hang. Gives up with [`ChannelError::Timeout`] naming the missing workers.
+///
+/// # Cancel safety
+///
+/// Cancel-safe in the sense that dropping the future loses nothing that was published: a
+/// collect only reads. The messages read so far are dropped with it; a new collect reads them
+/// again.
+pub(crate) async fn collect_with_backoff<F, Fut>(
+    plan: CollectPlan<'_>,
+    mut poll: F,
+) -> Result<Vec<Bytes>, ChannelError>
+where
+    F: FnMut(Vec<Option<Bytes>>) -> Fut,
+    Fut: Future<Output = Result<(Vec<Option<Bytes>>, bool), ChannelError>>,
+{
+    let CollectPlan {
+        endpoint,
+        topic,
+        step,
+        from,
+        timeout,
+        initial_backoff,
+        max_backoff,
+    } = plan;
+    if from.is_empty() {
+        return Ok(Vec::new());
+    }
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let hard_deadline = deadline + timeout.max(Duration::from_millis(100));
+    let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
+    let mut backoff = initial_backoff;
+    let mut polls = 0u32;
+    let give_up = |present: &[bool], waited: Duration| {
+        timeout_error(endpoint.to_string(), topic, step, from, present, waited)
+    };
+    loop {
+        polls += 1;
+        // What was present before this poll: all a poll cut off at the hard deadline leaves.
+        let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
+        let found = match tokio::time::timeout_at(hard_deadline.into(), poll(slots)).await {
+            Ok(polled) => {
+                let (polled, found) = polled?;
+                slots = polled;
+                found
+            }
+            Err(_) => {
+                debug!(channel = %endpoint, topic, step, "poll overran the deadline");
+                return Err(give_up(&present, start.elapsed()));
+            }
+        };
+        if slots.iter().all(Option::is_some) {
+            trace!(channel = %endpoint, topic, step, polls, waited = ?start.elapsed(), "collected");
+            return Ok(slots.into_iter().flatten().collect());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
+            return Err(give_up(&present, now - start));
+        }
+        if found {
+            backoff = initial_backoff;
+        }
+        let sleep = backoff.min(deadline - now);
+        debug!(
+            channel = %endpoint,
+            topic,
+            step,
+            missing = slots.iter().filter(|s| s.is_none()).count(),
+            backoff = ?sleep,
+            "messages missing, backing off"
+        );
+        backoff_sleep(sleep).await;
+        backoff = (backoff * 2).min(max_backoff);
+    }
+}
+
+/// The [`ChannelError::Timeout`] of a collect that gave up: the workers of `from` whose message
+/// is not `present`, each named once.
+fn timeout_error(
+    endpoint: String,
+    topic: &str,
+    step: u64,
+    from: &[WorkerId],
+    present: &[bool],
+    waited: Duration,
+) -> ChannelError {
+    let mut missing: Vec<WorkerId> = Vec::new();
+    for (worker, present) in from.iter().zip(present) {
+        if !present && !missing.contains(worker) {
+            missing.push(*worker);
+        }
+    }
+    ChannelError::Timeout {
+        topic: topic.to_string(),
+        step,
+        missing,
+        waited,
+        endpoint,
+    }
+}
+
+/// Sleeps for `duration`. Tokio's timer has a resolution of 1 ms, which would round the first,
+/// sub-millisecond backoffs up to 1 ms or more; those short sleeps happen on the blocking pool
+/// instead, where a thread sleep is precise to tens of microseconds.
+async fn backoff_sleep(duration: Duration) {
+    if duration >= Duration::from_millis(1) {
+        tokio::time::sleep(duration).await;
+        return;
+    }
+    let sleeper = tokio::task::spawn_blocking(move || std::thread::sleep(duration));
+    if sleeper.await.is_err() {
+        // The blocking pool is shutting down: fall back to the timer.
+        tokio::time::sleep(duration).await;
+    }
+}

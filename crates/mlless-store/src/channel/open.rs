@@ -1,0 +1,164 @@
+//! The factory: [`ChannelScheme::parse`] checks a channel URL, [`open_channel_with`] connects
+//! the backend it names. The one `match` that knows how to open each backend.
+
+use std::sync::Arc;
+
+use tracing::debug;
+
+use super::memcached::MemcachedChannel;
+use super::object_store::ObjectStoreChannel;
+use super::redis::RedisChannel;
+use super::retry::{ChannelOptions, RetryingChannel};
+use super::{Channel, ChannelError};
+use crate::parse::ChannelScheme;
+use crate::redact::redact_url;
+use crate::store::Store;
+
+/// What [`open_channel`] accepts, for error messages.
+pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
+     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
+     redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
+     memcached://host:port";
+
+impl ChannelScheme {
+    /// The backend `url` names (`--channel`; `None` is the default, the run's store), checked
+    /// as far as it can be without connecting: an empty URL, an unknown scheme, and a
+    /// "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
+    /// `:password@host`) are [`ChannelError::InvalidUrl`] listing the supported forms. Only the
+    /// scheme is looked at otherwise; connecting checks the rest.
+    ///
+    /// ```
+    /// use mlless_store::{ChannelScheme, StoreKind};
+    ///
+    /// assert_eq!(ChannelScheme::parse(None)?, ChannelScheme::RunStore);
+    /// assert_eq!(
+    ///     ChannelScheme::parse(Some("s3://bucket/x"))?,
+    ///     ChannelScheme::ObjectStore(StoreKind::S3)
+    /// );
+    /// assert_eq!(
+    ///     ChannelScheme::parse(Some("redis://a:6379,redis://b:6379"))?,
+    ///     ChannelScheme::Redis { shards: 2 }
+    /// );
+    /// assert!(ChannelScheme::parse(Some("amqp://h")).is_err());
+    /// # Ok::<(), mlless_store::ChannelError>(())
+    /// ```
+    pub fn parse(url: Option<&str>) -> Result<ChannelScheme, ChannelError> {
+        let url = match url.map(str::trim) {
+            None | Some("store") => return Ok(ChannelScheme::RunStore),
+            Some("") => {
+                return Err(ChannelError::InvalidUrl {
+                    url: String::new(),
+                    reason: format!("empty channel URL; supported: {SUPPORTED_CHANNEL_URLS}"),
+                });
+            }
+            Some(url) => url,
+        };
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if scheme.is_none() {
+            check_not_a_mistyped_url(url)?;
+        }
+        ChannelScheme::of_scheme(scheme, url).ok_or_else(|| ChannelError::InvalidUrl {
+            url: redact_url(url),
+            reason: format!(
+                "unsupported channel scheme {}://; supported: {SUPPORTED_CHANNEL_URLS}",
+                scheme.unwrap_or_default()
+            ),
+        })
+    }
+}
+
+/// Refuses a "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
+/// `:password@host`): opened as a directory, it would silently run the job on the local
+/// filesystem — and put the password in a directory name and in every message that names it.
+fn check_not_a_mistyped_url(url: &str) -> Result<(), ChannelError> {
+    let invalid = |reason: String| ChannelError::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    if let Some((prefix, _)) = url.split_once(':') {
+        let prefix = prefix.to_ascii_lowercase();
+        if ChannelScheme::of_scheme(Some(&prefix), url).is_some() {
+            return Err(invalid(format!(
+                "looks like a {prefix}:// URL without its \"//\"; supported: \
+                 {SUPPORTED_CHANNEL_URLS}"
+            )));
+        }
+    }
+    if redact_url(url) != url {
+        return Err(invalid(format!(
+            "looks like credentials without a scheme (redis://[user]:password@host:port); \
+             supported: {SUPPORTED_CHANNEL_URLS}"
+        )));
+    }
+    Ok(())
+}
+
+/// Opens the channel of job `job_id`, with the default [`ChannelOptions`] (an outage of a remote
+/// channel is ridden out for [`DEFAULT_CHANNEL_GRACE`](crate::DEFAULT_CHANNEL_GRACE)); see
+/// [`open_channel_with`].
+///
+/// # Cancel safety
+///
+/// Cancel-safe: opening writes nothing; a cancelled open drops its connections.
+pub async fn open_channel(
+    url: Option<&str>,
+    store: &Store,
+    job_id: &str,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    open_channel_with(url, store, job_id, ChannelOptions::default()).await
+}
+
+/// Opens the channel of job `job_id`.
+///
+/// `url` ([`ChannelScheme::parse`]):
+/// - `None` or `"store"`: an [`ObjectStoreChannel`] on `store.child("channel")` — the channel
+///   lives wherever the run's data is (the default; no server needed);
+/// - a directory path, `file://`, `memory://` or `s3://` URL: an [`ObjectStoreChannel`] on that
+///   store (see [`Store::open`]);
+/// - `redis://` / `rediss://` (a comma-separated list shards the exchange): a
+///   [`RedisChannel`];
+/// - `memcached://host:port`: a [`MemcachedChannel`];
+/// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
+///
+/// Channels on a server (Redis, Memcached, and object-store channels on S3) are wrapped in a
+/// [`RetryingChannel`] with `options.grace`: operations that fail on the connection are retried
+/// with backoff, and fail with [`ChannelError::Unavailable`] once the outage outlasts the grace.
+/// Local and in-memory channels are not wrapped. Connecting itself is not retried: a server that
+/// cannot be reached when the channel is opened is [`ChannelError::InvalidUrl`] at once.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: opening writes nothing; a cancelled open drops its connections.
+pub async fn open_channel_with(
+    url: Option<&str>,
+    store: &Store,
+    job_id: &str,
+    options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    let scheme = ChannelScheme::parse(url)?;
+    let url = url.map(str::trim).unwrap_or_default();
+    let channel_store = match scheme {
+        ChannelScheme::RunStore => store.child("channel"),
+        ChannelScheme::ObjectStore(_) => Store::open(url)?,
+        ChannelScheme::Redis { .. } => {
+            let channel = RedisChannel::connect(url, job_id).await?;
+            return Ok(retrying(channel, options));
+        }
+        ChannelScheme::Memcached => {
+            let channel = MemcachedChannel::connect(url, job_id).await?;
+            return Ok(retrying(channel, options));
+        }
+    };
+    let channel = ObjectStoreChannel::new(channel_store, job_id)?;
+    debug!(channel = %channel.describe(), kind = ?channel.store().kind(), "channel opened");
+    if channel.store().kind().is_remote() {
+        return Ok(Arc::new(RetryingChannel::new(channel, options.grace)));
+    }
+    Ok(Arc::new(channel))
+}
+
+/// A channel on a server, opened: wrapped in a [`RetryingChannel`] with the options' grace.
+fn retrying<C: Channel + 'static>(channel: C, options: ChannelOptions) -> Arc<dyn Channel> {
+    debug!(channel = %channel.describe(), grace = ?options.grace, "channel opened");
+    Arc::new(RetryingChannel::new(channel, options.grace))
+}

@@ -1,0 +1,158 @@
+//! URL schemes: the one place a store or channel URL's scheme is matched (in the manner of
+//! `object_store`'s `parse.rs`).
+//!
+//! [`StoreKind`] says which object store a URL names, [`ChannelScheme`] which channel backend;
+//! opening ([`Store::open`](crate::Store::open), [`open_channel`](crate::open_channel)),
+//! redaction, billing and the CLI's checks all ask these two, so a new backend is one variant
+//! here and the compiler lists every `match` that must say what it means.
+//!
+//! This module depends on no other module of the crate, so that every one of them may use it.
+
+/// Splits `scheme://rest` where `scheme` is a valid URL scheme (a letter, then letters, digits,
+/// `+`, `-` or `.`); `None` for a plain path.
+pub(crate) fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some((scheme, rest))
+}
+
+/// Which kind of backend a [`Store`](crate::Store) talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreKind {
+    /// A directory of the local filesystem.
+    Local,
+    /// A process-wide in-memory store (`memory://NAME`), for tests.
+    Memory,
+    /// Amazon S3 or an S3-compatible endpoint.
+    S3,
+    /// Any other [`ObjectStore`](object_store::ObjectStore) given to
+    /// [`Store::from_object_store`](crate::Store::from_object_store) (e.g. a throttled wrapper).
+    Other,
+}
+
+impl StoreKind {
+    /// True for backends reached over the network, whose requests cost tens of milliseconds.
+    pub fn is_remote(self) -> bool {
+        matches!(self, StoreKind::S3)
+    }
+
+    /// The store a URL's scheme names (`None`: a plain directory path): `file` and a path are
+    /// local, `memory` in memory, `s3` and `s3a` S3; `None` for any other scheme.
+    pub(crate) fn of_scheme(scheme: Option<&str>) -> Option<StoreKind> {
+        match scheme {
+            None | Some("file") => Some(StoreKind::Local),
+            Some("memory") => Some(StoreKind::Memory),
+            Some("s3" | "s3a") => Some(StoreKind::S3),
+            Some(_) => None,
+        }
+    }
+}
+
+/// The channel backend a channel URL names, as `mlless train --channel` takes it.
+///
+/// Parsed by [`ChannelScheme::parse`], which checks the URL as far as it can without
+/// connecting; used to open the channel ([`open_channel`](crate::open_channel)), to bill its
+/// servers (the runtime converts it into `mlless_cost::ChannelKind`), to redact URLs and to tell
+/// whether functions on other machines can reach it ([`is_remote`](Self::is_remote)).
+///
+/// Deliberately not `#[non_exhaustive]`: a new backend is a new variant, and every `match` on
+/// this enum — in this crate and in the crates that bill or check channels — must then fail to
+/// compile until it says what the new backend means, rather than fall through to a default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelScheme {
+    /// `None` or `"store"`: an [`ObjectStoreChannel`](crate::ObjectStoreChannel) in the run's
+    /// own store, below `channel/` (the default; no server needed).
+    RunStore,
+    /// An object store of its own: a directory path, `file://`, `memory://`, `s3://` or
+    /// `s3a://`; the [`StoreKind`] says which.
+    ObjectStore(StoreKind),
+    /// Redis (`redis://`, `rediss://` for TLS), one URL per shard, comma-separated.
+    Redis {
+        /// How many shards (URLs) the list names, at least 1.
+        shards: u32,
+    },
+    /// Memcached (`memcached://host:port`).
+    Memcached,
+}
+
+impl ChannelScheme {
+    /// The backend of a URL whose scheme is `scheme` (`None`: a plain path), or `None` if no
+    /// backend has that scheme. Only the scheme is looked at (and, for Redis, the number of
+    /// comma-separated URLs).
+    pub(crate) fn of_scheme(scheme: Option<&str>, url: &str) -> Option<ChannelScheme> {
+        match scheme {
+            Some("redis" | "rediss") => {
+                let shards = url.split(',').filter(|s| !s.trim().is_empty()).count();
+                Some(ChannelScheme::Redis {
+                    shards: u32::try_from(shards.max(1)).unwrap_or(u32::MAX),
+                })
+            }
+            Some("memcached") => Some(ChannelScheme::Memcached),
+            store => StoreKind::of_scheme(store).map(ChannelScheme::ObjectStore),
+        }
+    }
+
+    /// Whether the channel is a server whose URL is `scheme://[userinfo@]host[:port][/db]`,
+    /// with no path that could hold an `@`: there a URL's userinfo ends at its last `@`, even
+    /// when a password holds a `/` (what [`redact_url`](crate::redact_url) relies on).
+    pub fn is_server(self) -> bool {
+        match self {
+            ChannelScheme::RunStore | ChannelScheme::ObjectStore(_) => false,
+            ChannelScheme::Redis { .. } | ChannelScheme::Memcached => true,
+        }
+    }
+
+    /// Whether functions on other machines (AWS Lambda) can reach the channel: a server, or an
+    /// object store on the network (S3). The run's own store is not a place of its own: it is
+    /// wherever the run is, and the caller checks the run's location itself.
+    pub fn is_remote(self) -> bool {
+        match self {
+            ChannelScheme::RunStore => false,
+            ChannelScheme::ObjectStore(kind) => kind.is_remote(),
+            ChannelScheme::Redis { .. } | ChannelScheme::Memcached => true,
+        }
+    }
+}
+
+/// Whether `scheme` (any case) is that of a server URL, with no path that could hold an `@`
+/// ([`ChannelScheme::is_server`]); also the Redis forms no channel opens but a user may paste
+/// (`redis+unix`, `valkey`, `valkeys`), so that their passwords are found too.
+pub(crate) fn is_server_scheme(scheme: &str) -> bool {
+    let scheme = scheme.to_ascii_lowercase();
+    matches!(scheme.as_str(), "redis+unix" | "valkey" | "valkeys")
+        || ChannelScheme::of_scheme(Some(&scheme), "").is_some_and(ChannelScheme::is_server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_are_split() {
+        assert_eq!(split_scheme("s3://b/p"), Some(("s3", "b/p")));
+        assert_eq!(split_scheme("/tmp/a"), None);
+        assert_eq!(split_scheme("./x://y"), None);
+        assert_eq!(split_scheme("1redis://h"), None);
+    }
+
+    #[test]
+    fn server_schemes() {
+        for scheme in [
+            "redis",
+            "REDIS",
+            "rediss",
+            "redis+unix",
+            "memcached",
+            "valkeys",
+        ] {
+            assert!(is_server_scheme(scheme), "{scheme}");
+        }
+        for scheme in ["s3", "s3a", "file", "memory", "https", "amqp"] {
+            assert!(!is_server_scheme(scheme), "{scheme}");
+        }
+    }
+}
