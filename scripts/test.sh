@@ -101,4 +101,9 @@ if ! cargo lambda --version >/dev/null 2>&1; then
 fi
 export MLLESS_TEST_LAMBDA=1
 
-cargo test --workspace --release "$@"
+# Every package, unless the arguments name some (`-p NAME`): cargo takes --workspace over -p.
+scope=(--workspace)
+for arg in "$@"; do
+    case $arg in -p | -p* | --package | --package=*) scope=() ;; esac
+done
+cargo test "${scope[@]}" --release "$@"

@@ -8,8 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mlless_core::{OptimizerKind, Schedule, SignificanceScale};
 use mlless_faas::Limits;
 use mlless_runtime::{
-    Hyperparameters, LiveProgress, ModelChoice, Pattern, RunRecord, StopCriteria, SyncMode,
-    TrainOptions, ValidationOptions,
+    Hyperparameters, LiveProgress, ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria,
+    SyncMode, TrainOptions, TrainingConfig, ValidationOptions,
 };
 
 /// Models, as the CLI names them.
@@ -289,26 +289,12 @@ impl TrainArgs {
         Ok(Self::from_arg_matches(&matches)?)
     }
 
-    /// The runtime's options for these arguments.
+    /// The runtime's options for these arguments; [`TrainOptions::validate`] checks them.
     pub fn options(&self) -> anyhow::Result<TrainOptions> {
         let prices = crate::cost::price_table(&self.platform)?;
-        if !(self.significance >= 0.0 && self.significance.is_finite()) {
-            anyhow::bail!("--significance must be a number ≥ 0");
-        }
-        if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
-            anyhow::bail!("--timeout-s must be a positive number of seconds");
-        }
-        if !(self.channel_grace >= 0.0 && self.channel_grace.is_finite()) {
-            anyhow::bail!("--channel-grace must be a number of seconds ≥ 0");
-        }
-        if let Some(d) = self.worker_deadline
-            && !(d > 0.0 && d.is_finite())
-        {
-            anyhow::bail!("--worker-deadline must be a positive number of seconds");
-        }
         Ok(TrainOptions {
-            data_url: self.data.clone(),
-            runs_url: self.runs.clone(),
+            data_url: self.data.as_str().into(),
+            runs_url: self.runs.as_deref().map(SecretUrl::from),
             model: match self.model {
                 Model::Lr => ModelChoice::LogisticRegression,
                 Model::Pmf => ModelChoice::MatrixFactorization,
@@ -325,13 +311,26 @@ impl TrainArgs {
                 classes: Some(self.classes),
                 prior: self.prior,
             },
-            workers: self.workers,
             optimizer: self.optimizer.map(|o| match o {
                 Optimizer::Sgd => OptimizerKind::Sgd,
                 Optimizer::Momentum => OptimizerKind::Momentum,
                 Optimizer::Nesterov => OptimizerKind::Nesterov,
                 Optimizer::Adam => OptimizerKind::Adam,
             }),
+            prices,
+            validation: ValidationOptions {
+                every: self.eval_every,
+                early_stop: self.early_stop,
+                targets: self.target_metric.clone(),
+            },
+            training: self.training(),
+        })
+    }
+
+    /// The options every function gets as they are.
+    fn training(&self) -> TrainingConfig {
+        TrainingConfig {
+            workers: self.workers,
             schedule: match self.schedule {
                 LrSchedule::Constant => Schedule::Constant,
                 LrSchedule::InvSqrtEpoch => Schedule::InvSqrtEpoch,
@@ -344,12 +343,12 @@ impl TrainArgs {
                 max_time_s: self.max_time,
                 tolerance: Some(self.tolerance),
             },
-            channel: self.channel.clone(),
+            channel: self.channel.as_deref().map(SecretUrl::from),
             limits: Limits {
                 memory_mb: self.memory_mb,
-                timeout: Duration::from_secs_f64(self.timeout_s),
+                // Zero (which validation refuses) for a negative, infinite or NaN number.
+                timeout: Duration::try_from_secs_f64(self.timeout_s).unwrap_or(Duration::ZERO),
             },
-            prices,
             sync: match self.sync {
                 Sync::Bsp => SyncMode::Bsp,
                 Sync::Isp => SyncMode::Isp {
@@ -375,13 +374,8 @@ impl TrainArgs {
             checkpoint_every: self.checkpoint_every,
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),
-            channel_grace: Duration::from_secs_f64(self.channel_grace),
-            validation: ValidationOptions {
-                every: self.eval_every,
-                early_stop: self.early_stop,
-                targets: self.target_metric.clone(),
-            },
-        })
+            channel_grace_s: self.channel_grace,
+        }
     }
 }
 

@@ -158,7 +158,7 @@ fn credentials_appear_in_no_output_record_report_or_log() {
     );
 
     // The run's own record.json too; its spec.json is the one place that keeps the URL.
-    let run_dir = Path::new(&parsed.spec.run_url);
+    let run_dir = Path::new(parsed.spec.run_url.as_str());
     let run_record = std::fs::read_to_string(run_dir.join("record.json")).expect("record.json");
     assert_clean("{run}/record.json", &run_record, &secrets);
     let spec = std::fs::read_to_string(run_dir.join("spec.json")).expect("spec.json");
@@ -232,7 +232,7 @@ fn an_old_record_with_a_password_is_reported_redacted() {
         ],
     );
     let secret = "old-record-pw-5521";
-    record.spec.channel = Some(format!("redis://user:{secret}@127.0.0.1:6379"));
+    record.spec.channel = Some(format!("redis://user:{secret}@127.0.0.1:6379").into());
     let path = dir.path().join("old.json");
     std::fs::write(&path, serde_json::to_vec(&record).expect("json")).expect("write");
     let out = dir.path().join("old-report");

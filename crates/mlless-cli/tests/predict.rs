@@ -130,7 +130,7 @@ fn check_lr(dir: &Path) -> (String, PathBuf) {
     let (train_file, test_file) = split(dir, "lr", &text, 3000);
     let data = prepare(dir, "lr", "libsvm", &train_file, &test_file);
     let record = train_on(dir, "lr", &data, &["--model", "lr", "--max-epochs", "3"]);
-    let run = record.spec.run_url.clone();
+    let run = record.spec.run_url.as_str().to_owned();
     let (out, err) = predict(&run, &test_file, "libsvm", true);
     assert_same_metrics(&record, &err);
     let (header, rows) = csv(&out);
@@ -199,7 +199,7 @@ fn check_pmf(dir: &Path) -> (String, PathBuf) {
     let (train_file, test_file) = split(dir, "ratings", &text, lines - 2000);
     let data = prepare(dir, "ratings", "movielens", &train_file, &test_file);
     let record = train_on(dir, "pmf", &data, &["--model", "pmf", "--max-epochs", "3"]);
-    let run = record.spec.run_url.clone();
+    let run = record.spec.run_url.as_str().to_owned();
     let (out, err) = predict(&run, &test_file, "movielens", true);
     assert_same_metrics(&record, &err);
     let (header, rows) = csv(&out);

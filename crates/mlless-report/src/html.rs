@@ -95,7 +95,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
     let mut rows: Vec<(&str, String)> = vec![
         ("job", spec.job_id.clone()),
         ("model", model_description(&spec.model)),
-        ("data", spec.data_url.clone()),
+        ("data", spec.data_url.as_str().to_owned()),
         ("workers", workers),
         ("synchronisation", sync_of(record)),
         (
@@ -107,9 +107,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
         ),
         (
             "channel",
-            spec.channel
-                .clone()
-                .unwrap_or_else(|| "object store".into()),
+            spec.channel.as_deref().unwrap_or("object store").to_owned(),
         ),
         (
             "synchronisation",

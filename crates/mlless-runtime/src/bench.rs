@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta};
 use mlless_faas::{Invoker, Limits};
-use mlless_store::{Channel, Store, open_channel, redact_url};
+use mlless_store::{Channel, Store, open_channel};
 use serde::{Deserialize, Serialize};
 
+use crate::config::SecretUrl;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic};
 use crate::function::Payload;
@@ -20,12 +21,12 @@ use crate::spec::Pattern;
 const TOPIC: &str = "bench";
 
 /// One worker's part of the channel benchmark. `Debug` shows the URLs redacted.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChannelBenchTask {
     /// Channel URL (`None`: the object store at `store_url`).
-    pub channel: Option<String>,
+    pub channel: Option<SecretUrl>,
     /// Store of the default channel.
-    pub store_url: String,
+    pub store_url: SecretUrl,
     /// Job id that namespaces the benchmark.
     pub job_id: String,
     /// This worker.
@@ -44,35 +45,6 @@ pub struct ChannelBenchTask {
     /// Parameters of each update, with a pattern.
     #[serde(default)]
     pub params: usize,
-}
-
-/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
-impl std::fmt::Debug for ChannelBenchTask {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Destructured, so that a new field cannot be forgotten here.
-        let ChannelBenchTask {
-            channel,
-            store_url,
-            job_id,
-            worker,
-            workers,
-            update_bytes,
-            steps,
-            pattern,
-            params,
-        } = self;
-        f.debug_struct("ChannelBenchTask")
-            .field("channel", &channel.as_deref().map(redact_url))
-            .field("store_url", &redact_url(store_url))
-            .field("job_id", job_id)
-            .field("worker", worker)
-            .field("workers", workers)
-            .field("update_bytes", update_bytes)
-            .field("steps", steps)
-            .field("pattern", pattern)
-            .field("params", params)
-            .finish()
-    }
 }
 
 /// What the channel benchmark measured.
@@ -155,8 +127,8 @@ pub async fn channel_bench(
     let payloads: Vec<Payload> = (0..workers)
         .map(|worker| {
             Payload::ChannelBench(ChannelBenchTask {
-                channel: channel.clone(),
-                store_url: store.url().to_string(),
+                channel: channel.clone().map(SecretUrl::from),
+                store_url: store.url().into(),
                 job_id: job_id.clone(),
                 worker,
                 workers,
@@ -212,8 +184,13 @@ pub async fn channel_bench(
 /// Function body of a [`ChannelBenchTask`]: publish and collect `steps` times, then leave the
 /// exchange times of the measured steps under the key `timings-{worker}`.
 pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
-    let store = Store::open(&task.store_url)?;
-    let channel = open_channel(task.channel.as_deref(), &store, &task.job_id).await?;
+    let store = Store::open(task.store_url.as_str())?;
+    let channel = open_channel(
+        task.channel.as_ref().map(SecretUrl::as_str),
+        &store,
+        &task.job_id,
+    )
+    .await?;
     let peers: Vec<u32> = (0..task.workers).collect();
     let mut payload = vec![0u8; task.update_bytes];
     let mut times = Vec::with_capacity(task.steps as usize);

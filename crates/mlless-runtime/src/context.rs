@@ -34,9 +34,9 @@ impl JobContext {
                 location: format!("{}/{SPEC_KEY}", run_store.url()),
                 source,
             })?;
-        let dataset = Dataset::open(&spec.data_url).await?;
+        let dataset = Dataset::open(spec.data_url.as_str()).await?;
         let channel = open_channel_with(
-            spec.channel.as_deref(),
+            spec.channel.as_ref().map(crate::SecretUrl::as_str),
             &run_store,
             &spec.job_id,
             spec.channel_options(),

@@ -9,24 +9,22 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use mlless_core::{Compression, ModelSpec, OptimizerConfig, OptimizerKind, Schedule, TunerConfig};
+use mlless_core::{ModelSpec, OptimizerConfig, OptimizerKind};
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, KillSwitch, Limits, Outcome};
-use mlless_store::{Store, open_channel_with, redact_url};
+use mlless_store::{Store, open_channel_with};
 use tracing::{info, warn};
 
 use crate::checkpoint;
+use crate::config::{ConfigError, SecretUrl, TrainingConfig};
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::function::Start;
 use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
 use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{
-    Algorithm, EvalEvery, Fault, JobSpec, Pattern, SPEC_KEY, StopCriteria, SyncMode,
-    ValidationConfig,
-};
+use crate::spec::{EvalEvery, JobSpec, SPEC_KEY, StopCriteria, ValidationConfig};
 use crate::supervisor::SUPERVISOR_ROLE;
 use crate::worker::worker_role;
 
@@ -262,53 +260,34 @@ impl Defaults {
     }
 }
 
-/// What `mlless train` asks for. `Debug` shows the URLs redacted.
-#[derive(Clone)]
+/// What `mlless train` asks for: the [`TrainingConfig`] every function gets as it is, and what
+/// the driver derives the rest of the [`JobSpec`] from. `Debug` shows the URLs redacted.
+#[derive(Debug, Clone)]
 pub struct TrainOptions {
     /// Location of the prepared data set.
-    pub data_url: String,
+    pub data_url: SecretUrl,
     /// Location below which the run writes its spec, model and record (default: `{data}/runs`).
-    pub runs_url: Option<String>,
+    pub runs_url: Option<SecretUrl>,
     /// The model.
     pub model: ModelChoice,
     /// Hyperparameters; `None` takes the default.
     pub hyper: Hyperparameters,
-    /// Number of workers.
-    pub workers: u32,
     /// The optimiser (`None`: the model's default).
     pub optimizer: Option<OptimizerKind>,
-    /// Learning-rate schedule.
-    pub schedule: Schedule,
-    /// Seed of initialisation and minibatch order.
-    pub seed: u64,
-    /// When to stop.
-    pub stop: StopCriteria,
-    /// Channel URL (`None`: the run's object store).
-    pub channel: Option<String>,
-    /// Limits of every function.
-    pub limits: Limits,
     /// Prices to bill the run at.
     pub prices: PriceTable,
-    /// How the workers synchronise.
-    pub sync: SyncMode,
-    /// How the workers compress their updates.
-    pub compression: Compression,
-    /// The scale-in auto-tuner (`None`: off).
-    pub scale_in: Option<TunerConfig>,
-    /// How the workers combine their work.
-    pub algorithm: Algorithm,
-    /// How an exchange aggregates the workers' vectors.
-    pub pattern: Pattern,
-    /// Checkpoint every this many steps (0: only at the lifetime hand-off).
-    pub checkpoint_every: u64,
-    /// Replace a worker that sent nothing for this long (`None`: never).
-    pub worker_deadline_s: Option<f64>,
-    /// Test aid: faults to inject.
-    pub faults: Vec<Fault>,
-    /// How long the channel may be unreachable before a function gives up.
-    pub channel_grace: Duration,
     /// What the user asked of the validation set.
     pub validation: ValidationOptions,
+    /// The options the job spec carries as they are.
+    pub training: TrainingConfig,
+}
+
+impl TrainOptions {
+    /// Checks the options on their own and against each other ([`TrainingConfig::validate`]);
+    /// what depends on the data set is checked once it is open.
+    pub fn validate(&self) -> std::result::Result<(), ConfigError> {
+        self.training.validate(self.model)
+    }
 }
 
 /// What the user asked of the validation set: how often to evaluate, and when to stop on it.
@@ -326,61 +305,6 @@ pub struct ValidationOptions {
 /// Early stopping's patience when a data set has a validation set and `--early-stop` is not
 /// given: evaluations without improvement before training stops.
 pub const DEFAULT_PATIENCE: u32 = 5;
-
-/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
-impl std::fmt::Debug for TrainOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Destructured, so that a new field cannot be forgotten here.
-        let TrainOptions {
-            data_url,
-            runs_url,
-            model,
-            hyper,
-            workers,
-            optimizer,
-            schedule,
-            seed,
-            stop,
-            channel,
-            limits,
-            prices,
-            sync,
-            compression,
-            scale_in,
-            algorithm,
-            pattern,
-            checkpoint_every,
-            worker_deadline_s,
-            faults,
-            channel_grace,
-            validation,
-        } = self;
-        f.debug_struct("TrainOptions")
-            .field("data_url", &redact_url(data_url))
-            .field("runs_url", &runs_url.as_deref().map(redact_url))
-            .field("model", model)
-            .field("hyper", hyper)
-            .field("workers", workers)
-            .field("optimizer", optimizer)
-            .field("schedule", schedule)
-            .field("seed", seed)
-            .field("stop", stop)
-            .field("channel", &channel.as_deref().map(redact_url))
-            .field("limits", limits)
-            .field("prices", prices)
-            .field("sync", sync)
-            .field("compression", compression)
-            .field("scale_in", scale_in)
-            .field("algorithm", algorithm)
-            .field("pattern", pattern)
-            .field("checkpoint_every", checkpoint_every)
-            .field("worker_deadline_s", worker_deadline_s)
-            .field("faults", faults)
-            .field("channel_grace", channel_grace)
-            .field("validation", validation)
-            .finish()
-    }
-}
 
 /// What the driver shows while a job runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -413,36 +337,8 @@ pub async fn train(
     invoker: Arc<dyn Invoker>,
     observe: &mut dyn FnMut(&LiveProgress),
 ) -> Result<RunRecord> {
-    if options.workers == 0 {
-        return Err(RuntimeError::InvalidJob(
-            "--workers must be at least 1".into(),
-        ));
-    }
-    if options.stop.max_epochs == 0 {
-        return Err(RuntimeError::InvalidJob(
-            "--max-epochs must be at least 1".into(),
-        ));
-    }
-    check_combination(options)?;
-    if let Some(tuner) = &options.scale_in {
-        if !options.sync.is_synchronous() {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--scale-in auto needs --sync bsp or isp, not {}: under SSP and ASP the \
-                 replicas differ and removing a worker would drop its replica's progress",
-                options.sync.name()
-            )));
-        }
-        tuner
-            .validate()
-            .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
-        if tuner.min_workers > options.workers {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--min-workers {} is more than --workers {}",
-                tuner.min_workers, options.workers
-            )));
-        }
-    }
-    let dataset = Dataset::open(&options.data_url).await?;
+    options.validate()?;
+    let dataset = Dataset::open(options.data_url.as_str()).await?;
     let positive_rate = match (options.model, &dataset.manifest().kind) {
         (ModelChoice::LogisticRegression, DatasetKind::Sparse { .. }) => {
             Some(estimate_positive_rate(&dataset).await?)
@@ -611,7 +507,7 @@ async fn run_job(
         if spec.checkpoint_every > 0 {
             message.push_str(&format!(
                 " (continue the run from its last checkpoint with `mlless train --resume {}`)",
-                spec.run_url
+                spec.run_url.as_str()
             ));
         }
         return Err(RuntimeError::FunctionFailed(message));
@@ -724,7 +620,7 @@ impl<'a> Invocations<'a> {
 
     /// Starts `role` from `start`.
     async fn invoke(&mut self, role: usize, start: Start) -> Result<()> {
-        let run_url = self.spec.run_url.clone();
+        let run_url = self.spec.run_url.as_str().to_owned();
         let payload = match role {
             0 => Payload::Supervisor { run_url, start },
             _ => Payload::Worker {
@@ -899,66 +795,6 @@ async fn invoke(
         .await?)
 }
 
-/// Refuses the combinations of algorithm, pattern, synchronisation and compression that make
-/// no sense, naming why.
-fn check_combination(options: &TrainOptions) -> Result<()> {
-    let refuse = |why: String| Err(RuntimeError::InvalidJob(why));
-    if options.model == ModelChoice::KMeans
-        && (options.sync != SyncMode::Bsp
-            || options.algorithm != Algorithm::Ga
-            || options.compression != Compression::None
-            || options.scale_in.is_some())
-    {
-        return refuse(
-            "k-means trains by synchronous Lloyd steps: it takes --sync bsp, --algorithm ga, \
-             no --compress and no --scale-in (any --pattern)"
-                .into(),
-        );
-    }
-    if options.pattern != Pattern::Broadcast && !options.sync.is_synchronous() {
-        return refuse(format!(
-            "--pattern {} needs --sync bsp or isp, not {}: a leader or a chunk owner can only \
-             reduce a step that every worker has reached",
-            options.pattern.name(),
-            options.sync.name()
-        ));
-    }
-    match options.algorithm {
-        Algorithm::Ga => Ok(()),
-        algorithm => {
-            if options.sync != SyncMode::Bsp {
-                return refuse(format!(
-                    "--algorithm {} averages models at barriers: it needs --sync bsp, not {}",
-                    algorithm.name(),
-                    options.sync.name()
-                ));
-            }
-            if options.compression != Compression::None {
-                return refuse(format!(
-                    "--compress works on the per-step updates of --algorithm ga, not on {}'s \
-                     model averages",
-                    algorithm.name()
-                ));
-            }
-            if options.scale_in.is_some() {
-                return refuse(format!(
-                    "--scale-in auto works with --algorithm ga, not {}",
-                    algorithm.name()
-                ));
-            }
-            if let Algorithm::Admm { rho, local_epochs } = algorithm
-                && !(rho.is_finite() && rho > 0.0 && local_epochs > 0)
-            {
-                return refuse(format!(
-                    "admm needs rho > 0 and at least one local epoch, got rho {rho} and \
-                     {local_epochs} local epochs"
-                ));
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Minibatches of the training split that [`estimate_positive_rate`] reads at most.
 const RATE_SAMPLE_BATCHES: usize = 8;
 
@@ -1083,49 +919,39 @@ fn job_spec(
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
     let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
     let job_id = format!("job-{}-{:04x}", unix_ms() / 1000, rand::random::<u16>());
-    let runs = options
-        .runs_url
-        .clone()
-        .unwrap_or_else(|| format!("{}/runs", options.data_url.trim_end_matches('/')));
+    let runs = options.runs_url.as_ref().map_or_else(
+        || format!("{}/runs", options.data_url.as_str().trim_end_matches('/')),
+        |runs| runs.as_str().to_owned(),
+    );
+    let training = &options.training;
     Ok(JobSpec {
-        run_url: format!("{}/{job_id}", runs.trim_end_matches('/')),
+        run_url: format!("{}/{job_id}", runs.trim_end_matches('/')).into(),
         job_id,
         data_url: options.data_url.clone(),
         model,
-        workers: options.workers,
         optimizer: OptimizerConfig::new(defaults.optimizer),
         // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so
         // that their per-sample progress is GA's at P times the minibatch too.
         lr: options.hyper.lr.unwrap_or_else(|| {
             defaults.lr_for(
                 options.model,
-                u64::from(options.workers) * u64::from(manifest.batch_size),
+                u64::from(training.workers) * u64::from(manifest.batch_size),
                 rate,
             )
         }),
-        schedule: options.schedule,
-        seed: options.seed,
-        stop: StopCriteria {
-            tolerance: options
-                .stop
-                .tolerance
-                .or((options.model == ModelChoice::KMeans).then_some(DEFAULT_TOLERANCE)),
-            ..options.stop
-        },
-        channel: options.channel.clone(),
-        limits: options.limits,
         train_batches,
-        sync: options.sync,
-        compression: options.compression,
-        scale_in: options.scale_in.clone(),
-        algorithm: options.algorithm,
-        pattern: options.pattern,
-        checkpoint_every: options.checkpoint_every,
-        worker_deadline_s: options.worker_deadline_s,
-        faults: options.faults.clone(),
-        channel_grace_s: options.channel_grace.as_secs_f64(),
         platform: platform.to_owned(),
         validation,
+        training: TrainingConfig {
+            stop: StopCriteria {
+                tolerance: training
+                    .stop
+                    .tolerance
+                    .or((options.model == ModelChoice::KMeans).then_some(DEFAULT_TOLERANCE)),
+                ..training.stop
+            },
+            ..training.clone()
+        },
     })
 }
 

@@ -82,6 +82,9 @@ pub enum RuntimeError {
     /// The job's options are inconsistent with each other or with the data set.
     #[error("{0}")]
     InvalidJob(String),
+    /// The training options are out of range or inconsistent with each other.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
     Io {

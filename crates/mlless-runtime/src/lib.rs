@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod checkpoint;
+pub mod config;
 pub mod context;
 pub mod dataset;
 pub mod driver;
@@ -66,6 +67,7 @@ pub mod fuzzing {
     }
 }
 
+pub use config::{ConfigError, SecretUrl, TrainingConfig};
 pub use driver::{
     DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions,
     ValidationOptions, resume, train,

@@ -121,7 +121,7 @@ impl TrainedModel {
         };
         let data_url = match (data_url, &spec) {
             (Some(url), _) => url.to_string(),
-            (None, Some(spec)) => spec.data_url.clone(),
+            (None, Some(spec)) => spec.data_url.as_str().to_owned(),
             (None, None) => {
                 return Err(RuntimeError::InvalidJob(format!(
                     "{model_url}: no {SPEC_KEY} beside the model names its data set; give --data"

@@ -3,79 +3,38 @@
 
 use std::time::Duration;
 
-use mlless_core::{
-    Compression, FilterConfig, ModelSpec, OptimizerConfig, Schedule, SignificanceScale, TunerConfig,
-};
-use mlless_faas::Limits;
-use mlless_store::redact_url;
+use mlless_core::{FilterConfig, ModelSpec, OptimizerConfig, SignificanceScale};
 use serde::{Deserialize, Serialize};
+
+use crate::config::{SecretUrl, TrainingConfig};
 
 /// Key of the job spec below the run's location.
 pub const SPEC_KEY: &str = "spec.json";
 
-/// A training job, as the functions read it.
+/// A training job, as the functions read it: what the driver derived from the options and the
+/// data set, and the [`TrainingConfig`] as the user gave it (flattened: `spec.json` has its
+/// fields at the top level, and `spec.workers` reads it through `Deref`).
 ///
 /// The `spec.json` the driver writes holds the channel URL as given — with its password, if
 /// any, since the functions connect with it — so the run's store must be as private as the
 /// credentials. Everything else shows [`JobSpec::redacted`]: the run record, reports, logs and
-/// `Debug` (which redacts by itself).
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+/// `Debug` (whose [`SecretUrl`]s redact themselves).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     /// Unique id of the job; namespaces everything it writes to the channel.
     pub job_id: String,
     /// Location of the prepared data set (the directory of its `manifest.json`).
-    pub data_url: String,
+    pub data_url: SecretUrl,
     /// Location where the job writes its spec, model and record.
-    pub run_url: String,
+    pub run_url: SecretUrl,
     /// The model to train.
     pub model: ModelSpec,
-    /// Number of workers P.
-    pub workers: u32,
     /// The optimiser each worker runs on its local gradient.
     pub optimizer: OptimizerConfig,
     /// Base learning rate.
     pub lr: f32,
-    /// Learning-rate schedule over epochs.
-    pub schedule: Schedule,
-    /// Seed of the model's initialisation and of the minibatch order.
-    pub seed: u64,
-    /// When to stop.
-    pub stop: StopCriteria,
-    /// Channel URL (`None`: the object store the run is written to).
-    pub channel: Option<String>,
-    /// Memory and lifetime cap of every function.
-    pub limits: Limits,
     /// Number of training minibatches in the data set.
     pub train_batches: u32,
-    /// How the workers synchronise.
-    #[serde(default)]
-    pub sync: SyncMode,
-    /// How the workers compress what they send.
-    #[serde(default)]
-    pub compression: Compression,
-    /// The scale-in auto-tuner's settings; `None`: the fleet keeps its size.
-    #[serde(default)]
-    pub scale_in: Option<TunerConfig>,
-    /// How the workers combine their work (GA-SGD, MA-SGD, ADMM).
-    #[serde(default)]
-    pub algorithm: Algorithm,
-    /// How an exchange aggregates the workers' vectors.
-    #[serde(default)]
-    pub pattern: Pattern,
-    /// Every worker and the supervisor checkpoint their state every this many steps (0:
-    /// only at the lifetime hand-off); a dead worker or supervisor resumes from its latest.
-    #[serde(default)]
-    pub checkpoint_every: u64,
-    /// The supervisor has a worker that sent nothing for this long replaced (`None`: it waits
-    /// as long as a function lives).
-    #[serde(default)]
-    pub worker_deadline_s: Option<f64>,
-    /// Test aid: faults to inject (empty in real runs).
-    #[serde(default)]
-    pub faults: Vec<Fault>,
-    /// How long a channel may be unreachable before a function gives up, in seconds.
-    #[serde(default = "default_channel_grace_s")]
-    pub channel_grace_s: f64,
     /// Where the functions ran: the invoker's platform (`local`, `lambda`).
     #[serde(default = "default_platform")]
     pub platform: String,
@@ -83,6 +42,26 @@ pub struct JobSpec {
     /// (`None`: the data set has no validation set).
     #[serde(default)]
     pub validation: Option<ValidationConfig>,
+    /// The options as the user gave them.
+    #[serde(flatten)]
+    pub training: TrainingConfig,
+}
+
+/// The functions read the options as `spec.workers`, `spec.sync`, … (as they did before the
+/// options had a struct of their own).
+impl std::ops::Deref for JobSpec {
+    type Target = TrainingConfig;
+
+    fn deref(&self) -> &TrainingConfig {
+        &self.training
+    }
+}
+
+/// And set them as `spec.channel = …` (tests of other crates do).
+impl std::ops::DerefMut for JobSpec {
+    fn deref_mut(&mut self) -> &mut TrainingConfig {
+        &mut self.training
+    }
 }
 
 /// How the model is evaluated on the validation set while it trains, and when that stops
@@ -199,83 +178,17 @@ fn default_platform() -> String {
     "local".into()
 }
 
-fn default_channel_grace_s() -> f64 {
-    mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
-}
-
-/// Shows the URLs redacted, so that a `{:?}` never logs a credential.
-impl std::fmt::Debug for JobSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Destructured, so that a new field cannot be forgotten here.
-        let JobSpec {
-            job_id,
-            data_url,
-            run_url,
-            model,
-            workers,
-            optimizer,
-            lr,
-            schedule,
-            seed,
-            stop,
-            channel,
-            limits,
-            train_batches,
-            sync,
-            compression,
-            scale_in,
-            algorithm,
-            pattern,
-            checkpoint_every,
-            worker_deadline_s,
-            faults,
-            channel_grace_s,
-            platform,
-            validation,
-        } = self;
-        f.debug_struct("JobSpec")
-            .field("job_id", job_id)
-            .field("data_url", &redact_url(data_url))
-            .field("run_url", &redact_url(run_url))
-            .field("model", model)
-            .field("workers", workers)
-            .field("optimizer", optimizer)
-            .field("lr", lr)
-            .field("schedule", schedule)
-            .field("seed", seed)
-            .field("stop", stop)
-            .field("channel", &channel.as_deref().map(redact_url))
-            .field("limits", limits)
-            .field("train_batches", train_batches)
-            .field("sync", sync)
-            .field("compression", compression)
-            .field("scale_in", scale_in)
-            .field("algorithm", algorithm)
-            .field("pattern", pattern)
-            .field("checkpoint_every", checkpoint_every)
-            .field("worker_deadline_s", worker_deadline_s)
-            .field("faults", faults)
-            .field("channel_grace_s", channel_grace_s)
-            .field("platform", platform)
-            .field("validation", validation)
-            .finish()
-    }
-}
-
 impl JobSpec {
-    /// The options every function opens the job's channel with.
-    pub fn channel_options(&self) -> mlless_store::ChannelOptions {
-        mlless_store::ChannelOptions::default()
-            .with_grace(Duration::from_secs_f64(self.channel_grace_s.max(0.0)))
-    }
-
-    /// This spec with the credentials of its URLs redacted ([`redact_url`]): what the run
+    /// This spec with the credentials of its URLs redacted ([`SecretUrl::redacted`]): what the run
     /// record, reports and logs show. The functions connect with the real spec.
     pub fn redacted(&self) -> JobSpec {
         JobSpec {
-            data_url: redact_url(&self.data_url),
-            run_url: redact_url(&self.run_url),
-            channel: self.channel.as_deref().map(redact_url),
+            data_url: self.data_url.redacted(),
+            run_url: self.run_url.redacted(),
+            training: TrainingConfig {
+                channel: self.channel.as_ref().map(SecretUrl::redacted),
+                ..self.training.clone()
+            },
             ..self.clone()
         }
     }
@@ -855,6 +768,55 @@ pub fn batch_order(seed: u64, epoch: u64, batches: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spec_json_keeps_its_flat_field_names_and_debug_redacts() {
+        // A spec as an older mlless wrote it: flat, without the fields that have defaults.
+        let old = serde_json::json!({
+            "job_id": "job-1",
+            "data_url": "/data",
+            "run_url": "/data/runs/job-1",
+            "model": {"logistic_regression": {"features": 10, "l2": 0.0001}},
+            "workers": 4,
+            "optimizer": {"kind": "momentum", "momentum": 0.9, "beta1": 0.9, "beta2": 0.999,
+                          "epsilon": 1e-08},
+            "lr": 0.5,
+            "schedule": "inv-sqrt-epoch",
+            "seed": 1,
+            "stop": {"target_loss": null, "target_patience": 10, "max_epochs": 1,
+                     "max_time_s": null},
+            "channel": "redis://:pw-123@h:6379",
+            "limits": {"memory_mb": 1024, "timeout": {"secs": 900, "nanos": 0}},
+            "train_batches": 12
+        });
+        let spec: JobSpec = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(spec.workers, 4);
+        assert_eq!(spec.channel.as_deref(), Some("redis://:pw-123@h:6379"));
+        let json = serde_json::to_value(&spec).unwrap();
+        for key in old.as_object().unwrap().keys() {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        assert_eq!(json["workers"], old["workers"]);
+        assert_eq!(json["channel"], old["channel"]);
+        for key in [
+            "sync",
+            "compression",
+            "pattern",
+            "channel_grace_s",
+            "platform",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        assert_eq!(serde_json::from_value::<JobSpec>(json).unwrap(), spec);
+        let debug = format!("{spec:?}");
+        assert!(!debug.contains("pw-123") && debug.contains("redis://:***@h:6379"));
+        assert!(!format!("{:?}", spec.redacted()).contains("pw-123"));
+        assert!(
+            !serde_json::to_string(&spec.redacted())
+                .unwrap()
+                .contains("pw-123")
+        );
+    }
 
     #[test]
     fn batch_order_is_a_shared_permutation_that_changes_per_epoch() {

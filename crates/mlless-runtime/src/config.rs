@@ -1,0 +1,323 @@
+//! The training options written once: [`TrainingConfig`], shared by the driver's
+//! [`TrainOptions`](crate::TrainOptions) and the [`JobSpec`](crate::JobSpec) the functions read,
+//! its one [`TrainingConfig::validate`], and [`SecretUrl`], the URL that redacts itself.
+//!
+//! A new training option that reaches the functions as the user gave it is a field of
+//! [`TrainingConfig`] (with `#[serde(default)]`, so that older specs still read) and a flag of
+//! `mlless train`; the driver copies nothing by hand.
+
+use std::time::Duration;
+
+use mlless_core::{Compression, Schedule, TunerConfig};
+use mlless_faas::Limits;
+use mlless_store::redact_url;
+use serde::{Deserialize, Serialize};
+
+use crate::driver::ModelChoice;
+use crate::spec::{Algorithm, Fault, Pattern, StopCriteria, SyncMode};
+
+/// A URL that may carry a credential (a channel's password, a token in a query). `Debug` and
+/// `Display` show it redacted ([`redact_url`]); only [`SecretUrl::as_str`] gives it as written,
+/// for opening a connection. It serialises as the plain string.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// The URL as written, credentials included: for connecting, never for showing.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// This URL with its credentials replaced by `***`.
+    pub fn redacted(&self) -> SecretUrl {
+        SecretUrl(redact_url(&self.0))
+    }
+}
+
+/// The URL as written (see [`SecretUrl::as_str`]), so that `&url` opens a store or a channel.
+impl std::ops::Deref for SecretUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for SecretUrl {
+    fn from(url: String) -> Self {
+        Self(url)
+    }
+}
+
+impl From<&str> for SecretUrl {
+    fn from(url: &str) -> Self {
+        Self(url.to_owned())
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&redact_url(&self.0), f)
+    }
+}
+
+impl std::fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+/// The options of a training job that reach every function as the user gave them. Both the
+/// driver's [`TrainOptions`](crate::TrainOptions) and the [`JobSpec`](crate::JobSpec) hold one
+/// (the spec flattened, so that `spec.json` keeps its field names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingConfig {
+    /// Number of workers P.
+    pub workers: u32,
+    /// Learning-rate schedule over epochs.
+    pub schedule: Schedule,
+    /// Seed of the model's initialisation and of the minibatch order.
+    pub seed: u64,
+    /// When to stop.
+    pub stop: StopCriteria,
+    /// Channel URL (`None`: the object store the run is written to).
+    pub channel: Option<SecretUrl>,
+    /// Memory and lifetime cap of every function.
+    pub limits: Limits,
+    /// How the workers synchronise.
+    #[serde(default)]
+    pub sync: SyncMode,
+    /// How the workers compress what they send.
+    #[serde(default)]
+    pub compression: Compression,
+    /// The scale-in auto-tuner's settings; `None`: the fleet keeps its size.
+    #[serde(default)]
+    pub scale_in: Option<TunerConfig>,
+    /// How the workers combine their work (GA-SGD, MA-SGD, ADMM).
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    /// How an exchange aggregates the workers' vectors.
+    #[serde(default)]
+    pub pattern: Pattern,
+    /// Every worker and the supervisor checkpoint their state every this many steps (0:
+    /// only at the lifetime hand-off); a dead worker or supervisor resumes from its latest.
+    #[serde(default)]
+    pub checkpoint_every: u64,
+    /// The supervisor has a worker that sent nothing for this long replaced (`None`: it waits
+    /// as long as a function lives).
+    #[serde(default)]
+    pub worker_deadline_s: Option<f64>,
+    /// Test aid: faults to inject (empty in real runs).
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+    /// How long a channel may be unreachable before a function gives up, in seconds.
+    #[serde(default = "default_channel_grace_s")]
+    pub channel_grace_s: f64,
+}
+
+fn default_channel_grace_s() -> f64 {
+    mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
+}
+
+/// Why a [`TrainingConfig`] cannot run; each message names the flags of `mlless train`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// ISP's threshold is negative or not a number.
+    #[error("--significance must be a number ≥ 0")]
+    Significance,
+    /// The functions' lifetime cap is not a positive duration.
+    #[error("--timeout-s must be a positive number of seconds")]
+    Timeout,
+    /// The channel's grace is negative or not a number.
+    #[error("--channel-grace must be a number of seconds ≥ 0")]
+    ChannelGrace,
+    /// The worker deadline is not a positive number of seconds.
+    #[error("--worker-deadline must be a positive number of seconds")]
+    WorkerDeadline,
+    /// No workers.
+    #[error("--workers must be at least 1")]
+    NoWorkers,
+    /// No epochs.
+    #[error("--max-epochs must be at least 1")]
+    NoEpochs,
+    /// k-means asked for something its Lloyd steps do not do.
+    #[error(
+        "k-means trains by synchronous Lloyd steps: it takes --sync bsp, --algorithm ga, \
+         no --compress and no --scale-in (any --pattern)"
+    )]
+    KMeansOptions,
+    /// A leader or chunk owner under a synchronisation without barriers.
+    #[error(
+        "--pattern {} needs --sync bsp or isp, not {}: a leader or a chunk owner can only \
+         reduce a step that every worker has reached",
+        .pattern.name(),
+        .sync.name()
+    )]
+    PatternNeedsBarrier {
+        /// The pattern asked for.
+        pattern: Pattern,
+        /// The synchronisation asked for.
+        sync: SyncMode,
+    },
+    /// MA or ADMM under a synchronisation other than BSP.
+    #[error(
+        "--algorithm {} averages models at barriers: it needs --sync bsp, not {}",
+        .algorithm.name(),
+        .sync.name()
+    )]
+    AlgorithmNeedsBsp {
+        /// The algorithm asked for.
+        algorithm: Algorithm,
+        /// The synchronisation asked for.
+        sync: SyncMode,
+    },
+    /// Compression with MA or ADMM.
+    #[error(
+        "--compress works on the per-step updates of --algorithm ga, not on {}'s model averages",
+        .0.name()
+    )]
+    CompressionNeedsGa(Algorithm),
+    /// Scale-in with MA or ADMM.
+    #[error("--scale-in auto works with --algorithm ga, not {}", .0.name())]
+    ScaleInNeedsGa(Algorithm),
+    /// ADMM's parameters out of range.
+    #[error(
+        "admm needs rho > 0 and at least one local epoch, got rho {rho} and {local_epochs} \
+         local epochs"
+    )]
+    Admm {
+        /// The penalty asked for.
+        rho: f32,
+        /// The local epochs asked for.
+        local_epochs: u32,
+    },
+    /// Scale-in under a synchronisation whose replicas differ.
+    #[error(
+        "--scale-in auto needs --sync bsp or isp, not {}: under SSP and ASP the replicas \
+         differ and removing a worker would drop its replica's progress",
+        .0.name()
+    )]
+    ScaleInNeedsSynchronous(SyncMode),
+    /// The tuner's own settings are out of range.
+    #[error("scale-in: {0}")]
+    Tuner(String),
+    /// A minimum fleet larger than the fleet.
+    #[error("--min-workers {min_workers} is more than --workers {workers}")]
+    MinWorkers {
+        /// The minimum asked for.
+        min_workers: u32,
+        /// The fleet asked for.
+        workers: u32,
+    },
+}
+
+impl TrainingConfig {
+    /// The options every function opens the job's channel with.
+    pub fn channel_options(&self) -> mlless_store::ChannelOptions {
+        mlless_store::ChannelOptions::default()
+            .with_grace(Duration::from_secs_f64(self.channel_grace_s.max(0.0)))
+    }
+
+    /// Checks the options on their own and against each other for a job training `model`
+    /// (k-means takes fewer of them); the first problem found is the error.
+    pub fn validate(&self, model: ModelChoice) -> Result<(), ConfigError> {
+        if let SyncMode::Isp { significance, .. } = self.sync
+            && !(significance >= 0.0 && significance.is_finite())
+        {
+            return Err(ConfigError::Significance);
+        }
+        if self.limits.timeout.is_zero() {
+            return Err(ConfigError::Timeout);
+        }
+        if !(self.channel_grace_s >= 0.0 && self.channel_grace_s.is_finite()) {
+            return Err(ConfigError::ChannelGrace);
+        }
+        if let Some(d) = self.worker_deadline_s
+            && !(d > 0.0 && d.is_finite())
+        {
+            return Err(ConfigError::WorkerDeadline);
+        }
+        if self.workers == 0 {
+            return Err(ConfigError::NoWorkers);
+        }
+        if self.stop.max_epochs == 0 {
+            return Err(ConfigError::NoEpochs);
+        }
+        self.check_combination(model)?;
+        if let Some(tuner) = &self.scale_in {
+            if !self.sync.is_synchronous() {
+                return Err(ConfigError::ScaleInNeedsSynchronous(self.sync));
+            }
+            tuner
+                .validate()
+                .map_err(|e| ConfigError::Tuner(e.to_string()))?;
+            if tuner.min_workers > self.workers {
+                return Err(ConfigError::MinWorkers {
+                    min_workers: tuner.min_workers,
+                    workers: self.workers,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses the combinations of algorithm, pattern, synchronisation and compression that
+    /// make no sense.
+    fn check_combination(&self, model: ModelChoice) -> Result<(), ConfigError> {
+        if model == ModelChoice::KMeans
+            && (self.sync != SyncMode::Bsp
+                || self.algorithm != Algorithm::Ga
+                || self.compression != Compression::None
+                || self.scale_in.is_some())
+        {
+            return Err(ConfigError::KMeansOptions);
+        }
+        if self.pattern != Pattern::Broadcast && !self.sync.is_synchronous() {
+            return Err(ConfigError::PatternNeedsBarrier {
+                pattern: self.pattern,
+                sync: self.sync,
+            });
+        }
+        let algorithm = self.algorithm;
+        if algorithm == Algorithm::Ga {
+            return Ok(());
+        }
+        if self.sync != SyncMode::Bsp {
+            return Err(ConfigError::AlgorithmNeedsBsp {
+                algorithm,
+                sync: self.sync,
+            });
+        }
+        if self.compression != Compression::None {
+            return Err(ConfigError::CompressionNeedsGa(algorithm));
+        }
+        if self.scale_in.is_some() {
+            return Err(ConfigError::ScaleInNeedsGa(algorithm));
+        }
+        if let Algorithm::Admm { rho, local_epochs } = algorithm
+            && !(rho.is_finite() && rho > 0.0 && local_epochs > 0)
+        {
+            return Err(ConfigError::Admm { rho, local_epochs });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_urls_redact_in_debug_and_display_and_serialise_as_given() {
+        let url = SecretUrl::from("redis://:pw@h:6379");
+        assert_eq!(format!("{url}"), "redis://:***@h:6379");
+        assert_eq!(format!("{url:?}"), "\"redis://:***@h:6379\"");
+        assert_eq!(url.as_str(), "redis://:pw@h:6379");
+        assert_eq!(
+            serde_json::to_string(&url).unwrap(),
+            "\"redis://:pw@h:6379\""
+        );
+        assert_eq!(url.redacted().as_str(), "redis://:***@h:6379");
+    }
+}
