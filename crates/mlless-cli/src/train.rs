@@ -109,14 +109,19 @@ pub enum ScaleIn {
 pub struct TrainArgs {
     /// The prepared data set (the location given to `mlless prepare --out`).
     #[arg(long)]
-    #[arg(required_unless_present = "resume", default_value = "")]
+    #[arg(
+        required_unless_present = "resume",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub data: String,
     /// The model.
     #[arg(
         long,
         value_enum,
         required_unless_present = "resume",
-        default_value = "lr"
+        default_value = "lr",
+        hide_default_value = true
     )]
     pub model: Model,
     /// Number of function workers.
