@@ -20,22 +20,7 @@ fn small_ratings(dir: &Path) -> PathBuf {
         noise: 0.5,
         seed: 8,
     };
-    let input = dir.join("ratings.tsv");
-    let file = std::io::BufWriter::new(std::fs::File::create(&input).expect("create input"));
-    mlless_data::write_ratings(&spec, file).expect("generate");
-    let data = dir.join("store/ratings");
-    ok(&[
-        "prepare",
-        "--format",
-        "movielens",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "100",
-    ]);
-    data
+    common::ratings_prepared(dir, &spec, &["--batch-size", "100"]).0
 }
 
 fn prior_of(spec: &ModelSpec) -> f32 {
@@ -135,19 +120,12 @@ fn on_real_ratings_the_default_curve_does_not_rise_as_training_goes_on() {
     }
     let dir = tempdir();
     let data = dir.path().join("store/ml");
-    ok(&[
-        "prepare",
-        "--format",
+    common::prepare(
         "movielens",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--test-fraction",
-        "0.1",
-        "--seed",
-        "7",
-    ]);
+        &input,
+        &data,
+        &["--test-fraction", "0.1", "--seed", "7"],
+    );
     let record = train(
         dir.path(),
         "ml",

@@ -44,22 +44,7 @@ fn overfitting_ratings(dir: &Path) -> PathBuf {
         noise: 0.5,
         seed: 4,
     };
-    let input = dir.join("ratings.tsv");
-    let file = std::io::BufWriter::new(std::fs::File::create(&input).expect("create input"));
-    mlless_data::write_ratings(&spec, file).expect("generate");
-    let data = dir.join("store/ratings");
-    ok(&[
-        "prepare",
-        "--format",
-        "movielens",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "200",
-    ]);
-    data
+    common::ratings_prepared(dir, &spec, &["--batch-size", "200"]).0
 }
 
 fn refs(args: &[String]) -> Vec<&str> {

@@ -182,26 +182,40 @@ pub fn ratings_data(dir: &Path) -> (PathBuf, f64) {
         noise: 0.5,
         seed: 5,
     };
+    // Without a validation set: runs stop only by the criteria the tests name, so that runs
+    // of one job compare bit for bit.
+    let (data, truth) = ratings_prepared(
+        dir,
+        &spec,
+        &["--validation-fraction", "0", "--batch-size", "1000"],
+    );
+    (data, truth.noise)
+}
+
+/// Synthetic ratings of `spec` written to `dir/ratings.tsv` and prepared into
+/// `dir/store/ratings` with the `extra` options of `prepare`; returns the data set's location
+/// and the true model.
+pub fn ratings_prepared(
+    dir: &Path,
+    spec: &mlless_data::RatingsSpec,
+    extra: &[&str],
+) -> (PathBuf, mlless_data::RatingsTruth) {
     let input = dir.join("ratings.tsv");
     let file = std::io::BufWriter::new(std::fs::File::create(&input).expect("create input"));
-    let truth = mlless_data::write_ratings(&spec, file).expect("generate");
+    let truth = mlless_data::write_ratings(spec, file).expect("generate");
     let data = dir.join("store/ratings");
-    ok(&[
-        "prepare",
-        "--format",
-        "movielens",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        // Without a validation set: runs stop only by the criteria the tests name, so that
-        // runs of one job compare bit for bit.
-        "--validation-fraction",
-        "0",
-        "--batch-size",
-        "1000",
-    ]);
-    (data, truth.noise)
+    prepare("movielens", &input, &data, extra);
+    (data, truth)
+}
+
+/// Runs `mlless prepare --format FORMAT --input INPUT --out OUT` with the `extra` options.
+pub fn prepare(format: &str, input: &Path, out: &Path, extra: &[&str]) {
+    let (input, out) = (s(input), s(out));
+    let mut args = vec![
+        "prepare", "--format", format, "--input", &input, "--out", &out,
+    ];
+    args.extend(extra);
+    ok(&args);
 }
 
 /// The trained model of a run.
