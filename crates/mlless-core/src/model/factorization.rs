@@ -329,6 +329,16 @@ mod tests {
         sum / b.len() as f64
     }
 
+    /// Users 0, 1, 2 (user 1 twice) and items 0, 3 (item 3 twice).
+    fn four_ratings() -> RatingBatch {
+        let mut b = RatingBatch::default();
+        b.push(0, 3, 4.0);
+        b.push(1, 0, 2.5);
+        b.push(1, 3, 5.0);
+        b.push(2, 0, 1.0);
+        b
+    }
+
     /// Random parameters of `spec`, biases included.
     fn random_params(spec: &ModelSpec) -> Vec<f32> {
         let mut rng = StdRng::seed_from_u64(3);
@@ -344,11 +354,7 @@ mod tests {
         let (l2, prior) = (0.2_f32, 3.0_f32);
         let spec = spec(l2);
         let params = random_params(&spec);
-        let mut b = RatingBatch::default();
-        b.push(0, 3, 4.0);
-        b.push(1, 0, 2.5);
-        b.push(1, 3, 5.0);
-        b.push(2, 0, 1.0);
+        let b = four_ratings();
         // Counts of a larger training set; user 2's 0 counts as 1.
         let counts = RatingCounts {
             users: vec![1, 4, 0, 2, 2, 2, 2],
@@ -409,11 +415,7 @@ mod tests {
         let params = random_params(&spec);
         // Users 0,1,2 (user 1 twice) and items 0,3 (item 3 twice): users 3..7 and items 1,2,4
         // untouched.
-        let mut b = RatingBatch::default();
-        b.push(0, 3, 4.0);
-        b.push(1, 0, 2.5);
-        b.push(1, 3, 5.0);
-        b.push(2, 0, 1.0);
+        let b = four_ratings();
         let (k, un, inn) = (K as usize, U as usize, I as usize);
         let mut touched = Vec::new();
         for u in [0, 1, 2] {
