@@ -172,6 +172,15 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
             channel.describe()
         );
     }
+    // A timeout too large to add to an instant (Duration::MAX) waits as long as it takes.
+    let all: Vec<WorkerId> = (0..4).collect();
+    let collected = must(
+        channel,
+        "collect",
+        channel.collect(topic, 1, &all, Duration::MAX),
+    )
+    .await;
+    assert_eq!(collected.len(), 4, "{}", channel.describe());
     // Collecting from nobody returns nothing, at once.
     let none = must(
         channel,

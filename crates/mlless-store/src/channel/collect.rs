@@ -63,8 +63,13 @@ where
         return Ok(Vec::new());
     }
     let start = Instant::now();
-    let deadline = start + timeout;
-    let hard_deadline = deadline + timeout.max(Duration::from_millis(100));
+    // A timeout too large to add (Duration::MAX) means "a century", as in the Redis channel.
+    let deadline = start
+        .checked_add(timeout)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
+    let hard_deadline = deadline
+        .checked_add(timeout.max(Duration::from_millis(100)))
+        .unwrap_or(deadline);
     let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
     let mut backoff = initial_backoff;
     let mut polls = 0u32;
