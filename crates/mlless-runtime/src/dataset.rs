@@ -68,23 +68,10 @@ impl Dataset {
                 self.store.url()
             ))
         })?;
-        let bytes = self.store.get(&info.key).await?;
-        let location = || format!("{}/{}", self.store.url(), info.key);
-        if !info.matches(&bytes) {
-            return Err(RuntimeError::Corrupt {
-                location: location(),
-                source: mlless_data::CodecError::ChecksumMismatch {
-                    expected: info.crc32,
-                    actual: crc32fast::hash(&bytes),
-                },
-            });
-        }
-        mlless_data::decode_batch_checked(&bytes, &self.manifest.kind).map_err(|source| {
-            RuntimeError::Corrupt {
-                location: location(),
-                source,
-            }
+        self.read_checked(&info.key, info.crc32, |bytes| {
+            mlless_data::decode_batch_checked(bytes, &self.manifest.kind)
         })
+        .await
     }
 
     /// The training ratings of each user and item, if the data set keeps them (ratings data
@@ -95,24 +82,38 @@ impl Dataset {
         else {
             return Ok(None);
         };
-        let bytes = self.store.get(&info.key).await?;
-        let location = || format!("{}/{}", self.store.url(), info.key);
+        self.read_checked(&info.key, info.crc32, |bytes| {
+            mlless_data::decode_counts(bytes, *users, *items)
+        })
+        .await
+        .map(Some)
+    }
+
+    /// Reads the object `key` of the data set, checks it against the CRC-32 the manifest gives
+    /// for it, and decodes it; a mismatch or a decoding error is [`RuntimeError::Corrupt`]
+    /// naming the object.
+    pub(crate) async fn read_checked<T>(
+        &self,
+        key: &str,
+        crc32: u32,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<T, mlless_data::CodecError>,
+    ) -> Result<T> {
+        let bytes = self.store.get(key).await?;
+        let location = || format!("{}/{key}", self.store.url());
         let actual = crc32fast::hash(&bytes);
-        if actual != info.crc32 {
+        if actual != crc32 {
             return Err(RuntimeError::Corrupt {
                 location: location(),
                 source: mlless_data::CodecError::ChecksumMismatch {
-                    expected: info.crc32,
+                    expected: crc32,
                     actual,
                 },
             });
         }
-        mlless_data::decode_counts(&bytes, *users, *items)
-            .map(Some)
-            .map_err(|source| RuntimeError::Corrupt {
-                location: location(),
-                source,
-            })
+        decode(&bytes).map_err(|source| RuntimeError::Corrupt {
+            location: location(),
+            source,
+        })
     }
 
     /// Where the data set is.

@@ -132,23 +132,11 @@ impl TrainedModel {
         let manifest = dataset.manifest().clone();
         check_fits(&model.spec, &manifest.kind, &model_url)?;
         let ids = match manifest.schema.as_ref().and_then(|s| s.ids.as_ref()) {
-            Some(info) => {
-                let store = Store::open(&data_url)?;
-                let bytes = store.get(&info.key).await?;
-                let location = format!("{}/{}", store.url(), info.key);
-                if crc32fast::hash(&bytes) != info.crc32 {
-                    return Err(RuntimeError::Corrupt {
-                        location,
-                        source: mlless_data::CodecError::ChecksumMismatch {
-                            expected: info.crc32,
-                            actual: crc32fast::hash(&bytes),
-                        },
-                    });
-                }
-                let ids = IdMap::decode(&bytes)
-                    .map_err(|source| RuntimeError::Corrupt { location, source })?;
-                Some(ids)
-            }
+            Some(info) => Some(
+                dataset
+                    .read_checked(&info.key, info.crc32, IdMap::decode)
+                    .await?,
+            ),
             None => None,
         };
         Ok(Self {
