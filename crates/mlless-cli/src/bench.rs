@@ -262,7 +262,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
     })?;
     let mut train = crate::train::TrainArgs::with_defaults(
         &data.display().to_string(),
-        crate::train::Model::Lr,
+        mlless_job::ModelChoice::LogisticRegression,
     )?;
     train.max_epochs = 3;
     train.quiet = true;
@@ -275,7 +275,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
         .flat_map(|s| &s.workers)
         .collect();
     let n = steps.len().max(1) as f64;
-    let mean = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> f64| {
+    let mean = |f: &dyn Fn(&mlless_job::record::WorkerStep) -> f64| {
         steps.iter().map(|w| f(w)).sum::<f64>() / n
     };
     let mut exchange: Vec<f64> = steps.iter().map(|w| w.exchange_ms).collect();

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, VmPrice};
+use mlless_job::RunRecord;
 use mlless_report::ReportOptions;
-use mlless_runtime::RunRecord;
 
 /// The price table `--platform` names: a built-in (`aws-lambda`, `ibm-cf`) or a TOML file (see
 /// `mlless_cost::PriceTable` for its format).
@@ -87,7 +87,7 @@ pub fn run(args: CostArgs) -> anyhow::Result<()> {
         anyhow::bail!("--workers: a fleet needs at least 1 worker");
     }
     let fleets = if args.workers.is_empty() {
-        default_fleets(record.spec.workers)
+        default_fleets(record.spec.training.workers)
     } else {
         args.workers.clone()
     };
@@ -115,7 +115,7 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
         out,
         "run {}: {} workers, {} steps, {:.2} epochs, wall {:.2} s{}",
         record.spec.job_id,
-        record.spec.workers,
+        record.spec.training.workers,
         record.steps.len(),
         record.epochs,
         record.wall_s,
@@ -132,7 +132,7 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
         "platform", "workers", "steps", "step ms", "time s", "cost USD"
     );
     let mut row = |name: &str, p: &mlless_cost::Prediction| {
-        let mark = if p.workers == record.spec.workers && name.ends_with("(FaaS)") {
+        let mark = if p.workers == record.spec.training.workers && name.ends_with("(FaaS)") {
             " *"
         } else {
             ""

@@ -10,7 +10,9 @@ use mlless_data::{RatingsTruth, SparseLrTruth};
 
 use crate::generate::{RatingsArgs, SparseLrArgs};
 use crate::prepare::{Format, PrepareArgs};
-use crate::train::{Model, TrainArgs};
+use mlless_job::ModelChoice;
+
+use crate::train::TrainArgs;
 
 /// Options of `mlless demo`.
 #[derive(Debug, Args)]
@@ -51,7 +53,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     prepare(Format::Libsvm, &lr_input, &lr_data)?;
     let record = train(
         &args,
-        Model::Lr,
+        ModelChoice::LogisticRegression,
         &lr_data,
         &dir.join("sparse-lr-record.json"),
     )?;
@@ -85,7 +87,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     prepare(Format::Movielens, &ratings_input, &ratings_data)?;
     let record = train(
         &args,
-        Model::Pmf,
+        ModelChoice::MatrixFactorization,
         &ratings_data,
         &dir.join("ratings-record.json"),
     )?;
@@ -120,10 +122,10 @@ fn prepare(format: Format, input: &Path, out: &Path) -> anyhow::Result<()> {
 
 fn train(
     args: &DemoArgs,
-    model: Model,
+    model: ModelChoice,
     data: &Path,
     record: &Path,
-) -> anyhow::Result<mlless_runtime::RunRecord> {
+) -> anyhow::Result<mlless_job::RunRecord> {
     let mut train = TrainArgs::with_defaults(&data.display().to_string(), model)?;
     train.workers = args.workers;
     train.record = Some(record.to_path_buf());

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 /// Options of `mlless report`.
 #[derive(Debug, Args)]
@@ -76,7 +76,7 @@ pub fn render(record: &RunRecord) -> String {
     // Redacted here too: a record written before records were redacted may hold credentials.
     let spec = &record.spec.redacted();
     let mut out = String::new();
-    let mean = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> f64| {
+    let mean = |f: &dyn Fn(&mlless_job::record::WorkerStep) -> f64| {
         let (sum, n) = record
             .steps
             .iter()
@@ -94,21 +94,30 @@ pub fn render(record: &RunRecord) -> String {
     let _ = writeln!(
         out,
         "  workers {} · optimizer {:?} · lr {} · seed {} · sync {} · compress {}",
-        spec.workers, spec.optimizer.kind, spec.lr, spec.seed, spec.sync, spec.compression
+        spec.training.workers,
+        spec.optimizer.kind,
+        spec.lr,
+        spec.training.seed,
+        spec.training.sync,
+        spec.training.compression
     );
     let handoffs = record
         .invocations
         .iter()
         .filter(|r| r.name.contains('#'))
         .count();
-    let channel = spec.channel.as_deref().unwrap_or("the run's object store");
+    let channel = spec
+        .training
+        .channel
+        .as_deref()
+        .unwrap_or("the run's object store");
     let _ = writeln!(out, "  functions on {} · channel {channel}", spec.platform);
     let _ = writeln!(
         out,
         "  algorithm {} · pattern {} · {} communication rounds · {handoffs} re-invocations at \
          the lifetime limit",
-        spec.algorithm,
-        spec.pattern.name(),
+        spec.training.algorithm,
+        spec.training.pattern.name(),
         record.rounds
     );
     let _ = writeln!(
@@ -130,7 +139,7 @@ pub fn render(record: &RunRecord) -> String {
         mean(&|w| w.compute_ms),
         mean(&|w| w.exchange_ms)
     );
-    let total = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> u64| -> u64 {
+    let total = |f: &dyn Fn(&mlless_job::record::WorkerStep) -> u64| -> u64 {
         record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
     };
     let _ = writeln!(
@@ -174,16 +183,16 @@ pub fn render(record: &RunRecord) -> String {
 
 /// The validation lines of the summary: evaluations, latest and best, the model kept, and
 /// when each target was reached.
-fn render_validation(validation: &mlless_runtime::record::ValidationRecord) -> String {
+fn render_validation(validation: &mlless_job::record::ValidationRecord) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let metric = validation.metric.as_str();
-    let value = |p: &mlless_runtime::record::EvalPoint| {
+    let value = |p: &mlless_job::record::EvalPoint| {
         p.metrics
             .get(metric)
             .map_or("—".to_string(), |v| format!("{v:.5}"))
     };
-    let at = |p: &mlless_runtime::record::EvalPoint| {
+    let at = |p: &mlless_job::record::EvalPoint| {
         let cost = p.cost_usd.map_or(String::new(), |c| format!(", ${c:.6}"));
         format!(
             "step {}, epoch {:.2}, {:.1} s{cost}",

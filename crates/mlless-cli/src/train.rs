@@ -7,25 +7,18 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlless_core::{OptimizerKind, Schedule, SignificanceScale};
 use mlless_faas::Limits;
-use mlless_runtime::{
-    Hyperparameters, LiveProgress, ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria,
-    SyncMode, TrainOptions, TrainingConfig, ValidationOptions,
+use mlless_job::{
+    ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria, SyncMode, TrainingConfig,
 };
+use mlless_runtime::{Hyperparameters, LiveProgress, TrainOptions, ValidationOptions};
 
-/// Models, as the CLI names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Model {
-    /// Sparse logistic regression with L2 (log loss).
-    Lr,
-    /// Probabilistic matrix factorisation with user and item biases (squared error).
-    Pmf,
-    /// Linear support vector machine (hinge loss, L2).
-    Svm,
-    /// k-means clustering (distributed Lloyd steps, k-means++ seeding; see --k, --tolerance).
-    Kmeans,
-    /// Dense network with one or two ReLU hidden layers, softmax cross-entropy (see --hidden,
-    /// --classes).
-    Mlp,
+/// `--model`: the names of [`ModelChoice`], each with its description in `--help`.
+fn model_parser() -> impl clap::builder::TypedValueParser<Value = ModelChoice> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        ModelChoice::ALL.map(|m| PossibleValue::new(m.name()).help(m.description())),
+    )
+    .try_map(|name| name.parse::<ModelChoice>())
 }
 
 /// Optimisers, as the CLI names them.
@@ -118,12 +111,12 @@ pub struct TrainArgs {
     /// The model.
     #[arg(
         long,
-        value_enum,
+        value_parser = model_parser(),
         required_unless_present = "resume",
         default_value = "lr",
         hide_default_value = true
     )]
-    pub model: Model,
+    pub model: ModelChoice,
     /// Number of function workers.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
@@ -171,7 +164,7 @@ pub struct TrainArgs {
     /// auto (every epoch or every 5 s, whichever is sooner), STEPS (e.g. 200), EPOCHS (e.g.
     /// 0.5epochs) or SECONDS (e.g. 10s).
     #[arg(long, default_value = "auto", value_name = "WHEN")]
-    pub eval_every: mlless_runtime::EvalEvery,
+    pub eval_every: mlless_job::EvalEvery,
     /// Stop once the validation metric has not improved for this many evaluations; the model
     /// kept is the best one evaluated (0: never stop on it) [default: 5 when the data set has
     /// a validation set].
@@ -206,7 +199,7 @@ pub struct TrainArgs {
     /// steps, models averaged every K steps or every epoch) or admm[:RHO[:LOCAL_EPOCHS]]
     /// (consensus ADMM; RHO defaults to 0.05, LOCAL_EPOCHS to 1).
     #[arg(long, default_value = "ga")]
-    pub algorithm: mlless_runtime::Algorithm,
+    pub algorithm: mlless_job::Algorithm,
     /// How an exchange aggregates the updates (allreduce and scatter-reduce need --sync bsp or
     /// isp).
     #[arg(long, value_enum, default_value_t = CommPattern::Broadcast)]
@@ -247,7 +240,7 @@ pub struct TrainArgs {
     /// Test aid: inject a fault (repeatable): kill-worker:W@T, kill-supervisor@T, drop:W@T
     /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T.
     #[arg(long, hide_short_help = true)]
-    pub fault: Vec<mlless_runtime::Fault>,
+    pub fault: Vec<mlless_job::Fault>,
     /// Where the functions run: `local` processes of this binary, or `lambda:FUNCTION_NAME`, a
     /// deployed AWS Lambda function invoked through the Lambda API (credentials, region and
     /// endpoint from the standard AWS environment; see the README's "Running on AWS Lambda").
@@ -282,15 +275,11 @@ pub struct TrainArgs {
 impl TrainArgs {
     /// The options of `mlless train --data DATA --model MODEL` with every other option at its
     /// default (for the commands that train on the user's behalf: demo, bench).
-    pub fn with_defaults(data: &str, model: Model) -> anyhow::Result<Self> {
-        use clap::{FromArgMatches, ValueEnum};
-        let model = model
-            .to_possible_value()
-            .map(|v| v.get_name().to_string())
-            .unwrap_or_default();
+    pub fn with_defaults(data: &str, model: ModelChoice) -> anyhow::Result<Self> {
+        use clap::FromArgMatches;
         let command = <Self as Args>::augment_args(clap::Command::new("train"));
         let matches =
-            command.try_get_matches_from(["train", "--data", data, "--model", model.as_str()])?;
+            command.try_get_matches_from(["train", "--data", data, "--model", model.name()])?;
         Ok(Self::from_arg_matches(&matches)?)
     }
 
@@ -300,13 +289,7 @@ impl TrainArgs {
         Ok(TrainOptions {
             data_url: self.data.as_str().into(),
             runs_url: self.runs.as_deref().map(SecretUrl::from),
-            model: match self.model {
-                Model::Lr => ModelChoice::LogisticRegression,
-                Model::Pmf => ModelChoice::MatrixFactorization,
-                Model::Svm => ModelChoice::Svm,
-                Model::Kmeans => ModelChoice::KMeans,
-                Model::Mlp => ModelChoice::Mlp,
-            },
+            model: self.model,
             hyper: Hyperparameters {
                 lr: self.lr,
                 l2: self.l2,

@@ -37,7 +37,7 @@ fn train_on_every_channel(
     dir: &std::path::Path,
     data: &str,
     args: &[&str],
-) -> Vec<(&'static str, mlless_runtime::RunRecord, Vec<f32>)> {
+) -> Vec<(&'static str, mlless_job::RunRecord, Vec<f32>)> {
     channels()
         .into_iter()
         .map(|(name, channel)| {

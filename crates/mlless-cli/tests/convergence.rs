@@ -6,7 +6,7 @@ use common::*;
 use mlless_core::GradientAccumulator;
 use mlless_data::SparseLrSpec;
 use mlless_runtime::dataset::{Dataset, Split};
-use mlless_runtime::spec::batch_order;
+use mlless_runtime::fleet::batch_order;
 
 /// Synthetic sparse LR, 300k rows × 100k features × 30 non-zeros, default hyperparameters, one
 /// worker: the trained model's test log loss is within 2% of the true weights'. (At 100k rows no
@@ -63,18 +63,22 @@ fn one_worker_equals_a_plain_loop() {
         let dataset = Dataset::open(&s(&data)).await.unwrap();
         let m = dataset.batches(Split::Train) as u64;
         let model = job.model.model();
-        let mut params = job.model.init_params(job.seed);
+        let mut params = job.model.init_params(job.training.seed);
         let mut optimizer = mlless_core::build_optimizer(&job.optimizer, params.len());
         let mut acc = GradientAccumulator::new(params.len());
         for step in 0..record.steps.len() as u64 {
             let epoch = step / m;
-            let index = batch_order(job.seed, epoch, m as u32)[(step % m) as usize];
+            let index = batch_order(job.training.seed, epoch, m as u32)[(step % m) as usize];
             let batch = dataset
                 .read_batch(Split::Train, index as usize)
                 .await
                 .unwrap();
             model.gradient(&params, &batch, &mut acc).unwrap();
-            let delta = optimizer.step(&params, &acc.take(), job.schedule.rate(job.lr, epoch));
+            let delta = optimizer.step(
+                &params,
+                &acc.take(),
+                job.training.schedule.rate(job.lr, epoch),
+            );
             delta.scaled_add_to(&mut params, 1.0);
         }
         params

@@ -149,6 +149,7 @@ fn credentials_appear_in_no_output_record_report_or_log() {
     let parsed = read_record(&record);
     let channel = parsed
         .spec
+        .training
         .channel
         .clone()
         .expect("the record names the channel");
@@ -232,7 +233,7 @@ fn an_old_record_with_a_password_is_reported_redacted() {
         ],
     );
     let secret = "old-record-pw-5521";
-    record.spec.channel = Some(format!("redis://user:{secret}@127.0.0.1:6379").into());
+    record.spec.training.channel = Some(format!("redis://user:{secret}@127.0.0.1:6379").into());
     let path = dir.path().join("old.json");
     std::fs::write(&path, serde_json::to_vec(&record).expect("json")).expect("write");
     let out = dir.path().join("old-report");

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use mlless_data::SparseLrSpec;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 /// A sparse-LR set small enough for many runs: 40k rows × 10k features, batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {

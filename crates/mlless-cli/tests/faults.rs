@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use mlless_data::SparseLrSpec;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 /// A sparse-LR set small enough for many runs: 40k rows × 10k features, batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {
@@ -57,7 +57,7 @@ fn invocations(record: &RunRecord) -> Vec<(String, String)> {
 /// updates of all 4 workers (and, under ISP, at the last step the 3 peers' flushes of what
 /// they held back): no update lost, none applied twice.
 fn assert_every_update_applied_once(record: &RunRecord) {
-    let isp = record.spec.sync.name() == "isp";
+    let isp = record.spec.training.sync.name() == "isp";
     let last = record.steps.len() - 1;
     for (i, step) in record.steps.iter().enumerate() {
         let want = if isp && i == last { 7 } else { 4 };

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mlless_data::SparseLrSpec;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 use mlless_runtime::dataset::Split;
 
 /// The emulator's name of the function it serves when it does not start the function itself.

@@ -66,8 +66,8 @@ fn kmeans_matches_a_single_process_lloyd_run() {
     };
     let train_batches: Vec<Batch> = batches(&data, Split::Train);
     let seed_sample = &train_batches[..mlless_runtime::worker::KMEANS_SEED_BATCHES as usize];
-    let init =
-        mlless_core::kmeans_plus_plus(seed_sample, k, features, record.spec.seed).expect("seeds");
+    let init = mlless_core::kmeans_plus_plus(seed_sample, k, features, record.spec.training.seed)
+        .expect("seeds");
     let reference = mlless_core::lloyd(&train_batches, init, k, features, 100, 1e-4).expect("runs");
     let want = evaluate(&record.spec.model, &reference.centroids, &data)["test_inertia"];
     let got = metric(&record, "test_inertia");

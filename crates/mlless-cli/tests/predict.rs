@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use mlless_core::ModelSpec;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 /// Writes the first `train` lines of `text` to `dir/NAME.train` and the rest to
 /// `dir/NAME.test`.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use mlless_data::SparseLrSpec;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 /// A sparse-LR set small enough for many runs: 50k rows × 20k features, batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {
@@ -35,7 +35,7 @@ fn run(dir: &Path, data: &Path, name: &str, extra: &[&str]) -> RunRecord {
     train(dir, name, &args)
 }
 
-fn total(record: &RunRecord, f: impl Fn(&mlless_runtime::record::WorkerStep) -> u64) -> u64 {
+fn total(record: &RunRecord, f: impl Fn(&mlless_job::record::WorkerStep) -> u64) -> u64 {
     record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
 }
 
@@ -171,7 +171,7 @@ fn ssp_never_runs_more_than_the_slack_ahead() {
     for step in record.steps.iter().filter(|s| s.step > slack) {
         let required = step.step - 1 - slack;
         for w in &step.workers {
-            for peer in 0..record.spec.workers {
+            for peer in 0..record.spec.training.workers {
                 let done = published[&(peer, required)];
                 assert!(
                     w.started_unix_ms >= done,
@@ -203,7 +203,7 @@ fn asp_applies_every_update_exactly_once() {
     let data = lr_data(dir.path());
     let record = run(dir.path(), &data, "asp", &["--sync", "asp"]);
     let published = total(&record, |w| u64::from(w.messages_sent));
-    for worker in 0..record.spec.workers {
+    for worker in 0..record.spec.training.workers {
         let applied: u64 = record
             .steps
             .iter()

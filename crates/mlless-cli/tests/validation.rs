@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use common::{batches, fails, ok, s, stored_params, tempdir, train};
 use mlless_core::{Evaluation, Metrics, ModelSpec};
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
+use mlless_job::record::ValidationRecord;
 use mlless_runtime::dataset::Split;
-use mlless_runtime::record::ValidationRecord;
 
 /// Sparse LR, 40,000 rows × 5,000 features, prepared with 10% test and 10% validation in
 /// batches of 500.

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use mlless_cost::{Prediction, VM_MINIMUM_BILLED_S};
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 use crate::ReportOptions;
 use crate::plots::format_usd;
@@ -30,7 +30,7 @@ pub fn escape(text: &str) -> String {
 /// many machines as the run had workers and, if that is more than one, on one machine.
 pub fn comparison(record: &RunRecord, options: &ReportOptions) -> Vec<Prediction> {
     let m = options.measurements(record);
-    let p = record.spec.workers.max(1);
+    let p = record.spec.training.workers.max(1);
     let model = m.predict_faas(p, &options.prices);
     let measured = Prediction {
         platform: record
@@ -88,9 +88,12 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
         .map(|s| s.workers.len())
         .fold((usize::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
     let workers = if record.steps.is_empty() || min_p == max_p {
-        spec.workers.to_string()
+        spec.training.workers.to_string()
     } else {
-        format!("{} (from {min_p} to {max_p} during the run)", spec.workers)
+        format!(
+            "{} (from {min_p} to {max_p} during the run)",
+            spec.training.workers
+        )
     };
     let mut rows: Vec<(&str, String)> = vec![
         ("job", spec.job_id.clone()),
@@ -102,23 +105,30 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
             "optimizer",
             format!(
                 "{:?}, learning rate {}, seed {}",
-                spec.optimizer.kind, spec.lr, spec.seed
+                spec.optimizer.kind, spec.lr, spec.training.seed
             ),
         ),
         (
             "channel",
-            spec.channel.as_deref().unwrap_or("object store").to_owned(),
+            spec.training
+                .channel
+                .as_deref()
+                .unwrap_or("object store")
+                .to_owned(),
         ),
         (
             "synchronisation",
-            format!("{}, compression {}", spec.sync, spec.compression),
+            format!(
+                "{}, compression {}",
+                spec.training.sync, spec.training.compression
+            ),
         ),
         (
             "algorithm",
             format!(
                 "{}, pattern {}, {} communication rounds",
-                spec.algorithm,
-                spec.pattern.name(),
+                spec.training.algorithm,
+                spec.training.pattern.name(),
                 record.rounds
             ),
         ),
@@ -169,7 +179,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
         }
         None => rows.push(("billed cost", "not recorded".into())),
     }
-    let traffic = |f: &dyn Fn(&mlless_runtime::record::WorkerStep) -> u64| -> u64 {
+    let traffic = |f: &dyn Fn(&mlless_job::record::WorkerStep) -> u64| -> u64 {
         record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
     };
     rows.push((
@@ -182,7 +192,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
             record.replica_spread
         ),
     ));
-    if spec.scale_in.is_some() {
+    if spec.training.scale_in.is_some() {
         let removals: Vec<String> = record
             .scale_in
             .removals
@@ -334,9 +344,8 @@ fn step_breakdown(record: &RunRecord) -> String {
         return "no steps".into();
     }
     let n = ws.len() as f64;
-    let mean = |f: fn(&mlless_runtime::record::WorkerStep) -> f64| {
-        ws.iter().map(|w| f(w)).sum::<f64>() / n
-    };
+    let mean =
+        |f: fn(&mlless_job::record::WorkerStep) -> f64| ws.iter().map(|w| f(w)).sum::<f64>() / n;
     format!(
         "{:.2} ms = read {:.2} + compute {:.2} + exchange {:.2} ms",
         mean(|w| w.step_ms),

@@ -11,7 +11,7 @@
 //!   few VM types). No external resource, no JavaScript.
 //!
 //! ```no_run
-//! # fn demo(record: &mlless_runtime::RunRecord) -> Result<(), mlless_report::ReportError> {
+//! # fn demo(record: &mlless_job::RunRecord) -> Result<(), mlless_report::ReportError> {
 //! let files = mlless_report::render_report(record, std::path::Path::new("report"))?;
 //! println!("{}", files.html.display());
 //! # Ok(())
@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, VmPrice};
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 
 mod html;
 mod measure;

@@ -4,8 +4,8 @@ use mlless_cost::{
     Bill, DEFAULT_VM_STARTUP_S, ObjectRequests, PhaseMeasurement, PriceTable, RunMeasurements,
     Usage, billed_duration_ms,
 };
-use mlless_runtime::RunRecord;
-use mlless_runtime::record::{StepRecord, channel_kind};
+use mlless_job::RunRecord;
+use mlless_job::record::{StepRecord, channel_kind};
 
 /// The CPUs the functions of `record` shared, as far as this machine can tell: when the
 /// invocations have process ids the run was made by the local invoker, taken to be on this
@@ -30,7 +30,7 @@ pub fn price_table_of(record: &RunRecord) -> PriceTable {
     let Some(bill) = &record.bill else {
         return PriceTable::aws_lambda();
     };
-    let channel = channel_kind(record.spec.channel.as_deref());
+    let channel = channel_kind(record.spec.training.channel.as_deref());
     if let Some(table) = PriceTable::by_name(&bill.platform) {
         return table;
     }
@@ -79,7 +79,7 @@ pub fn bill_at(record: &RunRecord, prices: &PriceTable) -> Bill {
             memory_mb: i.memory_mb,
         })
         .collect();
-    let channel = channel_kind(record.spec.channel.as_deref());
+    let channel = channel_kind(record.spec.training.channel.as_deref());
     let mut requests = ObjectRequests::default();
     for step in &record.steps {
         let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
@@ -180,25 +180,25 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
     let invocations_per_worker = if worker_invocations == 0 {
         1.0
     } else {
-        (worker_invocations as f64 / f64::from(spec.workers.max(1))).max(1.0)
+        (worker_invocations as f64 / f64::from(spec.training.workers.max(1))).max(1.0)
     };
 
     let mut m = RunMeasurements {
-        workers: spec.workers,
+        workers: spec.training.workers,
         train_batches: u64::from(spec.train_batches),
         epochs: record.epochs,
         phases,
         startup_s,
         teardown_s,
         data_loading_s: 0.0,
-        memory_mb: spec.limits.memory_mb,
+        memory_mb: spec.training.limits.memory_mb,
         invocations_per_worker,
         other_invocations: if record.invocations.is_empty() {
             1
         } else {
             other_invocations
         },
-        channel: channel_kind(spec.channel.as_deref()),
+        channel: channel_kind(spec.training.channel.as_deref()),
         cores,
         vm_startup_s: DEFAULT_VM_STARTUP_S,
     };

@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use mlless_cost::PriceTable;
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 use plotters::prelude::*;
 
 use crate::ReportError;

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_faas::{InvocationReport, Outcome};
+use mlless_job::RunRecord;
+use mlless_job::record::{StepRecord, WorkerStep};
 use mlless_report::{
     ReportOptions, bill_at, comparison, cost_curve, measurements, price_table_of, render_report,
     render_report_with,
 };
-use mlless_runtime::RunRecord;
-use mlless_runtime::record::{StepRecord, WorkerStep};
 
 const STARTED: u64 = 1_795_962_381_000;
 
@@ -291,7 +291,7 @@ fn steady_redis_record() -> RunRecord {
     let mut record = record();
     record.steps.truncate(40);
     record.epochs = record.steps[39].epoch;
-    record.spec.channel = Some("redis://127.0.0.1:6379".into());
+    record.spec.training.channel = Some("redis://127.0.0.1:6379".into());
     let end_ms = ((0.02 + record.steps[39].time_s) * 1000.0) as u64 + 40;
     for i in &mut record.invocations {
         i.duration_ms = end_ms - (i.started_at_unix_ms - STARTED);
@@ -401,7 +401,7 @@ fn an_unwritable_directory_is_an_error_naming_it() {
 
 #[test]
 fn the_validation_curve_is_plotted_against_time_and_cost_with_the_best_marked() {
-    use mlless_runtime::record::{EvalPoint, ValidationRecord};
+    use mlless_job::record::{EvalPoint, ValidationRecord};
     let mut record = record();
     let dir = tempfile::tempdir().unwrap();
     let without = render_report(&record, &dir.path().join("without")).unwrap();

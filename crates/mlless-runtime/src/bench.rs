@@ -10,12 +10,12 @@ use mlless_faas::{Invoker, Limits};
 use mlless_store::{Channel, Store, open_channel};
 use serde::{Deserialize, Serialize};
 
-use crate::config::SecretUrl;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic};
 use crate::function::Payload;
 use crate::messages::{Message, UpdateMessage};
-use crate::spec::Pattern;
+use mlless_job::Pattern;
+use mlless_job::config::SecretUrl;
 
 /// Topic of the benchmark's messages.
 const TOPIC: &str = "bench";

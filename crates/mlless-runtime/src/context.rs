@@ -7,7 +7,7 @@ use mlless_store::{Channel, Store, open_channel_with};
 
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
-use crate::spec::{JobSpec, SPEC_KEY};
+use mlless_job::{JobSpec, SPEC_KEY};
 
 /// The job as one function sees it.
 #[derive(Debug, Clone)]
@@ -36,10 +36,13 @@ impl JobContext {
             })?;
         let dataset = Dataset::open(spec.data_url.as_str()).await?;
         let channel = open_channel_with(
-            spec.channel.as_ref().map(crate::SecretUrl::as_str),
+            spec.training
+                .channel
+                .as_ref()
+                .map(mlless_job::SecretUrl::as_str),
             &run_store,
             &spec.job_id,
-            spec.channel_options(),
+            spec.training.channel_options(),
         )
         .await?;
         let rating_counts = match spec.model {
@@ -70,6 +73,6 @@ impl JobContext {
 
     /// The ids of the workers of the job.
     pub fn workers(&self) -> Vec<u32> {
-        (0..self.spec.workers).collect()
+        (0..self.spec.training.workers).collect()
     }
 }

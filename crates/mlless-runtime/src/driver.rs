@@ -17,47 +17,20 @@ use mlless_store::{Store, open_channel_with};
 use tracing::{info, warn};
 
 use crate::checkpoint;
-use crate::config::{ConfigError, SecretUrl, TrainingConfig};
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::function::Start;
 use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
-use crate::record::{RECORD_KEY, RunRecord};
-use crate::spec::{EvalEvery, JobSpec, SPEC_KEY, StopCriteria, ValidationConfig};
-use crate::supervisor::SUPERVISOR_ROLE;
-use crate::worker::worker_role;
+use mlless_job::ModelChoice;
+use mlless_job::SUPERVISOR_ROLE;
+use mlless_job::config::{ConfigError, SecretUrl, TrainingConfig};
+use mlless_job::record::{RECORD_KEY, RunRecord};
+use mlless_job::worker_role;
+use mlless_job::{EvalEvery, JobSpec, SPEC_KEY, StopCriteria, ValidationConfig};
 
 /// How often the driver polls the supervisor's progress.
 const POLL: Duration = Duration::from_millis(100);
-
-/// Which model to train.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelChoice {
-    /// Sparse logistic regression (`lr`).
-    LogisticRegression,
-    /// Probabilistic matrix factorisation with biases (`pmf`).
-    MatrixFactorization,
-    /// Linear SVM, hinge loss (`svm`).
-    Svm,
-    /// k-means clustering by distributed Lloyd steps (`kmeans`).
-    KMeans,
-    /// A dense network with one or two hidden layers (`mlp`).
-    Mlp,
-}
-
-impl ModelChoice {
-    /// The name `--model` takes.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::LogisticRegression => "lr",
-            Self::MatrixFactorization => "pmf",
-            Self::Svm => "svm",
-            Self::KMeans => "kmeans",
-            Self::Mlp => "mlp",
-        }
-    }
-}
 
 /// Hyperparameters that have defaults per model (see [`Defaults`]).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -353,7 +326,7 @@ pub async fn train(
         source,
     })?;
     run_store.put(SPEC_KEY, Bytes::from(spec_json)).await?;
-    let starts = vec![Start::default(); spec.workers as usize + 1];
+    let starts = vec![Start::default(); spec.training.workers as usize + 1];
     run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
 }
 
@@ -398,14 +371,14 @@ pub async fn resume(
         recovery: 1,
         resume_step: Some(step),
     };
-    let starts = vec![start; spec.workers as usize + 1];
+    let starts = vec![start; spec.training.workers as usize + 1];
     run_job(&spec, &run_store, prices, starts, invoker, observe).await
 }
 
 /// The roles of a job: the supervisor, then the workers.
 fn roles(spec: &JobSpec) -> Vec<String> {
     let mut roles = vec![SUPERVISOR_ROLE.to_string()];
-    roles.extend((0..spec.workers).map(worker_role));
+    roles.extend((0..spec.training.workers).map(worker_role));
     roles
 }
 
@@ -423,10 +396,10 @@ async fn run_job(
     let started = Instant::now();
     let started_at_unix_ms = unix_ms();
     let channel = open_channel_with(
-        spec.channel.as_deref(),
+        spec.training.channel.as_deref(),
         run_store,
         &spec.job_id,
-        spec.channel_options(),
+        spec.training.channel_options(),
     )
     .await?;
     let mut fleet = Invocations::new(&*invoker, spec, run_store);
@@ -448,14 +421,14 @@ async fn run_job(
             epoch: progress.epoch,
             loss: progress.loss,
             workers: progress.workers,
-            max_epochs: spec.stop.max_epochs,
+            max_epochs: spec.training.stop.max_epochs,
             elapsed_s: started.elapsed().as_secs_f64(),
-            cost_usd: fleet.cost_so_far(prices, spec.limits.memory_mb),
+            cost_usd: fleet.cost_so_far(prices, spec.training.limits.memory_mb),
             validation: progress.validation.clone(),
         });
     };
     progress.loss = f64::NAN;
-    progress.workers = spec.workers;
+    progress.workers = spec.training.workers;
     while fleet.is_running() {
         tokio::select! {
             done = fleet.next() => {
@@ -504,7 +477,7 @@ async fn run_job(
         warn!("could not clean up the channel: {e}");
     }
     if let Some(mut message) = failure {
-        if spec.checkpoint_every > 0 {
+        if spec.training.checkpoint_every > 0 {
             message.push_str(&format!(
                 " (continue the run from its last checkpoint with `mlless train --resume {}`)",
                 spec.run_url.as_str()
@@ -534,7 +507,7 @@ async fn run_job(
         .collect();
     // The channel's servers are billed for the wall time; its object-store requests are
     // estimated from the steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
-    let channel = crate::record::channel_kind(record.spec.channel.as_deref());
+    let channel = mlless_job::record::channel_kind(record.spec.training.channel.as_deref());
     let mut requests = ObjectRequests::default();
     for step in &record.steps {
         let r = ObjectRequests::estimate(channel, step.workers.len() as u32, 1);
@@ -554,7 +527,7 @@ async fn run_job(
             step: last.step,
             epoch: last.epoch,
             loss: last.loss,
-            workers: spec.workers,
+            workers: spec.training.workers,
             validation: progress.validation.clone(),
         };
         show(&p, &fleet);
@@ -636,7 +609,7 @@ impl<'a> Invocations<'a> {
         if start.recovery > 0 {
             name.push_str(&format!("~{}", start.recovery));
         }
-        let invocation = invoke(self.invoker, &name, &payload, self.spec.limits).await?;
+        let invocation = invoke(self.invoker, &name, &payload, self.spec.training.limits).await?;
         let id = self.next_id;
         self.next_id += 1;
         self.current[role] = Some(Current {
@@ -728,8 +701,8 @@ impl<'a> Invocations<'a> {
         );
         let recoveries = self.current[role].as_ref().map_or(0, |c| c.start.recovery);
         crashed
-            && self.spec.checkpoint_every > 0
-            && (role == 0 || self.spec.sync.is_synchronous())
+            && self.spec.training.checkpoint_every > 0
+            && (role == 0 || self.spec.training.sync.is_synchronous())
             && recoveries < MAX_RECOVERIES
     }
 

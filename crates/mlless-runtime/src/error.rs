@@ -84,7 +84,7 @@ pub enum RuntimeError {
     InvalidJob(String),
     /// The training options are out of range or inconsistent with each other.
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] mlless_job::config::ConfigError),
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
     Io {

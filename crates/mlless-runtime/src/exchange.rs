@@ -20,7 +20,7 @@ use mlless_store::Channel;
 
 use crate::error::{Result, RuntimeError};
 use crate::messages::{Message, Removal, UPDATES, UpdateMessage};
-use crate::spec::Pattern;
+use mlless_job::Pattern;
 
 /// Topic of the chunks a scatter-reduce sends to their owners; the message of worker `w` for
 /// the owner in position `c` has the id `w · N + c`, `N` being the job's worker count.

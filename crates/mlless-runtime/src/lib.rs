@@ -5,25 +5,24 @@
 //! `mlless-data`, and the backends behind the traits of `mlless-store` (object store, channel)
 //! and `mlless-faas` (invoker); it knows no backend by name.
 //!
-//! A training job, as [`driver::train`] runs it: the driver writes a [`JobSpec`], invokes one
+//! A training job, as [`driver::train`] runs it: the driver writes a
+//! [`JobSpec`](mlless_job::JobSpec) (the job's plain data live in `mlless-job`), invokes one
 //! supervisor and P workers with a [`Payload`] each, and polls the supervisor's progress; every
 //! function calls [`run_function`] with its payload.
 
 pub mod bench;
 pub mod checkpoint;
-pub mod config;
 pub mod context;
 pub mod dataset;
 pub mod driver;
 pub mod error;
 mod exchange;
 pub mod export;
+pub mod fleet;
 pub mod function;
 pub mod messages;
 pub mod predict;
 pub mod prepare;
-pub mod record;
-pub mod spec;
 pub mod supervisor;
 pub mod worker;
 
@@ -67,15 +66,10 @@ pub mod fuzzing {
     }
 }
 
-pub use config::{ConfigError, SecretUrl, TrainingConfig};
 pub use driver::{
-    DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress, ModelChoice, TrainOptions,
-    ValidationOptions, resume, train,
+    DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress, TrainOptions, ValidationOptions,
+    resume, train,
 };
 pub use error::{Result, RuntimeError};
 pub use function::{Payload, Start, run_function};
 pub use prepare::{PrepareOptions, TestSet, ValidationSet, prepare};
-pub use record::RunRecord;
-pub use spec::{
-    Algorithm, EvalEvery, Fault, JobSpec, Pattern, StopCriteria, SyncMode, ValidationConfig,
-};

@@ -32,8 +32,8 @@ use mlless_store::Store;
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::messages::{Message, StoredModel};
-use crate::record::{MODEL_KEY, RECORD_KEY, RunRecord};
-use crate::spec::{JobSpec, SPEC_KEY};
+use mlless_job::record::{MODEL_KEY, RECORD_KEY, RunRecord};
+use mlless_job::{JobSpec, SPEC_KEY};
 
 /// A trained model with what scoring new input needs.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mlless_runtime::RunRecord;
+use mlless_job::RunRecord;
 use mlless_runtime::dataset::{Dataset, Split};
 
 /// The binary under test.
@@ -223,7 +223,7 @@ pub fn stored_params(record: &RunRecord) -> Vec<f32> {
     use mlless_runtime::messages::Message;
     let bytes = block_on(async {
         let run = mlless_store::Store::open(&record.spec.run_url).expect("run store opens");
-        run.get(mlless_runtime::record::MODEL_KEY)
+        run.get(mlless_job::record::MODEL_KEY)
             .await
             .expect("model exists")
     });

@@ -17,16 +17,17 @@ use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::first_message;
+use crate::fleet::Fleet;
 use crate::function::Start;
 use crate::messages::{
     FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, ReplicaMessage,
     SCALE_IN_KEY, STATS, StatsMessage, StoredModel,
 };
-use crate::record::{
+use mlless_job::Fault;
+use mlless_job::SUPERVISOR_ROLE;
+use mlless_job::record::{
     EvalPoint, MODEL_KEY, RECORD_KEY, RECORD_VERSION, RunRecord, StepRecord, WorkerStep,
 };
-use crate::spec::Fault;
-use crate::spec::Fleet;
 use mlless_store::ChannelError;
 
 mod scale_in;
@@ -43,9 +44,6 @@ const DIVERGED_LOSS: f64 = 1e6;
 
 /// How often the supervisor refreshes its progress report.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
-
-/// The role name of the supervisor, as invocations and checkpoints name it.
-pub const SUPERVISOR_ROLE: &str = "supervisor";
 
 /// The supervisor's whole state between two steps: what a new invocation resumes from.
 #[derive(Debug, Serialize, Deserialize)]
@@ -171,9 +169,9 @@ pub mod fuzzing {
 pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     let spec = &ctx.spec;
     let generation = start.generation;
-    let mut lifetime = Lifetime::new(spec.limits.timeout);
+    let mut lifetime = Lifetime::new(spec.training.limits.timeout);
     let faults = if start.recovery == 0 {
-        spec.faults.clone()
+        spec.training.faults.clone()
     } else {
         Vec::new()
     };
@@ -190,9 +188,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             // tuner removes workers: each one's last statistics say so, and it is not waited
             // for after that.
             active: ctx.workers(),
-            fleet: Fleet::new(spec.workers),
-            scale_in: match &spec.scale_in {
-                Some(config) => Some(ScaleIn::new(config.clone(), spec.workers)?),
+            fleet: Fleet::new(spec.training.workers),
+            scale_in: match &spec.training.scale_in {
+                Some(config) => Some(ScaleIn::new(config.clone(), spec.training.workers)?),
                 None => None,
             },
             retained_from: 0,
@@ -227,7 +225,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
                 format!("statistics of worker {from} for step {step}")
             })?);
         }
-        if spec.checkpoint_every == 0 {
+        if spec.training.checkpoint_every == 0 {
             ctx.channel.discard(STATS, step, &active).await?;
         }
         let mut total = BatchLoss::default();
@@ -261,7 +259,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         {
             let snapshot = read_snapshot(&ctx, step, worker).await?;
             validation.read.push((step, worker));
-            if spec.checkpoint_every == 0 {
+            if spec.training.checkpoint_every == 0 {
                 validation.discard_read(&ctx, u64::MAX).await?;
             }
             if let Some(params) = snapshot {
@@ -312,7 +310,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             break;
         }
         state.step += 1;
-        let every = spec.checkpoint_every;
+        let every = spec.training.checkpoint_every;
         if every > 0 && state.step.is_multiple_of(every) {
             checkpoint::save(&ctx.run_store, SUPERVISOR_ROLE, state.step, every, &state).await?;
             // A replacement re-sends the statistics it replays; those before the checkpoint
@@ -432,7 +430,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         epochs,
         stop_reason: stopper
             .reason
-            .unwrap_or_else(|| format!("reached --max-epochs {}", spec.stop.max_epochs)),
+            .unwrap_or_else(|| format!("reached --max-epochs {}", spec.training.stop.max_epochs)),
         metrics,
         invocations: Vec::new(),
         bill: None,
@@ -462,7 +460,7 @@ async fn collect_stats(
     active: &[u32],
 ) -> Result<Vec<bytes::Bytes>> {
     let spec = &ctx.spec;
-    let Some(deadline) = spec.worker_deadline_s.map(Duration::from_secs_f64) else {
+    let Some(deadline) = spec.training.worker_deadline_s.map(Duration::from_secs_f64) else {
         return Ok(ctx
             .channel
             .collect(STATS, step, active, spec.collect_timeout())
@@ -477,7 +475,8 @@ async fn collect_stats(
                 // late ones, if that tells nothing).
                 let mut silent = Vec::new();
                 for &worker in &missing {
-                    let (topic, id) = first_message(spec.pattern, worker, spec.workers)?;
+                    let (topic, id) =
+                        first_message(spec.training.pattern, worker, spec.training.workers)?;
                     if ctx.channel.poll(topic, step, &[id]).await?[0].is_none() {
                         silent.push(worker);
                     }

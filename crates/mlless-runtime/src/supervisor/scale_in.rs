@@ -8,7 +8,7 @@ use tracing::info;
 
 use crate::error::{Result, RuntimeError};
 use crate::messages::{Removal, StatsMessage};
-use crate::record::{RemovalRecord, ScaleInRecord};
+use mlless_job::record::{RemovalRecord, ScaleInRecord};
 
 /// The scale-in auto-tuner in the supervisor (DESIGN §6): feeds it each step, asks it for a
 /// decision, picks the worker to remove and keeps the record of it all.

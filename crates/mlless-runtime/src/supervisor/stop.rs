@@ -22,11 +22,11 @@ pub(super) struct Stopper {
 }
 
 impl Stopper {
-    pub(super) fn new(spec: &crate::spec::JobSpec) -> Self {
+    pub(super) fn new(spec: &mlless_job::JobSpec) -> Self {
         Self {
-            target: spec.stop.target_loss,
-            patience: spec.stop.target_patience.max(1),
-            max_time: spec.stop.max_time_s.map(Duration::from_secs_f64),
+            target: spec.training.stop.target_loss,
+            patience: spec.training.stop.target_patience.max(1),
+            max_time: spec.training.stop.max_time_s.map(Duration::from_secs_f64),
             below_target: 0,
             reason: None,
         }

@@ -9,8 +9,8 @@ use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::messages::{EVAL, Message, ReplicaMessage, ValidationProgress};
-use crate::record::{EvalPoint, TargetRecord, ValidationRecord};
-use crate::spec::ValidationConfig;
+use mlless_job::ValidationConfig;
+use mlless_job::record::{EvalPoint, TargetRecord, ValidationRecord};
 
 /// Evaluates `params` on every test minibatch.
 pub(super) async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metrics> {

@@ -12,7 +12,7 @@ use mlless_store::{Channel, ChannelError, WorkerId};
 use super::Worker;
 use crate::exchange::SCATTER;
 use crate::messages::UPDATES;
-use crate::spec::Fault;
+use mlless_job::Fault;
 
 impl Worker {
     /// Injects the faults due at the start of `step` (test aid).
@@ -25,7 +25,7 @@ impl Worker {
                 }
                 Fault::ExceedMemory { worker, step: at } if worker == self.id && at == step => {
                     tracing::error!(worker, step, "fault injection: exceeding the memory cap");
-                    let bytes = (self.ctx.spec.limits.memory_mb as usize + 256) << 20;
+                    let bytes = (self.ctx.spec.training.limits.memory_mb as usize + 256) << 20;
                     let hog = vec![1u8; bytes];
                     // Touch it, so that it is resident, and keep it while the invoker notices.
                     std::hint::black_box(&hog);

@@ -20,7 +20,7 @@ impl Worker {
     /// after `--max-epochs` iterations (each reads the whole data set once).
     pub(super) async fn run_kmeans(&mut self, k: u32, features: u32) -> Result<End> {
         let spec = self.ctx.spec.clone();
-        let tolerance = spec.stop.tolerance.unwrap_or(0.0);
+        let tolerance = spec.training.stop.tolerance.unwrap_or(0.0);
         if self.next_step == 0 {
             self.params = self.seed_kmeans(k, features).await?;
         }
@@ -87,7 +87,8 @@ impl Worker {
                 }
                 _ => false,
             };
-            let last = exchanged.stop || converged || step + 1 >= u64::from(spec.stop.max_epochs);
+            let last =
+                exchanged.stop || converged || step + 1 >= u64::from(spec.training.stop.max_epochs);
             let computed = Computed {
                 started,
                 loss,
@@ -123,7 +124,7 @@ impl Worker {
                     .await?,
             );
         }
-        kmeans_plus_plus(&sample, k, features, self.ctx.spec.seed).map_err(|source| {
+        kmeans_plus_plus(&sample, k, features, self.ctx.spec.training.seed).map_err(|source| {
             RuntimeError::Model {
                 location: format!("k-means++ seeding on the first {batches} minibatches"),
                 source,

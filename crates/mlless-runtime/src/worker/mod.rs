@@ -55,12 +55,13 @@ use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic};
+use crate::fleet::Fleet;
 use crate::function::Start;
 use crate::messages::{
     EVAL, FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
     StatsMessage, UpdateMessage,
 };
-use crate::spec::{Algorithm, Fault, Fleet, JobSpec, SyncMode};
+use mlless_job::{Algorithm, Fault, JobSpec, SyncMode, worker_role};
 
 pub use lloyd::KMEANS_SEED_BATCHES;
 pub use state::fuzzing;
@@ -89,7 +90,7 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
     }
     worker.replaying = start.recovery > 0;
     if start.recovery == 0 {
-        worker.faults = worker.ctx.spec.faults.clone();
+        worker.faults = worker.ctx.spec.training.faults.clone();
         worker.exchange_channel =
             FaultyChannel::wrap(worker.ctx.channel.clone(), id, &worker.faults);
     }
@@ -103,11 +104,6 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
         End::Last(step) => worker.finish(step).await,
         End::HandOff => worker.hand_off(generation + 1).await,
     }
-}
-
-/// The role name of worker `id`, as invocations and checkpoints name it.
-pub fn worker_role(id: u32) -> String {
-    format!("worker-{id}")
 }
 
 /// The loop a worker runs, one per family of synchronisation protocols, each in its own module.
@@ -134,7 +130,7 @@ impl Protocol {
     fn of(spec: &JobSpec) -> Self {
         match spec.model.training() {
             Training::Lloyd { k, features } => Self::Lloyd { k, features },
-            Training::Gradients => match spec.sync {
+            Training::Gradients => match spec.training.sync {
                 SyncMode::Bsp | SyncMode::Isp { .. } => Self::Synchronous,
                 SyncMode::Ssp { .. } | SyncMode::Asp => Self::Stale,
             },
@@ -222,9 +218,9 @@ struct Computed {
 impl Worker {
     fn new(ctx: JobContext, id: u32) -> Self {
         let spec = &ctx.spec;
-        let params = spec.model.init_params(spec.seed);
+        let params = spec.model.init_params(spec.training.seed);
         let (params_copy, n) = (params.clone(), params.len());
-        let (algorithm, timeout) = (spec.algorithm, spec.limits.timeout);
+        let (algorithm, timeout) = (spec.training.algorithm, spec.training.limits.timeout);
         let protocol = Protocol::of(spec);
         let optimizer = mlless_core::build_optimizer(&spec.optimizer, params.len());
         let accumulator = GradientAccumulator::new(params.len());
@@ -232,7 +228,7 @@ impl Worker {
             .filter(|f| !f.is_identity())
             .map(|f| UpdateFilter::new(params.len(), f));
         let reader = BatchReader::new(&ctx);
-        let fleet = Fleet::new(spec.workers);
+        let fleet = Fleet::new(spec.training.workers);
         let workers = ctx.workers();
         let exchange_channel = ctx.channel.clone();
         let me = workers.iter().position(|&w| w == id).unwrap_or(0);
@@ -286,7 +282,7 @@ impl Worker {
             &worker_role(self.id),
             generation,
             self.next_step,
-            spec.checkpoint_every,
+            spec.training.checkpoint_every,
             &self.snapshot(),
         )
         .await?;
@@ -310,7 +306,7 @@ impl Worker {
         exchanged: bool,
         last: bool,
     ) -> Result<()> {
-        let every = self.ctx.spec.checkpoint_every;
+        let every = self.ctx.spec.training.checkpoint_every;
         if every == 0 {
             if exchanged && let Some(previous) = step.checked_sub(round) {
                 self.exchange(self.fleet.workers(previous))
@@ -388,7 +384,7 @@ impl Worker {
             }
             _ => epoch,
         };
-        let lr = spec.schedule.rate(spec.lr, epoch);
+        let lr = spec.training.schedule.rate(spec.lr, epoch);
         let delta = self.optimizer.step(&self.params, &gradient, lr);
         let computed = Computed {
             started,
@@ -406,7 +402,7 @@ impl Worker {
     async fn poll_stop(&mut self) -> Result<bool> {
         if !self.stop_seen && self.last_stop_poll.is_none_or(|t| t.elapsed() >= STOP_POLL) {
             self.stop_seen = self.ctx.channel.get_key(STOP_KEY).await?.is_some();
-            if self.ctx.spec.scale_in.is_some()
+            if self.ctx.spec.training.scale_in.is_some()
                 && let Some(bytes) = self.ctx.channel.get_key(SCALE_IN_KEY).await?
             {
                 let request: Removal =
@@ -454,9 +450,9 @@ impl Worker {
     fn exchange_of<'a>(&'a self, workers: &'a [u32], dim: usize) -> Exchange<'a> {
         Exchange {
             channel: &*self.exchange_channel,
-            job_workers: self.ctx.spec.workers,
+            job_workers: self.ctx.spec.training.workers,
             timeout: self.ctx.spec.collect_timeout(),
-            pattern: self.ctx.spec.pattern,
+            pattern: self.ctx.spec.training.pattern,
             worker: self.id,
             workers,
             dim,
@@ -551,7 +547,7 @@ impl Worker {
 
     /// Publishes this worker's model of `step` on [`EVAL`] for the supervisor to evaluate on
     /// the validation set, when the job has one, an evaluation is due after `step`
-    /// ([`EvalEvery::is_due`](crate::spec::EvalEvery::is_due)), and this worker leads the
+    /// ([`EvalEvery::is_due`](mlless_job::EvalEvery::is_due)), and this worker leads the
     /// step's fleet (under BSP every replica is the same; otherwise the leader's stands for
     /// them). The last step's model is not sent: the supervisor evaluates the final model
     /// itself. Returns whether it published.

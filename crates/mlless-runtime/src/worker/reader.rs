@@ -7,7 +7,7 @@ use tokio::task::JoinHandle;
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
-use crate::spec::batch_order;
+use crate::fleet::batch_order;
 
 /// Reads a worker's minibatches in the shared order, prefetching the next one.
 pub(super) struct BatchReader {
@@ -24,8 +24,8 @@ impl BatchReader {
         Self {
             dataset: ctx.dataset.clone(),
             batches: spec.train_batches,
-            seed: spec.seed,
-            order: (0, batch_order(spec.seed, 0, spec.train_batches)),
+            seed: spec.training.seed,
+            order: (0, batch_order(spec.training.seed, 0, spec.train_batches)),
             prefetched: None,
         }
     }

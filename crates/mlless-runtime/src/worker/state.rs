@@ -6,8 +6,8 @@ use mlless_core::{SparseVector, UpdateFilter};
 use super::stale::StaleState;
 use super::{RoundState, Worker};
 use crate::error::{Result, RuntimeError};
+use crate::fleet::Fleet;
 use crate::messages::{Message, Removal};
-use crate::spec::Fleet;
 
 /// A worker's whole state between two steps: what a new invocation resumes from.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -128,7 +128,7 @@ impl Worker {
         }
         if std::mem::discriminant(&saved.rounds) != std::mem::discriminant(&self.rounds)
             || saved.filter.is_some() != self.filter.is_some()
-            || saved.stale.is_some() && self.ctx.spec.sync.is_synchronous()
+            || saved.stale.is_some() && self.ctx.spec.training.sync.is_synchronous()
         {
             return Err(bad(
                 "it is of another algorithm, filter or synchronisation".to_string()

@@ -9,7 +9,7 @@ use tracing::debug;
 use super::{End, RoundState, Worker, ms};
 use crate::error::Result;
 use crate::exchange::{Exchanged, Traffic};
-use crate::spec::Algorithm;
+use mlless_job::Algorithm;
 
 impl Worker {
     /// BSP and ISP: every worker applies every step's updates before the next step. Returns the
@@ -19,8 +19,11 @@ impl Worker {
     /// [`Algorithm::round_steps`] steps and after the last one.
     pub(super) async fn run_synchronous(&mut self) -> Result<End> {
         let spec = self.ctx.spec.clone();
-        let positions = u64::from(spec.stop.max_epochs) * u64::from(spec.train_batches);
-        let round = spec.algorithm.round_steps(spec.train_batches, spec.workers);
+        let positions = u64::from(spec.training.stop.max_epochs) * u64::from(spec.train_batches);
+        let round = spec
+            .training
+            .algorithm
+            .round_steps(spec.train_batches, spec.training.workers);
         let mut step = self.next_step;
         loop {
             self.inject_faults(step);
@@ -108,7 +111,7 @@ impl Worker {
     fn local_step(&mut self, own: &SparseVector, lr: f32) {
         own.scaled_add_to(&mut self.params, 1.0);
         if let (RoundState::Admm { z, u }, Algorithm::Admm { rho, .. }) =
-            (&self.rounds, self.ctx.spec.algorithm)
+            (&self.rounds, self.ctx.spec.training.algorithm)
         {
             let c = lr * rho;
             for ((w, &z), &u) in self.params.iter_mut().zip(z).zip(u) {

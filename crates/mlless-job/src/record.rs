@@ -150,7 +150,7 @@ impl RunRecord {
     pub fn time_offset_s(&self) -> f64 {
         self.invocations
             .iter()
-            .find(|i| i.name == crate::supervisor::SUPERVISOR_ROLE)
+            .find(|i| i.name == crate::role::SUPERVISOR_ROLE)
             .map_or(0.0, |i| {
                 i.started_at_unix_ms.saturating_sub(self.started_at_unix_ms) as f64 / 1000.0
             })
@@ -171,7 +171,7 @@ impl RunRecord {
                 memory_mb: i.memory_mb,
             })
             .collect();
-        let channel = channel_kind(self.spec.channel.as_deref());
+        let channel = channel_kind(self.spec.training.channel.as_deref());
         let (services_per_s, storage_usd) = match &self.bill {
             Some(bill) if self.wall_s > 0.0 => (bill.services_usd / self.wall_s, bill.storage_usd),
             _ => (

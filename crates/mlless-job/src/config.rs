@@ -1,5 +1,5 @@
 //! The training options written once: [`TrainingConfig`], shared by the driver's
-//! [`TrainOptions`](crate::TrainOptions) and the [`JobSpec`](crate::JobSpec) the functions read,
+//! `TrainOptions` (in the runtime) and the [`JobSpec`](crate::JobSpec) the functions read,
 //! its one [`TrainingConfig::validate`], and [`SecretUrl`], the URL that redacts itself.
 //!
 //! A new training option that reaches the functions as the user gave it is a field of
@@ -13,8 +13,10 @@ use mlless_faas::Limits;
 use mlless_store::redact_url;
 use serde::{Deserialize, Serialize};
 
-use crate::driver::ModelChoice;
-use crate::spec::{Algorithm, Fault, Pattern, StopCriteria, SyncMode};
+use crate::fault::Fault;
+use crate::model::ModelChoice;
+use crate::protocol::{Algorithm, Pattern, SyncMode};
+use crate::spec::StopCriteria;
 
 /// A URL that may carry a credential (a channel's password, a token in a query). `Debug` and
 /// `Display` show it redacted ([`redact_url`]); only [`SecretUrl::as_str`] gives it as written,
@@ -69,7 +71,7 @@ impl std::fmt::Display for SecretUrl {
 }
 
 /// The options of a training job that reach every function as the user gave them. Both the
-/// driver's [`TrainOptions`](crate::TrainOptions) and the [`JobSpec`](crate::JobSpec) hold one
+/// driver's `TrainOptions` and the [`JobSpec`](crate::JobSpec) hold one
 /// (the spec flattened, so that `spec.json` keeps its field names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainingConfig {

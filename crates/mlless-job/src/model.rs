@@ -1,0 +1,96 @@
+//! [`ModelChoice`]: which model a user asks for (`--model`), before the data set fixes its shape.
+
+/// Which model to train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// Sparse logistic regression (`lr`).
+    LogisticRegression,
+    /// Probabilistic matrix factorisation with biases (`pmf`).
+    MatrixFactorization,
+    /// Linear SVM, hinge loss (`svm`).
+    Svm,
+    /// k-means clustering by distributed Lloyd steps (`kmeans`).
+    KMeans,
+    /// A dense network with one or two hidden layers (`mlp`).
+    Mlp,
+}
+
+impl ModelChoice {
+    /// Every model, in the order `--help` lists them.
+    pub const ALL: [ModelChoice; 5] = [
+        Self::LogisticRegression,
+        Self::MatrixFactorization,
+        Self::Svm,
+        Self::KMeans,
+        Self::Mlp,
+    ];
+
+    /// The name `--model` takes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::LogisticRegression => "lr",
+            Self::MatrixFactorization => "pmf",
+            Self::Svm => "svm",
+            Self::KMeans => "kmeans",
+            Self::Mlp => "mlp",
+        }
+    }
+}
+
+impl ModelChoice {
+    /// One line on what the model is, for `--help`.
+    pub fn description(&self) -> &'static str {
+        match self {
+            Self::LogisticRegression => "Sparse logistic regression with L2 (log loss)",
+            Self::MatrixFactorization => {
+                "Probabilistic matrix factorisation with user and item biases (squared error)"
+            }
+            Self::Svm => "Linear support vector machine (hinge loss, L2)",
+            Self::KMeans => {
+                "k-means clustering (distributed Lloyd steps, k-means++ seeding; see --k, --tolerance)"
+            }
+            Self::Mlp => {
+                "Dense network with one or two ReLU hidden layers, softmax cross-entropy (see \
+                 --hidden, --classes)"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ModelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name `--model` does not take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown model {0:?} (one of: lr, pmf, svm, kmeans, mlp)")]
+pub struct UnknownModel(pub String);
+
+impl std::str::FromStr for ModelChoice {
+    type Err = UnknownModel;
+
+    fn from_str(name: &str) -> Result<Self, UnknownModel> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| UnknownModel(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_parses_from_its_name_and_nothing_else_does() {
+        for model in ModelChoice::ALL {
+            assert_eq!(model.name().parse::<ModelChoice>(), Ok(model));
+        }
+        assert_eq!(
+            "LR".parse::<ModelChoice>(),
+            Err(UnknownModel("LR".to_owned()))
+        );
+    }
+}
