@@ -26,7 +26,9 @@
 //! function that implements the same protocol.
 
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::clock::unix_ms;
 
 use crate::{
     FunctionRequest, Invocation, InvocationReport, Invoker, Limits, LocalInvoker, Outcome,
@@ -208,11 +210,6 @@ async fn run(
 ) -> InvocationReport {
     let invocation = start(invoker, name, &behaviour, limits).await;
     finish(invocation, limits).await
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A function that succeeds is reported as such, with a plausible start, a duration, its pid

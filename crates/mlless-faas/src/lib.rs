@@ -57,6 +57,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod clock;
 pub mod conformance;
 pub mod lambda;
 mod local;

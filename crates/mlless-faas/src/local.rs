@@ -6,7 +6,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::clock::unix_ms;
 
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
@@ -402,11 +404,6 @@ fn kib_to_mb(kib: u64) -> f64 {
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock set before 1970).
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// Warns, once per process, that memory caps are not enforced on this platform.
 fn warn_memory_unwatched() {
     static WARNED: std::sync::Once = std::sync::Once::new();

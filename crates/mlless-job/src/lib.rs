@@ -27,5 +27,5 @@ pub use fault::Fault;
 pub use model::{ModelChoice, UnknownModel};
 pub use protocol::{Algorithm, DEFAULT_ADMM_RHO, Pattern, SyncMode};
 pub use record::RunRecord;
-pub use role::{SUPERVISOR_ROLE, worker_role};
+pub use role::{SUPERVISOR_ROLE, roles, worker_role};
 pub use spec::{AUTO_EVAL_SECONDS, EvalEvery, JobSpec, SPEC_KEY, StopCriteria, ValidationConfig};

@@ -18,6 +18,8 @@ use std::time::Duration;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 use mlless_store::Channel;
 
+use mlless_faas::clock::now_unix_ms_f64;
+
 use crate::error::{Result, RuntimeError};
 use crate::messages::{Message, Removal, UPDATES, UpdateMessage};
 use mlless_job::Pattern;
@@ -297,7 +299,7 @@ impl Exchange<'_> {
         traffic.bytes_sent += bytes.len() as u64;
         traffic.messages_sent += 1;
         traffic.entries_sent += message.delta.nnz() as u64;
-        traffic.published_unix_ms = crate::worker::unix_ms();
+        traffic.published_unix_ms = now_unix_ms_f64();
         self.channel.publish(topic, step, id, bytes).await?;
         Ok(())
     }

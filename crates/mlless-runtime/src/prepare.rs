@@ -230,9 +230,7 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
                 _ => None,
             },
         },
-        created_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created_unix_s: mlless_faas::clock::unix_ms(std::time::SystemTime::now()) / 1000,
         schema: Some(InputSchema {
             zero_based: layout.zero_based,
             csv_columns: layout.csv_columns,

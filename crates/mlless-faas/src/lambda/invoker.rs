@@ -304,9 +304,7 @@ impl LambdaInvoker {
         request: FunctionRequest,
         kill: KillSwitch,
     ) -> Result<InvocationReport, InvokeError> {
-        let started_at_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let started_at_unix_ms = crate::clock::unix_ms(SystemTime::now());
         let started = Instant::now();
         let name = request.name.clone();
         let limits = request.limits;

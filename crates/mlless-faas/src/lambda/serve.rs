@@ -1,7 +1,9 @@
 //! The function end: serve Lambda invocations with the official runtime client.
 
 use std::future::Future;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
+
+use crate::clock::unix_ms;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -34,12 +36,6 @@ pub enum ServeError {
 }
 
 /// Now, in milliseconds since the Unix epoch (the unit of the runtime's deadline).
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Checks the variables the runtime client reads (it panics on a missing one).
 fn check_environment() -> Result<(), ServeError> {
     for variable in [
@@ -88,7 +84,7 @@ where
         let lifetime_s = event
             .context
             .deadline
-            .saturating_sub(unix_ms())
+            .saturating_sub(unix_ms(SystemTime::now()))
             .div_ceil(1000) as f64;
         procfs::reset_own_peak();
         info!(request = %event.context.request_id, "invocation started");

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use mlless_core::{Batch, BatchLoss, TunerConfig};
 use tracing::info;
 
+use mlless_faas::clock::now_unix_ms_f64;
+
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::dataset::Split;
@@ -80,7 +82,7 @@ impl SupervisorState {
     /// elapsed time is computed from it), workers listed once each, a valid tuner config.
     fn check(&self) -> std::result::Result<(), String> {
         if !(self.started_unix_ms.is_finite()
-            && (0.0..=unix_ms() + 86_400_000.0).contains(&self.started_unix_ms))
+            && (0.0..=now_unix_ms_f64() + 86_400_000.0).contains(&self.started_unix_ms))
         {
             return Err(format!(
                 "it started at {} ms since the Unix epoch",
@@ -180,7 +182,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     } else {
         SupervisorState {
             step: 0,
-            started_unix_ms: unix_ms(),
+            started_unix_ms: now_unix_ms_f64(),
             steps: Vec::new(),
             stopper: Stopper::new(spec),
             diverged: None,
@@ -204,7 +206,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     // The validation minibatches, read once, at the first evaluation.
     let mut validation_set: Option<Vec<Batch>> = None;
     let elapsed = |state: &SupervisorState| {
-        Duration::from_secs_f64(((unix_ms() - state.started_unix_ms) / 1000.0).max(0.0))
+        Duration::from_secs_f64(((now_unix_ms_f64() - state.started_unix_ms) / 1000.0).max(0.0))
     };
     let mut last_progress: Option<Instant> = None;
     let manifest = ctx.dataset.manifest();
@@ -423,7 +425,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         // The record is for people and reports: never the channel's credentials.
         spec: spec.redacted(),
         started_at_unix_ms: 0,
-        wall_s: (unix_ms() - started_unix_ms) / 1000.0,
+        wall_s: (now_unix_ms_f64() - started_unix_ms) / 1000.0,
         train_samples: manifest.train.samples,
         test_samples: manifest.test.samples,
         steps,
@@ -545,10 +547,6 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
         started_unix_ms: s.started_unix_ms,
         published_unix_ms: s.published_unix_ms,
     }
-}
-
-fn unix_ms() -> f64 {
-    crate::worker::unix_ms()
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {

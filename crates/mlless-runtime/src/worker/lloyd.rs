@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use mlless_core::{BatchLoss, LloydSums, SparseVector, WireDelta, kmeans_plus_plus};
 
-use super::{Computed, End, RoundState, Worker, ms, unix_ms};
+use mlless_faas::clock::now_unix_ms_f64;
+
+use super::{Computed, End, RoundState, Worker, ms};
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::Traffic;
@@ -35,7 +37,7 @@ impl Worker {
             self.inject_faults(step);
             let workers = self.fleet.workers(step).to_vec();
             let started = Instant::now();
-            let started_unix_ms = unix_ms();
+            let started_unix_ms = now_unix_ms_f64();
             let (mut read, mut compute) = (Duration::ZERO, Duration::ZERO);
             let mut sums = LloydSums::new(k, features);
             for s in 0..shard {

@@ -40,7 +40,7 @@ mod state;
 mod synchronous;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mlless_core::Training;
 use mlless_core::{
@@ -50,6 +50,8 @@ use mlless_core::{
 use mlless_store::Channel;
 use tokio::task::JoinHandle;
 use tracing::debug;
+
+use mlless_faas::clock::now_unix_ms_f64;
 
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
@@ -345,7 +347,7 @@ impl Worker {
     /// Reads the step's minibatch and computes the optimiser's delta on it.
     async fn compute(&mut self, step: u64) -> Result<(Computed, SparseVector)> {
         let started = Instant::now();
-        let started_unix_ms = unix_ms();
+        let started_unix_ms = now_unix_ms_f64();
         let (pos, next) = match self.rounds {
             // ADMM: each worker passes over its own shard of epoch 0's order again and again.
             RoundState::Admm { .. } => (
@@ -663,12 +665,6 @@ impl Worker {
 }
 
 /// Milliseconds since the Unix epoch, for the timestamps of the run record.
-pub(crate) fn unix_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-}
-
 async fn join(handle: JoinHandle<Result<()>>) -> Result<()> {
     handle
         .await

@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use tracing::debug;
 
-use super::{End, Worker, ms, unix_ms};
+use mlless_faas::clock::now_unix_ms_f64;
+
+use super::{End, Worker, ms};
 use crate::error::{Result, RuntimeError};
 use crate::exchange::Traffic;
 use crate::messages::{Message, UPDATES, UpdateMessage};
@@ -196,7 +198,7 @@ impl Worker {
         traffic.bytes_sent += bytes.len() as u64;
         traffic.messages_sent += 1;
         traffic.entries_sent += message.delta.nnz() as u64;
-        traffic.published_unix_ms = unix_ms();
+        traffic.published_unix_ms = now_unix_ms_f64();
         self.ctx
             .channel
             .publish(UPDATES, message.step, self.id, bytes)

@@ -1,0 +1,310 @@
+//! The defaults of the hyperparameters per model, and what they are derived from in the data set
+//! (the positive rate of sparse LR, the rating counts of PMF).
+
+use mlless_core::OptimizerKind;
+use tracing::warn;
+
+use crate::dataset::Dataset;
+use crate::error::{Result, RuntimeError};
+use mlless_job::ModelChoice;
+
+/// Hyperparameters that have defaults per model (see [`Defaults`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hyperparameters {
+    /// Learning rate.
+    pub lr: Option<f32>,
+    /// L2 regularisation.
+    pub l2: Option<f32>,
+    /// Latent factors (PMF).
+    pub factors: Option<u32>,
+    /// Coefficient of the count-aware prior (PMF).
+    pub prior: Option<f32>,
+    /// Clusters (k-means).
+    pub clusters: Option<u32>,
+    /// Widths of the hidden layers (MLP).
+    pub hidden: Option<Vec<u32>>,
+    /// Classes (MLP; labels are class ids `0..classes`).
+    pub classes: Option<u32>,
+}
+
+/// Clusters of k-means when `--k` is not given.
+pub const DEFAULT_CLUSTERS: u32 = 8;
+/// Hidden layers of the MLP when `--hidden` is not given.
+pub const DEFAULT_HIDDEN: &[u32] = &[64];
+/// k-means stops once the inertia changes by less than this fraction, unless told otherwise.
+pub const DEFAULT_TOLERANCE: f64 = 1e-4;
+
+/// The defaults of the hyperparameters, chosen to be robust across data sets rather than tuned
+/// to one (gradients are means over a minibatch; L2 is per example; the CLI's default schedule
+/// is lr / sqrt(epoch + 1)).
+///
+/// Sparse LR's default learning rate with momentum, Nesterov or SGD is per sample: `lr` is the
+/// rate for a global batch (workers × minibatch) of [`LR_REFERENCE_BATCH`] samples, and
+/// [`Defaults::lr_for`] scales it in proportion to the global batch of the run (with MA and
+/// ADMM too, whose local steps are averaged over the workers). A step of P workers then moves the model as far as P steps of
+/// one worker, so an epoch makes the same progress whatever P and the batch size: with a fixed
+/// rate, 4 workers took 4 times fewer, equally long steps per epoch and ended 7% (at 8 workers
+/// 12%) further from the optimum after 40 epochs on web-like data (3% positive, 300 binary
+/// features). On imbalanced data the rate also grows by [`imbalance_factor`] (the log loss is
+/// flatter there), and the bias starts at the training set's log-odds ([`initial_bias`],
+/// estimated by [`estimate_positive_rate`]) so that the larger step does not first overshoot
+/// from a model predicting 0.5. Momentum stays stable up to the cap of 16 times the rate.
+///
+/// Sparse LR defaults to momentum SGD: on sparse data with a long tail of rare features,
+/// Adam's per-coordinate step sizes give a rare feature as large a step as a frequent one, and it
+/// overfits the tail (on the synthetic Zipf data of `generate sparse-lr`, 3% worse test log loss
+/// than momentum after 10 epochs). PMF defaults to Adam: a user's or item's rows appear in few
+/// minibatches and their batch-mean gradients are small, which plain SGD would need a learning
+/// rate proportional to the batch size to follow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Defaults {
+    /// Optimiser.
+    pub optimizer: OptimizerKind,
+    /// Learning rate.
+    pub lr: f32,
+    /// L2 regularisation.
+    pub l2: f32,
+    /// Latent factors.
+    pub factors: u32,
+    /// Coefficient of matrix factorisation's count-aware prior (0 for the other models).
+    pub prior: f32,
+}
+
+/// Matrix factorisation's default per-example L2. With [`PMF_PRIOR`], chosen on MovieLens
+/// ml-latest-small and on synthetic low-rank ratings together: per-example L2 alone either
+/// lets the many users and items with few ratings overfit (real ratings: the validation RMSE
+/// rises 2.3% from its best by epoch 40 at 0.1) or shrinks a dense data set's true factors
+/// (synthetic: 13% above the noise floor at 0.2).
+pub const PMF_L2: f32 = 0.05;
+
+/// Matrix factorisation's default count-aware prior: each user and item gets `PMF_PRIOR / n`
+/// more L2 per rating when it has `n` training ratings, so that one with 3 ratings is held
+/// near its bias while one with 500 is fit almost freely; see [`PMF_L2`].
+pub const PMF_PRIOR: f32 = 10.0;
+
+/// The global batch (samples per step over all workers) at which sparse LR's default learning
+/// rate is [`Defaults::lr`]; see [`Defaults::lr_for`].
+pub const LR_REFERENCE_BATCH: u64 = 1000;
+
+/// The largest factor by which [`Defaults::lr_for`] scales the rate up: beyond it momentum's
+/// step risks the stability limit (tested on the web-like, a9a-like and balanced sets with 4
+/// to 16 workers).
+pub const LR_MAX_SCALE: f64 = 16.0;
+
+/// The largest factor of [`imbalance_factor`].
+pub const IMBALANCE_MAX: f64 = 8.0;
+
+/// How much smaller the log loss's curvature is on data with positive rate `r` than on data
+/// with 25% positives, `0.1875 / (r (1 − r))`, between 1 and [`IMBALANCE_MAX`]: 1 from 25% to 75%
+/// positive, 1.03 at 24% (a9a), 6.4 at 3%, 8 from about 2.4% down.
+///
+/// The curvature of the mean log loss along the bias is `mean p (1 − p)`, about `r (1 − r)`
+/// once the model predicts the base rate, and along a weight the same times its feature's
+/// frequency: on 3% positives it is 6 times smaller than on balanced data, and a rate that is
+/// safe on balanced data crawls there.
+pub fn imbalance_factor(positive_rate: f64) -> f64 {
+    let r = positive_rate.clamp(1e-6, 1.0 - 1e-6);
+    (0.1875 / (r * (1.0 - r))).clamp(1.0, IMBALANCE_MAX)
+}
+
+/// The log-odds `ln(r / (1 − r))` of positive rate `r` (clamped to [0.001, 0.999]): sparse LR's
+/// initial bias, so that training starts at the base rate rather than at 0.5.
+pub fn initial_bias(positive_rate: f64) -> f32 {
+    let r = positive_rate.clamp(0.001, 0.999);
+    (r / (1.0 - r)).ln() as f32
+}
+
+impl Defaults {
+    /// The default learning rate for a step over `global_batch` samples (workers × minibatch)
+    /// on data with `positive_rate` positives. For sparse LR with momentum, Nesterov or SGD:
+    /// `lr` × `global_batch / LR_REFERENCE_BATCH` × [`imbalance_factor`]`(positive_rate)`, at
+    /// most [`LR_MAX_SCALE`] × `lr`; other models and Adam (whose steps do not grow with the
+    /// gradient): `lr` as it is.
+    pub fn lr_for(&self, model: ModelChoice, global_batch: u64, positive_rate: f64) -> f32 {
+        match (model, self.optimizer) {
+            (
+                ModelChoice::LogisticRegression,
+                OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd,
+            ) => {
+                let scale = (global_batch.max(1) as f64 / LR_REFERENCE_BATCH as f64)
+                    * imbalance_factor(positive_rate);
+                (f64::from(self.lr) * scale.min(LR_MAX_SCALE)) as f32
+            }
+            _ => self.lr,
+        }
+    }
+
+    /// The defaults for a model, with the optimiser the user chose (or the model's default).
+    pub fn for_model(model: ModelChoice, optimizer: Option<OptimizerKind>) -> Self {
+        use OptimizerKind::{Adam, Momentum, Nesterov, Sgd};
+        match model {
+            ModelChoice::LogisticRegression => {
+                let optimizer = optimizer.unwrap_or(Momentum);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Momentum | Nesterov => 0.5,
+                        Sgd => 3.0,
+                        Adam => 0.003,
+                    },
+                    l2: 1e-4,
+                    factors: 0,
+                    prior: 0.0,
+                }
+            }
+            ModelChoice::MatrixFactorization => {
+                let optimizer = optimizer.unwrap_or(Adam);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Adam => 0.03,
+                        Momentum | Nesterov => 3.0,
+                        Sgd => 30.0,
+                    },
+                    l2: PMF_L2,
+                    factors: 10,
+                    prior: PMF_PRIOR,
+                }
+            }
+            // The hinge's gradient is the row itself wherever the margin is short, twice the
+            // logistic loss's typical size: half LR's step.
+            ModelChoice::Svm => {
+                let optimizer = optimizer.unwrap_or(Momentum);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Momentum | Nesterov => 0.2,
+                        Sgd => 1.0,
+                        Adam => 0.003,
+                    },
+                    l2: 1e-4,
+                    factors: 0,
+                    prior: 0.0,
+                }
+            }
+            // Lloyd steps take no learning rate or optimiser.
+            ModelChoice::KMeans => Self {
+                optimizer: optimizer.unwrap_or(Sgd),
+                lr: 0.0,
+                l2: 0.0,
+                factors: 0,
+                prior: 0.0,
+            },
+            // Adam, as for most small dense networks: robust to the scale of the inputs.
+            ModelChoice::Mlp => {
+                let optimizer = optimizer.unwrap_or(Adam);
+                Self {
+                    optimizer,
+                    lr: match optimizer {
+                        Adam => 0.01,
+                        Momentum | Nesterov => 0.1,
+                        Sgd => 0.5,
+                    },
+                    l2: 1e-4,
+                    factors: 0,
+                    prior: 0.0,
+                }
+            }
+        }
+    }
+}
+
+/// Minibatches of the training split that [`estimate_positive_rate`] reads at most.
+const RATE_SAMPLE_BATCHES: usize = 8;
+
+/// The fraction of positive labels in up to [`RATE_SAMPLE_BATCHES`] training minibatches spread
+/// evenly over the split (the same ones every time); 0.5 for a split without rows.
+pub async fn estimate_positive_rate(dataset: &Dataset) -> Result<f64> {
+    let batches = dataset.batches(crate::dataset::Split::Train);
+    let take = batches.min(RATE_SAMPLE_BATCHES);
+    let (mut positives, mut rows) = (0.0_f64, 0_u64);
+    for k in 0..take {
+        let batch = dataset
+            .read_batch(crate::dataset::Split::Train, k * batches / take)
+            .await?;
+        if let mlless_core::Batch::Sparse(sparse) = batch {
+            positives += sparse.labels.iter().map(|&l| f64::from(l)).sum::<f64>();
+            rows += sparse.rows() as u64;
+        }
+    }
+    Ok(if rows == 0 {
+        0.5
+    } else {
+        positives / rows as f64
+    })
+}
+
+/// The count-aware prior of a PMF run: the one asked for, or the default. It needs the data
+/// set's rating counts: without them (a data set prepared by an older mlless) a prior asked
+/// for is an error, and the default is left out with a warning.
+pub(super) fn pmf_prior(asked: Option<f32>, default: f32, dataset: &Dataset) -> Result<f32> {
+    if dataset.manifest().rating_counts.is_some() {
+        return Ok(asked.unwrap_or(default));
+    }
+    match asked {
+        Some(prior) if prior > 0.0 => Err(RuntimeError::InvalidJob(format!(
+            "--prior {prior} needs the rating counts of the data set, and {} has none (it was \
+             prepared by an older mlless): prepare it again",
+            dataset.url()
+        ))),
+        Some(_) => Ok(0.0),
+        None => {
+            if default > 0.0 {
+                warn!(
+                    data = dataset.url(),
+                    "the data set has no rating counts (it was prepared by an older mlless): \
+                     training without the count-aware prior; prepare it again to have it"
+                );
+            }
+            Ok(0.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparse_lr_default_rate_is_per_sample_and_grows_with_imbalance() {
+        let momentum = Defaults::for_model(ModelChoice::LogisticRegression, None);
+        assert_eq!(momentum.optimizer, OptimizerKind::Momentum);
+        let lr = |batch, rate| momentum.lr_for(ModelChoice::LogisticRegression, batch, rate);
+        assert_eq!(lr(1000, 0.5), 0.5);
+        assert_eq!(lr(4000, 0.5), 2.0);
+        assert_eq!(lr(250, 0.5), 0.125);
+        // From 25% to 75% positive as balanced, 24% almost (1.03); 3% takes 6.4 times the
+        // step; capped at 16 times.
+        assert_eq!(lr(1000, 0.25), 0.5);
+        assert_eq!(lr(1000, 0.75), 0.5);
+        assert!((lr(1000, 0.24) - 0.514).abs() < 1e-3);
+        assert!((f64::from(lr(1000, 0.03)) - 0.5 * 0.1875 / (0.03 * 0.97)).abs() < 1e-5);
+        assert_eq!(lr(1000, 0.001), 4.0);
+        assert_eq!(lr(1000, 0.999), 4.0);
+        assert_eq!(lr(64_000, 0.5), 8.0);
+        assert_eq!(lr(4000, 0.03), 8.0);
+        let sgd = Defaults::for_model(ModelChoice::LogisticRegression, Some(OptimizerKind::Sgd));
+        assert_eq!(sgd.lr_for(ModelChoice::LogisticRegression, 2000, 0.5), 6.0);
+        // Adam and the other models keep their rate.
+        let adam = Defaults::for_model(ModelChoice::LogisticRegression, Some(OptimizerKind::Adam));
+        assert_eq!(
+            adam.lr_for(ModelChoice::LogisticRegression, 8000, 0.03),
+            0.003
+        );
+        let pmf = Defaults::for_model(ModelChoice::MatrixFactorization, None);
+        assert_eq!(
+            pmf.lr_for(ModelChoice::MatrixFactorization, 8000, 0.5),
+            0.03
+        );
+        let svm = Defaults::for_model(ModelChoice::Svm, None);
+        assert_eq!(svm.lr_for(ModelChoice::Svm, 8000, 0.03), 0.2);
+    }
+
+    #[test]
+    fn initial_bias_is_the_log_odds() {
+        assert_eq!(initial_bias(0.5), 0.0);
+        assert!((initial_bias(0.03) - (0.03_f64 / 0.97).ln() as f32).abs() < 1e-6);
+        assert!(initial_bias(0.0).is_finite() && initial_bias(0.0) < -6.0);
+        assert!(initial_bias(1.0).is_finite() && initial_bias(1.0) > 6.0);
+    }
+}

@@ -1,0 +1,174 @@
+//! The job spec the driver derives from the options and the data set.
+
+use mlless_core::{ModelSpec, OptimizerConfig};
+use mlless_data::DatasetKind;
+
+use std::time::SystemTime;
+
+use mlless_faas::clock::unix_ms;
+
+use super::defaults::{
+    DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, Defaults, initial_bias, pmf_prior,
+};
+use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
+use crate::dataset::Dataset;
+use crate::error::{Result, RuntimeError};
+use mlless_job::ModelChoice;
+use mlless_job::config::TrainingConfig;
+use mlless_job::{JobSpec, StopCriteria, ValidationConfig};
+
+/// The job spec of `options` on `dataset`, run on `platform` (the invoker's); for LR,
+/// `positive_rate` is the training set's (estimated) fraction of positive labels.
+pub(super) fn job_spec(
+    options: &TrainOptions,
+    dataset: &Dataset,
+    positive_rate: Option<f64>,
+    platform: &str,
+) -> Result<JobSpec> {
+    let manifest = dataset.manifest();
+    let defaults = Defaults::for_model(options.model, options.optimizer);
+    let rate = positive_rate.unwrap_or(0.5);
+    let init_bias = initial_bias(rate);
+    let l2 = options.hyper.l2.unwrap_or(defaults.l2);
+    let model = match (options.model, &manifest.kind) {
+        (ModelChoice::LogisticRegression, DatasetKind::Sparse { features }) => {
+            ModelSpec::LogisticRegression {
+                features: *features,
+                l2,
+                init_bias,
+            }
+        }
+        (ModelChoice::Svm, DatasetKind::Sparse { features }) => ModelSpec::Svm {
+            features: *features,
+            l2,
+        },
+        (ModelChoice::KMeans, DatasetKind::Sparse { features }) => ModelSpec::KMeans {
+            features: *features,
+            k: options.hyper.clusters.unwrap_or(DEFAULT_CLUSTERS),
+        },
+        (ModelChoice::Mlp, DatasetKind::Sparse { features }) => ModelSpec::Mlp {
+            features: *features,
+            hidden: options
+                .hyper
+                .hidden
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HIDDEN.to_vec()),
+            classes: options.hyper.classes.unwrap_or(2),
+            l2,
+        },
+        (ModelChoice::MatrixFactorization, DatasetKind::Ratings { users, items, mean }) => {
+            ModelSpec::MatrixFactorization {
+                users: *users,
+                items: *items,
+                factors: options.hyper.factors.unwrap_or(defaults.factors).max(1),
+                l2,
+                mean: *mean,
+                init_std: 0.1,
+                prior: pmf_prior(options.hyper.prior, defaults.prior, dataset)?,
+            }
+        }
+        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{} holds labelled feature rows: train it with --model lr, svm, kmeans or \
+                 mlp, not pmf",
+                dataset.url()
+            )));
+        }
+        (choice, DatasetKind::Ratings { .. }) => {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{} holds ratings: train it with --model pmf, not {}",
+                dataset.url(),
+                choice.name()
+            )));
+        }
+    };
+    model
+        .validate()
+        .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+    let train_batches = u32::try_from(manifest.train.batches.len())
+        .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
+    let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
+    let job_id = format!(
+        "job-{}-{:04x}",
+        unix_ms(SystemTime::now()) / 1000,
+        rand::random::<u16>()
+    );
+    let runs = options.runs_url.as_ref().map_or_else(
+        || format!("{}/runs", options.data_url.as_str().trim_end_matches('/')),
+        |runs| runs.as_str().to_owned(),
+    );
+    let training = &options.training;
+    Ok(JobSpec {
+        run_url: format!("{}/{job_id}", runs.trim_end_matches('/')).into(),
+        job_id,
+        data_url: options.data_url.clone(),
+        model,
+        optimizer: OptimizerConfig::new(defaults.optimizer),
+        // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so
+        // that their per-sample progress is GA's at P times the minibatch too.
+        lr: options.hyper.lr.unwrap_or_else(|| {
+            defaults.lr_for(
+                options.model,
+                u64::from(training.workers) * u64::from(manifest.batch_size),
+                rate,
+            )
+        }),
+        train_batches,
+        platform: platform.to_owned(),
+        validation,
+        training: TrainingConfig {
+            stop: StopCriteria {
+                tolerance: training
+                    .stop
+                    .tolerance
+                    .or((options.model == ModelChoice::KMeans).then_some(DEFAULT_TOLERANCE)),
+                ..training.stop
+            },
+            ..training.clone()
+        },
+    })
+}
+
+/// The job's validation settings: `None` when the data set has no validation set (and then
+/// nothing may ask for one), early stopping on by default when it has.
+pub(super) fn validation_config(
+    options: &ValidationOptions,
+    model: &ModelSpec,
+    manifest: &mlless_data::Manifest,
+    data_url: &str,
+) -> Result<Option<ValidationConfig>> {
+    let metrics = mlless_core::validation::metrics_of(model);
+    for target in &options.targets {
+        if !metrics.contains(&target.metric.as_str()) {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--target-metric {target}: this model reports {} on the validation set",
+                metrics.join(", ")
+            )));
+        }
+    }
+    if manifest.validation.batches.is_empty() {
+        let asked = if options.early_stop.is_some_and(|p| p > 0) {
+            Some("--early-stop")
+        } else if !options.targets.is_empty() {
+            Some("--target-metric")
+        } else {
+            None
+        };
+        if let Some(flag) = asked {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{flag} needs a validation set, and {data_url} has none: prepare it with \
+                 --validation-fraction F or --validation-input FILE"
+            )));
+        }
+        return Ok(None);
+    }
+    Ok(Some(ValidationConfig {
+        every: options.every,
+        early_stop: match options.early_stop {
+            None => Some(DEFAULT_PATIENCE),
+            Some(0) => None,
+            Some(p) => Some(p),
+        },
+        targets: options.targets.clone(),
+    }))
+}

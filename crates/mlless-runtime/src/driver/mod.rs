@@ -1,0 +1,342 @@
+//! The driver: the user's process. It checks the data set, writes the job spec, invokes the
+//! supervisor and the workers, shows progress, and completes the run record with what the
+//! invocations cost. It holds no training state that a function needs.
+
+mod defaults;
+mod invocations;
+mod job_spec;
+
+pub use defaults::{
+    DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, Defaults, Hyperparameters, IMBALANCE_MAX,
+    LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, estimate_positive_rate, imbalance_factor,
+    initial_bias,
+};
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use mlless_core::OptimizerKind;
+use mlless_cost::{ObjectRequests, PriceTable, Usage};
+use mlless_data::DatasetKind;
+use mlless_faas::Invoker;
+use mlless_store::{Store, open_channel_with};
+use tracing::{info, warn};
+
+use mlless_faas::clock::unix_ms;
+
+use crate::checkpoint;
+use crate::dataset::Dataset;
+use crate::error::{Result, RuntimeError};
+use crate::function::Start;
+use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
+use mlless_job::ModelChoice;
+use mlless_job::config::{ConfigError, SecretUrl, TrainingConfig};
+use mlless_job::record::{RECORD_KEY, RunRecord};
+use mlless_job::{EvalEvery, JobSpec, SPEC_KEY};
+
+use invocations::Invocations;
+use job_spec::job_spec;
+
+/// How often the driver polls the supervisor's progress.
+const POLL: Duration = Duration::from_millis(100);
+
+/// What `mlless train` asks for: the [`TrainingConfig`] every function gets as it is, and what
+/// the driver derives the rest of the [`JobSpec`] from. `Debug` shows the URLs redacted.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// Location of the prepared data set.
+    pub data_url: SecretUrl,
+    /// Location below which the run writes its spec, model and record (default: `{data}/runs`).
+    pub runs_url: Option<SecretUrl>,
+    /// The model.
+    pub model: ModelChoice,
+    /// Hyperparameters; `None` takes the default.
+    pub hyper: Hyperparameters,
+    /// The optimiser (`None`: the model's default).
+    pub optimizer: Option<OptimizerKind>,
+    /// Prices to bill the run at.
+    pub prices: PriceTable,
+    /// What the user asked of the validation set.
+    pub validation: ValidationOptions,
+    /// The options the job spec carries as they are.
+    pub training: TrainingConfig,
+}
+
+impl TrainOptions {
+    /// Checks the options on their own and against each other ([`TrainingConfig::validate`]);
+    /// what depends on the data set is checked once it is open.
+    pub fn validate(&self) -> std::result::Result<(), ConfigError> {
+        self.training.validate(self.model)
+    }
+}
+
+/// What the user asked of the validation set: how often to evaluate, and when to stop on it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ValidationOptions {
+    /// How often the model is evaluated.
+    pub every: EvalEvery,
+    /// Early stopping's patience in evaluations: `None` is the default
+    /// ([`DEFAULT_PATIENCE`] when the data set has a validation set), `Some(0)` turns it off.
+    pub early_stop: Option<u32>,
+    /// Stop once all of these are reached.
+    pub targets: Vec<mlless_core::MetricTarget>,
+}
+
+/// Early stopping's patience when a data set has a validation set and `--early-stop` is not
+/// given: evaluations without improvement before training stops.
+pub const DEFAULT_PATIENCE: u32 = 5;
+
+/// What the driver shows while a job runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveProgress {
+    /// The job.
+    pub job_id: String,
+    /// Last step whose loss is known.
+    pub step: u64,
+    /// Epochs done.
+    pub epoch: f64,
+    /// The step's loss (`NaN` before the first step).
+    pub loss: f64,
+    /// Active workers.
+    pub workers: u32,
+    /// The epoch limit.
+    pub max_epochs: u32,
+    /// Seconds since the job started.
+    pub elapsed_s: f64,
+    /// Billed cost of the invocations so far.
+    pub cost_usd: f64,
+    /// The validation metric, latest and best (`None` before the first evaluation or
+    /// without a validation set).
+    pub validation: Option<crate::messages::ValidationProgress>,
+}
+
+/// Trains a model as `options` say, reporting progress to `observe`; returns the complete run
+/// record, also written to the run's location.
+pub async fn train(
+    options: &TrainOptions,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress),
+) -> Result<RunRecord> {
+    options.validate()?;
+    let dataset = Dataset::open(options.data_url.as_str()).await?;
+    let positive_rate = match (options.model, &dataset.manifest().kind) {
+        (ModelChoice::LogisticRegression, DatasetKind::Sparse { .. }) => {
+            Some(estimate_positive_rate(&dataset).await?)
+        }
+        _ => None,
+    };
+    let spec = job_spec(options, &dataset, positive_rate, invoker.platform())?;
+    let run_store = Store::open(&spec.run_url)?;
+    run_store.check_writable().await?;
+    let spec_json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{SPEC_KEY}", run_store.url()),
+        source,
+    })?;
+    run_store.put(SPEC_KEY, Bytes::from(spec_json)).await?;
+    let starts = vec![Start::default(); spec.training.workers as usize + 1];
+    run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
+}
+
+/// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
+/// supervisor and workers all have (`--checkpoint-every`), after a failure that stopped it;
+/// returns the complete run record.
+pub async fn resume(
+    run_url: &str,
+    prices: &PriceTable,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress),
+) -> Result<RunRecord> {
+    let run_store = Store::open(run_url)?;
+    let bytes = run_store.get(SPEC_KEY).await?;
+    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+        location: run_store.location(SPEC_KEY),
+        source,
+    })?;
+    if run_store.exists(RECORD_KEY).await? {
+        return Err(RuntimeError::InvalidJob(format!(
+            "the run at {run_url} has finished (it has {RECORD_KEY}): nothing to resume"
+        )));
+    }
+    // The last step every role has a checkpoint of.
+    let mut common: Option<Vec<u64>> = None;
+    for role in mlless_job::roles(spec.training.workers) {
+        let steps = checkpoint::steps(&run_store, &role).await?;
+        common = Some(match common {
+            None => steps,
+            Some(c) => c.into_iter().filter(|s| steps.contains(s)).collect(),
+        });
+    }
+    let step = common.and_then(|c| c.last().copied()).ok_or_else(|| {
+        RuntimeError::InvalidJob(format!(
+            "the run at {run_url} has no checkpoint that its supervisor and all its workers \
+                 share: it was trained without --checkpoint-every, or failed before the first"
+        ))
+    })?;
+    info!(step, "resuming from the checkpoints of step {step}");
+    let start = Start {
+        generation: 0,
+        recovery: 1,
+        resume_step: Some(step),
+    };
+    let starts = vec![start; spec.training.workers as usize + 1];
+    run_job(&spec, &run_store, prices, starts, invoker, observe).await
+}
+
+/// Invokes the supervisor and the workers of `spec` from `starts` (one per role, supervisor
+/// first), keeps them going (hand-offs, replacements), shows progress, and completes the run
+/// record with the invocations and the bill.
+async fn run_job(
+    spec: &JobSpec,
+    run_store: &Store,
+    prices: &PriceTable,
+    starts: Vec<Start>,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress),
+) -> Result<RunRecord> {
+    let started = Instant::now();
+    let started_at_unix_ms = unix_ms(SystemTime::now());
+    let channel = open_channel_with(
+        spec.training.channel.as_deref(),
+        run_store,
+        &spec.job_id,
+        spec.training.channel_options(),
+    )
+    .await?;
+    let mut fleet = Invocations::new(&*invoker, spec, run_store);
+    for (role, start) in starts.into_iter().enumerate() {
+        if let Err(e) = fleet.invoke(role, start).await {
+            fleet.kill_all();
+            return Err(e);
+        }
+    }
+
+    let mut failure: Option<String> = None;
+    let mut progress = Progress::default();
+    let mut ticker = tokio::time::interval(POLL);
+    let mut replaced_through = 0u32;
+    let mut show = |progress: &Progress, fleet: &Invocations| {
+        observe(&LiveProgress {
+            job_id: spec.job_id.clone(),
+            step: progress.step,
+            epoch: progress.epoch,
+            loss: progress.loss,
+            workers: progress.workers,
+            max_epochs: spec.training.stop.max_epochs,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            cost_usd: fleet.cost_so_far(prices, spec.training.limits.memory_mb),
+            validation: progress.validation.clone(),
+        });
+    };
+    progress.loss = f64::NAN;
+    progress.workers = spec.training.workers;
+    while fleet.is_running() {
+        tokio::select! {
+            done = fleet.next() => {
+                let Some((role, id, done)) = done else { break };
+                let report = done?;
+                if failure.is_none()
+                    && let Err(message) = fleet.ended(role, id, &report).await
+                {
+                    // A function failed for good: the others cannot finish without it.
+                    failure = Some(message);
+                    let stop = StopRequest { reason: "a function failed".into() };
+                    if let Ok(json) = serde_json::to_vec(&stop)
+                        && let Err(e) = channel.put_key(STOP_KEY, Bytes::from(json)).await
+                    {
+                        warn!("could not publish the stop request: {e}");
+                    }
+                    fleet.kill_all();
+                }
+                fleet.reports.push(report);
+            }
+            _ = ticker.tick() => {
+                if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
+                    && let Ok(p) = serde_json::from_slice::<Progress>(&bytes)
+                {
+                    progress = p;
+                }
+                if failure.is_none()
+                    && let Ok(Some(bytes)) = channel.get_key(REPLACE_KEY).await
+                    && let Ok(request) = serde_json::from_slice::<ReplaceRequest>(&bytes)
+                    && request.seq > replaced_through
+                {
+                    replaced_through = request.seq;
+                    for worker in request.workers {
+                        warn!(worker, step = request.step, "replacing a silent worker");
+                        if let Err(e) = fleet.replace(worker as usize + 1).await {
+                            failure = Some(format!("could not replace worker {worker}: {e}"));
+                            fleet.kill_all();
+                        }
+                    }
+                }
+                show(&progress, &fleet);
+            }
+        }
+    }
+    if let Err(e) = channel.cleanup().await {
+        warn!("could not clean up the channel: {e}");
+    }
+    if let Some(mut message) = failure {
+        if spec.training.checkpoint_every > 0 {
+            message.push_str(&format!(
+                " (continue the run from its last checkpoint with `mlless train --resume {}`)",
+                spec.run_url.as_str()
+            ));
+        }
+        return Err(RuntimeError::FunctionFailed(message));
+    }
+
+    let bytes = run_store.get(RECORD_KEY).await?;
+    let mut record: RunRecord =
+        serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+            location: format!("{}/{RECORD_KEY}", run_store.url()),
+            source,
+        })?;
+    // The supervisor wrote it redacted; records of other writers are redacted here too.
+    record.spec = record.spec.redacted();
+    record.started_at_unix_ms = started_at_unix_ms;
+    record.wall_s = started.elapsed().as_secs_f64();
+    let mut reports = std::mem::take(&mut fleet.reports);
+    reports.sort_by(|a, b| a.name.cmp(&b.name));
+    let usages: Vec<Usage> = reports
+        .iter()
+        .map(|r| Usage {
+            duration_ms: r.duration_ms,
+            memory_mb: r.memory_mb,
+        })
+        .collect();
+    // The channel's servers are billed for the wall time; its object-store requests are
+    // estimated from the steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
+    let channel = mlless_job::record::channel_kind(record.spec.training.channel.as_deref());
+    let mut requests = ObjectRequests::default();
+    for step in &record.steps {
+        let r = ObjectRequests::estimate(channel, step.workers.len() as u32, 1);
+        requests.writes += r.writes;
+        requests.reads += r.reads;
+    }
+    record.bill = Some(
+        prices
+            .clone()
+            .for_channel(channel)
+            .bill(&usages, record.wall_s, requests),
+    );
+    record.invocations = reports;
+    record.price_validation(prices);
+    if let Some(last) = record.steps.last() {
+        let p = Progress {
+            step: last.step,
+            epoch: last.epoch,
+            loss: last.loss,
+            workers: spec.training.workers,
+            validation: progress.validation.clone(),
+        };
+        show(&p, &fleet);
+    }
+    let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{RECORD_KEY}", run_store.url()),
+        source,
+    })?;
+    run_store.put(RECORD_KEY, Bytes::from(json)).await?;
+    Ok(record)
+}
