@@ -11,6 +11,7 @@ mod generate;
 mod predict;
 mod prepare;
 mod reference;
+mod report;
 mod summary;
 mod train;
 
@@ -45,7 +46,7 @@ enum Command {
     /// Write a trained model as named tensors in a safetensors file.
     Export(predict::ExportArgs),
     /// Print the summary of a run record again and write its plots and HTML page.
-    Report(summary::ReportArgs),
+    Report(report::ReportArgs),
     /// Predict the time and cost of a recorded run's work at other fleet sizes and on VMs.
     Cost(cost::CostArgs),
     /// Measure the hot paths and the exchange.
@@ -81,7 +82,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(*args).map(|_| ()),
         Command::Predict(args) => predict::run(args),
         Command::Export(args) => predict::export(args),
-        Command::Report(args) => summary::report(args),
+        Command::Report(args) => report::report(args),
         Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Reference(command) => reference::run(command),
