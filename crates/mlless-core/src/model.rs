@@ -130,6 +130,17 @@ pub enum ModelSpec {
     },
 }
 
+/// A named block of a model's flat parameter vector ([`ModelSpec::parameter_blocks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParameterBlock {
+    /// Its name, e.g. `"weights"`, `"user_factors"`, `"layer0.weight"`.
+    pub name: String,
+    /// Its shape, row-major; the product is the length of `range`.
+    pub shape: Vec<usize>,
+    /// Where it lies in the flat vector.
+    pub range: std::ops::Range<usize>,
+}
+
 impl ModelSpec {
     /// Number of parameters of the flat parameter vector (saturating at `usize::MAX`).
     pub fn num_params(&self) -> usize {
@@ -181,6 +192,125 @@ impl ModelSpec {
             | ModelSpec::Svm { .. }
             | ModelSpec::Mlp { .. } => Training::Gradients,
             ModelSpec::KMeans { features, k } => Training::Lloyd { k, features },
+        }
+    }
+
+    /// The model in words, for reports: `"lr (sparse logistic regression, 100000 features, L2
+    /// 0.0001)"`, for PMF its users, items and factors, for an MLP its shape.
+    pub fn describe(&self) -> String {
+        let detail = match self {
+            ModelSpec::LogisticRegression { features, l2, .. } => {
+                format!("sparse logistic regression, {features} features, L2 {l2}")
+            }
+            ModelSpec::MatrixFactorization {
+                users,
+                items,
+                factors,
+                l2,
+                ..
+            } => format!(
+                "matrix factorisation, {users} users × {items} items, {factors} factors, L2 {l2}"
+            ),
+            ModelSpec::Svm { features, l2 } => {
+                format!("linear SVM, {features} features, L2 {l2}")
+            }
+            ModelSpec::KMeans { features, k } => format!("k-means, k = {k}, {features} features"),
+            ModelSpec::Mlp {
+                features,
+                hidden,
+                classes,
+                l2,
+            } => format!(
+                "dense network, {features} features, hidden {hidden:?}, {classes} classes, L2 {l2}"
+            ),
+        };
+        format!("{} ({detail})", self.name())
+    }
+
+    /// The number of input features of a model of feature rows; `None` for matrix
+    /// factorisation, whose input is (user, item) pairs.
+    pub fn input_features(&self) -> Option<u32> {
+        match *self {
+            ModelSpec::LogisticRegression { features, .. }
+            | ModelSpec::Svm { features, .. }
+            | ModelSpec::KMeans { features, .. }
+            | ModelSpec::Mlp { features, .. } => Some(features),
+            ModelSpec::MatrixFactorization { .. } => None,
+        }
+    }
+
+    /// The flat parameter vector cut into its named blocks, in order, each with its shape
+    /// (row-major): what an export writes as tensors.
+    ///
+    /// ```
+    /// use mlless_core::ModelSpec;
+    /// let lr = ModelSpec::LogisticRegression { features: 3, l2: 0.0, init_bias: 0.0 };
+    /// let blocks = lr.parameter_blocks();
+    /// assert_eq!(blocks[0].name, "weights");
+    /// assert_eq!((blocks[1].range.clone(), blocks[1].shape.clone()), (3..4, vec![1]));
+    /// ```
+    pub fn parameter_blocks(&self) -> Vec<ParameterBlock> {
+        let mut blocks = Vec::new();
+        let mut push = |name: String, shape: Vec<usize>| {
+            let start = blocks.last().map_or(0, |b: &ParameterBlock| b.range.end);
+            let len = shape.iter().product::<usize>();
+            blocks.push(ParameterBlock {
+                name,
+                shape,
+                range: start..start + len,
+            });
+        };
+        match *self {
+            ModelSpec::LogisticRegression { features, .. } | ModelSpec::Svm { features, .. } => {
+                push("weights".into(), vec![features as usize]);
+                push("bias".into(), vec![1]);
+            }
+            ModelSpec::MatrixFactorization {
+                users,
+                items,
+                factors,
+                ..
+            } => {
+                let (u, i, k) = (users as usize, items as usize, factors as usize);
+                push("user_factors".into(), vec![u, k]);
+                push("item_factors".into(), vec![i, k]);
+                push("user_bias".into(), vec![u]);
+                push("item_bias".into(), vec![i]);
+            }
+            ModelSpec::KMeans { features, k } => {
+                push("centroids".into(), vec![k as usize, features as usize]);
+            }
+            ModelSpec::Mlp {
+                features,
+                ref hidden,
+                classes,
+                ..
+            } => {
+                let mut inputs = features as usize;
+                for (n, &width) in hidden.iter().chain([&classes]).enumerate() {
+                    let outputs = width as usize;
+                    push(format!("layer{n}.weight"), vec![inputs, outputs]);
+                    push(format!("layer{n}.bias"), vec![outputs]);
+                    inputs = outputs;
+                }
+            }
+        }
+        blocks
+    }
+
+    /// The header of the CSV that `mlless predict` writes for rows of features
+    /// (`"probability,label"`, …, an MLP's `"p0,p1,…,label"`); `None` for matrix
+    /// factorisation, which predicts (user, item) pairs and writes its own.
+    pub fn prediction_header(&self) -> Option<String> {
+        match *self {
+            ModelSpec::LogisticRegression { .. } => Some("probability,label".into()),
+            ModelSpec::Svm { .. } => Some("margin,label".into()),
+            ModelSpec::KMeans { .. } => Some("cluster,distance".into()),
+            ModelSpec::Mlp { classes, .. } => {
+                let columns: Vec<String> = (0..classes).map(|c| format!("p{c}")).collect();
+                Some(format!("{},label", columns.join(",")))
+            }
+            ModelSpec::MatrixFactorization { .. } => None,
         }
     }
 

@@ -97,7 +97,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
     };
     let mut rows: Vec<(&str, String)> = vec![
         ("job", spec.job_id.clone()),
-        ("model", model_description(&spec.model)),
+        ("model", spec.model.describe()),
         ("data", spec.data_url.as_str().to_owned()),
         ("workers", workers),
         ("synchronisation", sync_of(record)),
@@ -302,39 +302,6 @@ fn sync_of(record: &RunRecord) -> String {
         Some(serde_json::Value::String(s)) => s,
         Some(other) => other.to_string(),
     }
-}
-
-/// "lr (sparse logistic regression, 100000 features, L2 0.0001)", or for PMF its users, items
-/// and factors, for an MLP its shape.
-fn model_description(model: &mlless_core::ModelSpec) -> String {
-    use mlless_core::ModelSpec;
-    let detail = match model {
-        ModelSpec::LogisticRegression { features, l2, .. } => {
-            format!("sparse logistic regression, {features} features, L2 {l2}")
-        }
-        ModelSpec::MatrixFactorization {
-            users,
-            items,
-            factors,
-            l2,
-            ..
-        } => format!(
-            "matrix factorisation, {users} users × {items} items, {factors} factors, L2 {l2}"
-        ),
-        ModelSpec::Svm { features, l2 } => {
-            format!("linear SVM, {features} features, L2 {l2}")
-        }
-        ModelSpec::KMeans { features, k } => format!("k-means, k = {k}, {features} features"),
-        ModelSpec::Mlp {
-            features,
-            hidden,
-            classes,
-            l2,
-        } => format!(
-            "dense network, {features} features, hidden {hidden:?}, {classes} classes, L2 {l2}"
-        ),
-    };
-    format!("{} ({detail})", model.name())
 }
 
 /// "10.1 ms = read 0.2 + compute 1.5 + exchange 8.4 ms", means over every worker and step.

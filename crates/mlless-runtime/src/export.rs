@@ -63,58 +63,16 @@ fn tensors(model: &TrainedModel) -> Result<Vec<Tensor>> {
             spec.num_params()
         )));
     }
-    let mut out = Vec::new();
-    match *spec {
-        ModelSpec::LogisticRegression { features, .. } | ModelSpec::Svm { features, .. } => {
-            let f = features as usize;
-            out.push(f32s("weights", vec![f], &params[..f]));
-            out.push(f32s("bias", vec![1], &params[f..]));
-        }
-        ModelSpec::MatrixFactorization {
-            users,
-            items,
-            factors,
-            mean,
-            ..
-        } => {
-            let (u, i, k) = (users as usize, items as usize, factors as usize);
-            let (uf, itf) = params.split_at(u * k);
-            let (itf, biases) = itf.split_at(i * k);
-            let (ub, ib) = biases.split_at(u);
-            out.push(f32s("user_factors", vec![u, k], uf));
-            out.push(f32s("item_factors", vec![i, k], itf));
-            out.push(f32s("user_bias", vec![u], ub));
-            out.push(f32s("item_bias", vec![i], ib));
-            out.push(f32s("global_mean", vec![1], &[mean]));
-            if let Some(ids) = &model.ids {
-                out.push(i64s("user_ids", &ids.users));
-                out.push(i64s("item_ids", &ids.items));
-            }
-        }
-        ModelSpec::KMeans { features, k } => {
-            out.push(f32s(
-                "centroids",
-                vec![k as usize, features as usize],
-                params,
-            ));
-        }
-        ModelSpec::Mlp {
-            features,
-            ref hidden,
-            classes,
-            ..
-        } => {
-            let mut rest = &params[..];
-            let mut inputs = features as usize;
-            for (n, &width) in hidden.iter().chain([&classes]).enumerate() {
-                let outputs = width as usize;
-                let (w, after) = rest.split_at(inputs * outputs);
-                let (b, after) = after.split_at(outputs);
-                out.push(f32s(format!("layer{n}.weight"), vec![inputs, outputs], w));
-                out.push(f32s(format!("layer{n}.bias"), vec![outputs], b));
-                rest = after;
-                inputs = outputs;
-            }
+    let mut out: Vec<Tensor> = spec
+        .parameter_blocks()
+        .into_iter()
+        .map(|block| f32s(block.name, block.shape, &params[block.range]))
+        .collect();
+    if let ModelSpec::MatrixFactorization { mean, .. } = *spec {
+        out.push(f32s("global_mean", vec![1], &[mean]));
+        if let Some(ids) = &model.ids {
+            out.push(i64s("user_ids", &ids.users));
+            out.push(i64s("item_ids", &ids.items));
         }
     }
     if let Some(n) = &model.manifest.normalization {

@@ -153,15 +153,8 @@ impl TrainedModel {
     /// How input in `format` is read for this model's data set.
     pub fn scoring_layout(&self, format: InputFormat) -> ScoringLayout {
         let schema = self.manifest.schema.clone().unwrap_or_default();
-        let features = match (&self.model.spec, &self.manifest.kind) {
-            (
-                ModelSpec::LogisticRegression { features, .. }
-                | ModelSpec::Svm { features, .. }
-                | ModelSpec::KMeans { features, .. }
-                | ModelSpec::Mlp { features, .. },
-                _,
-            ) => *features,
-            (_, DatasetKind::Sparse { features }) => *features,
+        let features = match (self.model.spec.input_features(), &self.manifest.kind) {
+            (Some(features), _) | (None, &DatasetKind::Sparse { features }) => features,
             _ => 0,
         };
         ScoringLayout {
@@ -344,15 +337,8 @@ fn write_rows(
     predictions: &[Prediction],
     map: Option<LabelMap>,
 ) -> std::io::Result<()> {
-    match spec {
-        ModelSpec::LogisticRegression { .. } => writeln!(out, "probability,label")?,
-        ModelSpec::Svm { .. } => writeln!(out, "margin,label")?,
-        ModelSpec::KMeans { .. } => writeln!(out, "cluster,distance")?,
-        ModelSpec::Mlp { classes, .. } => {
-            let header: Vec<String> = (0..*classes).map(|c| format!("p{c}")).collect();
-            writeln!(out, "{},label", header.join(","))?
-        }
-        ModelSpec::MatrixFactorization { .. } => {}
+    if let Some(header) = spec.prediction_header() {
+        writeln!(out, "{header}")?;
     }
     for p in predictions {
         let label = p.class().map(|c| original_label(c, map));
