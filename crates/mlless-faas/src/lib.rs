@@ -12,7 +12,8 @@
 //!   program, writes the payload to its stdin, and enforces the memory and lifetime caps itself,
 //!   so that the limits of DESIGN §7 are exercised on a laptop too;
 //! - [`LambdaInvoker`] invokes a function deployed on AWS Lambda through the Invoke API, and
-//!   [`lambda::serve`] is the loop that serves invocations inside such a function;
+//!   [`lambda::serve`] is the loop that serves invocations inside such a function (feature
+//!   `lambda`, on by default);
 //! - [`conformance`] holds the suite every backend must pass.
 //!
 //! A function that fails is not an error of the invoker: it is a report whose outcome is not a
@@ -46,6 +47,24 @@
 //! ```
 //!
 //! Memory sizes are in MB of 2^20 bytes, as FaaS platforms count them.
+//!
+//! # Features
+//!
+//! The remote backend is a cargo feature, on by default; a crate that only needs the trait and
+//! the plain types (to hold an `Arc<dyn Invoker>`, read an [`InvocationReport`], test against
+//! the [`LocalInvoker`]) can depend on this one with `default-features = false` and build none
+//! of its HTTP stack.
+//!
+//! - `lambda` (default): the AWS Lambda backend, [`LambdaInvoker`] and [`LambdaConfig`], and the
+//!   [`lambda`] module with [`serve`](lambda::serve), the loop that serves invocations inside a
+//!   deployed function. Brings in `aws-sigv4`, `aws-credential-types`, `reqwest`,
+//!   `lambda_runtime`, `http`, `base64` and `serde_json`.
+//!
+//! Always built: [`Invoker`], [`FunctionRequest`], [`Limits`], [`Invocation`], [`KillSwitch`],
+//! [`InvocationReport`], [`Outcome`], [`InvokeError`], [`LocalInvoker`] and [`conformance`].
+
+// The links to the Lambda backend lead nowhere in a build without it.
+#![cfg_attr(not(feature = "lambda"), allow(rustdoc::broken_intra_doc_links))]
 
 use std::fmt;
 use std::io;
@@ -59,11 +78,13 @@ use tokio_util::sync::CancellationToken;
 
 pub mod clock;
 pub mod conformance;
+#[cfg(feature = "lambda")]
 pub mod lambda;
 mod local;
 mod output;
 mod procfs;
 
+#[cfg(feature = "lambda")]
 pub use lambda::{LambdaConfig, LambdaInvoker};
 pub use local::{DEFAULT_MEMORY_SAMPLE_INTERVAL, LocalInvoker};
 

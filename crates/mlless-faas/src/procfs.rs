@@ -49,7 +49,8 @@ pub(crate) fn read_tree(_root: u32) -> Option<MemoryReading> {
 
 /// Resets the high-water mark (`VmHWM`) of this process to its current resident set, so that
 /// a warm function measures the peak of each invocation rather than of its whole life. Does
-/// nothing where the kernel refuses (or has no `/proc`).
+/// nothing where the kernel refuses (or has no `/proc`). Only the Lambda loop needs it.
+#[cfg(feature = "lambda")]
 pub(crate) fn reset_own_peak() {
     #[cfg(target_os = "linux")]
     {

@@ -42,6 +42,36 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Features
+//!
+//! Each backend that needs a client of its own is a cargo feature, all on by default. A crate
+//! that only needs the interfaces and plain types (to hold an `Arc<dyn Channel>`, parse or
+//! redact a URL, test on local or in-memory stores) can depend on this one with
+//! `default-features = false` and build neither a Redis client nor an HTTP stack.
+//!
+//! - `redis` (default): the Redis channel, [`RedisChannel`] and the [`redis`] module
+//!   (`redis://`, `rediss://`). Brings in the `redis` crate.
+//! - `memcached` (default): the Memcached channel, [`MemcachedChannel`] and the [`memcached`]
+//!   module (`memcached://`). Its client is this crate's own, on tokio's sockets; brings in
+//!   `crc32fast` and tokio's `net`.
+//! - `s3` (default): S3 and S3-compatible object stores (`s3://`, `s3a://`) for [`Store`] and
+//!   therefore for the object-store channel. Turns on `object_store`'s `aws` feature (reqwest,
+//!   rustls, the AWS signer). Without it [`StoreError::is_transient`] knows no HTTP errors, as
+//!   no store of such a build makes them.
+//!
+//! Always built: [`Channel`], [`ChannelError`], [`ChannelScheme`] and [`StoreKind`] with every
+//! variant (a left-out backend's URL still parses), [`redact_url`], [`Store`] on a local
+//! directory and on `memory://`, [`ObjectStoreChannel`], [`RetryingChannel`] and
+//! [`conformance`]. Opening a URL whose backend was left out is a typed error naming the
+//! feature — [`ChannelError::NotBuilt`], [`StoreError::NotBuilt`] — never a fallback to another
+//! backend; [`ChannelScheme::is_built`] and [`BUILT_FEATURES`] tell beforehand.
+
+// The links to a backend lead nowhere in a build without it.
+#![cfg_attr(
+    not(all(feature = "redis", feature = "memcached", feature = "s3")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 pub mod channel;
 pub mod conformance;
@@ -49,14 +79,16 @@ pub mod parse;
 pub mod redact;
 pub mod store;
 
+#[cfg(feature = "memcached")]
 pub use channel::memcached::{self, MemcachedChannel};
 pub use channel::object_store::{
     DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF, ObjectStoreChannel,
 };
 pub use channel::open::{SUPPORTED_CHANNEL_URLS, open_channel, open_channel_with};
+#[cfg(feature = "redis")]
 pub use channel::redis::{self, RedisChannel};
 pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};
 pub use channel::{Channel, ChannelError, WorkerId};
-pub use parse::{ChannelScheme, StoreKind};
+pub use parse::{BUILT_FEATURES, ChannelScheme, StoreKind};
 pub use redact::redact_url;
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError};

@@ -6,7 +6,28 @@
 //! redaction, billing and the CLI's checks all ask these two, so a new backend is one variant
 //! here and the compiler lists every `match` that must say what it means.
 //!
+//! Every scheme is recognised whatever backends this build has: a backend that a cargo feature
+//! left out still parses, and [`StoreKind::is_built`] / [`ChannelScheme::is_built`] say whether
+//! it can be opened (opening it is then a typed error naming the feature, not an "unsupported
+//! scheme"). This module is also the one place that knows which feature builds which backend.
+//!
 //! This module depends on no other module of the crate, so that every one of them may use it.
+
+/// The cargo features of this crate that build a backend and are on in this build, of
+/// `redis`, `memcached` and `s3` (see the crate's "Features").
+pub const BUILT_FEATURES: &[&str] = &[
+    #[cfg(feature = "redis")]
+    "redis",
+    #[cfg(feature = "memcached")]
+    "memcached",
+    #[cfg(feature = "s3")]
+    "s3",
+];
+
+/// Whether `feature` (`None`: no feature needed) is on in this build.
+fn is_built(feature: Option<&str>) -> bool {
+    feature.is_none_or(|feature| BUILT_FEATURES.contains(&feature))
+}
 
 /// Splits `scheme://rest` where `scheme` is a valid URL scheme (a letter, then letters, digits,
 /// `+`, `-` or `.`); `None` for a plain path.
@@ -38,6 +59,21 @@ impl StoreKind {
     /// True for backends reached over the network, whose requests cost tens of milliseconds.
     pub fn is_remote(self) -> bool {
         matches!(self, StoreKind::S3)
+    }
+
+    /// The cargo feature of this crate that builds the backend (`s3` for S3), or `None` for the
+    /// ones always built.
+    pub fn required_feature(self) -> Option<&'static str> {
+        match self {
+            StoreKind::S3 => Some("s3"),
+            StoreKind::Local | StoreKind::Memory | StoreKind::Other => None,
+        }
+    }
+
+    /// Whether this build can open the backend: its [`required_feature`](Self::required_feature)
+    /// is on.
+    pub fn is_built(self) -> bool {
+        is_built(self.required_feature())
     }
 
     /// The store a URL's scheme names (`None`: a plain directory path): `file` and a path are
@@ -106,6 +142,33 @@ impl ChannelScheme {
         }
     }
 
+    /// The cargo feature of this crate that builds the backend (`redis`, `memcached`, or `s3` for
+    /// an S3 store of its own), or `None` for the ones always built.
+    pub fn required_feature(self) -> Option<&'static str> {
+        match self {
+            ChannelScheme::RunStore => None,
+            ChannelScheme::ObjectStore(kind) => kind.required_feature(),
+            ChannelScheme::Redis { .. } => Some("redis"),
+            ChannelScheme::Memcached => Some("memcached"),
+        }
+    }
+
+    /// Whether this build can open the channel: its
+    /// [`required_feature`](Self::required_feature) is on. The run's own store
+    /// ([`ChannelScheme::RunStore`]) is whatever store the run opened, so it is always built.
+    ///
+    /// ```
+    /// use mlless_store::ChannelScheme;
+    ///
+    /// let redis = ChannelScheme::parse(Some("redis://127.0.0.1:6379"))?;
+    /// assert_eq!(redis.required_feature(), Some("redis"));
+    /// assert_eq!(redis.is_built(), cfg!(feature = "redis"));
+    /// # Ok::<(), mlless_store::ChannelError>(())
+    /// ```
+    pub fn is_built(self) -> bool {
+        is_built(self.required_feature())
+    }
+
     /// Whether functions on other machines (AWS Lambda) can reach the channel: a server, or an
     /// object store on the network (S3). The run's own store is not a place of its own: it is
     /// wherever the run is, and the caller checks the run's location itself.
@@ -137,6 +200,29 @@ mod tests {
         assert_eq!(split_scheme("/tmp/a"), None);
         assert_eq!(split_scheme("./x://y"), None);
         assert_eq!(split_scheme("1redis://h"), None);
+    }
+
+    #[test]
+    fn features_are_named_and_known() {
+        assert_eq!(StoreKind::S3.required_feature(), Some("s3"));
+        assert_eq!(StoreKind::Local.required_feature(), None);
+        assert!(StoreKind::Memory.is_built() && StoreKind::Local.is_built());
+        assert_eq!(StoreKind::S3.is_built(), cfg!(feature = "s3"));
+        let redis = ChannelScheme::Redis { shards: 2 };
+        assert_eq!(redis.required_feature(), Some("redis"));
+        assert_eq!(redis.is_built(), cfg!(feature = "redis"));
+        assert_eq!(
+            ChannelScheme::Memcached.is_built(),
+            cfg!(feature = "memcached")
+        );
+        assert_eq!(
+            ChannelScheme::ObjectStore(StoreKind::S3).required_feature(),
+            Some("s3")
+        );
+        assert!(ChannelScheme::RunStore.is_built());
+        for feature in BUILT_FEATURES {
+            assert!(["redis", "memcached", "s3"].contains(feature), "{feature}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
+#[cfg(feature = "s3")]
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -42,6 +43,18 @@ pub enum StoreError {
         url: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The URL names a backend that this build left out: the cargo feature of `mlless-store`
+    /// that builds it ([`StoreKind::required_feature`]) was off.
+    #[error(
+        "cannot open object store {url}: this mlless was built without the `{feature}` feature \
+         (of mlless-store, on by default), which this backend needs"
+    )]
+    NotBuilt {
+        /// The URL (credentials, if any were embedded, are redacted).
+        url: String,
+        /// The feature that builds the backend: `s3`.
+        feature: &'static str,
     },
     /// A key is not a valid object name (empty, empty segment, `.`/`..`, forbidden character).
     #[error("invalid object key {location}: {reason}")]
@@ -87,6 +100,7 @@ impl StoreError {
         match self {
             StoreError::Backend { source, .. } => chain_has_connection_error(source),
             StoreError::InvalidUrl { .. }
+            | StoreError::NotBuilt { .. }
             | StoreError::InvalidKey { .. }
             | StoreError::NotFound { .. }
             | StoreError::NotWritable { .. } => false,
@@ -103,6 +117,8 @@ fn chain_has_connection_error(error: &(dyn StdError + 'static)) -> bool {
         {
             return true;
         }
+        // The HTTP client of object_store's cloud stores is built with them (feature `s3`).
+        #[cfg(feature = "s3")]
         if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
             use object_store::client::HttpErrorKind;
             if matches!(
@@ -187,7 +203,8 @@ impl Store {
     ///   from the standard `AWS_*` variables (region defaults to `us-east-1`); the endpoint of an
     ///   S3-compatible server from `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL` or `AWS_ENDPOINT`,
     ///   and plain HTTP is allowed when that endpoint is `http://`. Opening does not contact the
-    ///   server; use [`Store::check_writable`] to find out early whether it works.
+    ///   server; use [`Store::check_writable`] to find out early whether it works. Needs the
+    ///   `s3` feature (on by default): without it an S3 URL is [`StoreError::NotBuilt`].
     ///
     /// Any other scheme, or a directory that cannot be created (e.g. below a regular file), is
     /// [`StoreError::InvalidUrl`].
@@ -630,6 +647,16 @@ fn open_local(url: &str, path: PathBuf) -> Result<Store, StoreError> {
     })
 }
 
+/// Without the `s3` feature: [`StoreError::NotBuilt`].
+#[cfg(not(feature = "s3"))]
+fn open_s3(url: &str, _rest: &str) -> Result<Store, StoreError> {
+    Err(StoreError::NotBuilt {
+        url: redact_url(url),
+        feature: "s3",
+    })
+}
+
+#[cfg(feature = "s3")]
 fn open_s3(url: &str, rest: &str) -> Result<Store, StoreError> {
     let invalid = |reason: String| StoreError::InvalidUrl {
         url: redact_url(url),

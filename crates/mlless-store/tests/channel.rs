@@ -1,10 +1,14 @@
-//! The channel conformance suite on every local backend, and how `open_channel` treats URLs.
+//! The channel conformance suite on every local backend (also through the retry decorator), and
+//! how `open_channel` treats URLs, including those of backends this build left out.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlless_store::{Channel, ChannelError, ObjectStoreChannel, Store, conformance, open_channel};
+use mlless_store::{
+    Channel, ChannelError, ChannelScheme, ObjectStoreChannel, RetryingChannel, Store, conformance,
+    open_channel,
+};
 
 fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {
     move |job: &str| -> Arc<dyn Channel> {
@@ -33,6 +37,17 @@ async fn conformance_memory() {
 async fn conformance_memory_single_thread() {
     let store = Store::open("memory://channel-conformance-st").expect("open");
     conformance::run_all(&factory(store)).await;
+}
+
+/// The decorator changes nothing while the backend is up: the conformance suite through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_through_the_decorator() {
+    let store = Store::open("memory://outage-conformance").expect("open");
+    let factory = move |job: &str| -> Arc<dyn Channel> {
+        let inner = ObjectStoreChannel::new(store.clone(), job).expect("channel");
+        Arc::new(RetryingChannel::new(inner, Duration::from_secs(1)))
+    };
+    conformance::run_all(&factory).await;
 }
 
 #[tokio::test]
@@ -90,6 +105,49 @@ async fn unsupported_channel_schemes_are_clear_errors() {
             other => panic!("open_channel({url}) gave {other:?}"),
         }
     }
+}
+
+/// A backend that a feature left out still parses, and opening it is a typed error naming the
+/// feature (no connection attempt, no fallback to another backend, no password shown). With
+/// every feature on (the default) there is nothing to refuse: only the parsing is checked.
+#[tokio::test]
+async fn backends_left_out_are_typed_errors_naming_their_feature() {
+    let store = Store::open("memory://not-built").expect("open");
+    for (url, feature, built) in [
+        (
+            "redis://:not-built-pw@127.0.0.1:1,redis://127.0.0.1:2",
+            "redis",
+            cfg!(feature = "redis"),
+        ),
+        (
+            "memcached://127.0.0.1:1",
+            "memcached",
+            cfg!(feature = "memcached"),
+        ),
+        ("s3://some-bucket/channel", "s3", cfg!(feature = "s3")),
+    ] {
+        let scheme = ChannelScheme::parse(Some(url)).expect("parses whatever the features");
+        assert_eq!(scheme.required_feature(), Some(feature));
+        assert_eq!(scheme.is_built(), built, "{url}");
+        assert_eq!(mlless_store::BUILT_FEATURES.contains(&feature), built);
+        if built {
+            continue;
+        }
+        match open_channel(Some(url), &store, "j").await {
+            Err(e @ ChannelError::NotBuilt { feature: named, .. }) => {
+                assert_eq!(named, feature);
+                let message = e.to_string();
+                assert!(
+                    message.contains(&format!("built without the `{feature}` feature")),
+                    "{message}"
+                );
+                assert!(!message.contains("not-built-pw"), "{message}");
+                assert!(!e.is_transient());
+            }
+            other => panic!("open_channel({url}) gave {other:?}"),
+        }
+    }
+    assert!(store.list("").await.expect("list").is_empty());
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //!
 //! Every test starts its own `redis-server` or `memcached` on a free loopback port (with its own
 //! temporary directory) and stops and restarts it; a test whose server binary is not on `PATH`
-//! prints that it was skipped and passes.
+//! prints that it was skipped and passes. The conformance suite through the decorator, which
+//! needs no server, is in `tests/channel.rs`.
 
 use std::net::TcpStream;
 use std::path::Path;
@@ -12,10 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlless_store::{
-    Channel, ChannelError, ChannelOptions, ObjectStoreChannel, RetryingChannel, Store, conformance,
-    open_channel_with,
-};
+use mlless_store::{Channel, ChannelError, ChannelOptions, Store, open_channel_with};
 
 /// A loopback port with nothing listening.
 fn free_port() -> u16 {
@@ -392,15 +390,4 @@ async fn memcached_outage_longer_than_the_grace_fails_naming_the_server() {
     let start = Instant::now();
     let result = channel.collect("u", 0, &[0], Duration::from_secs(30)).await;
     assert_unavailable(result, &server, start, grace);
-}
-
-/// The decorator changes nothing while the server is up: the conformance suite through it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_through_the_decorator() {
-    let store = Store::open("memory://outage-conformance").expect("open");
-    let factory = move |job: &str| -> Arc<dyn Channel> {
-        let inner = ObjectStoreChannel::new(store.clone(), job).expect("channel");
-        Arc::new(RetryingChannel::new(inner, Duration::from_secs(1)))
-    };
-    conformance::run_all(&factory).await;
 }

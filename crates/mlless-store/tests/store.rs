@@ -159,6 +159,7 @@ fn unsupported_schemes_are_rejected_listing_the_supported_ones() {
     ));
 }
 
+#[cfg(feature = "s3")]
 #[test]
 fn s3_urls_open_without_contacting_the_server() {
     let store = Store::open("s3://some-bucket/runs/r1").expect("open");
@@ -175,6 +176,27 @@ fn s3_urls_open_without_contacting_the_server() {
     ));
 }
 
+/// Without the `s3` feature an S3 URL is a typed error naming it, not an "unsupported scheme".
+#[cfg(not(feature = "s3"))]
+#[test]
+fn s3_urls_without_the_s3_feature_are_typed_errors() {
+    for url in ["s3://some-bucket/runs/r1", "s3a://some-bucket"] {
+        match Store::open(url) {
+            Err(e @ StoreError::NotBuilt { feature: "s3", .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(url), "{message}");
+                assert!(
+                    message.contains("built without the `s3` feature"),
+                    "{message}"
+                );
+                assert!(!e.is_transient());
+            }
+            other => panic!("open({url}) gave {other:?}"),
+        }
+    }
+}
+
+/// With or without the `s3` feature (then refused as not built, the URL redacted).
 #[test]
 fn credentials_in_urls_are_refused_and_never_echoed() {
     match Store::open("s3://AKIDEXAMPLE:supersecret@bucket/x") {

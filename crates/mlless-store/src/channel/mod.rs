@@ -18,8 +18,8 @@
 //! | [`crate::parse`] (outside) | [`ChannelScheme`](crate::ChannelScheme): the one place a URL's scheme is matched |
 //! | [`open`] | the factory: [`ChannelScheme::parse`](crate::ChannelScheme::parse), [`open_channel`](open::open_channel) |
 //! | [`object_store`] | [`ObjectStoreChannel`](object_store::ObjectStoreChannel) on any [`Store`](crate::Store) |
-//! | [`redis`] | [`RedisChannel`](redis::RedisChannel) |
-//! | [`memcached`] | [`MemcachedChannel`](memcached::MemcachedChannel) |
+//! | [`redis`] | [`RedisChannel`](redis::RedisChannel) (feature `redis`) |
+//! | [`memcached`] | [`MemcachedChannel`](memcached::MemcachedChannel) (feature `memcached`) |
 //! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
 //!
@@ -27,7 +27,9 @@
 //! [`ChannelError::Backend`] errors transient or not, and passes the conformance suite; its URL
 //! scheme is a variant of [`ChannelScheme`](crate::ChannelScheme), and the compiler then names
 //! every `match` that must say what the new scheme means (opening it in [`open`], billing it in
-//! the runtime).
+//! the runtime). A backend that needs a dependency of its own is a cargo feature (default on):
+//! its module is `#[cfg]`-gated, [`crate::parse`] names the feature, and [`open`] answers
+//! [`ChannelError::NotBuilt`] when it is off.
 
 use std::time::Duration;
 
@@ -36,9 +38,11 @@ use bytes::Bytes;
 use crate::store::{StoreError, check_segment};
 
 mod collect;
+#[cfg(feature = "memcached")]
 pub mod memcached;
 pub mod object_store;
 pub mod open;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod retry;
 
@@ -114,6 +118,19 @@ pub enum ChannelError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The channel URL names a backend that this build left out: the cargo feature of
+    /// `mlless-store` that builds it
+    /// ([`ChannelScheme::required_feature`](crate::ChannelScheme::required_feature)) was off.
+    #[error(
+        "cannot open channel {url}: this mlless was built without the `{feature}` feature \
+         (of mlless-store, on by default), which this backend needs"
+    )]
+    NotBuilt {
+        /// The URL (credentials, if any were embedded, are redacted).
+        url: String,
+        /// The feature that builds the backend: `redis`, `memcached` or `s3`.
+        feature: &'static str,
+    },
     /// A job id, topic or key is not usable as a name on this channel.
     #[error("invalid {what} {name:?} on channel {endpoint}: {reason}")]
     InvalidName {
@@ -139,8 +156,9 @@ impl ChannelError {
     /// ([`StoreError::is_transient`]: an I/O error of a connection kind, or an HTTP request that
     /// failed to connect, timed out, was interrupted or could not be sent). Everything else is
     /// not: [`ChannelError::Timeout`] (the messages did not come), invalid names and URLs,
-    /// corrupt values, refused commands, missing objects, and [`ChannelError::Unavailable`]
-    /// itself (the grace is already spent).
+    /// corrupt values, refused commands, missing objects, backends this build left out
+    /// ([`ChannelError::NotBuilt`]), and [`ChannelError::Unavailable`] itself (the grace is
+    /// already spent).
     pub fn is_transient(&self) -> bool {
         match self {
             ChannelError::Backend { transient, .. } => *transient,
@@ -148,6 +166,7 @@ impl ChannelError {
             ChannelError::Timeout { .. }
             | ChannelError::Unavailable { .. }
             | ChannelError::InvalidUrl { .. }
+            | ChannelError::NotBuilt { .. }
             | ChannelError::InvalidName { .. } => false,
         }
     }

@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use tracing::debug;
 
+#[cfg(feature = "memcached")]
 use super::memcached::MemcachedChannel;
 use super::object_store::ObjectStoreChannel;
+#[cfg(feature = "redis")]
 use super::redis::RedisChannel;
 use super::retry::{ChannelOptions, RetryingChannel};
 use super::{Channel, ChannelError};
@@ -120,6 +122,10 @@ pub async fn open_channel(
 /// - `memcached://host:port`: a [`MemcachedChannel`];
 /// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
 ///
+/// A backend that this build left out (`redis`, `memcached` or `s3` feature off, see
+/// [`ChannelScheme::is_built`]) is [`ChannelError::NotBuilt`] naming the feature, before
+/// anything is opened.
+///
 /// Channels on a server (Redis, Memcached, and object-store channels on S3) are wrapped in a
 /// [`RetryingChannel`] with `options.grace`: operations that fail on the connection are retried
 /// with backoff, and fail with [`ChannelError::Unavailable`] once the outage outlasts the grace.
@@ -137,17 +143,16 @@ pub async fn open_channel_with(
 ) -> Result<Arc<dyn Channel>, ChannelError> {
     let scheme = ChannelScheme::parse(url)?;
     let url = url.map(str::trim).unwrap_or_default();
+    if let Some(feature) = scheme.required_feature()
+        && !scheme.is_built()
+    {
+        return Err(not_built(url, feature));
+    }
     let channel_store = match scheme {
         ChannelScheme::RunStore => store.child("channel"),
         ChannelScheme::ObjectStore(_) => Store::open(url)?,
-        ChannelScheme::Redis { .. } => {
-            let channel = RedisChannel::connect(url, job_id).await?;
-            return Ok(retrying(channel, options));
-        }
-        ChannelScheme::Memcached => {
-            let channel = MemcachedChannel::connect(url, job_id).await?;
-            return Ok(retrying(channel, options));
-        }
+        ChannelScheme::Redis { .. } => return connect_redis(url, job_id, options).await,
+        ChannelScheme::Memcached => return connect_memcached(url, job_id, options).await,
     };
     let channel = ObjectStoreChannel::new(channel_store, job_id)?;
     debug!(channel = %channel.describe(), kind = ?channel.store().kind(), "channel opened");
@@ -157,7 +162,58 @@ pub async fn open_channel_with(
     Ok(Arc::new(channel))
 }
 
+/// The error for a backend that this build left out (its `feature` was off).
+fn not_built(url: &str, feature: &'static str) -> ChannelError {
+    ChannelError::NotBuilt {
+        url: redact_url(url),
+        feature,
+    }
+}
+
+#[cfg(feature = "redis")]
+async fn connect_redis(
+    url: &str,
+    job_id: &str,
+    options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    let channel = RedisChannel::connect(url, job_id).await?;
+    Ok(retrying(channel, options))
+}
+
+/// Without the `redis` feature: [`ChannelError::NotBuilt`] (as [`open_channel_with`] answers
+/// before it gets here).
+#[cfg(not(feature = "redis"))]
+async fn connect_redis(
+    url: &str,
+    _job_id: &str,
+    _options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    Err(not_built(url, "redis"))
+}
+
+#[cfg(feature = "memcached")]
+async fn connect_memcached(
+    url: &str,
+    job_id: &str,
+    options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    let channel = MemcachedChannel::connect(url, job_id).await?;
+    Ok(retrying(channel, options))
+}
+
+/// Without the `memcached` feature: [`ChannelError::NotBuilt`] (as [`open_channel_with`]
+/// answers before it gets here).
+#[cfg(not(feature = "memcached"))]
+async fn connect_memcached(
+    url: &str,
+    _job_id: &str,
+    _options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    Err(not_built(url, "memcached"))
+}
+
 /// A channel on a server, opened: wrapped in a [`RetryingChannel`] with the options' grace.
+#[cfg(any(feature = "redis", feature = "memcached"))]
 fn retrying<C: Channel + 'static>(channel: C, options: ChannelOptions) -> Arc<dyn Channel> {
     debug!(channel = %channel.describe(), grace = ?options.grace, "channel opened");
     Arc::new(RetryingChannel::new(channel, options.grace))

@@ -124,6 +124,7 @@ impl ChannelOptions {
 /// with exponential backoff, for up to a grace period; see the [module documentation](self).
 ///
 /// ```no_run
+/// # #[cfg(feature = "redis")]
 /// # async fn example() -> Result<(), mlless_store::ChannelError> {
 /// use std::time::Duration;
 /// use mlless_store::{RedisChannel, RetryingChannel};
