@@ -1,15 +1,11 @@
 //! The job spec the driver derives from the options and the data set.
 
-use mlless_core::{ModelSpec, OptimizerConfig};
-use mlless_data::DatasetKind;
-
 use std::time::SystemTime;
 
+use mlless_core::{ModelSpec, OptimizerConfig};
 use mlless_faas::clock::unix_ms;
 
-use super::defaults::{
-    DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, Defaults, initial_bias, pmf_prior,
-};
+use super::models::{DEFAULT_TOLERANCE, Defaults, model_spec};
 use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
@@ -28,60 +24,7 @@ pub(super) fn job_spec(
     let manifest = dataset.manifest();
     let defaults = Defaults::for_model(options.model, options.optimizer);
     let rate = positive_rate.unwrap_or(0.5);
-    let init_bias = initial_bias(rate);
-    let l2 = options.hyper.l2.unwrap_or(defaults.l2);
-    let model = match (options.model, &manifest.kind) {
-        (ModelChoice::LogisticRegression, DatasetKind::Sparse { features }) => {
-            ModelSpec::LogisticRegression {
-                features: *features,
-                l2,
-                init_bias,
-            }
-        }
-        (ModelChoice::Svm, DatasetKind::Sparse { features }) => ModelSpec::Svm {
-            features: *features,
-            l2,
-        },
-        (ModelChoice::KMeans, DatasetKind::Sparse { features }) => ModelSpec::KMeans {
-            features: *features,
-            k: options.hyper.clusters.unwrap_or(DEFAULT_CLUSTERS),
-        },
-        (ModelChoice::Mlp, DatasetKind::Sparse { features }) => ModelSpec::Mlp {
-            features: *features,
-            hidden: options
-                .hyper
-                .hidden
-                .clone()
-                .unwrap_or_else(|| DEFAULT_HIDDEN.to_vec()),
-            classes: options.hyper.classes.unwrap_or(2),
-            l2,
-        },
-        (ModelChoice::MatrixFactorization, DatasetKind::Ratings { users, items, mean }) => {
-            ModelSpec::MatrixFactorization {
-                users: *users,
-                items: *items,
-                factors: options.hyper.factors.unwrap_or(defaults.factors).max(1),
-                l2,
-                mean: *mean,
-                init_std: 0.1,
-                prior: pmf_prior(options.hyper.prior, defaults.prior, dataset)?,
-            }
-        }
-        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
-            return Err(RuntimeError::InvalidJob(format!(
-                "{} holds labelled feature rows: train it with --model lr, svm, kmeans or \
-                 mlp, not pmf",
-                dataset.url()
-            )));
-        }
-        (choice, DatasetKind::Ratings { .. }) => {
-            return Err(RuntimeError::InvalidJob(format!(
-                "{} holds ratings: train it with --model pmf, not {}",
-                dataset.url(),
-                choice.name()
-            )));
-        }
-    };
+    let model = model_spec(options, dataset, &defaults, rate)?;
     model
         .validate()
         .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;

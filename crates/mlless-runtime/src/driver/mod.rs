@@ -2,11 +2,11 @@
 //! supervisor and the workers, shows progress, and completes the run record with what the
 //! invocations cost. It holds no training state that a function needs.
 
-mod defaults;
 mod invocations;
 mod job_spec;
+mod models;
 
-pub use defaults::{
+pub use models::{
     DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, Defaults, Hyperparameters, IMBALANCE_MAX,
     LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, estimate_positive_rate, imbalance_factor,
     initial_bias,

@@ -1,9 +1,14 @@
-//! The defaults of the hyperparameters per model, and what they are derived from in the data set
-//! (the positive rate of sparse LR, the rating counts of PMF).
+//! What each model choice means to the driver: the defaults of its hyperparameters, what they
+//! are derived from in the data set (the positive rate of sparse LR, the rating counts of PMF),
+//! and the [`ModelSpec`] it gives on a data set ([`model_spec`]).
 
 use mlless_core::OptimizerKind;
 use tracing::warn;
 
+use mlless_core::ModelSpec;
+use mlless_data::DatasetKind;
+
+use super::TrainOptions;
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use mlless_job::ModelChoice;
@@ -259,6 +264,73 @@ pub(super) fn pmf_prior(asked: Option<f32>, default: f32, dataset: &Dataset) -> 
             Ok(0.0)
         }
     }
+}
+
+/// The model `options` ask for on `dataset`, with the defaults of its hyperparameters: the one
+/// place the driver matches on [`ModelChoice`] to build a [`ModelSpec`]. For LR,
+/// `positive_rate` is the training set's (estimated) fraction of positive labels; `defaults` are
+/// [`Defaults::for_model`]'s.
+pub(super) fn model_spec(
+    options: &TrainOptions,
+    dataset: &Dataset,
+    defaults: &Defaults,
+    positive_rate: f64,
+) -> Result<ModelSpec> {
+    let manifest = dataset.manifest();
+    let init_bias = initial_bias(positive_rate);
+    let l2 = options.hyper.l2.unwrap_or(defaults.l2);
+    Ok(match (options.model, &manifest.kind) {
+        (ModelChoice::LogisticRegression, DatasetKind::Sparse { features }) => {
+            ModelSpec::LogisticRegression {
+                features: *features,
+                l2,
+                init_bias,
+            }
+        }
+        (ModelChoice::Svm, DatasetKind::Sparse { features }) => ModelSpec::Svm {
+            features: *features,
+            l2,
+        },
+        (ModelChoice::KMeans, DatasetKind::Sparse { features }) => ModelSpec::KMeans {
+            features: *features,
+            k: options.hyper.clusters.unwrap_or(DEFAULT_CLUSTERS),
+        },
+        (ModelChoice::Mlp, DatasetKind::Sparse { features }) => ModelSpec::Mlp {
+            features: *features,
+            hidden: options
+                .hyper
+                .hidden
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HIDDEN.to_vec()),
+            classes: options.hyper.classes.unwrap_or(2),
+            l2,
+        },
+        (ModelChoice::MatrixFactorization, DatasetKind::Ratings { users, items, mean }) => {
+            ModelSpec::MatrixFactorization {
+                users: *users,
+                items: *items,
+                factors: options.hyper.factors.unwrap_or(defaults.factors).max(1),
+                l2,
+                mean: *mean,
+                init_std: 0.1,
+                prior: pmf_prior(options.hyper.prior, defaults.prior, dataset)?,
+            }
+        }
+        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{} holds labelled feature rows: train it with --model lr, svm, kmeans or \
+                 mlp, not pmf",
+                dataset.url()
+            )));
+        }
+        (choice, DatasetKind::Ratings { .. }) => {
+            return Err(RuntimeError::InvalidJob(format!(
+                "{} holds ratings: train it with --model pmf, not {}",
+                dataset.url(),
+                choice.name()
+            )));
+        }
+    })
 }
 
 #[cfg(test)]
