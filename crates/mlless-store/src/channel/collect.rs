@@ -63,10 +63,7 @@ where
         return Ok(Vec::new());
     }
     let start = Instant::now();
-    // A timeout too large to add (Duration::MAX) means "a century", as in the Redis channel.
-    let deadline = start
-        .checked_add(timeout)
-        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
+    let deadline = deadline_after(start, timeout);
     let hard_deadline = deadline
         .checked_add(timeout.max(Duration::from_millis(100)))
         .unwrap_or(deadline);
@@ -155,4 +152,12 @@ async fn backoff_sleep(duration: Duration) {
         // The blocking pool is shutting down: fall back to the timer.
         tokio::time::sleep(duration).await;
     }
+}
+
+/// `timeout` after `start`; a timeout too large to add (`Duration::MAX`) means a century. Every
+/// backend's collect computes its deadline here.
+pub(crate) fn deadline_after(start: Instant, timeout: Duration) -> Instant {
+    start
+        .checked_add(timeout)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
 }

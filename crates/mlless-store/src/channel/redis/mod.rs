@@ -552,10 +552,7 @@ impl Channel for RedisChannel {
             return Ok(Vec::new());
         }
         let start = Instant::now();
-        // A timeout too large to add (Duration::MAX) means "a century".
-        let deadline = start
-            .checked_add(timeout)
-            .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
+        let deadline = super::collect::deadline_after(start, timeout);
         let key = self.stream_key(topic, step);
         let found = self.gather(&key, from, deadline).await?;
         let mut out = Vec::with_capacity(from.len());
