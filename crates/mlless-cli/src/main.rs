@@ -19,7 +19,8 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// Serverless data-parallel training of sparse logistic regression and matrix factorisation.
@@ -60,6 +61,22 @@ enum Command {
     Function,
 }
 
+/// The ids of the arguments of `command` that the user gave, on the command line or in the
+/// environment (not the ids of argument groups, which `matches` also holds).
+fn given_ids(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<String> {
+    matches
+        .ids()
+        .filter(|id| command.get_arguments().any(|arg| arg.get_id() == *id))
+        .filter(|id| {
+            matches!(
+                matches.value_source(id.as_str()),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        })
+        .map(|id| id.as_str().to_owned())
+        .collect()
+}
+
 fn main() -> ExitCode {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|api| !api.is_empty()) {
         init_tracing(true);
@@ -71,7 +88,18 @@ fn main() -> ExitCode {
             }
         };
     }
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let (Command::Train(args), Some(("train", train))) = (&mut cli.command, matches.subcommand())
+    {
+        let command = Cli::command();
+        if let Some(command) = command.find_subcommand("train") {
+            args.given = given_ids(command, train);
+        }
+    }
     let function = matches!(cli.command, Command::Function);
     init_tracing(function);
     let result = match cli.command {

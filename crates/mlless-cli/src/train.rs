@@ -10,7 +10,9 @@ use mlless_faas::Limits;
 use mlless_job::{
     ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria, SyncMode, TrainingConfig,
 };
-use mlless_runtime::{Hyperparameters, LiveProgress, TrainOptions, ValidationOptions};
+use mlless_runtime::{
+    Hyperparameters, LiveProgress, ResumeOptions, TrainOptions, ValidationOptions,
+};
 
 /// `--model`: the names of [`ModelChoice`], each with its description in `--help`.
 fn model_parser() -> impl clap::builder::TypedValueParser<Value = ModelChoice> {
@@ -233,8 +235,11 @@ pub struct TrainArgs {
     /// with an error naming it; operations are retried with backoff meanwhile.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub channel_grace: f64,
-    /// Continue the failed run at this location (`{runs}/{job}`) from its last checkpoint;
-    /// the other options are ignored, except --platform, --quiet and --record.
+    /// Continue the failed run at this location (`{runs}/{job}`) from its last checkpoint.
+    /// Options that do not change the mathematics may be given again with new values
+    /// (--memory-mb, --timeout-s, --worker-deadline, --channel-grace, --max-epochs,
+    /// --max-time; the run's spec and record keep the change), as may --invoker, --platform,
+    /// --quiet and --record; any other option is refused.
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Test aid: inject a fault (repeatable): kill-worker:W@T, kill-supervisor@T, drop:W@T
@@ -270,9 +275,77 @@ pub struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// The options the user gave (on the command line or in the environment), by their
+    /// argument ids (`memory_mb`): what `--resume` checks.
+    #[arg(skip)]
+    pub given: Vec<String>,
+}
+
+/// The options `--resume` takes besides its own: the ones that do not change the mathematics
+/// of the run (by argument id), and the ones that only say where and how it runs or shows.
+const RESUMABLE: &[&str] = &[
+    "memory_mb",
+    "timeout_s",
+    "worker_deadline",
+    "channel_grace",
+    "max_epochs",
+    "max_time",
+    "invoker",
+    "platform",
+    "quiet",
+    "record",
+    "resume",
+];
+
+/// The flag of an argument id: `memory_mb` → `--memory-mb`.
+fn flag(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
 }
 
 impl TrainArgs {
+    /// What `--resume` changes: the resumable options the user gave; an error naming every
+    /// other option given, which would change the mathematics of the run.
+    pub fn resume_options(&self) -> anyhow::Result<ResumeOptions> {
+        let refused: Vec<String> = self
+            .given
+            .iter()
+            .filter(|id| !RESUMABLE.contains(&id.as_str()))
+            .map(|id| flag(id))
+            .collect();
+        if !refused.is_empty() {
+            anyhow::bail!(
+                "--resume continues a run as it was trained: {} would change it (with --resume \
+                 only {} may be given)",
+                refused.join(", "),
+                RESUMABLE
+                    .iter()
+                    .filter(|id| **id != "resume")
+                    .map(|id| flag(id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let given = |id: &str| self.given.iter().any(|g| g == id);
+        Ok(ResumeOptions {
+            memory_mb: given("memory_mb").then_some(self.memory_mb),
+            // Zero (which validation refuses) for a negative, infinite or NaN number.
+            timeout: given("timeout_s")
+                .then(|| Duration::try_from_secs_f64(self.timeout_s).unwrap_or(Duration::ZERO)),
+            worker_deadline_s: if given("worker_deadline") {
+                self.worker_deadline
+            } else {
+                None
+            },
+            channel_grace_s: given("channel_grace").then_some(self.channel_grace),
+            max_epochs: given("max_epochs").then_some(self.max_epochs),
+            max_time_s: if given("max_time") {
+                self.max_time
+            } else {
+                None
+            },
+        })
+    }
+
     /// The options of `mlless train --data DATA --model MODEL` with every other option at its
     /// default (for the commands that train on the user's behalf: demo, bench).
     pub fn with_defaults(data: &str, model: ModelChoice) -> anyhow::Result<Self> {
@@ -438,7 +511,14 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
     let result = match &args.resume {
         Some(run) => {
             let prices = crate::cost::price_table(&args.platform)?;
-            runtime.block_on(mlless_runtime::resume(run, &prices, invoker, &mut observe))
+            let changes = args.resume_options()?;
+            runtime.block_on(mlless_runtime::resume(
+                run,
+                &changes,
+                &prices,
+                invoker,
+                &mut observe,
+            ))
         }
         None => {
             let options = args.options()?;

@@ -182,16 +182,36 @@ fn a_failed_run_resumes_from_its_last_checkpoint() {
         .expect("one run")
         .expect("entry")
         .path();
+    // An option that would change the mathematics is refused, naming it.
+    let err = fails(&[
+        "train",
+        "--resume",
+        &s(&run),
+        "--lr",
+        "0.1",
+        "--workers",
+        "8",
+    ]);
+    assert!(err.contains("--lr, --workers would change it"), "{err}");
+    // A larger memory cap, which the error's advice needs, is taken and kept in the spec.
     let record_path = dir.path().join("resumed.json");
     ok(&[
         "train",
         "--resume",
         &s(&run),
+        "--memory-mb",
+        "512",
         "--quiet",
         "--record",
         &s(&record_path),
     ]);
     let resumed = read_record(&record_path);
+    assert_eq!(resumed.spec.training.limits.memory_mb, 512);
+    assert!(resumed.invocations.iter().all(|i| i.memory_mb == 512));
+    let [resumption] = resumed.spec.resumptions.as_slice() else {
+        panic!("one resumption: {:?}", resumed.spec.resumptions)
+    };
+    assert_eq!(resumption.changes, ["--memory-mb 256 → 512"]);
     assert!(
         resumed.invocations.iter().all(|i| i.name.ends_with("~1")),
         "every role starts again from the checkpoint: {:?}",

@@ -28,4 +28,6 @@ pub use model::{ModelChoice, UnknownModel};
 pub use protocol::{Algorithm, DEFAULT_ADMM_RHO, Pattern, SyncMode};
 pub use record::RunRecord;
 pub use role::{SUPERVISOR_ROLE, roles, worker_role};
-pub use spec::{AUTO_EVAL_SECONDS, EvalEvery, JobSpec, SPEC_KEY, StopCriteria, ValidationConfig};
+pub use spec::{
+    AUTO_EVAL_SECONDS, EvalEvery, JobSpec, Resumption, SPEC_KEY, StopCriteria, ValidationConfig,
+};

@@ -57,6 +57,20 @@ impl ModelChoice {
     }
 }
 
+impl ModelChoice {
+    /// The choice that `spec` was built from.
+    pub fn of(spec: &mlless_core::ModelSpec) -> Self {
+        use mlless_core::ModelSpec;
+        match spec {
+            ModelSpec::LogisticRegression { .. } => Self::LogisticRegression,
+            ModelSpec::MatrixFactorization { .. } => Self::MatrixFactorization,
+            ModelSpec::Svm { .. } => Self::Svm,
+            ModelSpec::KMeans { .. } => Self::KMeans,
+            ModelSpec::Mlp { .. } => Self::Mlp,
+        }
+    }
+}
+
 impl std::fmt::Display for ModelChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -43,9 +43,22 @@ pub struct JobSpec {
     /// (`None`: the data set has no validation set).
     #[serde(default)]
     pub validation: Option<ValidationConfig>,
+    /// Every `--resume` of the run that changed an option, in order (empty for a run never
+    /// resumed with new options).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumptions: Vec<Resumption>,
     /// The options as the user gave them.
     #[serde(flatten)]
     pub training: TrainingConfig,
+}
+
+/// A `--resume` that changed options which do not change the mathematics (limits, stops).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumption {
+    /// The checkpoint step the run continued from.
+    pub from_step: u64,
+    /// What changed, one line each: `"--memory-mb 256 → 512"`.
+    pub changes: Vec<String>,
 }
 
 /// How the model is evaluated on the validation set while it trains, and when that stops

@@ -59,6 +59,7 @@ pub(super) fn job_spec(
         train_batches,
         platform: platform.to_owned(),
         validation,
+        resumptions: Vec::new(),
         training: TrainingConfig {
             stop: StopCriteria {
                 tolerance: training

@@ -138,21 +138,109 @@ pub async fn train(
     run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
 }
 
+/// What `mlless train --resume` may change: the options that do not change the mathematics of
+/// the run, only its limits and when it stops; `None` keeps the run's own.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ResumeOptions {
+    /// `--memory-mb`: every function's memory cap.
+    pub memory_mb: Option<u32>,
+    /// `--timeout-s`: every function's lifetime cap.
+    pub timeout: Option<Duration>,
+    /// `--worker-deadline`: how long a silent worker is waited for.
+    pub worker_deadline_s: Option<f64>,
+    /// `--channel-grace`: how long the channel may be unreachable.
+    pub channel_grace_s: Option<f64>,
+    /// `--max-epochs`.
+    pub max_epochs: Option<u32>,
+    /// `--max-time` (counted from the run's first start).
+    pub max_time_s: Option<f64>,
+}
+
+impl ResumeOptions {
+    /// Sets these options in `config`; returns what changed, one line each
+    /// (`"--memory-mb 256 → 512"`).
+    fn apply(&self, config: &mut TrainingConfig) -> Vec<String> {
+        fn set<T: PartialEq + Copy>(
+            changes: &mut Vec<String>,
+            flag: &str,
+            field: &mut T,
+            new: Option<T>,
+            show: impl Fn(T) -> String,
+        ) {
+            if let Some(new) = new
+                && new != *field
+            {
+                changes.push(format!("{flag} {} → {}", show(*field), show(new)));
+                *field = new;
+            }
+        }
+        let mut changes = Vec::new();
+        let c = &mut changes;
+        set(
+            c,
+            "--memory-mb",
+            &mut config.limits.memory_mb,
+            self.memory_mb,
+            |v| v.to_string(),
+        );
+        set(
+            c,
+            "--timeout-s",
+            &mut config.limits.timeout,
+            self.timeout,
+            |v| v.as_secs_f64().to_string(),
+        );
+        let or_none = |v: Option<f64>| v.map_or("none".to_string(), |v| v.to_string());
+        set(
+            c,
+            "--worker-deadline",
+            &mut config.worker_deadline_s,
+            self.worker_deadline_s.map(Some),
+            or_none,
+        );
+        set(
+            c,
+            "--channel-grace",
+            &mut config.channel_grace_s,
+            self.channel_grace_s,
+            |v| v.to_string(),
+        );
+        set(
+            c,
+            "--max-epochs",
+            &mut config.stop.max_epochs,
+            self.max_epochs,
+            |v| v.to_string(),
+        );
+        set(
+            c,
+            "--max-time",
+            &mut config.stop.max_time_s,
+            self.max_time_s.map(Some),
+            or_none,
+        );
+        changes
+    }
+}
+
 /// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
-/// supervisor and workers all have (`--checkpoint-every`), after a failure that stopped it;
-/// returns the complete run record.
+/// supervisor and workers all have (`--checkpoint-every`), after a failure that stopped it,
+/// with the limits and stops of `changes` (kept in the spec's
+/// [`resumptions`](JobSpec::resumptions)); returns the complete run record.
 pub async fn resume(
     run_url: &str,
+    changes: &ResumeOptions,
     prices: &PriceTable,
     invoker: Arc<dyn Invoker>,
     observe: &mut dyn FnMut(&LiveProgress),
 ) -> Result<RunRecord> {
     let run_store = Store::open(run_url)?;
     let bytes = run_store.get(SPEC_KEY).await?;
-    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
-        location: run_store.location(SPEC_KEY),
-        source,
-    })?;
+    let mut spec: JobSpec =
+        serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+            location: run_store.location(SPEC_KEY),
+            source,
+        })?;
     if run_store.exists(RECORD_KEY).await? {
         return Err(RuntimeError::InvalidJob(format!(
             "the run at {run_url} has finished (it has {RECORD_KEY}): nothing to resume"
@@ -174,6 +262,21 @@ pub async fn resume(
         ))
     })?;
     info!(step, "resuming from the checkpoints of step {step}");
+    let changed = changes.apply(&mut spec.training);
+    if !changed.is_empty() {
+        spec.training.validate(ModelChoice::of(&spec.model))?;
+        info!(step, changes = ?changed, "resuming with new options");
+        spec.resumptions.push(mlless_job::Resumption {
+            from_step: step,
+            changes: changed,
+        });
+        // The functions read the new limits and stops from the spec.
+        let json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
+            location: run_store.location(SPEC_KEY),
+            source,
+        })?;
+        run_store.put(SPEC_KEY, Bytes::from(json)).await?;
+    }
     let start = Start {
         generation: 0,
         recovery: 1,

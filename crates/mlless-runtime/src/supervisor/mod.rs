@@ -178,7 +178,10 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         Vec::new()
     };
     let mut state = if let Some(step) = start.resume_step {
-        SupervisorState::load(&ctx, step).await?
+        let mut state = SupervisorState::load(&ctx, step).await?;
+        // `--resume --max-time` may have changed it (still counted from the first start).
+        state.stopper.max_time = Stopper::new(spec).max_time;
+        state
     } else {
         SupervisorState {
             step: 0,
