@@ -117,6 +117,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<train::Cancelled>().is_some() => {
+            eprintln!("{e}");
+            ExitCode::from(130)
+        }
         Err(e) => {
             // One line with the whole chain of causes: the invoker shows a function's last line
             // after the function's name, so a function's line needs no prefix of its own.

@@ -1,6 +1,8 @@
 //! `mlless train`: train on a prepared data set with function workers.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -11,7 +13,8 @@ use mlless_job::{
     ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria, SyncMode, TrainingConfig,
 };
 use mlless_runtime::{
-    Hyperparameters, LiveProgress, ResumeOptions, TrainOptions, ValidationOptions,
+    Control, Hyperparameters, LiveProgress, ResumeOptions, RuntimeError, TrainOptions,
+    ValidationOptions,
 };
 
 /// `--model`: the names of [`ModelChoice`], each with its description in `--help`.
@@ -440,7 +443,31 @@ impl TrainArgs {
     }
 }
 
-/// Runs `mlless train`, prints the summary and returns the record.
+/// A run the user cancelled (Ctrl-C, SIGTERM): `mlless` exits with status 130.
+#[derive(Debug)]
+pub struct Cancelled {
+    /// What happened and how to continue, in one line.
+    pub message: String,
+}
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// The hint of a cancelled run: its job and how to continue it.
+fn resume_hint(job_id: &str, run_url: &str) -> String {
+    format!(
+        "cancelled job {job_id}: continue it from its last checkpoint with `mlless train --resume \
+         {run_url}`"
+    )
+}
+
+/// Runs `mlless train`, prints the summary and returns the record; a cancelled run prints its
+/// summary and ends in [`Cancelled`].
 pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
     let record = train_with_progress(&args)?;
     crate::summary::print(&record);
@@ -448,7 +475,48 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
         crate::summary::write_record(path, &record)?;
         println!("run record: {}", path.display());
     }
+    if record.was_cancelled() {
+        return Err(Cancelled {
+            message: resume_hint(&record.spec.job_id, record.spec.run_url.as_str()),
+        }
+        .into());
+    }
     Ok(record)
+}
+
+/// Counts the interrupts (SIGINT, SIGTERM) this process gets, for ever: the first asks the run
+/// to stop after its step, the second to kill its functions.
+async fn count_interrupts(count: Arc<AtomicU32>) {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        #[cfg(unix)]
+        let interrupted = async {
+            match term.as_mut() {
+                Some(term) => {
+                    tokio::select! {
+                        r = tokio::signal::ctrl_c() => r.is_ok(),
+                        r = term.recv() => r.is_some(),
+                    }
+                }
+                None => tokio::signal::ctrl_c().await.is_ok(),
+            }
+        }
+        .await;
+        #[cfg(not(unix))]
+        let interrupted = tokio::signal::ctrl_c().await.is_ok();
+        if !interrupted {
+            return;
+        }
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == 1 {
+            eprintln!(
+                "\ncancelling: the workers stop after their current step (up to {} s; \
+                 Ctrl-C again to kill them now)",
+                mlless_runtime::CANCEL_GRACE.as_secs()
+            );
+        }
+    }
 }
 
 /// Refuses a job whose data, run or channel the remote function `function` could not reach: a
@@ -489,6 +557,7 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let interrupts = Arc::new(AtomicU32::new(0));
     let mut observe = |p: &LiveProgress| {
         bar.set_position((p.epoch * 100.0) as u64);
         let loss = if p.loss.is_finite() {
@@ -506,8 +575,14 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
             "step {} · epoch {:.2}/{} · loss {loss}{validation} · {} workers · ${:.6}",
             p.step, p.epoch, p.max_epochs, p.workers, p.cost_usd
         ));
+        match interrupts.load(Ordering::SeqCst) {
+            0 => Control::Continue,
+            1 => Control::Cancel,
+            _ => Control::Kill,
+        }
     };
     let runtime = crate::runtime()?;
+    runtime.spawn(count_interrupts(interrupts.clone()));
     let result = match &args.resume {
         Some(run) => {
             let prices = crate::cost::price_table(&args.platform)?;
@@ -526,7 +601,19 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
         }
     };
     bar.finish_and_clear();
-    Ok(result?)
+    match result {
+        Err(RuntimeError::Cancelled { run_url }) => {
+            let job = run_url.rsplit('/').next().unwrap_or_default().to_owned();
+            Err(Cancelled {
+                message: format!(
+                    "{} (its functions were killed)",
+                    resume_hint(&job, &run_url)
+                ),
+            }
+            .into())
+        }
+        result => Ok(result?),
+    }
 }
 
 #[cfg(test)]

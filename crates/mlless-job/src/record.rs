@@ -143,7 +143,16 @@ pub struct RemovalRecord {
     pub workers_after: u32,
 }
 
+/// The stop reason of a run its user cancelled (Ctrl-C, SIGTERM): the workers stopped after
+/// the step they were in, and `mlless train --resume` continues it from its last checkpoint.
+pub const CANCELLED: &str = "cancelled";
+
 impl RunRecord {
+    /// Whether the run was cancelled ([`CANCELLED`]), and so may be resumed.
+    pub fn was_cancelled(&self) -> bool {
+        self.stop_reason == CANCELLED
+    }
+
     /// Seconds from the start of the run (the driver) to the start of the supervisor, whose
     /// clock the steps' and evaluations' `time_s` use; 0 when the record has no supervisor
     /// invocation.

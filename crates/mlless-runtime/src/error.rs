@@ -67,6 +67,16 @@ pub enum RuntimeError {
     /// A function (worker, supervisor, map task) failed.
     #[error("{0}")]
     FunctionFailed(String),
+    /// The user cancelled the run and it did not stop by itself in time (or was asked twice):
+    /// its functions were killed.
+    #[error(
+        "cancelled: the functions were stopped; continue the run from its last checkpoint with \
+         `mlless train --resume {run_url}`"
+    )]
+    Cancelled {
+        /// The run's location.
+        run_url: String,
+    },
     /// The training loss became non-finite or exploded.
     #[error(
         "training diverged at step {step} (loss {loss}); try a lower --lr (it was {lr}) or another --optimizer"

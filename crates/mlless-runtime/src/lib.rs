@@ -67,8 +67,8 @@ pub mod fuzzing {
 }
 
 pub use driver::{
-    DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress, ResumeOptions, TrainOptions,
-    ValidationOptions, resume, train,
+    CANCEL_GRACE, Control, DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress,
+    ResumeOptions, TrainOptions, ValidationOptions, resume, train,
 };
 pub use error::{Result, RuntimeError};
 pub use function::{Payload, Start, run_function};

@@ -111,12 +111,30 @@ pub struct LiveProgress {
     pub validation: Option<crate::messages::ValidationProgress>,
 }
 
-/// Trains a model as `options` say, reporting progress to `observe`; returns the complete run
-/// record, also written to the run's location.
+/// What the caller of [`train`] or [`resume`] asks for each time it is shown progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Control {
+    /// Go on.
+    #[default]
+    Continue,
+    /// Stop the run after the step the workers are in, as the supervisor's own stops do: the
+    /// run ends with a record whose stop reason is [`CANCELLED`](mlless_job::record::CANCELLED)
+    /// (and may be resumed). Asking again changes nothing.
+    Cancel,
+    /// Kill every function now; the run ends with [`RuntimeError::Cancelled`].
+    Kill,
+}
+
+/// How long a cancelled run may take to stop by itself before its functions are killed.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(30);
+
+/// Trains a model as `options` say, reporting progress to `observe` (every 100 ms), which may
+/// cancel the run ([`Control`]); returns the complete run record, also written to the run's
+/// location.
 pub async fn train(
     options: &TrainOptions,
     invoker: Arc<dyn Invoker>,
-    observe: &mut dyn FnMut(&LiveProgress),
+    observe: &mut dyn FnMut(&LiveProgress) -> Control,
 ) -> Result<RunRecord> {
     options.validate()?;
     let dataset = Dataset::open(options.data_url.as_str()).await?;
@@ -224,15 +242,15 @@ impl ResumeOptions {
 }
 
 /// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
-/// supervisor and workers all have (`--checkpoint-every`), after a failure that stopped it,
-/// with the limits and stops of `changes` (kept in the spec's
+/// supervisor and workers all have (`--checkpoint-every`), after a failure or a cancel that
+/// stopped it, with the limits and stops of `changes` (kept in the spec's
 /// [`resumptions`](JobSpec::resumptions)); returns the complete run record.
 pub async fn resume(
     run_url: &str,
     changes: &ResumeOptions,
     prices: &PriceTable,
     invoker: Arc<dyn Invoker>,
-    observe: &mut dyn FnMut(&LiveProgress),
+    observe: &mut dyn FnMut(&LiveProgress) -> Control,
 ) -> Result<RunRecord> {
     let run_store = Store::open(run_url)?;
     let bytes = run_store.get(SPEC_KEY).await?;
@@ -242,9 +260,17 @@ pub async fn resume(
             source,
         })?;
     if run_store.exists(RECORD_KEY).await? {
-        return Err(RuntimeError::InvalidJob(format!(
-            "the run at {run_url} has finished (it has {RECORD_KEY}): nothing to resume"
-        )));
+        let bytes = run_store.get(RECORD_KEY).await?;
+        let record: RunRecord =
+            serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+                location: run_store.location(RECORD_KEY),
+                source,
+            })?;
+        if !record.was_cancelled() {
+            return Err(RuntimeError::InvalidJob(format!(
+                "the run at {run_url} has finished (it has {RECORD_KEY}): nothing to resume"
+            )));
+        }
     }
     // The last step every role has a checkpoint of.
     let mut common: Option<Vec<u64>> = None;
@@ -295,7 +321,7 @@ async fn run_job(
     prices: &PriceTable,
     starts: Vec<Start>,
     invoker: Arc<dyn Invoker>,
-    observe: &mut dyn FnMut(&LiveProgress),
+    observe: &mut dyn FnMut(&LiveProgress) -> Control,
 ) -> Result<RunRecord> {
     let started = Instant::now();
     let started_at_unix_ms = unix_ms(SystemTime::now());
@@ -315,6 +341,9 @@ async fn run_job(
     }
 
     let mut failure: Option<String> = None;
+    // When the user cancelled the run, and whether its functions were killed.
+    let mut cancelled: Option<Instant> = None;
+    let mut killed = false;
     let mut progress = Progress::default();
     let mut ticker = tokio::time::interval(POLL);
     let mut replaced_through = 0u32;
@@ -329,7 +358,7 @@ async fn run_job(
             elapsed_s: started.elapsed().as_secs_f64(),
             cost_usd: fleet.cost_so_far(prices, spec.training.limits.memory_mb),
             validation: progress.validation.clone(),
-        });
+        })
     };
     progress.loss = f64::NAN;
     progress.workers = spec.training.workers;
@@ -339,6 +368,7 @@ async fn run_job(
                 let Some((role, id, done)) = done else { break };
                 let report = done?;
                 if failure.is_none()
+                    && !killed
                     && let Err(message) = fleet.ended(role, id, &report).await
                 {
                     // A function failed for good: the others cannot finish without it.
@@ -373,12 +403,33 @@ async fn run_job(
                         }
                     }
                 }
-                show(&progress, &fleet);
+                let control = show(&progress, &fleet);
+                if control == Control::Cancel && cancelled.is_none() && failure.is_none() {
+                    info!(job = spec.job_id, "cancelled: asking the functions to stop");
+                    cancelled = Some(Instant::now());
+                    let stop = StopRequest { reason: mlless_job::record::CANCELLED.into() };
+                    if let Ok(json) = serde_json::to_vec(&stop)
+                        && let Err(e) = channel.put_key(STOP_KEY, Bytes::from(json)).await
+                    {
+                        warn!("could not publish the stop request: {e}");
+                    }
+                }
+                let late = cancelled.is_some_and(|t| t.elapsed() >= CANCEL_GRACE);
+                if !killed && (control == Control::Kill || late) {
+                    warn!(job = spec.job_id, late, "cancelled: killing the functions");
+                    killed = true;
+                    fleet.kill_all();
+                }
             }
         }
     }
     if let Err(e) = channel.cleanup().await {
         warn!("could not clean up the channel: {e}");
+    }
+    if killed {
+        return Err(RuntimeError::Cancelled {
+            run_url: spec.run_url.as_str().to_owned(),
+        });
     }
     if let Some(mut message) = failure {
         if spec.training.checkpoint_every > 0 {
@@ -434,7 +485,8 @@ async fn run_job(
             workers: spec.training.workers,
             validation: progress.validation.clone(),
         };
-        show(&p, &fleet);
+        // The run is over: what the observer asks now changes nothing.
+        let _ = show(&p, &fleet);
     }
     let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{RECORD_KEY}", run_store.url()),

@@ -23,7 +23,7 @@ use crate::fleet::Fleet;
 use crate::function::Start;
 use crate::messages::{
     FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, ReplicaMessage,
-    SCALE_IN_KEY, STATS, StatsMessage, StoredModel,
+    SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage, StopRequest, StoredModel,
 };
 use mlless_job::Fault;
 use mlless_job::SUPERVISOR_ROLE;
@@ -423,6 +423,20 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         .iter()
         .filter(|s| s.workers.iter().any(|w| w.messages_sent > 0))
         .count() as u64;
+    // A stop the driver asked for (a cancel, a failure) is the reason when no criterion of
+    // the supervisor's own was.
+    let stop_reason = match stopper.reason {
+        Some(reason) => reason,
+        None => match ctx.channel.get_key(STOP_KEY).await? {
+            Some(bytes) => serde_json::from_slice::<StopRequest>(&bytes)
+                .map(|request| request.reason)
+                .map_err(|source| RuntimeError::Json {
+                    location: format!("the channel's {STOP_KEY} key"),
+                    source,
+                })?,
+            None => format!("reached --max-epochs {}", spec.training.stop.max_epochs),
+        },
+    };
     let record = RunRecord {
         format_version: RECORD_VERSION,
         // The record is for people and reports: never the channel's credentials.
@@ -433,9 +447,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         test_samples: manifest.test.samples,
         steps,
         epochs,
-        stop_reason: stopper
-            .reason
-            .unwrap_or_else(|| format!("reached --max-epochs {}", spec.training.stop.max_epochs)),
+        stop_reason,
         metrics,
         invocations: Vec::new(),
         bill: None,
