@@ -10,8 +10,7 @@ use std::io::BufRead;
 use mlless_core::SparseBatch;
 
 use super::{
-    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, map_labels_jointly,
-    parse_finite,
+    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, parse_finite, sparse_parts,
 };
 
 /// One input as read.
@@ -112,7 +111,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
 /// Checks that all inputs have the same columns and maps their labels jointly.
 /// Reconciles the parts; returns them and their number of columns.
 pub(super) fn finish(
-    mut raws: Vec<(Ctx<'_>, Raw)>,
+    raws: Vec<(Ctx<'_>, Raw)>,
     options: &ParseOptions,
 ) -> Result<(Vec<Parsed>, u32), ParseError> {
     let first = &raws[0];
@@ -136,18 +135,8 @@ pub(super) fn finish(
             )));
         }
     };
-    let label_map = map_labels_jointly(
-        raws.iter_mut()
-            .map(|(_, r)| (&r.labels, &mut r.rows.labels)),
-    );
-    let parsed = raws
-        .into_iter()
-        .map(|(_, raw)| Parsed::Sparse {
-            rows: raw.rows,
-            features,
-            label_map,
-        })
-        .collect();
+    let parts = raws.into_iter().map(|(_, r)| (r.rows, r.labels)).collect();
+    let parsed = sparse_parts(parts, features);
     Ok((parsed, columns_features + 1))
 }
 
