@@ -87,12 +87,7 @@ pub(super) fn read<R: BufRead>(
         let Some(label_token) = tokens.next() else {
             continue;
         };
-        let label = parse_finite(label_token).ok_or_else(|| {
-            ctx.line(
-                no,
-                format!("expected a numeric label, found {label_token:?}"),
-            )
-        })?;
+        let label = ctx.label(no, label_token)?;
         labels.observe(label);
         rows.labels.push(label);
         let last = for_each_feature(ctx, no, tokens, |index, value| {

@@ -355,6 +355,12 @@ impl Ctx<'_> {
         }
     }
 
+    /// The label `field` of line `line`: a finite number.
+    fn label(&self, line: u64, field: &str) -> Result<f32, ParseError> {
+        parse_finite(field)
+            .ok_or_else(|| self.line(line, format!("expected a numeric label, found {field:?}")))
+    }
+
     fn invalid(&self, message: impl Into<String>) -> ParseError {
         ParseError::Invalid {
             path: self.path.to_path_buf(),

@@ -26,8 +26,8 @@ use std::path::Path;
 use mlless_core::{RatingBatch, SparseBatch};
 
 use super::criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, push_features};
-use super::movielens::{Variant, fields_of};
-use super::{Ctx, InputFormat, Lines, ParseError, end_row, parse_finite};
+use super::movielens::{for_each_line, parse_id, parse_rating};
+use super::{Ctx, InputFormat, Lines, ParseError, end_row};
 use crate::manifest::LabelMap;
 
 /// How to read input to score: the data set's layout.
@@ -175,10 +175,7 @@ fn libsvm<R: BufRead>(
         state.label_presence(no, labelled)?;
         let label = if labelled {
             tokens.next();
-            let label = parse_finite(first).ok_or_else(|| {
-                ctx.line(no, format!("expected a numeric label, found {first:?}"))
-            })?;
-            state.map_label(no, label, layout.label_map)?
+            state.map_label(no, ctx.label(no, first)?, layout.label_map)?
         } else {
             0.0
         };
@@ -247,22 +244,14 @@ fn csv<R: BufRead>(
             continue;
         }
         let fields = || line.split(',').map(str::trim_ascii);
-        if std::mem::take(&mut first)
-            && fields().any(|f| !f.is_empty() && f.parse::<f64>().is_err())
-        {
-            continue; // header
+        if std::mem::take(&mut first) && super::csv::is_header(line) {
+            continue;
         }
         let labelled = labelled_by_columns(ctx, no, fields().count(), columns, "")?;
         state.label_presence(no, labelled)?;
         let mut fields = fields();
         let label = if labelled {
-            let field = fields.next().unwrap_or_default();
-            if field.is_empty() {
-                return Err(ctx.line(no, "missing label in column 1"));
-            }
-            let label = parse_finite(field).ok_or_else(|| {
-                ctx.line(no, format!("expected a numeric label, found {field:?}"))
-            })?;
+            let label = super::csv::label(ctx, no, fields.next().unwrap_or_default())?;
             state.map_label(no, label, layout.label_map)?
         } else {
             0.0
@@ -273,15 +262,7 @@ fn csv<R: BufRead>(
             if field.is_empty() {
                 continue;
             }
-            let value = parse_finite(field).ok_or_else(|| {
-                ctx.line(
-                    no,
-                    format!(
-                        "expected a number in column {}, found {field:?}",
-                        i + offset + 1
-                    ),
-                )
-            })?;
+            let value = super::csv::value(ctx, no, i + offset + 1, field)?;
             if value == 0.0 {
                 continue;
             }
@@ -345,14 +326,9 @@ fn movielens<R: BufRead>(
 ) -> Result<RatingBatch, ParseError> {
     let ctx = lines.ctx;
     let mut ratings = RatingBatch::default();
-    let mut variant: Option<Variant> = None;
-    while let Some((no, line)) = lines.next_line()? {
-        let mut parts = [""; 5];
-        let Some((v, n)) = fields_of(ctx, no, line, &mut variant, &mut parts)? else {
-            continue;
-        };
-        let fields: Vec<&str> = parts[..n].iter().map(|f| f.trim_ascii()).collect();
-        let (user, item, rating) = match fields[..] {
+    for_each_line(lines, |no, v, fields| {
+        let n = fields.len();
+        let (user, item, rating) = match *fields {
             [user, item] => (user, item, None),
             [user, item, rating] | [user, item, rating, _] => (user, item, Some(rating)),
             _ => {
@@ -366,19 +342,15 @@ fn movielens<R: BufRead>(
             }
         };
         state.label_presence(no, rating.is_some())?;
-        let user: u32 = user
-            .parse()
-            .map_err(|_| ctx.line(no, format!("expected a user id, found {user:?}")))?;
-        let item: u32 = item
-            .parse()
-            .map_err(|_| ctx.line(no, format!("expected an item id, found {item:?}")))?;
+        let user = parse_id(ctx, no, "a user id", user)?;
+        let item = parse_id(ctx, no, "an item id", item)?;
         let rating = match rating {
-            Some(r) => parse_finite(r)
-                .ok_or_else(|| ctx.line(no, format!("expected a rating, found {r:?}")))?,
+            Some(r) => parse_rating(ctx, no, r)?,
             None => 0.0,
         };
         ratings.push(user, item, rating);
-    }
+        Ok(())
+    })?;
     Ok(ratings)
 }
 
