@@ -227,7 +227,7 @@ pub(crate) fn margins<'a>(
 /// returns the data loss summed over the rows.
 ///
 /// Each row adds `l2 · w_j` (over the batch's mean) for every weight it touches, never for the
-/// bias; see the comment on [`Model`](super::Model).
+/// bias; see the comment on [`Model`].
 pub(crate) fn linear_gradient(
     params: &[f32],
     batch: &SparseBatch,
