@@ -243,23 +243,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
     let spec = mlless_data::SparseLrSpec::new(40_000, 20_000, 30, 3);
     crate::generate::write_with(&input, |out| mlless_data::write_sparse_lr(&spec, out))?;
     let data = dir.join("store");
-    crate::prepare::run(crate::prepare::PrepareArgs {
-        format: crate::prepare::Format::Libsvm,
-        input,
-        out: data.display().to_string(),
-        batch_size: 500,
-        test_fraction: Some(0.1),
-        test_input: None,
-        validation_fraction: None,
-        validation_input: None,
-        seed: 1,
-        normalize: None,
-        features: None,
-        invoker: crate::InvokerChoice::Local,
-        map_tasks: 1,
-        memory_mb: 1024,
-        timeout_s: 900.0,
-    })?;
+    crate::demo::prepare_local(crate::prepare::Format::Libsvm, &input, &data, 500, 1)?;
     let mut train = crate::train::TrainArgs::with_defaults(
         &data.display().to_string(),
         mlless_job::ModelChoice::LogisticRegression,

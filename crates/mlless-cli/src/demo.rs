@@ -50,7 +50,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let truth: SparseLrTruth =
         crate::generate::write_with(&lr_input, |out| mlless_data::write_sparse_lr(&lr_spec, out))?;
     let lr_data = store.join("sparse-lr");
-    prepare(Format::Libsvm, &lr_input, &lr_data)?;
+    prepare_local(Format::Libsvm, &lr_input, &lr_data, 1000, 4)?;
     let record = train(
         &args,
         ModelChoice::LogisticRegression,
@@ -84,7 +84,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         mlless_data::write_ratings(&ratings_spec, out)
     })?;
     let ratings_data = store.join("ratings");
-    prepare(Format::Movielens, &ratings_input, &ratings_data)?;
+    prepare_local(Format::Movielens, &ratings_input, &ratings_data, 1000, 4)?;
     let record = train(
         &args,
         ModelChoice::MatrixFactorization,
@@ -100,12 +100,20 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn prepare(format: Format, input: &Path, out: &Path) -> anyhow::Result<()> {
+/// Prepares `input` into the local store `out`, a tenth held out for test, with local map
+/// tasks: the demo's and the benchmarks' data sets.
+pub(crate) fn prepare_local(
+    format: Format,
+    input: &Path,
+    out: &Path,
+    batch_size: u32,
+    map_tasks: u32,
+) -> anyhow::Result<()> {
     crate::prepare::run(PrepareArgs {
         format,
         input: input.to_path_buf(),
         out: out.display().to_string(),
-        batch_size: 1000,
+        batch_size,
         test_fraction: Some(0.1),
         test_input: None,
         validation_fraction: None,
@@ -114,7 +122,7 @@ fn prepare(format: Format, input: &Path, out: &Path) -> anyhow::Result<()> {
         normalize: None,
         features: None,
         invoker: crate::InvokerChoice::Local,
-        map_tasks: 4,
+        map_tasks,
         memory_mb: 1024,
         timeout_s: 900.0,
     })

@@ -599,36 +599,48 @@ mod tests {
 
     #[test]
     fn for_spec_picks_the_task() {
-        let lr = ModelSpec::LogisticRegression {
-            features: 1,
-            l2: 0.0,
-            init_bias: 0.0,
-        };
-        assert_eq!(Evaluation::for_spec(&lr).task(), "binary");
-        let pmf = ModelSpec::MatrixFactorization {
-            users: 1,
-            items: 1,
-            factors: 1,
-            l2: 0.0,
-            mean: 0.0,
-            init_std: 0.1,
-            prior: 0.0,
-        };
-        assert_eq!(Evaluation::for_spec(&pmf).task(), "regression");
-        let svm = ModelSpec::Svm {
-            features: 1,
-            l2: 0.0,
-        };
-        assert_eq!(Evaluation::for_spec(&svm).task(), "margin");
-        let kmeans = ModelSpec::KMeans { features: 1, k: 1 };
-        assert_eq!(Evaluation::for_spec(&kmeans).task(), "clustering");
-        let mlp = ModelSpec::Mlp {
-            features: 2,
-            hidden: vec![3],
-            classes: 3,
-            l2: 0.0,
-        };
-        assert_eq!(Evaluation::for_spec(&mlp).task(), "multiclass");
+        let tasks = [
+            (
+                ModelSpec::LogisticRegression {
+                    features: 1,
+                    l2: 0.0,
+                    init_bias: 0.0,
+                },
+                "binary",
+            ),
+            (
+                ModelSpec::MatrixFactorization {
+                    users: 1,
+                    items: 1,
+                    factors: 1,
+                    l2: 0.0,
+                    mean: 0.0,
+                    init_std: 0.1,
+                    prior: 0.0,
+                },
+                "regression",
+            ),
+            (
+                ModelSpec::Svm {
+                    features: 1,
+                    l2: 0.0,
+                },
+                "margin",
+            ),
+            (ModelSpec::KMeans { features: 1, k: 1 }, "clustering"),
+            (
+                ModelSpec::Mlp {
+                    features: 2,
+                    hidden: vec![3],
+                    classes: 3,
+                    l2: 0.0,
+                },
+                "multiclass",
+            ),
+        ];
+        for (spec, task) in tasks {
+            assert_eq!(Evaluation::for_spec(&spec).task(), task, "{}", spec.name());
+        }
     }
 
     #[test]

@@ -536,12 +536,16 @@ pub trait Model: Send + Sync {
     ///
     /// The batch is untrusted: out-of-range ids, bad labels, non-finite values, malformed
     /// layouts and a batch of the wrong kind are errors, and on error `acc` is left unchanged.
+    /// By default, for a model that does not train by gradients (k-means, [`Training::Lloyd`]),
+    /// [`ModelError::NoGradient`].
     fn gradient(
         &self,
-        params: &[f32],
-        batch: &Batch,
-        acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError>;
+        _params: &[f32],
+        _batch: &Batch,
+        _acc: &mut GradientAccumulator,
+    ) -> Result<BatchLoss, ModelError> {
+        Err(ModelError::NoGradient { model: self.name() })
+    }
 
     /// Adds the model's predictions on `batch` to `eval`.
     ///
@@ -816,8 +820,20 @@ pub(crate) mod testutil {
     use rand::rngs::StdRng;
     use rand_distr::StandardNormal;
 
+    use super::{BatchLoss, GradientAccumulator, ModelSpec};
     use crate::batch::{Batch, SparseBatch};
     use crate::sparse::SparseVector;
+
+    /// The gradient of `spec`'s model at `params` on `batch`, with the batch's data loss.
+    pub fn spec_gradient(
+        spec: &ModelSpec,
+        params: &[f32],
+        batch: &Batch,
+    ) -> (BatchLoss, SparseVector) {
+        let mut acc = GradientAccumulator::new(spec.num_params());
+        let loss = spec.model().gradient(params, batch, &mut acc).unwrap();
+        (loss, acc.take())
+    }
 
     /// Central finite difference of `f` at `x` along every coordinate in `coords`, in f64.
     pub fn finite_difference(

@@ -343,6 +343,18 @@ mod tests {
         encode_framed(BATCH_MAGIC, batch)
     }
 
+    /// A well-formed frame of this version, with a valid checksum, around any `payload`.
+    fn frame_payload(magic: [u8; 4], payload: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&magic);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&0u16.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        bytes.extend_from_slice(payload);
+        bytes
+    }
+
     #[test]
     fn round_trips_both_kinds() {
         for batch in [
@@ -418,27 +430,14 @@ mod tests {
         }
         payload.push(n as u8);
         payload.extend_from_slice(&[0; 16]);
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(b"TEST");
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&0u16.to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        bytes.extend_from_slice(&payload);
+        let bytes = frame_payload(*b"TEST", &payload);
         let err = decode_framed::<Vec<f32>>(*b"TEST", &bytes).unwrap_err();
         assert!(matches!(err, CodecError::Malformed(_)), "{err}");
         // The same inside a batch: ratings whose user array declares 2^40 ids.
         let mut payload = vec![1u8];
         payload.extend_from_slice(&bytes[HEADER_LEN..HEADER_LEN + 6]);
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&BATCH_MAGIC);
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&0u16.to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        bytes.extend_from_slice(&payload);
         assert!(matches!(
-            decode_batch(&bytes),
+            decode_batch(&frame_payload(BATCH_MAGIC, &payload)),
             Err(CodecError::Malformed(_))
         ));
     }
@@ -494,29 +493,14 @@ mod tests {
 
     #[test]
     fn valid_checksum_over_garbage_is_malformed() {
-        // A frame whose payload passes the checksum but is not a Batch: variant tag 9.
-        let payload = [9u8, 0, 0];
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(b"MLLB");
-        bytes.extend_from_slice(&1u16.to_le_bytes());
-        bytes.extend_from_slice(&0u16.to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        bytes.extend_from_slice(&payload);
-        assert!(matches!(
-            decode_batch(&bytes),
-            Err(CodecError::Malformed(_))
-        ));
-        // A sequence claiming 2^31 elements with no data fails without allocating them.
-        let payload = [0u8, 0x80, 0x80, 0x80, 0x80, 0x08];
-        bytes.truncate(8);
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        bytes.extend_from_slice(&payload);
-        assert!(matches!(
-            decode_batch(&bytes),
-            Err(CodecError::Malformed(_))
-        ));
+        // Payloads that pass the checksum but are not a Batch: variant tag 9, and a sequence
+        // claiming 2^31 elements with no data (which fails without allocating them).
+        for payload in [&[9u8, 0, 0][..], &[0, 0x80, 0x80, 0x80, 0x80, 0x08]] {
+            assert!(matches!(
+                decode_batch(&frame_payload(BATCH_MAGIC, payload)),
+                Err(CodecError::Malformed(_))
+            ));
+        }
     }
 
     #[test]

@@ -404,26 +404,32 @@ mod tests {
         );
 
         let mut r = m.clone();
-        r.kind = DatasetKind::Ratings {
-            users: 4,
-            items: 5,
-            mean: 3.5,
-        };
-        r.normalization = None;
-        r.label_map = None;
-        r.schema = Some(InputSchema {
-            ids: Some(IdsInfo {
-                key: crate::IDS_KEY.into(),
-                users: 4,
-                items: 5,
-                crc32: 9,
-            }),
-            ..InputSchema::default()
-        });
+        make_ratings(&mut r, 4, crate::IDS_KEY, 9);
         let json = r.to_json();
         let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(value["kind"]["type"], "ratings");
         assert_eq!(Manifest::from_json(&json).unwrap(), r);
+    }
+
+    /// Makes `m` a data set of ratings by 4 users of 5 items, whose id map (object `key`, with
+    /// checksum `crc32`) has `users` users.
+    fn make_ratings(m: &mut Manifest, users: u32, key: &str, crc32: u32) {
+        m.kind = DatasetKind::Ratings {
+            users: 4,
+            items: 5,
+            mean: 3.5,
+        };
+        m.normalization = None;
+        m.label_map = None;
+        m.schema = Some(InputSchema {
+            ids: Some(IdsInfo {
+                key: key.into(),
+                users,
+                items: 5,
+                crc32,
+            }),
+            ..InputSchema::default()
+        });
     }
 
     #[test]
@@ -471,26 +477,7 @@ mod tests {
             &|m| m.normalization.as_mut().unwrap().method = "z".into(),
             "method",
         );
-        let ids = |users, key: &'static str| {
-            move |m: &mut Manifest| {
-                m.kind = DatasetKind::Ratings {
-                    users: 4,
-                    items: 5,
-                    mean: 3.0,
-                };
-                m.normalization = None;
-                m.label_map = None;
-                m.schema = Some(InputSchema {
-                    ids: Some(IdsInfo {
-                        key: key.into(),
-                        users,
-                        items: 5,
-                        crc32: 0,
-                    }),
-                    ..InputSchema::default()
-                });
-            }
-        };
+        let ids = |users, key: &'static str| move |m: &mut Manifest| make_ratings(m, users, key, 0);
         check(&ids(3, "ids.bin"), "the id map has 3 users");
         check(&ids(4, "../ids.bin"), "unsafe");
         check(

@@ -4,6 +4,8 @@ use std::ops::Range;
 
 use mlless_cost::PriceTable;
 use mlless_job::RunRecord;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::ReportError;
@@ -57,54 +59,31 @@ pub fn loss_svg(record: &RunRecord) -> Result<String, ReportError> {
     let y = padded_range(loss.iter().map(|p| p.1), false);
     let max_workers = workers.iter().map(|p| p.1).fold(1.0, f64::max);
 
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let fail = plot_error("loss");
-        root.fill(&WHITE).map_err(&fail)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Training loss and workers over time", ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
+    svg("loss", SIZE, |root| {
+        let mut chart = chart_builder(root, "Training loss and workers over time", 64)
             .right_y_label_area_size(48)
-            .build_cartesian_2d(x.clone(), y)
-            .map_err(&fail)?
+            .build_cartesian_2d(x.clone(), y)?
             .set_secondary_coord(x, 0.0..(max_workers * 1.25).ceil() + 1.0);
-        chart
-            .configure_mesh()
-            .x_desc("time since the run started (s)")
-            .y_desc("training loss")
-            .x_label_formatter(&|v| format!("{v:.1}"))
-            .y_label_formatter(&|v| format!("{v:.4}"))
-            .draw()
-            .map_err(&fail)?;
+        draw_mesh(
+            &mut chart,
+            ("time since the run started (s)", "training loss"),
+            (&|v| format!("{v:.1}"), &|v| format!("{v:.4}")),
+        )?;
         chart
             .configure_secondary_axes()
             .y_desc("workers")
             .y_label_formatter(&|v| format!("{v:.0}"))
-            .draw()
-            .map_err(&fail)?;
+            .draw()?;
         chart
-            .draw_series(LineSeries::new(loss, LOSS_COLOR.stroke_width(2)))
-            .map_err(&fail)?
+            .draw_series(LineSeries::new(loss, LOSS_COLOR.stroke_width(2)))?
             .label("loss")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LOSS_COLOR));
+            .legend(line_legend(LOSS_COLOR));
         chart
-            .draw_secondary_series(LineSeries::new(workers, WORKERS_COLOR.stroke_width(2)))
-            .map_err(&fail)?
+            .draw_secondary_series(LineSeries::new(workers, WORKERS_COLOR.stroke_width(2)))?
             .label("workers (right axis)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], WORKERS_COLOR));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(&fail)?;
-        root.present().map_err(&fail)?;
-    }
-    Ok(svg)
+            .legend(line_legend(WORKERS_COLOR));
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+    })
 }
 
 /// The validation curve: the validation metric against time (with the training loss,
@@ -148,99 +127,61 @@ pub fn validation_svg(record: &RunRecord) -> Result<Option<String>, ReportError>
     let loss_y = padded_range(smoothed.iter().map(|p| p.1), false);
     let label = format!("validation {metric}");
 
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (SIZE.0 * 2, SIZE.1)).into_drawing_area();
-        let fail = plot_error("validation");
-        root.fill(&WHITE).map_err(&fail)?;
+    let svg = svg("validation", (SIZE.0 * 2, SIZE.1), |root| {
         let (left, right) = root.split_horizontally(SIZE.0);
-        let mut chart = ChartBuilder::on(&left)
-            .caption(format!("{label} over time"), ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
+        let mut chart = chart_builder(&left, &format!("{label} over time"), 64)
             .right_y_label_area_size(64)
-            .build_cartesian_2d(x_time.clone(), y.clone())
-            .map_err(&fail)?
+            .build_cartesian_2d(x_time.clone(), y.clone())?
             .set_secondary_coord(x_time, loss_y);
-        chart
-            .configure_mesh()
-            .x_desc("time since the run started (s)")
-            .y_desc(label.as_str())
-            .x_label_formatter(&|v| format!("{v:.1}"))
-            .y_label_formatter(&|v| format!("{v:.4}"))
-            .draw()
-            .map_err(&fail)?;
+        draw_mesh(
+            &mut chart,
+            ("time since the run started (s)", &label),
+            (&|v| format!("{v:.1}"), &|v| format!("{v:.4}")),
+        )?;
         chart
             .configure_secondary_axes()
             .y_desc("training loss (smoothed)")
             .y_label_formatter(&|v| format!("{v:.4}"))
-            .draw()
-            .map_err(&fail)?;
+            .draw()?;
         chart
-            .draw_secondary_series(LineSeries::new(smoothed, WORKERS_COLOR.mix(0.6)))
-            .map_err(&fail)?
+            .draw_secondary_series(LineSeries::new(smoothed, WORKERS_COLOR.mix(0.6)))?
             .label("training loss, smoothed (right axis)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], WORKERS_COLOR));
+            .legend(line_legend(WORKERS_COLOR));
         chart
-            .draw_series(LineSeries::new(by_time.clone(), LOSS_COLOR.stroke_width(2)))
-            .map_err(&fail)?
+            .draw_series(LineSeries::new(by_time.clone(), LOSS_COLOR.stroke_width(2)))?
             .label(label.as_str())
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LOSS_COLOR));
-        chart
-            .draw_series(
-                by_time
-                    .iter()
-                    .map(|&p| Circle::new(p, 3, LOSS_COLOR.filled())),
-            )
-            .map_err(&fail)?;
+            .legend(line_legend(LOSS_COLOR));
+        chart.draw_series(
+            by_time
+                .iter()
+                .map(|&p| Circle::new(p, 3, LOSS_COLOR.filled())),
+        )?;
         if let Some((t, _, v)) = best {
             chart
-                .draw_series([Circle::new((t, v), 7, COST_COLOR.stroke_width(2))])
-                .map_err(&fail)?
+                .draw_series([Circle::new((t, v), 7, COST_COLOR.stroke_width(2))])?
                 .label("best (the model kept)")
                 .legend(|(x, y)| Circle::new((x + 10, y), 5, COST_COLOR.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(&fail)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
 
-        let mut chart = ChartBuilder::on(&right)
-            .caption(format!("{label} against cost"), ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x_cost, y)
-            .map_err(&fail)?;
-        chart
-            .configure_mesh()
-            .x_desc("billed cost so far (USD)")
-            .y_desc(label.as_str())
-            .x_label_formatter(&|v| format!("{v:.4}"))
-            .y_label_formatter(&|v| format!("{v:.4}"))
-            .draw()
-            .map_err(&fail)?;
-        chart
-            .draw_series(LineSeries::new(by_cost.clone(), COST_COLOR.stroke_width(2)))
-            .map_err(&fail)?;
-        chart
-            .draw_series(
-                by_cost
-                    .iter()
-                    .map(|&p| Circle::new(p, 3, COST_COLOR.filled())),
-            )
-            .map_err(&fail)?;
+        let mut chart = chart_builder(&right, &format!("{label} against cost"), 64)
+            .build_cartesian_2d(x_cost, y)?;
+        draw_mesh(
+            &mut chart,
+            ("billed cost so far (USD)", &label),
+            (&|v| format!("{v:.4}"), &|v| format!("{v:.4}")),
+        )?;
+        chart.draw_series(LineSeries::new(by_cost.clone(), COST_COLOR.stroke_width(2)))?;
+        chart.draw_series(
+            by_cost
+                .iter()
+                .map(|&p| Circle::new(p, 3, COST_COLOR.filled())),
+        )?;
         if let Some((_, c, v)) = best {
-            chart
-                .draw_series([Circle::new((c, v), 7, LOSS_COLOR.stroke_width(2))])
-                .map_err(&fail)?;
+            chart.draw_series([Circle::new((c, v), 7, LOSS_COLOR.stroke_width(2))])?;
         }
-        root.present().map_err(&fail)?;
-    }
+        Ok(())
+    })?;
     Ok(Some(svg))
 }
 
@@ -342,47 +283,90 @@ fn line_chart(
 ) -> Result<String, ReportError> {
     let x = padded_range(series.iter().flat_map(|s| s.2.iter().map(|p| p.0)), false);
     let y = padded_range(series.iter().flat_map(|s| s.2.iter().map(|p| p.1)), true);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let fail = plot_error(plot);
-        root.fill(&WHITE).map_err(&fail)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x, y)
-            .map_err(&fail)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .x_label_formatter(x_format)
-            .y_label_formatter(y_format)
-            .draw()
-            .map_err(&fail)?;
-        for (name, color, points) in series {
-            let color = *color;
+    svg(plot, SIZE, |root| {
+        let mut chart = chart_builder(root, caption, 80).build_cartesian_2d(x, y)?;
+        draw_mesh(&mut chart, (x_desc, y_desc), (x_format, y_format))?;
+        for &(name, color, ref points) in series {
             chart
                 .draw_series(LineSeries::new(
                     points.iter().copied(),
                     color.stroke_width(2),
-                ))
-                .map_err(&fail)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+                ))?
+                .label(name)
+                .legend(line_legend(color));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(legend)
-            .draw()
-            .map_err(&fail)?;
-        root.present().map_err(&fail)?;
+        draw_legend(&mut chart, legend)
+    })
+}
+
+/// What drawing on an SVG area returns.
+type Drawn = Result<(), DrawingAreaErrorKind<std::io::Error>>;
+
+/// A chart of two `f64` axes on an SVG area.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The SVG document of `size` pixels that `draw` draws on a white background; `plot` names it
+/// in errors ([`ReportError::Plot`]).
+fn svg(
+    plot: &'static str,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Drawn,
+) -> Result<String, ReportError> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE)
+            .and_then(|()| draw(&root))
+            .and_then(|()| root.present())
+            .map_err(plot_error(plot))?;
     }
     Ok(svg)
+}
+
+/// A chart on `area` with its `caption`, the margins and the x labels' room of every plot, and
+/// `y_labels` pixels for the labels of the (left) y axis.
+fn chart_builder<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+    y_labels: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(y_labels);
+    builder
+}
+
+/// Draws the mesh of `chart` with the descriptions and label formats of its x and y axes.
+fn draw_mesh(
+    chart: &mut Chart<'_, '_>,
+    (x_desc, y_desc): (&str, &str),
+    (x_format, y_format): AxisFormats<'_>,
+) -> Drawn {
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(x_format)
+        .y_label_formatter(y_format)
+        .draw()
+}
+
+/// Draws the legend of `chart` at `position`.
+fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> Drawn {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+}
+
+/// The legend mark of a line of `color`.
+fn line_legend(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color)
 }
 
 fn plot_error<E: std::fmt::Display>(plot: &'static str) -> impl Fn(E) -> ReportError {

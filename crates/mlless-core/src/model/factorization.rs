@@ -281,14 +281,14 @@ mod tests {
     use super::*;
     use crate::SparseBatch;
     use crate::model::ModelSpec;
-    use crate::model::testutil::{assert_close, finite_difference};
+    use crate::model::testutil::{assert_close, finite_difference, spec_gradient};
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
 
     const U: u32 = 7;
     const I: u32 = 5;
     const K: u32 = 3;
 
-    fn spec(l2: f32) -> ModelSpec {
+    fn spec(l2: f32, prior: f32) -> ModelSpec {
         ModelSpec::MatrixFactorization {
             users: U,
             items: I,
@@ -296,7 +296,7 @@ mod tests {
             l2,
             mean: 3.0,
             init_std: 0.5,
-            prior: 0.0,
+            prior,
         }
     }
 
@@ -352,7 +352,8 @@ mod tests {
     #[test]
     fn the_count_aware_prior_adds_prior_over_count_to_each_rating_s_l2() {
         let (l2, prior) = (0.2_f32, 3.0_f32);
-        let spec = spec(l2);
+        let with_prior = spec(l2, prior);
+        let spec = spec(l2, 0.0);
         let params = random_params(&spec);
         let b = four_ratings();
         // Counts of a larger training set; user 2's 0 counts as 1.
@@ -384,15 +385,6 @@ mod tests {
         }
 
         // Through the spec: the prior needs counts of the model's shape.
-        let with_prior = ModelSpec::MatrixFactorization {
-            users: U,
-            items: I,
-            factors: K,
-            l2,
-            mean: 3.0,
-            init_std: 0.5,
-            prior,
-        };
         assert!(with_prior.training_model(None).is_err());
         let short = RatingCounts::new(U - 1, I);
         assert!(with_prior.training_model(Some(Arc::new(short))).is_err());
@@ -410,7 +402,7 @@ mod tests {
     #[test]
     fn gradient_matches_finite_differences_with_per_example_l2() {
         let l2 = 0.2_f32;
-        let spec = spec(l2);
+        let spec = spec(l2, 0.0);
         // Non-zero biases too, so that a missing or extra L2 term on them shows.
         let params = random_params(&spec);
         // Users 0,1,2 (user 1 twice) and items 0,3 (item 3 twice): users 3..7 and items 1,2,4
@@ -428,12 +420,7 @@ mod tests {
         }
         touched.sort_unstable();
 
-        let mut acc = GradientAccumulator::new(spec.num_params());
-        let loss = spec
-            .model()
-            .gradient(&params, &Batch::Ratings(b.clone()), &mut acc)
-            .unwrap();
-        let grad = acc.take();
+        let (loss, grad) = spec_gradient(&spec, &params, &Batch::Ratings(b.clone()));
         let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
         assert_close(loss.mean(), objective(&b, 0.0, &x), 1e-6, "loss");
         let support: Vec<usize> = grad.indices().iter().map(|&j| j as usize).collect();
@@ -448,7 +435,7 @@ mod tests {
 
     #[test]
     fn errors_for_untrusted_batches() {
-        let spec = spec(0.1);
+        let spec = spec(0.1, 0.0);
         let model = spec.model();
         let params = spec.init_params(1);
         let mut acc = GradientAccumulator::new(spec.num_params());

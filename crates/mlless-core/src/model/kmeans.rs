@@ -25,12 +25,13 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::linear::{Labels, sparse_rows, validate_sparse};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction, check_dims};
+use super::{Model, ModelError, Prediction, check_dims};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
 /// K-means as a [`Model`]: evaluation only (the inertia of test data); its
-/// [`gradient`](Model::gradient) is [`ModelError::NoGradient`].
+/// [`gradient`](Model::gradient) is the default, [`ModelError::NoGradient`], as k-means trains
+/// by Lloyd steps ([`LloydSums`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KMeans {
     k: u32,
@@ -67,16 +68,6 @@ impl Model for KMeans {
 
     fn num_params(&self) -> usize {
         self.k as usize * self.features as usize
-    }
-
-    /// Always [`ModelError::NoGradient`]: k-means trains by Lloyd steps ([`LloydSums`]).
-    fn gradient(
-        &self,
-        _params: &[f32],
-        _batch: &Batch,
-        _acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
-        Err(ModelError::NoGradient { model: "kmeans" })
     }
 
     /// Adds each row's squared distance to its nearest centroid to a

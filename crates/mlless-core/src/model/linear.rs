@@ -1,11 +1,82 @@
-//! What the linear models over sparse rows share: batch validation, the margin `w·x + b`, and
-//! the gradient loop of a per-row loss of the margin with per-example L2.
+//! What the linear models over sparse rows share: batch validation, the margin `w·x + b`, the
+//! gradient loop of a per-row loss of the margin with per-example L2, and the whole [`Model`]
+//! of a [`LinearModel`].
 //!
-//! Logistic regression, the linear SVM and k-means (which validates its rows the same way but
-//! ignores their labels) build on these.
+//! Logistic regression and the linear SVM are [`LinearModel`]s; k-means (which validates its
+//! rows the same way but ignores their labels) and the MLP build on the validation.
 
-use super::{BatchLoss, GradientAccumulator, ModelError, Prediction, batch_kind, check_dims};
+use super::{
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
+};
 use crate::batch::{Batch, SparseBatch};
+use crate::metrics::Evaluation;
+
+/// A linear model over sparse rows with binary labels, parameters `[w_0 .. w_{features-1},
+/// bias]` and per-example L2 on the weights: logistic regression and the linear SVM, told
+/// apart only by the loss of the margin and the kind of their predictions. Its [`Model`] is
+/// the one below.
+pub(crate) trait LinearModel: Send + Sync {
+    /// The model family's short name, as [`Model::name`] gives it.
+    const NAME: &'static str;
+    /// The task of its evaluations, as [`Evaluation::task`] names it.
+    const TASK: &'static str;
+    /// A row's prediction from its margin.
+    const PREDICTION: fn(f64) -> Prediction;
+    /// Adds a row's margin and label to an evaluation of [`Self::TASK`].
+    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), ModelError>;
+
+    /// The number of features (the bias is extra) and the L2 coefficient.
+    fn shape(&self) -> (u32, f32);
+
+    /// The loss of margin `z` for label `y` (0 or 1), and its derivative in `z`.
+    fn loss(z: f64, y: f64) -> (f64, f64);
+}
+
+impl<M: LinearModel> Model for M {
+    fn name(&self) -> &'static str {
+        M::NAME
+    }
+
+    fn num_params(&self) -> usize {
+        self.shape().0 as usize + 1
+    }
+
+    fn gradient(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+        acc: &mut GradientAccumulator,
+    ) -> Result<BatchLoss, ModelError> {
+        let (features, l2) = self.shape();
+        let batch = prepare_linear(M::NAME, features, params, batch, Some(acc.dim()))?;
+        Ok(linear_gradient(params, batch, l2, acc, M::loss))
+    }
+
+    fn evaluate(
+        &self,
+        params: &[f32],
+        batch: &Batch,
+        eval: &mut Evaluation,
+    ) -> Result<(), ModelError> {
+        let batch = prepare_linear(M::NAME, self.shape().0, params, batch, None)?;
+        eval.check_task(M::TASK)?;
+        for (z, label) in margins(params, batch) {
+            M::PUSH(eval, z, label)?;
+        }
+        Ok(())
+    }
+
+    fn predict_rows(
+        &self,
+        params: &[f32],
+        rows: &SparseBatch,
+    ) -> Result<Vec<Prediction>, ModelError> {
+        validate_sparse(rows, self.shape().0, Labels::Ignored)?;
+        Ok(margins(params, rows)
+            .map(|(z, _)| M::PREDICTION(z))
+            .collect())
+    }
+}
 
 /// What [`validate_sparse`] requires of the labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,24 +222,12 @@ pub(crate) fn margins<'a>(
     })
 }
 
-/// The predictions of a linear model with `features` features on unlabelled `rows`: each
-/// row's margin, validated as in training, wrapped by `prediction` (a logit or a margin).
-pub(crate) fn linear_predictions(
-    features: u32,
-    params: &[f32],
-    rows: &SparseBatch,
-    prediction: fn(f64) -> Prediction,
-) -> Result<Vec<Prediction>, ModelError> {
-    validate_sparse(rows, features, Labels::Ignored)?;
-    Ok(margins(params, rows).map(|(z, _)| prediction(z)).collect())
-}
-
 /// Adds to `acc` the gradient of a validated batch's mean loss plus per-example L2, where
 /// `loss(z, y)` gives the loss of margin `z` for label `y` (0 or 1) and its derivative in `z`;
 /// returns the data loss summed over the rows.
 ///
 /// Each row adds `l2 · w_j` (over the batch's mean) for every weight it touches, never for the
-/// bias; see the comment on [`Model`](super::Model).
+/// bias; see the comment on [`Model`].
 pub(crate) fn linear_gradient(
     params: &[f32],
     batch: &SparseBatch,

@@ -1,8 +1,7 @@
 //! Sparse binary logistic regression.
 
-use super::linear::{linear_gradient, linear_predictions, margins, prepare_linear};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
-use crate::batch::{Batch, SparseBatch};
+use super::linear::LinearModel;
+use super::{ModelError, Prediction};
 use crate::metrics::Evaluation;
 
 /// Binary logistic regression over sparse features: `p(y = 1 | x) = σ(w·x + b)`.
@@ -35,48 +34,19 @@ pub(crate) fn logistic_loss(z: f64, y: f64) -> (f64, f64) {
     (loss, p)
 }
 
-impl Model for LogisticRegression {
-    fn predict_rows(
-        &self,
-        params: &[f32],
-        rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError> {
-        linear_predictions(self.features, params, rows, Prediction::Logit)
+impl LinearModel for LogisticRegression {
+    const NAME: &'static str = "lr";
+    const TASK: &'static str = "binary";
+    const PREDICTION: fn(f64) -> Prediction = Prediction::Logit;
+    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), ModelError> = Evaluation::push_logit;
+
+    fn shape(&self) -> (u32, f32) {
+        (self.features, self.l2)
     }
 
-    fn name(&self) -> &'static str {
-        "lr"
-    }
-
-    fn num_params(&self) -> usize {
-        self.features as usize + 1
-    }
-
-    fn gradient(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
-        let batch = prepare_linear("lr", self.features, params, batch, Some(acc.dim()))?;
-        Ok(linear_gradient(params, batch, self.l2, acc, |z, y| {
-            let (loss, p) = logistic_loss(z, y);
-            (loss, p - y)
-        }))
-    }
-
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError> {
-        let batch = prepare_linear("lr", self.features, params, batch, None)?;
-        eval.check_binary()?;
-        for (z, label) in margins(params, batch) {
-            eval.push_logit(z, label)?;
-        }
-        Ok(())
+    fn loss(z: f64, y: f64) -> (f64, f64) {
+        let (loss, p) = logistic_loss(z, y);
+        (loss, p - y)
     }
 }
 
@@ -88,25 +58,12 @@ mod tests {
 
     use super::*;
     use crate::metrics::log_loss;
-    use crate::model::ModelSpec;
     use crate::model::testutil::{
-        assert_close, dense, finite_difference, split_rows, synthetic_linear,
+        assert_close, dense, finite_difference, spec_gradient, split_rows, synthetic_linear,
     };
+    use crate::model::{BatchLoss, GradientAccumulator, Model, ModelSpec};
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
-    use crate::{RatingBatch, SparseBatch};
-
-    fn random_batch(rng: &mut StdRng, rows: usize, features: u32, nnz: usize) -> SparseBatch {
-        let mut batch = SparseBatch::new();
-        for _ in 0..rows {
-            let mut idx: Vec<u32> = (0..nnz).map(|_| rng.random_range(0..features)).collect();
-            idx.sort_unstable();
-            idx.dedup();
-            let vals: Vec<f32> = idx.iter().map(|_| rng.sample(StandardNormal)).collect();
-            let label = if rng.random_bool(0.5) { 1.0 } else { 0.0 };
-            batch.push_row(label, &idx, &vals);
-        }
-        batch
-    }
+    use crate::{Batch, RatingBatch, SparseBatch};
 
     /// The regularised objective in f64: the mean over rows of the log loss plus
     /// l2/2 Σ_{j in the row} w_j² (per-example L2).
@@ -133,7 +90,8 @@ mod tests {
         let features = 40;
         let l2 = 0.3_f32;
         // Few rows over many features: some features untouched, some touched by several rows.
-        let batch = random_batch(&mut rng, 6, features, 8);
+        let w = vec![0.0; features as usize];
+        let batch = synthetic_linear(&mut rng, 6, &w, 0.0, 8, |rng, _| rng.random_bool(0.5));
         let mut touched: Vec<usize> = batch.indices.iter().map(|&j| j as usize).collect();
         touched.sort_unstable();
         touched.dedup();
@@ -148,12 +106,7 @@ mod tests {
         let params: Vec<f32> = (0..spec.num_params())
             .map(|_| rng.sample::<f32, _>(StandardNormal) * 0.5)
             .collect();
-        let mut acc = GradientAccumulator::new(spec.num_params());
-        let loss = spec
-            .model()
-            .gradient(&params, &Batch::Sparse(batch.clone()), &mut acc)
-            .unwrap();
-        let grad = acc.take();
+        let (loss, grad) = spec_gradient(&spec, &params, &Batch::Sparse(batch.clone()));
 
         let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
         let f = |x: &[f64]| objective(&batch, f64::from(l2), x);

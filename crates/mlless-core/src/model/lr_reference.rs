@@ -313,8 +313,10 @@ mod tests {
     use super::*;
     use crate::batch::SparseBatch;
     use crate::metrics::Evaluation;
-    use crate::model::testutil::{assert_close, finite_difference, split_rows, synthetic_linear};
-    use crate::model::{GradientAccumulator, ModelSpec};
+    use crate::model::ModelSpec;
+    use crate::model::testutil::{
+        assert_close, finite_difference, spec_gradient, split_rows, synthetic_linear,
+    };
 
     fn noisy(rng: &mut StdRng, rows: usize, features: u32, bias: f64) -> SparseBatch {
         let w: Vec<f64> = (0..features).map(|_| rng.sample(StandardNormal)).collect();
@@ -499,11 +501,7 @@ mod tests {
             l2,
             init_bias: 0.0,
         };
-        let mut acc = GradientAccumulator::new(spec.num_params());
-        spec.model()
-            .gradient(&r.params, &Batch::Sparse(batch.clone()), &mut acc)
-            .unwrap();
-        let g = acc.take();
+        let (_, g) = spec_gradient(&spec, &r.params, &Batch::Sparse(batch.clone()));
         let worst = g.values().iter().fold(0.0_f32, |m, v| m.max(v.abs()));
         assert!(worst < 1e-5, "mlless's gradient at the optimum: {worst}");
         let objective = |p: &[f32]| lr_reference_objective(&batches, features, reg, p).unwrap();
@@ -511,9 +509,8 @@ mod tests {
         let mut sgd = spec.init_params(0);
         for epoch in 0..20 {
             for b in &batches {
-                spec.model().gradient(&sgd, b, &mut acc).unwrap();
-                acc.take()
-                    .scaled_add_to(&mut sgd, -1.0 / (1.0 + epoch as f32).sqrt());
+                let (_, g) = spec_gradient(&spec, &sgd, b);
+                g.scaled_add_to(&mut sgd, -1.0 / (1.0 + epoch as f32).sqrt());
             }
         }
         assert!(objective(&sgd) > r.objective);

@@ -5,9 +5,9 @@
 //! bias); only the loss of the margin differs: the hinge `max(0, 1 − y·(w·x + b))` with the
 //! labels 0/1 taken as `y = −1/+1`.
 
-use super::linear::{linear_gradient, linear_predictions, margins, prepare_linear};
-use super::{BatchLoss, GradientAccumulator, Model, ModelError, Prediction};
-use crate::batch::{Batch, SparseBatch};
+use super::linear::{LinearModel, margins, prepare_linear};
+use super::{ModelError, Prediction};
+use crate::batch::Batch;
 use crate::metrics::Evaluation;
 
 /// Linear SVM: predicts the positive class when the margin `w·x + b` is positive, trained on
@@ -40,46 +40,19 @@ fn hinge(z: f64, label: f64) -> (f64, f64) {
     }
 }
 
-impl Model for Svm {
-    fn predict_rows(
-        &self,
-        params: &[f32],
-        rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError> {
-        linear_predictions(self.features, params, rows, Prediction::Margin)
+/// Its evaluation needs an [`Evaluation::margin_classifier`].
+impl LinearModel for Svm {
+    const NAME: &'static str = "svm";
+    const TASK: &'static str = "margin";
+    const PREDICTION: fn(f64) -> Prediction = Prediction::Margin;
+    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), ModelError> = Evaluation::push_margin;
+
+    fn shape(&self) -> (u32, f32) {
+        (self.features, self.l2)
     }
 
-    fn name(&self) -> &'static str {
-        "svm"
-    }
-
-    fn num_params(&self) -> usize {
-        self.features as usize + 1
-    }
-
-    fn gradient(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
-        let batch = prepare_linear("svm", self.features, params, batch, Some(acc.dim()))?;
-        Ok(linear_gradient(params, batch, self.l2, acc, hinge))
-    }
-
-    /// Needs an [`Evaluation::margin_classifier`].
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError> {
-        let batch = prepare_linear("svm", self.features, params, batch, None)?;
-        eval.check_task("margin")?;
-        for (z, label) in margins(params, batch) {
-            eval.push_margin(z, label)?;
-        }
-        Ok(())
+    fn loss(z: f64, y: f64) -> (f64, f64) {
+        hinge(z, y)
     }
 }
 
@@ -117,7 +90,7 @@ pub fn svm_objective(
 /// to three passes over the data); a few hundred bring small test sets to within about 1e-4 of
 /// the optimum. Returns the stage result (or zero) with the lowest exact objective.
 ///
-/// Errors on an invalid batch (as [`Model::gradient`] does). No sample gives zeros.
+/// Errors on an invalid batch (as [`Model::gradient`](super::Model::gradient) does). No sample gives zeros.
 pub fn solve_svm_reference(
     batches: &[Batch],
     features: u32,
@@ -281,10 +254,10 @@ mod tests {
     use super::*;
     use crate::RatingBatch;
     use crate::batch::SparseBatch;
-    use crate::model::ModelSpec;
     use crate::model::testutil::{
-        assert_close, dense, finite_difference, split_rows, synthetic_linear,
+        assert_close, dense, finite_difference, spec_gradient, split_rows, synthetic_linear,
     };
+    use crate::model::{BatchLoss, GradientAccumulator, Model, ModelSpec};
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
 
     /// Rows of `nnz` random features; the label is the sign of `w·x + bias` flipped with
@@ -326,12 +299,8 @@ mod tests {
         assert!(margins_off_kink.iter().any(|&m| m < 1.0));
 
         let batches = [Batch::Sparse(batch.clone())];
-        let mut acc = GradientAccumulator::new(spec.num_params());
-        let loss = spec
-            .model()
-            .gradient(&params, &batches[0], &mut acc)
-            .unwrap();
-        let grad = dense(&acc.take(), spec.num_params());
+        let (loss, grad) = spec_gradient(&spec, &params, &batches[0]);
+        let grad = dense(&grad, spec.num_params());
         let want_loss = margins_off_kink
             .iter()
             .map(|m| (1.0 - m).max(0.0))

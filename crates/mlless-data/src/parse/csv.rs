@@ -10,8 +10,7 @@ use std::io::BufRead;
 use mlless_core::SparseBatch;
 
 use super::{
-    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, map_labels_jointly,
-    parse_finite,
+    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, parse_finite, sparse_parts,
 };
 
 /// One input as read.
@@ -28,6 +27,32 @@ impl Raw {
     }
 }
 
+/// Whether `line` is a header: some field of it is not a number.
+pub(super) fn is_header(line: &str) -> bool {
+    line.split(',')
+        .map(str::trim_ascii)
+        .any(|f| !f.is_empty() && f.parse::<f64>().is_err())
+}
+
+/// The label of line `no`, its (trimmed) first field: present and a finite number.
+pub(super) fn label(ctx: Ctx<'_>, no: u64, field: &str) -> Result<f32, ParseError> {
+    if field.is_empty() {
+        return Err(ctx.line(no, "missing label in column 1"));
+    }
+    ctx.label(no, field)
+}
+
+/// The value of the (trimmed, not empty) field in column `column` (from 1) of line `no`: a
+/// finite number.
+pub(super) fn value(ctx: Ctx<'_>, no: u64, column: usize, field: &str) -> Result<f32, ParseError> {
+    parse_finite(field).ok_or_else(|| {
+        ctx.line(
+            no,
+            format!("expected a number in column {column}, found {field:?}"),
+        )
+    })
+}
+
 pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseError> {
     let ctx = lines.ctx;
     let mut rows = SparseBatch::new();
@@ -41,11 +66,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
         }
         if first {
             first = false;
-            let is_header = line
-                .split(',')
-                .map(str::trim_ascii)
-                .any(|f| !f.is_empty() && f.parse::<f64>().is_err());
-            if is_header {
+            if is_header(line) {
                 columns = Some(line.split(',').count());
                 continue;
             }
@@ -57,12 +78,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
                 continue; // counted; reported below
             }
             if column == 0 {
-                if field.is_empty() {
-                    return Err(ctx.line(no, "missing label in column 1"));
-                }
-                let label = parse_finite(field).ok_or_else(|| {
-                    ctx.line(no, format!("expected a numeric label, found {field:?}"))
-                })?;
+                let label = label(ctx, no, field)?;
                 labels.observe(label);
                 rows.labels.push(label);
                 continue;
@@ -70,15 +86,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
             if field.is_empty() {
                 continue;
             }
-            let value = parse_finite(field).ok_or_else(|| {
-                ctx.line(
-                    no,
-                    format!(
-                        "expected a number in column {}, found {field:?}",
-                        column + 1
-                    ),
-                )
-            })?;
+            let value = value(ctx, no, column + 1, field)?;
             if value != 0.0 {
                 let index = u32::try_from(column - 1)
                     .map_err(|_| ctx.line(no, "more than 2^32 columns"))?;
@@ -112,7 +120,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
 /// Checks that all inputs have the same columns and maps their labels jointly.
 /// Reconciles the parts; returns them and their number of columns.
 pub(super) fn finish(
-    mut raws: Vec<(Ctx<'_>, Raw)>,
+    raws: Vec<(Ctx<'_>, Raw)>,
     options: &ParseOptions,
 ) -> Result<(Vec<Parsed>, u32), ParseError> {
     let first = &raws[0];
@@ -136,18 +144,8 @@ pub(super) fn finish(
             )));
         }
     };
-    let label_map = map_labels_jointly(
-        raws.iter_mut()
-            .map(|(_, r)| (&r.labels, &mut r.rows.labels)),
-    );
-    let parsed = raws
-        .into_iter()
-        .map(|(_, raw)| Parsed::Sparse {
-            rows: raw.rows,
-            features,
-            label_map,
-        })
-        .collect();
+    let parts = raws.into_iter().map(|(_, r)| (r.rows, r.labels)).collect();
+    let parsed = sparse_parts(parts, features);
     Ok((parsed, columns_features + 1))
 }
 

@@ -9,8 +9,7 @@ use std::io::BufRead;
 use mlless_core::SparseBatch;
 
 use super::{
-    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, map_labels_jointly,
-    parse_finite,
+    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, parse_finite, sparse_parts,
 };
 
 /// One input as read: indices as written (the base is decided over all inputs).
@@ -88,12 +87,7 @@ pub(super) fn read<R: BufRead>(
         let Some(label_token) = tokens.next() else {
             continue;
         };
-        let label = parse_finite(label_token).ok_or_else(|| {
-            ctx.line(
-                no,
-                format!("expected a numeric label, found {label_token:?}"),
-            )
-        })?;
+        let label = ctx.label(no, label_token)?;
         labels.observe(label);
         rows.labels.push(label);
         let last = for_each_feature(ctx, no, tokens, |index, value| {
@@ -164,18 +158,8 @@ pub(super) fn finish(
         })?,
         (None, Some(max)) => max,
     };
-    let label_map = map_labels_jointly(
-        raws.iter_mut()
-            .map(|(_, r)| (&r.labels, &mut r.rows.labels)),
-    );
-    let parsed = raws
-        .into_iter()
-        .map(|(_, raw)| Parsed::Sparse {
-            rows: raw.rows,
-            features,
-            label_map,
-        })
-        .collect();
+    let parts = raws.into_iter().map(|(_, r)| (r.rows, r.labels)).collect();
+    let parsed = sparse_parts(parts, features);
     Ok((parsed, zero_based))
 }
 

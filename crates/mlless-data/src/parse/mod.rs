@@ -355,6 +355,12 @@ impl Ctx<'_> {
         }
     }
 
+    /// The label `field` of line `line`: a finite number.
+    fn label(&self, line: u64, field: &str) -> Result<f32, ParseError> {
+        parse_finite(field)
+            .ok_or_else(|| self.line(line, format!("expected a numeric label, found {field:?}")))
+    }
+
     fn invalid(&self, message: impl Into<String>) -> ParseError {
         ParseError::Invalid {
             path: self.path.to_path_buf(),
@@ -469,20 +475,28 @@ fn apply_label_map(map: LabelMap, labels: &mut [f32]) {
     }
 }
 
-/// Maps the labels of all parts to 0/1 if exactly two values occur over all of them.
-fn map_labels_jointly<'a>(
-    parts: impl Iterator<Item = (&'a LabelSet, &'a mut Vec<f32>)>,
-) -> Option<LabelMap> {
-    let parts: Vec<_> = parts.collect();
+/// The sparse parts of `features` features read from the inputs, each rows with the set of
+/// its labels; the labels of all parts mapped to 0/1 if exactly two values occur over all of
+/// them.
+fn sparse_parts(mut parts: Vec<(SparseBatch, LabelSet)>, features: u32) -> Vec<Parsed> {
     let mut all = LabelSet::default();
-    for (set, _) in &parts {
+    for (_, set) in &parts {
         all.merge(set);
     }
-    let map = all.binary_map()?;
-    for (_, labels) in parts {
-        apply_label_map(map, labels);
+    let label_map = all.binary_map();
+    if let Some(map) = label_map {
+        for (rows, _) in &mut parts {
+            apply_label_map(map, &mut rows.labels);
+        }
     }
-    Some(map)
+    parts
+        .into_iter()
+        .map(|(rows, _)| Parsed::Sparse {
+            rows,
+            features,
+            label_map,
+        })
+        .collect()
 }
 
 /// Closes the current row of `rows` (whose entries were pushed to `indices`/`values`).

@@ -93,7 +93,7 @@ fn split_fields<'a>(line: &'a str, v: Variant, out: &mut [&'a str; 5]) -> usize 
 
 /// Splits `line` (number `no`) into its fields, at most 5, in `parts`, the variant detected on
 /// the first line that is not blank; `None` for a blank line and for the header.
-pub(super) fn fields_of<'l>(
+fn fields_of<'l>(
     ctx: Ctx<'_>,
     no: u64,
     line: &'l str,
@@ -117,34 +117,54 @@ pub(super) fn fields_of<'l>(
     Ok(Some((v, split_fields(line, v, parts))))
 }
 
+/// Hands each data line of the input to `line`: its number, the variant (detected on the first
+/// line that is not blank) and its fields, at most 5, trimmed. Blank lines and the header are
+/// skipped.
+pub(super) fn for_each_line<R: BufRead>(
+    lines: &mut Lines<'_, R>,
+    mut line: impl FnMut(u64, Variant, &[&str]) -> Result<(), ParseError>,
+) -> Result<(), ParseError> {
+    let ctx = lines.ctx;
+    let mut variant: Option<Variant> = None;
+    while let Some((no, text)) = lines.next_line()? {
+        let mut parts = [""; 5];
+        if let Some((v, n)) = fields_of(ctx, no, text, &mut variant, &mut parts)? {
+            let fields = &mut parts[..n];
+            for field in fields.iter_mut() {
+                *field = field.trim_ascii();
+            }
+            line(no, v, fields)?;
+        }
+    }
+    Ok(())
+}
+
+/// The id `field` of line `no`, `what` it is for the error (e.g. "a user id").
+pub(super) fn parse_id(ctx: Ctx<'_>, no: u64, what: &str, field: &str) -> Result<u32, ParseError> {
+    field
+        .parse()
+        .map_err(|_| ctx.line(no, format!("expected {what}, found {field:?}")))
+}
+
+/// The rating `field` of line `no`: a finite number.
+pub(super) fn parse_rating(ctx: Ctx<'_>, no: u64, field: &str) -> Result<f32, ParseError> {
+    parse_finite(field).ok_or_else(|| ctx.line(no, format!("expected a rating, found {field:?}")))
+}
+
 /// Reads ratings with their original ids.
 pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, ParseError> {
     let ctx = lines.ctx;
     let mut ratings = RatingBatch::default();
-    let mut variant: Option<Variant> = None;
-
-    while let Some((no, line)) = lines.next_line()? {
-        let mut parts = [""; 5];
-        let Some((v, n)) = fields_of(ctx, no, line, &mut variant, &mut parts)? else {
-            continue;
-        };
-        let mut fields = parts[..n].iter().map(|f| f.trim_ascii());
+    for_each_line(lines, |no, v, fields| {
+        let mut fields = fields.iter().copied();
         let mut next = |what: &str| {
             fields
                 .next()
                 .ok_or_else(|| ctx.line(no, format!("missing {what}: expected {}", v.layout())))
         };
-        let user = next("user id")?;
-        let user: u32 = user
-            .parse()
-            .map_err(|_| ctx.line(no, format!("expected a user id, found {user:?}")))?;
-        let item = next("item id")?;
-        let item: u32 = item
-            .parse()
-            .map_err(|_| ctx.line(no, format!("expected an item id, found {item:?}")))?;
-        let rating = next("rating")?;
-        let rating = parse_finite(rating)
-            .ok_or_else(|| ctx.line(no, format!("expected a rating, found {rating:?}")))?;
+        let user = parse_id(ctx, no, "a user id", next("user id")?)?;
+        let item = parse_id(ctx, no, "an item id", next("item id")?)?;
+        let rating = parse_rating(ctx, no, next("rating")?)?;
         let _timestamp = fields.next();
         if let Some(extra) = fields.next() {
             return Err(ctx.line(
@@ -153,8 +173,8 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, 
             ));
         }
         ratings.push(user, item, rating);
-    }
-
+        Ok(())
+    })?;
     Ok(ratings)
 }
 

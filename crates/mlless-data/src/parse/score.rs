@@ -26,8 +26,8 @@ use std::path::Path;
 use mlless_core::{RatingBatch, SparseBatch};
 
 use super::criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, push_features};
-use super::movielens::{Variant, fields_of};
-use super::{Ctx, InputFormat, Lines, ParseError, end_row, parse_finite};
+use super::movielens::{for_each_line, parse_id, parse_rating};
+use super::{Ctx, InputFormat, Lines, ParseError, end_row};
 use crate::manifest::LabelMap;
 
 /// How to read input to score: the data set's layout.
@@ -93,14 +93,22 @@ pub fn read_reader_for_scoring(
     let mut lines = Lines::new(reader, path);
     let mut state = State {
         ctx: lines.ctx,
+        layout: *layout,
+        rows: SparseBatch::new(),
         labelled: None,
         lines: Vec::new(),
         ignored: 0,
     };
     let rows = match layout.format {
-        InputFormat::Libsvm => ScoringRows::Sparse(libsvm(&mut lines, layout, &mut state)?),
-        InputFormat::Csv => ScoringRows::Sparse(csv(&mut lines, layout, &mut state)?),
-        InputFormat::Criteo => ScoringRows::Sparse(criteo(&mut lines, layout, &mut state)?),
+        InputFormat::Libsvm => state.sparse_rows(&mut lines, State::libsvm_line)?,
+        InputFormat::Csv => {
+            let mut first = true;
+            state.sparse_rows(&mut lines, |s, no, line| s.csv_line(no, line, &mut first))?
+        }
+        InputFormat::Criteo => {
+            let mut cats = Vec::with_capacity(CRITEO_CATEGORICAL);
+            state.sparse_rows(&mut lines, |s, no, line| s.criteo_line(no, line, &mut cats))?
+        }
         InputFormat::Movielens => ScoringRows::Ratings(movielens(&mut lines, &mut state)?),
     };
     if state.lines.is_empty() {
@@ -118,6 +126,9 @@ pub fn read_reader_for_scoring(
 
 struct State<'p> {
     ctx: Ctx<'p>,
+    layout: ScoringLayout,
+    /// The sparse rows read so far (sparse formats).
+    rows: SparseBatch,
     labelled: Option<(bool, u64)>,
     lines: Vec<u64>,
     ignored: u64,
@@ -142,8 +153,8 @@ impl State<'_> {
     }
 
     /// The label `value` of line `no`, mapped with the data set's label map.
-    fn map_label(&self, no: u64, value: f32, map: Option<LabelMap>) -> Result<f32, ParseError> {
-        match map {
+    fn map_label(&self, no: u64, value: f32) -> Result<f32, ParseError> {
+        match self.layout.label_map {
             None => Ok(value),
             Some(map) if value == map.negative => Ok(0.0),
             Some(map) if value == map.positive => Ok(1.0),
@@ -156,33 +167,65 @@ impl State<'_> {
             )),
         }
     }
-}
 
-fn libsvm<R: BufRead>(
-    lines: &mut Lines<'_, R>,
-    layout: &ScoringLayout,
-    state: &mut State<'_>,
-) -> Result<SparseBatch, ParseError> {
-    let ctx = lines.ctx;
-    let mut rows = SparseBatch::new();
-    while let Some((no, line)) = lines.next_line()? {
+    /// Whether line `no` with `count` columns has its label: `columns` with it, one fewer
+    /// without; any other count is an error naming both (`kind`: e.g. "tab-separated "). Records
+    /// the answer as [`Self::label_presence`] does.
+    fn labelled_by_columns(
+        &mut self,
+        no: u64,
+        count: usize,
+        columns: usize,
+        kind: &str,
+    ) -> Result<bool, ParseError> {
+        let labelled = if count == columns {
+            true
+        } else if count + 1 == columns {
+            false
+        } else {
+            return Err(self.ctx.line(
+                no,
+                format!(
+                    "expected {columns} {kind}columns (label first) or {} (no label), found {count}",
+                    columns - 1
+                ),
+            ));
+        };
+        self.label_presence(no, labelled)?;
+        Ok(labelled)
+    }
+
+    /// A sparse input's rows: `line` reads data line `no` into [`Self::rows`] (its label and
+    /// entries; the row is then closed), or returns `false` for a line without data.
+    fn sparse_rows<R: BufRead>(
+        &mut self,
+        lines: &mut Lines<'_, R>,
+        mut line: impl FnMut(&mut Self, u64, &str) -> Result<bool, ParseError>,
+    ) -> Result<ScoringRows, ParseError> {
+        while let Some((no, text)) = lines.next_line()? {
+            if line(self, no, text)? {
+                end_row(&mut self.rows, self.ctx, no)?;
+            }
+        }
+        Ok(ScoringRows::Sparse(std::mem::take(&mut self.rows)))
+    }
+
+    fn libsvm_line(&mut self, no: u64, line: &str) -> Result<bool, ParseError> {
+        let (ctx, layout) = (self.ctx, self.layout);
         let content = line.find('#').map_or(line, |p| &line[..p]);
         let mut tokens = content.split_ascii_whitespace().peekable();
         let Some(&first) = tokens.peek() else {
-            continue;
+            return Ok(false);
         };
         let labelled = !first.contains(':');
-        state.label_presence(no, labelled)?;
+        self.label_presence(no, labelled)?;
         let label = if labelled {
             tokens.next();
-            let label = parse_finite(first).ok_or_else(|| {
-                ctx.line(no, format!("expected a numeric label, found {first:?}"))
-            })?;
-            state.map_label(no, label, layout.label_map)?
+            self.map_label(no, ctx.label(no, first)?)?
         } else {
             0.0
         };
-        rows.labels.push(label);
+        self.rows.labels.push(label);
         super::libsvm::for_each_feature(ctx, no, tokens, |index, value| {
             let index = if layout.zero_based {
                 index
@@ -195,124 +238,68 @@ fn libsvm<R: BufRead>(
                 })?
             };
             if index >= layout.features {
-                state.ignored += 1;
+                self.ignored += 1;
             } else {
-                rows.indices.push(index);
-                rows.values.push(value);
+                self.rows.indices.push(index);
+                self.rows.values.push(value);
             }
             Ok(())
         })?;
-        end_row(&mut rows, ctx, no)?;
-    }
-    Ok(rows)
-}
-
-/// Whether line `no` with `count` columns has its label: `columns` with it, one fewer
-/// without; any other count is an error naming both (`kind`: e.g. "tab-separated ").
-fn labelled_by_columns(
-    ctx: Ctx<'_>,
-    no: u64,
-    count: usize,
-    columns: usize,
-    kind: &str,
-) -> Result<bool, ParseError> {
-    if count == columns {
         Ok(true)
-    } else if count + 1 == columns {
-        Ok(false)
-    } else {
-        Err(ctx.line(
-            no,
-            format!(
-                "expected {columns} {kind}columns (label first) or {} (no label), found {count}",
-                columns - 1
-            ),
-        ))
     }
-}
 
-fn csv<R: BufRead>(
-    lines: &mut Lines<'_, R>,
-    layout: &ScoringLayout,
-    state: &mut State<'_>,
-) -> Result<SparseBatch, ParseError> {
-    let ctx = lines.ctx;
-    let columns = layout
-        .csv_columns
-        .map_or(layout.features as usize + 1, |c| c as usize);
-    let mut rows = SparseBatch::new();
-    let mut first = true;
-    while let Some((no, line)) = lines.next_line()? {
-        if line.trim_ascii().is_empty() {
-            continue;
+    /// A CSV line; `first` is whether it is the first that is not blank, which may be a header.
+    fn csv_line(&mut self, no: u64, line: &str, first: &mut bool) -> Result<bool, ParseError> {
+        let (ctx, layout) = (self.ctx, self.layout);
+        if line.trim_ascii().is_empty() || std::mem::take(first) && super::csv::is_header(line) {
+            return Ok(false);
         }
+        let columns = layout
+            .csv_columns
+            .map_or(layout.features as usize + 1, |c| c as usize);
         let fields = || line.split(',').map(str::trim_ascii);
-        if std::mem::take(&mut first)
-            && fields().any(|f| !f.is_empty() && f.parse::<f64>().is_err())
-        {
-            continue; // header
-        }
-        let labelled = labelled_by_columns(ctx, no, fields().count(), columns, "")?;
-        state.label_presence(no, labelled)?;
+        let labelled = self.labelled_by_columns(no, fields().count(), columns, "")?;
         let mut fields = fields();
         let label = if labelled {
-            let field = fields.next().unwrap_or_default();
-            if field.is_empty() {
-                return Err(ctx.line(no, "missing label in column 1"));
-            }
-            let label = parse_finite(field).ok_or_else(|| {
-                ctx.line(no, format!("expected a numeric label, found {field:?}"))
-            })?;
-            state.map_label(no, label, layout.label_map)?
+            let label = super::csv::label(ctx, no, fields.next().unwrap_or_default())?;
+            self.map_label(no, label)?
         } else {
             0.0
         };
-        rows.labels.push(label);
+        self.rows.labels.push(label);
         let offset = usize::from(labelled);
         for (i, field) in fields.enumerate() {
             if field.is_empty() {
                 continue;
             }
-            let value = parse_finite(field).ok_or_else(|| {
-                ctx.line(
-                    no,
-                    format!(
-                        "expected a number in column {}, found {field:?}",
-                        i + offset + 1
-                    ),
-                )
-            })?;
+            let value = super::csv::value(ctx, no, i + offset + 1, field)?;
             if value == 0.0 {
                 continue;
             }
             match u32::try_from(i).ok().filter(|&j| j < layout.features) {
                 Some(j) => {
-                    rows.indices.push(j);
-                    rows.values.push(value);
+                    self.rows.indices.push(j);
+                    self.rows.values.push(value);
                 }
-                None => state.ignored += 1,
+                None => self.ignored += 1,
             }
         }
-        end_row(&mut rows, ctx, no)?;
+        Ok(true)
     }
-    Ok(rows)
-}
 
-fn criteo<R: BufRead>(
-    lines: &mut Lines<'_, R>,
-    layout: &ScoringLayout,
-    state: &mut State<'_>,
-) -> Result<SparseBatch, ParseError> {
-    let ctx = lines.ctx;
-    let mut rows = SparseBatch::new();
-    let mut categorical = Vec::with_capacity(CRITEO_CATEGORICAL);
-    while let Some((no, line)) = lines.next_line()? {
+    /// A Criteo line; `cats` is scratch for its categorical features.
+    fn criteo_line(
+        &mut self,
+        no: u64,
+        line: &str,
+        cats: &mut Vec<u32>,
+    ) -> Result<bool, ParseError> {
+        let ctx = self.ctx;
         if line.trim_ascii().is_empty() {
-            continue;
+            return Ok(false);
         }
         let count = line.split('\t').count();
-        let labelled = labelled_by_columns(ctx, no, count, CRITEO_COLUMNS, "tab-separated ")?;
-        state.label_presence(no, labelled)?;
+        let labelled = self.labelled_by_columns(no, count, CRITEO_COLUMNS, "tab-separated ")?;
         let mut fields = line.split('\t');
         let label = if labelled {
             match fields.next().unwrap_or_default() {
@@ -325,18 +312,10 @@ fn criteo<R: BufRead>(
         } else {
             0.0
         };
-        rows.labels.push(label);
-        push_features(
-            ctx,
-            no,
-            fields,
-            layout.features,
-            &mut rows,
-            &mut categorical,
-        )?;
-        end_row(&mut rows, ctx, no)?;
+        self.rows.labels.push(label);
+        push_features(ctx, no, fields, self.layout.features, &mut self.rows, cats)?;
+        Ok(true)
     }
-    Ok(rows)
 }
 
 fn movielens<R: BufRead>(
@@ -345,14 +324,9 @@ fn movielens<R: BufRead>(
 ) -> Result<RatingBatch, ParseError> {
     let ctx = lines.ctx;
     let mut ratings = RatingBatch::default();
-    let mut variant: Option<Variant> = None;
-    while let Some((no, line)) = lines.next_line()? {
-        let mut parts = [""; 5];
-        let Some((v, n)) = fields_of(ctx, no, line, &mut variant, &mut parts)? else {
-            continue;
-        };
-        let fields: Vec<&str> = parts[..n].iter().map(|f| f.trim_ascii()).collect();
-        let (user, item, rating) = match fields[..] {
+    for_each_line(lines, |no, v, fields| {
+        let n = fields.len();
+        let (user, item, rating) = match *fields {
             [user, item] => (user, item, None),
             [user, item, rating] | [user, item, rating, _] => (user, item, Some(rating)),
             _ => {
@@ -366,19 +340,15 @@ fn movielens<R: BufRead>(
             }
         };
         state.label_presence(no, rating.is_some())?;
-        let user: u32 = user
-            .parse()
-            .map_err(|_| ctx.line(no, format!("expected a user id, found {user:?}")))?;
-        let item: u32 = item
-            .parse()
-            .map_err(|_| ctx.line(no, format!("expected an item id, found {item:?}")))?;
+        let user = parse_id(ctx, no, "a user id", user)?;
+        let item = parse_id(ctx, no, "an item id", item)?;
         let rating = match rating {
-            Some(r) => parse_finite(r)
-                .ok_or_else(|| ctx.line(no, format!("expected a rating, found {r:?}")))?,
+            Some(r) => parse_rating(ctx, no, r)?,
             None => 0.0,
         };
         ratings.push(user, item, rating);
-    }
+        Ok(())
+    })?;
     Ok(ratings)
 }
 

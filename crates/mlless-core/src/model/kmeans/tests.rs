@@ -6,7 +6,7 @@ use rand_distr::StandardNormal;
 
 use super::*;
 use crate::RatingBatch;
-use crate::model::ModelSpec;
+use crate::model::{GradientAccumulator, ModelSpec};
 
 /// Dense points (every feature listed) around `centres`, `per_centre` each, interleaved, in
 /// batches of `batch_rows`.

@@ -6,7 +6,7 @@ use rand_distr::StandardNormal;
 
 use super::*;
 use crate::model::ModelSpec;
-use crate::model::testutil::{assert_close, finite_difference};
+use crate::model::testutil::{assert_close, finite_difference, spec_gradient};
 use crate::{RatingBatch, SparseVector};
 
 fn spec(features: u32, hidden: &[u32], classes: u32, l2: f32) -> ModelSpec {
@@ -256,8 +256,7 @@ fn evaluation_agrees_with_the_training_loss() {
     let batch = rings(&mut rng, 50);
     let spec = spec(2, &[6], 2, 0.0);
     let params = spec.init_params(1);
-    let mut acc = GradientAccumulator::new(spec.num_params());
-    let loss = spec.model().gradient(&params, &batch, &mut acc).unwrap();
+    let (loss, _) = spec_gradient(&spec, &params, &batch);
     let mut eval = Evaluation::for_spec(&spec);
     spec.model().evaluate(&params, &batch, &mut eval).unwrap();
     let m = eval.finish();
