@@ -205,7 +205,7 @@ async fn run_job(
     .await?;
     info!(
         job_id = %spec.job_id,
-        run = %spec.run_url.as_str(),
+        run = %spec.run_url,
         workers = spec.training.workers,
         invoker = invoker.platform(),
         "starting the job"
