@@ -10,6 +10,7 @@ mod demo;
 mod generate;
 mod predict;
 mod prepare;
+mod progress;
 mod reference;
 mod report;
 mod summary;
@@ -27,6 +28,10 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "mlless", version, about, long_about = None)]
 struct Cli {
+    /// How logs and progress lines on standard error are written: text, or json (one JSON
+    /// object per line, for log collectors).
+    #[arg(long, global = true, value_enum, default_value_t = progress::LogFormat::Text)]
+    log_format: progress::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -79,7 +84,7 @@ fn given_ids(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<String>
 
 fn main() -> ExitCode {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|api| !api.is_empty()) {
-        init_tracing(true);
+        init_tracing(true, progress::LogFormat::Text);
         return match serve_lambda() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -101,7 +106,14 @@ fn main() -> ExitCode {
         }
     }
     let function = matches!(cli.command, Command::Function);
-    init_tracing(function);
+    // A function's lines go to its invoker, which reads them as text.
+    let log_format = if function {
+        progress::LogFormat::Text
+    } else {
+        cli.log_format
+    };
+    progress::set_log_format(log_format);
+    init_tracing(function, log_format);
     let result = match cli.command {
         Command::Function => run_function(),
         Command::Demo(args) => demo::run(args),
@@ -135,15 +147,19 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to standard error; `RUST_LOG` chooses what is shown (default: warnings, and for a
-/// function the info lines too, which its invoker keeps at debug level).
-fn init_tracing(function: bool) {
+/// function the info lines too, which its invoker keeps at debug level), `format` how.
+fn init_tracing(function: bool, format: progress::LogFormat) {
     let default = if function { "info" } else { "warn" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    // Colours only on a terminal: not in a CI log, a file or a notebook.
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        progress::LogFormat::Text => builder.with_target(false).init(),
+        progress::LogFormat::Json => builder.json().init(),
+    }
 }
 
 fn run_function() -> anyhow::Result<()> {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use mlless_job::RunRecord;
+use serde::Serialize;
 
 /// Reads a run record from a local JSON file.
 pub fn read_record(path: &Path) -> anyhow::Result<RunRecord> {
@@ -23,6 +24,112 @@ pub fn write_record(path: &Path, record: &RunRecord) -> anyhow::Result<()> {
 /// Prints the summary of a run.
 pub fn print(record: &RunRecord) {
     print!("{}", render(record));
+}
+
+/// Prints the summary of a run as one JSON document ([`Summary`]) on standard output.
+pub fn print_json(record: &RunRecord, record_path: Option<&Path>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let json = serde_json::to_string_pretty(&Summary::of(record, record_path))
+        .context("writing the summary as JSON")?;
+    writeln!(std::io::stdout().lock(), "{json}").context("writing the summary")?;
+    Ok(())
+}
+
+/// The key figures of a run, as `mlless train --json` prints them.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// The job.
+    pub job_id: String,
+    /// The model's name (`lr`, `pmf`, …).
+    pub model: &'static str,
+    /// The data set (redacted).
+    pub data_url: String,
+    /// The run's location (`{runs}/{job}`, redacted): `mlless train --resume` takes it.
+    pub run_url: String,
+    /// The trained model.
+    pub model_url: String,
+    /// The local copy of the run record (`--record`), if one was written.
+    pub record_path: Option<String>,
+    /// Why training stopped.
+    pub stop_reason: String,
+    /// Workers at the start.
+    pub workers: u32,
+    /// Epochs done.
+    pub epochs: f64,
+    /// Steps done.
+    pub steps: usize,
+    /// The training loss of the last step.
+    pub final_loss: Option<f64>,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+    /// What the run cost, USD (`None` without a bill).
+    pub cost_usd: Option<f64>,
+    /// Invocations billed.
+    pub invocations: Option<u64>,
+    /// The price table of the bill.
+    pub platform: Option<String>,
+    /// The test metrics (`test_logloss`, `test_rmse`, …, and `test_samples`).
+    pub metrics: mlless_core::Metrics,
+    /// The validation curve's summary, with a validation set.
+    pub validation: Option<ValidationSummary>,
+}
+
+/// The validation figures of a [`Summary`].
+#[derive(Debug, Serialize)]
+pub struct ValidationSummary {
+    /// The metric (`logloss`, `rmse`, …).
+    pub metric: String,
+    /// Evaluations done.
+    pub evaluations: usize,
+    /// The metric at the last evaluation.
+    pub last: Option<f64>,
+    /// Its best value.
+    pub best: Option<f64>,
+    /// The step of the best evaluation.
+    pub best_step: Option<u64>,
+    /// The epoch of the best evaluation.
+    pub best_epoch: Option<f64>,
+    /// Whether the model kept is the final one (`false`: the best one).
+    pub kept_final: Option<bool>,
+}
+
+impl Summary {
+    /// The summary of `record`, whose local copy is at `record_path` if any.
+    pub fn of(record: &RunRecord, record_path: Option<&Path>) -> Self {
+        let spec = &record.spec.redacted();
+        let validation = record.validation.as_ref().map(|v| {
+            let value = |p: &mlless_job::record::EvalPoint| p.metrics.get(&v.metric).copied();
+            let best = v.best_point();
+            ValidationSummary {
+                metric: v.metric.clone(),
+                evaluations: v.points.len(),
+                last: v.points.last().and_then(value),
+                best: best.and_then(value),
+                best_step: best.map(|p| p.step),
+                best_epoch: best.map(|p| p.epoch),
+                kept_final: best.map(|p| p.last),
+            }
+        });
+        Self {
+            job_id: spec.job_id.clone(),
+            model: spec.model.name(),
+            data_url: spec.data_url.as_str().to_owned(),
+            run_url: spec.run_url.as_str().to_owned(),
+            model_url: record.model_url.clone(),
+            record_path: record_path.map(|p| p.display().to_string()),
+            stop_reason: record.stop_reason.clone(),
+            workers: spec.training.workers,
+            epochs: record.epochs,
+            steps: record.steps.len(),
+            final_loss: record.final_loss(),
+            wall_s: record.wall_s,
+            cost_usd: record.bill.as_ref().map(|b| b.total_usd),
+            invocations: record.bill.as_ref().map(|b| b.invocations),
+            platform: record.bill.as_ref().map(|b| b.platform.clone()),
+            metrics: record.metrics.clone(),
+            validation,
+        }
+    }
 }
 
 /// The summary of a run as text.

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use mlless_core::{OptimizerKind, Schedule, SignificanceScale};
 use mlless_faas::Limits;
 use mlless_job::{
@@ -275,9 +274,19 @@ pub struct TrainArgs {
     /// Also write the run record to this local file.
     #[arg(long)]
     pub record: Option<PathBuf>,
-    /// No progress bar.
+    /// No progress bar and no progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// When standard error is not a terminal (or with --log-format json), write a progress
+    /// line there every this many seconds: step, epoch, loss, validation, workers, elapsed
+    /// time and cost so far (0: no lines).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = crate::progress::parse_seconds)]
+    pub progress_every: f64,
+    /// Print the summary as one JSON document on standard output (and nothing else there):
+    /// job id, model, stop reason, epochs, steps, wall time, cost, test metrics, validation,
+    /// run and record locations.
+    #[arg(long)]
+    pub json: bool,
     /// The options the user gave (on the command line or in the environment), by their
     /// argument ids (`memory_mb`): what `--resume` checks.
     #[arg(skip)]
@@ -296,6 +305,8 @@ const RESUMABLE: &[&str] = &[
     "invoker",
     "platform",
     "quiet",
+    "progress_every",
+    "json",
     "record",
     "resume",
 ];
@@ -470,10 +481,16 @@ fn resume_hint(job_id: &str, run_url: &str) -> String {
 /// summary and ends in [`Cancelled`].
 pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
     let record = train_with_progress(&args)?;
-    crate::summary::print(&record);
     if let Some(path) = &args.record {
         crate::summary::write_record(path, &record)?;
-        println!("run record: {}", path.display());
+    }
+    if args.json {
+        crate::summary::print_json(&record, args.record.as_deref())?;
+    } else {
+        crate::summary::print(&record);
+        if let Some(path) = &args.record {
+            println!("run record: {}", path.display());
+        }
     }
     if record.was_cancelled() {
         return Err(Cancelled {
@@ -542,39 +559,17 @@ fn check_reachable_from_functions(args: &TrainArgs, function: &str) -> anyhow::R
     Ok(())
 }
 
-/// Trains, showing a live progress line unless `--quiet`.
+/// Trains, showing progress (a live bar on a terminal, lines elsewhere) unless `--quiet`.
 pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
     if let crate::InvokerChoice::Lambda(function) = &args.invoker {
         check_reachable_from_functions(args, function)?;
     }
     let invoker = args.invoker.invoker()?;
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(u64::from(args.max_epochs) * 100)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
     let interrupts = Arc::new(AtomicU32::new(0));
+    let mut reporter =
+        crate::progress::Reporter::for_stderr(args.quiet, args.progress_every, args.max_epochs);
     let mut observe = |p: &LiveProgress| {
-        bar.set_position((p.epoch * 100.0) as u64);
-        let loss = if p.loss.is_finite() {
-            format!("{:.4}", p.loss)
-        } else {
-            "—".to_string()
-        };
-        let validation = p.validation.as_ref().map_or(String::new(), |v| {
-            format!(
-                " · validation {} {:.4} (best {:.4})",
-                v.metric, v.latest, v.best
-            )
-        });
-        bar.set_message(format!(
-            "step {} · epoch {:.2}/{} · loss {loss}{validation} · {} workers · ${:.6}",
-            p.step, p.epoch, p.max_epochs, p.workers, p.cost_usd
-        ));
+        reporter.observe(p);
         match interrupts.load(Ordering::SeqCst) {
             0 => Control::Continue,
             1 => Control::Cancel,
@@ -600,7 +595,7 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
             runtime.block_on(mlless_runtime::train(&options, invoker, &mut observe))
         }
     };
-    bar.finish_and_clear();
+    reporter.finish();
     match result {
         Err(RuntimeError::Cancelled { run_url }) => {
             let job = run_url.rsplit('/').next().unwrap_or_default().to_owned();

@@ -87,6 +87,13 @@ impl<'a> Invocations<'a> {
             name.push_str(&format!("~{}", start.recovery));
         }
         let invocation = invoke(self.invoker, &name, &payload, self.spec.training.limits).await?;
+        info!(
+            invocation = %name,
+            generation = start.generation,
+            recovery = start.recovery,
+            resume_step = start.resume_step,
+            "invoked"
+        );
         let id = self.next_id;
         self.next_id += 1;
         self.current[role] = Some(Current {
@@ -128,6 +135,13 @@ impl<'a> Invocations<'a> {
         };
         let start = current.start;
         let name = self.names[role].clone();
+        info!(
+            invocation = %report.name,
+            outcome = ?report.outcome,
+            duration_ms = report.duration_ms,
+            peak_rss_mb = report.peak_rss_mb,
+            "invocation ended"
+        );
         if report.outcome.is_success() {
             self.current[role] = None;
             let next = start.generation + 1;
@@ -158,7 +172,7 @@ impl<'a> Invocations<'a> {
         if !self.recoverable(role, &report.outcome) {
             return Err(failure);
         }
-        warn!("{failure}: replacing it");
+        warn!(role = %name, "{failure}: replacing it");
         self.replace(role)
             .await
             .map_err(|e| format!("{failure}, and its replacement could not be invoked: {e}"))
@@ -202,6 +216,12 @@ impl<'a> Invocations<'a> {
             .await?
             .last()
             .copied();
+        info!(
+            role = %name,
+            recovery = previous.recovery + 1,
+            resume_step,
+            "replacing it from its latest checkpoint"
+        );
         let start = Start {
             generation: previous.generation,
             recovery: previous.recovery + 1,

@@ -332,6 +332,13 @@ async fn run_job(
         spec.training.channel_options(),
     )
     .await?;
+    info!(
+        job_id = %spec.job_id,
+        run = %spec.run_url,
+        workers = spec.training.workers,
+        invoker = invoker.platform(),
+        "starting the job"
+    );
     let mut fleet = Invocations::new(&*invoker, spec, run_store);
     for (role, start) in starts.into_iter().enumerate() {
         if let Err(e) = fleet.invoke(role, start).await {
@@ -372,6 +379,7 @@ async fn run_job(
                     && let Err(message) = fleet.ended(role, id, &report).await
                 {
                     // A function failed for good: the others cannot finish without it.
+                    info!(%message, "stopping every function");
                     failure = Some(message);
                     let stop = StopRequest { reason: "a function failed".into() };
                     if let Ok(json) = serde_json::to_vec(&stop)
@@ -387,6 +395,14 @@ async fn run_job(
                 if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
                     && let Ok(p) = serde_json::from_slice::<Progress>(&bytes)
                 {
+                    if p.workers != progress.workers {
+                        info!(
+                            workers = p.workers,
+                            before = progress.workers,
+                            step = p.step,
+                            "the supervisor changed the fleet's size"
+                        );
+                    }
                     progress = p;
                 }
                 if failure.is_none()
