@@ -15,10 +15,7 @@ use mlless_data::SparseLrSpec;
 /// A sparse-LR set small enough for several runs: 40k rows × 10k features, batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {
     let spec = SparseLrSpec::new(40_000, 10_000, 20, 31);
-    let (input, _) = write_sparse_lr(dir, &spec);
-    let data = dir.join("store/lr");
-    prepare_libsvm(&input, &data, 500);
-    data
+    sparse_lr_prepared(dir, &spec, &["--validation-fraction", "0"])
 }
 
 /// LR with 4 local workers for 12 epochs (216 steps), checkpointing every 10 steps.

@@ -14,10 +14,7 @@ use mlless_job::RunRecord;
 /// A sparse-LR set small enough for many runs: 40k rows × 10k features, batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {
     let spec = SparseLrSpec::new(40_000, 10_000, 20, 29);
-    let (input, _) = write_sparse_lr(dir, &spec);
-    let data = dir.join("store/lr");
-    prepare_libsvm(&input, &data, 500);
-    data
+    sparse_lr_prepared(dir, &spec, &["--validation-fraction", "0"])
 }
 
 /// Trains LR with 4 workers for 3 epochs (54 steps), checkpointing every 10 steps.

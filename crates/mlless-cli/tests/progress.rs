@@ -14,22 +14,7 @@ use serde_json::Value;
 /// 500: a step takes milliseconds, so a run lasts as long as `--max-time` says.
 fn lr_data(dir: &Path) -> PathBuf {
     let spec = mlless_data::SparseLrSpec::new(20_000, 2_000, 20, 7);
-    let (input, _) = common::write_sparse_lr(dir, &spec);
-    let data = dir.join("store/lr");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "500",
-        "--validation-fraction",
-        "0.1",
-    ]);
-    data
+    common::sparse_lr_prepared(dir, &spec, &["--validation-fraction", "0.1"])
 }
 
 /// `mlless train --data DATA --workers 2` for `seconds` of wall time (no early stop), with

@@ -16,22 +16,7 @@ use mlless_runtime::dataset::Split;
 /// batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {
     let spec = mlless_data::SparseLrSpec::new(40_000, 5_000, 20, 3);
-    let (input, _) = common::write_sparse_lr(dir, &spec);
-    let data = dir.join("store/lr");
-    ok(&[
-        "prepare",
-        "--format",
-        "libsvm",
-        "--input",
-        &s(&input),
-        "--out",
-        &s(&data),
-        "--batch-size",
-        "500",
-        "--validation-fraction",
-        "0.1",
-    ]);
-    data
+    common::sparse_lr_prepared(dir, &spec, &["--validation-fraction", "0.1"])
 }
 
 /// Ratings small enough to overfit: 300 users × 200 items, rank 3, 15% rated, σ = 0.5.

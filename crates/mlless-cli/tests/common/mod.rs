@@ -208,6 +208,17 @@ pub fn ratings_prepared(
     (data, truth)
 }
 
+/// Writes the sparse-LR set of `spec` as LIBSVM in `dir` and prepares it in `dir/store/lr` with
+/// minibatches of 500 and the `extra` options of `prepare`; returns the data set's location.
+pub fn sparse_lr_prepared(dir: &Path, spec: &mlless_data::SparseLrSpec, extra: &[&str]) -> PathBuf {
+    let (input, _) = write_sparse_lr(dir, spec);
+    let data = dir.join("store/lr");
+    let mut args = vec!["--batch-size", "500"];
+    args.extend(extra);
+    prepare("libsvm", &input, &data, &args);
+    data
+}
+
 /// Runs `mlless prepare --format FORMAT --input INPUT --out OUT` with the `extra` options.
 pub fn prepare(format: &str, input: &Path, out: &Path, extra: &[&str]) {
     let (input, out) = (s(input), s(out));
