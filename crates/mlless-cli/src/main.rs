@@ -13,6 +13,7 @@ mod prepare;
 mod progress;
 mod reference;
 mod report;
+mod runs;
 mod summary;
 mod train;
 
@@ -53,6 +54,9 @@ enum Command {
     Export(predict::ExportArgs),
     /// Print the summary of a run record again and write its plots and HTML page.
     Report(report::ReportArgs),
+    /// List the runs in a store, newest first: status (finished, cancelled, failed, running),
+    /// stop reason, steps, time, cost and test metrics.
+    Runs(runs::RunsArgs),
     /// Predict the time and cost of a recorded run's work at other fleet sizes and on VMs.
     Cost(cost::CostArgs),
     /// Measure the hot paths and the exchange.
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
         Command::Predict(args) => predict::run(args),
         Command::Export(args) => predict::export(args),
         Command::Report(args) => report::report(args),
+        Command::Runs(args) => runs::run(args),
         Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Reference(command) => reference::run(command),

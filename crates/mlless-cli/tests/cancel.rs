@@ -131,6 +131,12 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
         assert!(!runs_mlless(pid), "{} still runs", invocation.name);
     }
 
+    let listed = String::from_utf8_lossy(&ok(&["runs", &r]).stdout).into_owned();
+    assert!(
+        listed.contains(&format!("{}  cancelled", cancelled.spec.job_id)),
+        "{listed}"
+    );
+
     let resumed_path = dir.path().join("resumed.json");
     ok(&[
         "train",

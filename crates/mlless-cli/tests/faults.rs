@@ -179,6 +179,12 @@ fn a_failed_run_resumes_from_its_last_checkpoint() {
         .expect("one run")
         .expect("entry")
         .path();
+    // `mlless runs` lists it as failed, with the reason.
+    let listed = String::from_utf8_lossy(&ok(&["runs", &r]).stdout).into_owned();
+    assert!(
+        listed.contains("failed") && listed.contains("exceeded its memory limit of 256 MB"),
+        "{listed}"
+    );
     // An option that would change the mathematics is refused, naming it.
     let err = fails(&[
         "train",
@@ -220,6 +226,12 @@ fn a_failed_run_resumes_from_its_last_checkpoint() {
         "the steps before the checkpoint are kept"
     );
     assert!(stored_params(&resumed) == clean);
+    let listed = String::from_utf8_lossy(&ok(&["runs", &r]).stdout).into_owned();
+    assert!(
+        listed.contains(&format!("{}  finished", resumed.spec.job_id))
+            && listed.contains("reached --max-epochs 3 · 54 steps"),
+        "{listed}"
+    );
     // A finished run is not resumed.
     let err = fails(&["train", "--resume", &s(&run)]);
     assert!(err.contains("nothing to resume"), "{err}");

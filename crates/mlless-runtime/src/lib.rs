@@ -23,6 +23,7 @@ pub mod function;
 pub mod messages;
 pub mod predict;
 pub mod prepare;
+pub mod runs;
 pub mod supervisor;
 pub mod worker;
 

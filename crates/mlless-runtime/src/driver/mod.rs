@@ -288,6 +288,7 @@ pub async fn resume(
         ))
     })?;
     info!(step, "resuming from the checkpoints of step {step}");
+    run_store.delete(crate::runs::FAILURE_KEY).await?;
     let changed = changes.apply(&mut spec.training);
     if !changed.is_empty() {
         spec.training.validate(ModelChoice::of(&spec.model))?;
@@ -453,6 +454,17 @@ async fn run_job(
                 " (continue the run from its last checkpoint with `mlless train --resume {}`)",
                 spec.run_url.as_str()
             ));
+        }
+        // For `mlless runs`; the error itself is what matters if this write fails too.
+        let failure = crate::runs::Failure {
+            reason: message.clone(),
+        };
+        if let Ok(json) = serde_json::to_vec(&failure)
+            && let Err(e) = run_store
+                .put(crate::runs::FAILURE_KEY, Bytes::from(json))
+                .await
+        {
+            warn!("could not leave the failure in the run: {e}");
         }
         return Err(RuntimeError::FunctionFailed(message));
     }

@@ -1,0 +1,117 @@
+//! The runs in a store (`mlless runs`): each job's spec, and its record or failure if it has
+//! one, summed up in a line.
+
+use bytes::Bytes;
+use mlless_job::{JobSpec, RunRecord, SPEC_KEY};
+use mlless_store::Store;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RuntimeError};
+use mlless_job::record::RECORD_KEY;
+
+/// Key of the failure the driver leaves in a run that failed for good.
+pub const FAILURE_KEY: &str = "failure.json";
+
+/// Why a run failed for good, as the driver left it in the run ([`FAILURE_KEY`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The error, in one line.
+    pub reason: String,
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunStatus {
+    /// It has a record: it ended by a stop criterion.
+    Finished,
+    /// It has a record that says it was cancelled; `--resume` continues it.
+    Cancelled,
+    /// The driver left a failure in it (the reason).
+    Failed(String),
+    /// Neither record nor failure: still running, or its driver was lost.
+    Unfinished,
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RunStatus::Finished => "finished",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Failed(_) => "failed",
+            RunStatus::Unfinished => "running or lost",
+        })
+    }
+}
+
+/// One run of a store.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    /// The run's location.
+    pub run_url: String,
+    /// Its spec, credentials redacted.
+    pub spec: JobSpec,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// Its record, if it has one.
+    pub record: Option<RunRecord>,
+}
+
+/// The runs directly below `runs_url` (each a `{job}/spec.json`), newest first.
+pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
+    let store = Store::open(runs_url)?;
+    let mut runs = Vec::new();
+    for key in store.list("").await? {
+        let Some(job) = key.strip_suffix(&format!("/{SPEC_KEY}")) else {
+            continue;
+        };
+        if job.contains('/') {
+            continue;
+        }
+        let run_url = format!("{}/{job}", store.url().trim_end_matches('/'));
+        let run = Store::open(&run_url)?;
+        let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
+        let record: Option<RunRecord> = match run.exists(RECORD_KEY).await? {
+            true => Some(json(&run, RECORD_KEY, &run.get(RECORD_KEY).await?)?),
+            false => None,
+        };
+        let status = match &record {
+            Some(record) if record.was_cancelled() => RunStatus::Cancelled,
+            Some(_) => RunStatus::Finished,
+            None if run.exists(FAILURE_KEY).await? => {
+                let failure: Failure = json(&run, FAILURE_KEY, &run.get(FAILURE_KEY).await?)?;
+                RunStatus::Failed(failure.reason)
+            }
+            None => RunStatus::Unfinished,
+        };
+        runs.push(RunSummary {
+            run_url,
+            spec: spec.redacted(),
+            status,
+            record,
+        });
+    }
+    // Job ids begin with their start in Unix seconds.
+    runs.sort_by(|a, b| {
+        started(b)
+            .cmp(&started(a))
+            .then(b.spec.job_id.cmp(&a.spec.job_id))
+    });
+    Ok(runs)
+}
+
+/// The start of a run in Unix seconds, from its job id (`job-{seconds}-{hex}`).
+fn started(run: &RunSummary) -> u64 {
+    run.spec
+        .job_id
+        .split('-')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn json<T: serde::de::DeserializeOwned>(store: &Store, key: &str, bytes: &Bytes) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|source| RuntimeError::Json {
+        location: store.location(key),
+        source,
+    })
+}
