@@ -20,20 +20,7 @@ fn lr_data(dir: &Path) -> PathBuf {
 
 /// LR with 4 local workers for 12 epochs (216 steps), checkpointing every 10 steps.
 fn args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--data",
-        data,
-        "--model",
-        "lr",
-        "--workers",
-        "4",
-        "--max-epochs",
-        "12",
-        "--checkpoint-every",
-        "10",
-    ];
-    args.extend_from_slice(extra);
-    args
+    lr_checkpointed_args(data, "12", extra)
 }
 
 /// Waits up to `limit` for `done`, polling.
@@ -73,16 +60,7 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
         .spawn()
         .expect("mlless starts");
     // Cancel once the supervisor has checkpointed step 20: well into the run, far from its end.
-    let checkpointed = wait_for(Duration::from_secs(120), || {
-        std::fs::read_dir(&runs).is_ok_and(|mut jobs| {
-            jobs.next().and_then(Result::ok).is_some_and(|job| {
-                job.path()
-                    .join("checkpoints/supervisor/step-000000000020.bin")
-                    .exists()
-            })
-        })
-    });
-    assert!(checkpointed, "the run reached step 20");
+    wait_for_checkpoint(&runs, 20);
     let signalled = Instant::now();
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -19,20 +19,7 @@ fn lr_data(dir: &Path) -> PathBuf {
 
 /// Trains LR with 4 workers for 3 epochs (54 steps), checkpointing every 10 steps.
 fn args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--data",
-        data,
-        "--model",
-        "lr",
-        "--workers",
-        "4",
-        "--max-epochs",
-        "3",
-        "--checkpoint-every",
-        "10",
-    ];
-    args.extend_from_slice(extra);
-    args
+    lr_checkpointed_args(data, "3", extra)
 }
 
 /// The names and outcomes of a run's invocations.
@@ -196,6 +183,12 @@ fn a_failed_run_resumes_from_its_last_checkpoint() {
         "8",
     ]);
     assert!(err.contains("--lr, --workers would change it"), "{err}");
+    // A new limit is checked as the options of a new run are, before any function starts.
+    let err = fails(&["train", "--resume", &s(&run), "--max-time=-1"]);
+    assert!(
+        err.contains("--max-time must be a positive number of seconds"),
+        "{err}"
+    );
     // A larger memory cap, which the error's advice needs, is taken and kept in the spec.
     let record_path = dir.path().join("resumed.json");
     ok(&[
@@ -309,32 +302,6 @@ impl OwnRedis {
 impl Drop for OwnRedis {
     fn drop(&mut self) {
         self.down(false);
-    }
-}
-
-/// Waits until the run below `runs` has a checkpoint of `step` (the run is under way).
-fn wait_for_checkpoint(runs: &Path, step: u64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let name = format!("step-{step:012}.bin");
-    loop {
-        let found = std::fs::read_dir(runs)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|run| {
-                run.path()
-                    .join("checkpoints/supervisor")
-                    .join(&name)
-                    .exists()
-            });
-        if found {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint of step {step}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -143,6 +143,9 @@ pub enum ConfigError {
     /// No epochs.
     #[error("--max-epochs must be at least 1")]
     NoEpochs,
+    /// The wall-time limit is not a positive number of seconds.
+    #[error("--max-time must be a positive number of seconds")]
+    MaxTime,
     /// k-means asked for something its Lloyd steps do not do.
     #[error(
         "k-means trains by synchronous Lloyd steps: it takes --sync bsp, --algorithm ga, \
@@ -245,6 +248,11 @@ impl TrainingConfig {
         }
         if self.stop.max_epochs == 0 {
             return Err(ConfigError::NoEpochs);
+        }
+        if let Some(t) = self.stop.max_time_s
+            && !(t > 0.0 && t.is_finite())
+        {
+            return Err(ConfigError::MaxTime);
         }
         self.check_combination(model)?;
         if let Some(tuner) = &self.scale_in {

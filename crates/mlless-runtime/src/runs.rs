@@ -70,18 +70,19 @@ pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
         let run_url = format!("{}/{job}", store.url().trim_end_matches('/'));
         let run = Store::open(&run_url)?;
         let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
-        let record: Option<RunRecord> = match run.exists(RECORD_KEY).await? {
-            true => Some(json(&run, RECORD_KEY, &run.get(RECORD_KEY).await?)?),
-            false => None,
+        let record: Option<RunRecord> = match run.get_opt(RECORD_KEY).await? {
+            Some(bytes) => Some(json(&run, RECORD_KEY, &bytes)?),
+            None => None,
         };
         let status = match &record {
             Some(record) if record.was_cancelled() => RunStatus::Cancelled,
             Some(_) => RunStatus::Finished,
-            None if run.exists(FAILURE_KEY).await? => {
-                let failure: Failure = json(&run, FAILURE_KEY, &run.get(FAILURE_KEY).await?)?;
-                RunStatus::Failed(failure.reason)
-            }
-            None => RunStatus::Unfinished,
+            None => match run.get_opt(FAILURE_KEY).await? {
+                Some(bytes) => {
+                    RunStatus::Failed(json::<Failure>(&run, FAILURE_KEY, &bytes)?.reason)
+                }
+                None => RunStatus::Unfinished,
+            },
         };
         runs.push(RunSummary {
             run_url,

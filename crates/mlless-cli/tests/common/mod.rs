@@ -255,3 +255,48 @@ pub fn server_channels() -> Vec<String> {
     }
     channels
 }
+
+/// `--data DATA --model lr --workers 4 --max-epochs EPOCHS --checkpoint-every 10` and `extra`:
+/// the LR job of the recovery tests (faults, cancel).
+pub fn lr_checkpointed_args<'a>(data: &'a str, epochs: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--data",
+        data,
+        "--model",
+        "lr",
+        "--workers",
+        "4",
+        "--max-epochs",
+        epochs,
+        "--checkpoint-every",
+        "10",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Waits until the run below `runs` has a checkpoint of `step` (the run is under way).
+pub fn wait_for_checkpoint(runs: &Path, step: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let name = format!("step-{step:012}.bin");
+    loop {
+        let found = std::fs::read_dir(runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| {
+                run.path()
+                    .join("checkpoints/supervisor")
+                    .join(&name)
+                    .exists()
+            });
+        if found {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint of step {step}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

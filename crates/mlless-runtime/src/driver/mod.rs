@@ -259,8 +259,7 @@ pub async fn resume(
             location: run_store.location(SPEC_KEY),
             source,
         })?;
-    if run_store.exists(RECORD_KEY).await? {
-        let bytes = run_store.get(RECORD_KEY).await?;
+    if let Some(bytes) = run_store.get_opt(RECORD_KEY).await? {
         let record: RunRecord =
             serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
                 location: run_store.location(RECORD_KEY),
