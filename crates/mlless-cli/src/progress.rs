@@ -212,7 +212,8 @@ struct JsonFields<'a> {
 
 /// `p` as one JSON object: `{"timestamp", "level": "INFO", "fields": {"message": "progress",
 /// "job_id", "step", "epoch", "max_epochs", "loss", "workers", "elapsed_s", "cost_usd",
-/// "validation": {"metric", "latest", "best"} or null}, "target": "mlless::progress"}`.
+/// "validation": {"metric", "latest", "best", "evaluations", "epoch"} or null}, "target":
+/// "mlless::progress"}`.
 pub fn json_line(p: &LiveProgress) -> String {
     use tracing_subscriber::fmt::time::FormatTime;
     let mut timestamp = String::new();
@@ -254,6 +255,7 @@ mod tests {
             max_epochs: 10,
             elapsed_s,
             cost_usd: 0.001,
+            bill_usd: 0.002,
             validation: None,
         }
     }
@@ -303,6 +305,7 @@ mod tests {
             metric: "logloss".into(),
             latest: 0.4,
             best: 0.3,
+            ..Default::default()
         });
         let v: serde_json::Value = serde_json::from_str(&json_line(&p)).expect("JSON");
         assert_eq!(v["level"], "INFO");

@@ -25,6 +25,7 @@ pub mod predict;
 pub mod prepare;
 pub mod runs;
 pub mod supervisor;
+pub mod tune;
 pub mod worker;
 
 /// Entry points for the fuzz targets (`fuzz/` at the repository root) and the corruption tests:

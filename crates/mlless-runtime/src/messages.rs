@@ -197,6 +197,12 @@ pub struct ValidationProgress {
     pub latest: f64,
     /// Its best value so far.
     pub best: f64,
+    /// Evaluations so far.
+    #[serde(default)]
+    pub evaluations: u32,
+    /// The epochs done at the latest evaluation.
+    #[serde(default)]
+    pub epoch: f64,
 }
 
 /// The supervisor's request that the driver replace workers that sent nothing in time.

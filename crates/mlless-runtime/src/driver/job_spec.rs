@@ -36,13 +36,9 @@ pub(super) fn job_spec(
         unix_ms(SystemTime::now()) / 1000,
         rand::random::<u16>()
     );
-    let runs = options.runs_url.as_ref().map_or_else(
-        || format!("{}/runs", options.data_url.as_str().trim_end_matches('/')),
-        |runs| runs.as_str().to_owned(),
-    );
     let training = &options.training;
     Ok(JobSpec {
-        run_url: format!("{}/{job_id}", runs.trim_end_matches('/')).into(),
+        run_url: options.run_url(&job_id).into(),
         job_id,
         data_url: options.data_url.clone(),
         model,

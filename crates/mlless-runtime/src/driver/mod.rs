@@ -69,6 +69,16 @@ impl TrainOptions {
     pub fn validate(&self) -> std::result::Result<(), ConfigError> {
         self.training.validate(self.model)
     }
+
+    /// The location of the run of job `job_id` with these options: `{runs}/{job}`, the runs
+    /// being `--runs` or `{data}/runs`.
+    pub fn run_url(&self, job_id: &str) -> String {
+        let runs = self.runs_url.as_ref().map_or_else(
+            || format!("{}/runs", self.data_url.as_str().trim_end_matches('/')),
+            |runs| runs.as_str().to_owned(),
+        );
+        format!("{}/{job_id}", runs.trim_end_matches('/'))
+    }
 }
 
 /// What the user asked of the validation set: how often to evaluate, and when to stop on it.
@@ -106,13 +116,17 @@ pub struct LiveProgress {
     pub elapsed_s: f64,
     /// Billed cost of the invocations so far.
     pub cost_usd: f64,
+    /// The run's bill so far, as its record's bill will count it: the invocations
+    /// (`cost_usd`), the always-on services for the time elapsed and the object-store
+    /// requests of the steps so far (estimated as the bill estimates them).
+    pub bill_usd: f64,
     /// The validation metric, latest and best (`None` before the first evaluation or
     /// without a validation set).
     pub validation: Option<crate::messages::ValidationProgress>,
 }
 
 /// What the caller of [`train`] or [`resume`] asks for each time it is shown progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Control {
     /// Go on.
     #[default]
@@ -121,6 +135,11 @@ pub enum Control {
     /// run ends with a record whose stop reason is [`CANCELLED`](mlless_job::record::CANCELLED)
     /// (and may be resumed). Asking again changes nothing.
     Cancel,
+    /// Stop the run as [`Cancel`](Self::Cancel) does, for this reason, which the record keeps
+    /// as its stop reason (a search's, say: "stopped by the search at rung 1 (1 epoch): …").
+    /// The run has finished: it is not resumed. Asking again, or then cancelling, changes
+    /// nothing.
+    Stop(String),
     /// Kill every function now; the run ends with [`RuntimeError::Cancelled`].
     Kill,
 }
@@ -354,7 +373,15 @@ async fn run_job(
     let mut progress = Progress::default();
     let mut ticker = tokio::time::interval(POLL);
     let mut replaced_through = 0u32;
-    let mut show = |progress: &Progress, fleet: &Invocations| {
+    let channel_kind = mlless_job::record::channel_kind(spec.training.channel.as_deref());
+    let bill_prices = prices.clone().for_channel(channel_kind);
+    // The object-store requests of the steps seen so far, and the last step counted.
+    let mut requests = ObjectRequests::default();
+    let mut counted: Option<u64> = None;
+    let mut show = |progress: &Progress, fleet: &Invocations, requests: ObjectRequests| {
+        let elapsed_s = started.elapsed().as_secs_f64();
+        let cost_usd = fleet.cost_so_far(prices, spec.training.limits.memory_mb);
+        let others = bill_prices.bill(&[], elapsed_s, requests);
         observe(&LiveProgress {
             job_id: spec.job_id.clone(),
             step: progress.step,
@@ -362,8 +389,9 @@ async fn run_job(
             loss: progress.loss,
             workers: progress.workers,
             max_epochs: spec.training.stop.max_epochs,
-            elapsed_s: started.elapsed().as_secs_f64(),
-            cost_usd: fleet.cost_so_far(prices, spec.training.limits.memory_mb),
+            elapsed_s,
+            cost_usd,
+            bill_usd: cost_usd + others.services_usd + others.storage_usd,
             validation: progress.validation.clone(),
         })
     };
@@ -403,6 +431,14 @@ async fn run_job(
                             "the supervisor changed the fleet's size"
                         );
                     }
+                    // The bill counts each step's requests at the step's fleet size.
+                    let new_steps = counted.map_or(p.step + 1, |c| p.step.saturating_sub(c));
+                    if new_steps > 0 {
+                        let r = ObjectRequests::estimate(channel_kind, p.workers, new_steps);
+                        requests.writes += r.writes;
+                        requests.reads += r.reads;
+                        counted = Some(p.step);
+                    }
                     progress = p;
                 }
                 if failure.is_none()
@@ -419,11 +455,19 @@ async fn run_job(
                         }
                     }
                 }
-                let control = show(&progress, &fleet);
-                if control == Control::Cancel && cancelled.is_none() && failure.is_none() {
-                    info!(job = spec.job_id, "cancelled: asking the functions to stop");
+                let control = show(&progress, &fleet, requests);
+                let reason = match &control {
+                    Control::Cancel => Some(mlless_job::record::CANCELLED),
+                    Control::Stop(reason) => Some(reason.as_str()),
+                    Control::Continue | Control::Kill => None,
+                };
+                if let Some(reason) = reason
+                    && cancelled.is_none()
+                    && failure.is_none()
+                {
+                    info!(job = spec.job_id, reason, "asking the functions to stop");
                     cancelled = Some(Instant::now());
-                    let stop = StopRequest { reason: mlless_job::record::CANCELLED.into() };
+                    let stop = StopRequest { reason: reason.to_owned() };
                     if let Ok(json) = serde_json::to_vec(&stop)
                         && let Err(e) = channel.put_key(STOP_KEY, Bytes::from(json)).await
                     {
@@ -513,7 +557,7 @@ async fn run_job(
             validation: progress.validation.clone(),
         };
         // The run is over: what the observer asks now changes nothing.
-        let _ = show(&p, &fleet);
+        let _ = show(&p, &fleet, requests);
     }
     let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{RECORD_KEY}", run_store.url()),

@@ -180,11 +180,14 @@ impl Validation {
     /// The latest and the best evaluation, for the live line.
     pub(super) fn progress(&self) -> Option<ValidationProgress> {
         let metric = self.stopping.metric();
-        let latest = *self.points.last()?.metrics.get(metric)?;
+        let last = self.points.last()?;
+        let latest = *last.metrics.get(metric)?;
         Some(ValidationProgress {
             metric: metric.to_string(),
             latest,
             best: self.stopping.best().map_or(latest, |(_, v)| v),
+            evaluations: self.points.len() as u32,
+            epoch: last.epoch,
         })
     }
 
