@@ -16,6 +16,7 @@ mod report;
 mod runs;
 mod summary;
 mod train;
+mod tune;
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -48,6 +49,9 @@ enum Command {
     Prepare(prepare::PrepareArgs),
     /// Train a model on a prepared data set with function workers.
     Train(Box<train::TrainArgs>),
+    /// Search hyperparameters: trials as training jobs run concurrently, bad ones stopped early
+    /// (asynchronous successive halving), within a dollar budget.
+    Tune(Box<tune::TuneArgs>),
     /// Score a file with a trained model (CSV predictions; --evaluate for its test metrics).
     Predict(predict::PredictArgs),
     /// Write a trained model as named tensors in a safetensors file.
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
         Command::Generate(command) => generate::run(command),
         Command::Prepare(args) => prepare::run(args),
         Command::Train(args) => train::run(*args).map(|_| ()),
+        Command::Tune(args) => tune::run(*args),
         Command::Predict(args) => predict::run(args),
         Command::Export(args) => predict::export(args),
         Command::Report(args) => report::report(args),

@@ -186,6 +186,29 @@ pub fn text_line(p: &LiveProgress) -> String {
     )
 }
 
+/// Now, as tracing-subscriber's JSON lines write it.
+fn timestamp() -> String {
+    use tracing_subscriber::fmt::time::FormatTime;
+    let mut timestamp = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(
+        &mut tracing_subscriber::fmt::format::Writer::new(&mut timestamp),
+    );
+    timestamp
+}
+
+/// `message` as one JSON line of the progress target `mlless::{what}`, shaped as
+/// tracing-subscriber's JSON lines are: `{"timestamp", "level": "INFO", "fields": {"message"},
+/// "target"}`.
+pub fn json_message(what: &str, message: &str) -> String {
+    serde_json::json!({
+        "timestamp": timestamp(),
+        "level": "INFO",
+        "fields": { "message": message },
+        "target": format!("mlless::{what}"),
+    })
+    .to_string()
+}
+
 /// A progress line in JSON, shaped as tracing-subscriber's JSON lines are.
 #[derive(Serialize)]
 struct JsonLine<'a> {
@@ -215,13 +238,8 @@ struct JsonFields<'a> {
 /// "validation": {"metric", "latest", "best", "evaluations", "epoch"} or null}, "target":
 /// "mlless::progress"}`.
 pub fn json_line(p: &LiveProgress) -> String {
-    use tracing_subscriber::fmt::time::FormatTime;
-    let mut timestamp = String::new();
-    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(
-        &mut tracing_subscriber::fmt::format::Writer::new(&mut timestamp),
-    );
     let line = JsonLine {
-        timestamp,
+        timestamp: timestamp(),
         level: "INFO",
         fields: JsonFields {
             message: "progress",

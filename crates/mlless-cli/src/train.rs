@@ -102,7 +102,7 @@ pub enum ScaleIn {
 }
 
 /// Options of `mlless train`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
     /// The prepared data set (the location given to `mlless prepare --out`).
     #[arg(long)]
@@ -503,7 +503,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
 
 /// Counts the interrupts (SIGINT, SIGTERM) this process gets, for ever: the first asks the run
 /// to stop after its step, the second to kill its functions.
-async fn count_interrupts(count: Arc<AtomicU32>) {
+pub(crate) async fn count_interrupts(count: Arc<AtomicU32>) {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
@@ -538,7 +538,10 @@ async fn count_interrupts(count: Arc<AtomicU32>) {
 
 /// Refuses a job whose data, run or channel the remote function `function` could not reach: a
 /// directory on this machine (the default channel is the run's object store).
-fn check_reachable_from_functions(args: &TrainArgs, function: &str) -> anyhow::Result<()> {
+pub(crate) fn check_reachable_from_functions(
+    args: &TrainArgs,
+    function: &str,
+) -> anyhow::Result<()> {
     let mut places = vec![("--channel", args.channel.as_deref())];
     match &args.resume {
         Some(run) => places.push(("--resume", Some(run.as_str()))),

@@ -279,7 +279,7 @@ pub fn html_report(record: &RunRecord, options: &ReportOptions, plots: &[(&str, 
     out
 }
 
-const STYLE: &str = "body { font-family: sans-serif; margin: 2em auto; max-width: 900px; \
+pub(crate) const STYLE: &str = "body { font-family: sans-serif; margin: 2em auto; max-width: 900px; \
 color: #222; }\n\
 table { border-collapse: collapse; margin: 1em 0; }\n\
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; \

@@ -12,7 +12,7 @@ use crate::ReportError;
 use crate::measure::cost_curve;
 
 /// Size of every plot, pixels.
-const SIZE: (u32, u32) = (800, 420);
+pub(crate) const SIZE: (u32, u32) = (800, 420);
 /// More points than this are thinned out (every k-th kept, and the last) so that the SVG stays
 /// small; the plots are 800 pixels wide.
 const MAX_POINTS: usize = 2000;
@@ -269,7 +269,7 @@ pub fn bytes_svg(record: &RunRecord) -> Result<String, ReportError> {
 type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
 
 /// Formats of the labels of the x and the y axis.
-type AxisFormats<'a> = (&'a dyn Fn(&f64) -> String, &'a dyn Fn(&f64) -> String);
+pub(crate) type AxisFormats<'a> = (&'a dyn Fn(&f64) -> String, &'a dyn Fn(&f64) -> String);
 
 /// A line chart of `series` (name, colour, points) starting at 0 on the y axis.
 fn line_chart(
@@ -300,14 +300,15 @@ fn line_chart(
 }
 
 /// What drawing on an SVG area returns.
-type Drawn = Result<(), DrawingAreaErrorKind<std::io::Error>>;
+pub(crate) type Drawn = Result<(), DrawingAreaErrorKind<std::io::Error>>;
 
 /// A chart of two `f64` axes on an SVG area.
-type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(crate) type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// The SVG document of `size` pixels that `draw` draws on a white background; `plot` names it
 /// in errors ([`ReportError::Plot`]).
-fn svg(
+pub(crate) fn svg(
     plot: &'static str,
     size: (u32, u32),
     draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Drawn,
@@ -325,7 +326,7 @@ fn svg(
 
 /// A chart on `area` with its `caption`, the margins and the x labels' room of every plot, and
 /// `y_labels` pixels for the labels of the (left) y axis.
-fn chart_builder<'a, 'b>(
+pub(crate) fn chart_builder<'a, 'b>(
     area: &'a DrawingArea<SVGBackend<'b>, Shift>,
     caption: &str,
     y_labels: u32,
@@ -340,7 +341,7 @@ fn chart_builder<'a, 'b>(
 }
 
 /// Draws the mesh of `chart` with the descriptions and label formats of its x and y axes.
-fn draw_mesh(
+pub(crate) fn draw_mesh(
     chart: &mut Chart<'_, '_>,
     (x_desc, y_desc): (&str, &str),
     (x_format, y_format): AxisFormats<'_>,
@@ -355,7 +356,10 @@ fn draw_mesh(
 }
 
 /// Draws the legend of `chart` at `position`.
-fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> Drawn {
+pub(crate) fn draw_legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+) -> Drawn {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -365,7 +369,7 @@ fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosit
 }
 
 /// The legend mark of a line of `color`.
-fn line_legend(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+pub(crate) fn line_legend(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
     move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color)
 }
 
@@ -377,7 +381,7 @@ fn plot_error<E: std::fmt::Display>(plot: &'static str) -> impl Fn(E) -> ReportE
 }
 
 /// The range of `values` with 5 % of room on each side (from 0 if `from_zero`), never empty.
-fn padded_range(values: impl Iterator<Item = f64>, from_zero: bool) -> Range<f64> {
+pub(crate) fn padded_range(values: impl Iterator<Item = f64>, from_zero: bool) -> Range<f64> {
     let (mut lo, mut hi) = values
         .filter(|v| v.is_finite())
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {

@@ -582,6 +582,16 @@ impl Search {
             Ok(run) => {
                 let validation = run.validation.as_ref();
                 let metric = validation.map(|v| v.metric.clone()).or(metric);
+                // A trial that ended before its first progress names the metric here.
+                if self.metric.is_none()
+                    && let Some(metric) = &metric
+                {
+                    let direction = Direction::of(metric).unwrap_or(Direction::Lower);
+                    self.metric = Some((metric.clone(), direction));
+                    if let Some(config) = self.config {
+                        self.asha = Asha::new(config, direction).ok();
+                    }
+                }
                 record.best_metric = validation
                     .and_then(|v| v.best_point())
                     .zip(metric.as_deref())
@@ -637,7 +647,7 @@ impl Search {
                 });
             }
         }
-        state.ended = Some(record.clone());
+        self.trials[i].ended = Some(record.clone());
         self.ledger.finish(i, record.cost_usd);
         self.events.push(TuneEvent::Ended {
             trial: Box::new(record),

@@ -1,0 +1,283 @@
+//! `mlless tune` end to end on a small synthetic sparse-LR set whose best learning rate is
+//! known: a grid finds it, successive halving stops only trials that the full grid shows to be
+//! worse and finds the same best, the budget is never exceeded, and a failing trial is recorded
+//! while the search goes on.
+
+mod common;
+
+use std::path::Path;
+
+use common::s;
+use mlless_tune::{TrialStatus, TuneRecord};
+
+/// Sparse LR, 40,000 rows × 2,000 features, 10% test and 10% validation, batches of 50 (so
+/// that an epoch takes several of the search's polls).
+fn data(dir: &Path) -> String {
+    let spec = mlless_data::SparseLrSpec::new(40_000, 2_000, 20, 3);
+    let (input, _) = common::write_sparse_lr(dir, &spec);
+    let data = dir.join("store/lr");
+    common::prepare(
+        "libsvm",
+        &input,
+        &data,
+        &["--validation-fraction", "0.1", "--batch-size", "50"],
+    );
+    s(&data)
+}
+
+/// `mlless tune` on `data` with 2 workers per trial, 3 epochs, an evaluation every epoch, seed
+/// 4 (whose grid order puts the best rate first) and `extra`; returns the tune record it
+/// prints.
+fn tune(dir: &Path, data: &str, name: &str, extra: &[&str]) -> TuneRecord {
+    let out = dir.join(name);
+    let out = s(&out);
+    let mut args = vec![
+        "tune",
+        "--data",
+        data,
+        "--model",
+        "lr",
+        "--workers-per-trial",
+        "2",
+        "--max-epochs",
+        "3",
+        "--eval-every",
+        "1epochs",
+        "--early-stop",
+        "0",
+        "--seed",
+        "4",
+        "--quiet",
+        "--json",
+        "--out",
+        &out,
+    ];
+    args.extend_from_slice(extra);
+    let output = common::ok(&args);
+    let record: TuneRecord = serde_json::from_slice(&output.stdout).expect("a tune record");
+    let page = std::fs::read_to_string(dir.join(name).join("report.html")).expect("the page");
+    assert!(page.contains("Leaderboard"));
+    for svg in ["curves.svg", "cost.svg"] {
+        let text = std::fs::read_to_string(dir.join(name).join(svg)).expect("a plot");
+        roxmltree::Document::parse(&text).expect("well-formed SVG");
+    }
+    record
+}
+
+/// The learning rates of the grid (momentum SGD, a global batch of 100): in 3 epochs 0.5
+/// learns, 0.005 and 0.0005 barely move from the initial bias.
+const GRID: &str = "lr=0.0005,0.005,0.5";
+
+fn lr_of(record: &TuneRecord, trial: usize) -> &str {
+    record.trials[trial].params.get("lr").expect("lr")
+}
+
+#[test]
+fn a_search_finds_the_best_rate_stops_the_worse_and_keeps_to_its_budget() {
+    let dir = common::tempdir();
+    let data = data(dir.path());
+
+    // The full grid: every trial trains its 3 epochs.
+    let full = tune(
+        dir.path(),
+        &data,
+        "full",
+        &[
+            "--param",
+            GRID,
+            "--scheduler",
+            "none",
+            "--budget-usd",
+            "10",
+            "--concurrency",
+            "2",
+        ],
+    );
+    assert_eq!(full.stop_reason, "every trial ran");
+    assert_eq!(full.metric, "logloss");
+    assert!(
+        full.trials
+            .iter()
+            .all(|t| t.status == TrialStatus::Finished && (t.epochs - 3.0).abs() < 1e-9)
+    );
+    let best = full.best_trial().expect("a best trial");
+    assert_eq!(
+        lr_of(&full, best.trial),
+        "0.5",
+        "the grid finds the known best rate"
+    );
+    let best_full = best.best_metric.expect("a metric");
+    // The others are clearly worse: they have barely left the initial bias.
+    for t in full.trials.iter().filter(|t| t.trial != best.trial) {
+        assert!(t.best_metric.unwrap() > best_full * 1.05, "{t:?}");
+    }
+    let run = best.run_url.as_deref().expect("the best run");
+    assert!(
+        Path::new(run).join("model.bin").exists(),
+        "the best model is kept"
+    );
+
+    // Successive halving over the same grid: rungs at 1 epoch (η = 3) below the 3 epochs;
+    // one trial at a time, so that they reach the rung in the grid's order.
+    let asha = tune(
+        dir.path(),
+        &data,
+        "asha",
+        &[
+            "--param",
+            GRID,
+            "--eta",
+            "3",
+            "--min-rung",
+            "1",
+            "--budget-usd",
+            "10",
+            "--concurrency",
+            "1",
+        ],
+    );
+    assert_eq!(
+        asha.scheduler.as_ref().map(|s| s.rungs.clone()),
+        Some(vec![1.0])
+    );
+    let best = asha.best_trial().expect("a best trial");
+    assert_eq!(lr_of(&asha, best.trial), "0.5");
+    let best_asha = best.best_metric.unwrap();
+    assert!(
+        (best_asha - best_full).abs() <= 1e-6 * best_full,
+        "ASHA's best {best_asha} and the full grid's {best_full}"
+    );
+    let stopped: Vec<_> = asha
+        .trials
+        .iter()
+        .filter(|t| t.status == TrialStatus::Stopped)
+        .collect();
+    assert!(!stopped.is_empty(), "ASHA stops a trial: {asha:#?}");
+    for t in &stopped {
+        // Stopped at its rung after 1 epoch, by the search, with a record that says so...
+        assert!(t.epochs < 3.0, "{t:?}");
+        let reason = t.stop_reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("stopped by the search at rung 1 (1 epoch)"),
+            "{reason}"
+        );
+        let run =
+            common::read_record(&Path::new(t.run_url.as_deref().unwrap()).join("record.json"));
+        assert_eq!(run.stop_reason, reason);
+        // ...and the full grid shows it worse than the best.
+        let same = full.trials.iter().find(|f| f.params == t.params).unwrap();
+        assert!(same.best_metric.unwrap() > best_full, "{same:?}");
+    }
+    assert!(
+        asha.spent_usd < full.spent_usd,
+        "{} vs {}",
+        asha.spent_usd,
+        full.spent_usd
+    );
+
+    // A budget of 40% of the full grid's: the bills never add up to more.
+    let budget = 0.4 * full.spent_usd;
+    let budget_arg = format!("{budget}");
+    let tight = tune(
+        dir.path(),
+        &data,
+        "tight",
+        &[
+            "--param",
+            GRID,
+            "--scheduler",
+            "none",
+            "--budget-usd",
+            &budget_arg,
+            "--concurrency",
+            "2",
+        ],
+    );
+    let bills: f64 = tight
+        .trials
+        .iter()
+        .filter_map(|t| t.run_url.as_deref())
+        .map(|run| {
+            let record = common::read_record(&Path::new(run).join("record.json"));
+            record.bill.expect("a bill").total_usd
+        })
+        .sum();
+    assert!(
+        bills <= budget,
+        "the bills {bills} exceed the budget {budget}"
+    );
+    assert!(tight.spent_usd <= budget);
+    assert!(
+        tight
+            .trials
+            .iter()
+            .any(|t| matches!(t.status, TrialStatus::NotStarted | TrialStatus::Stopped)),
+        "the budget binds: {tight:#?}"
+    );
+
+    // A trial that fails (a learning rate that diverges) is recorded; the others go on.
+    let failing = tune(
+        dir.path(),
+        &data,
+        "failing",
+        &[
+            "--param",
+            "lr=1e12,0.5",
+            "--scheduler",
+            "none",
+            "--budget-usd",
+            "10",
+            "--concurrency",
+            "2",
+        ],
+    );
+    assert_eq!(failing.stop_reason, "every trial ran");
+    let bad = failing
+        .trials
+        .iter()
+        .find(|t| t.params.get("lr") == Some("1e12"))
+        .unwrap();
+    assert_eq!(bad.status, TrialStatus::Failed, "{bad:?}");
+    assert!(
+        bad.error.as_deref().unwrap().contains("diverged"),
+        "{bad:?}"
+    );
+    let good = failing.best_trial().expect("the other trial");
+    assert_eq!(good.params.get("lr"), Some("0.5"));
+    assert_eq!(good.status, TrialStatus::Finished);
+}
+
+#[test]
+fn a_data_set_without_a_validation_set_is_refused() {
+    let dir = common::tempdir();
+    let spec = mlless_data::SparseLrSpec::new(2_000, 200, 10, 3);
+    let data = s(&common::sparse_lr_prepared(
+        dir.path(),
+        &spec,
+        &["--validation-fraction", "0"],
+    ));
+    let err = common::fails(&[
+        "tune",
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--param",
+        "lr=0.1,1",
+        "--budget-usd",
+        "1",
+    ]);
+    assert!(err.contains("no validation set"), "{err}");
+    let err = common::fails(&[
+        "tune",
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--param",
+        "optimizer=sgd,fast",
+        "--budget-usd",
+        "1",
+    ]);
+    assert!(err.contains("--param optimizer"), "{err}");
+}
