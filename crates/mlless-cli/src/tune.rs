@@ -265,6 +265,11 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         anyhow::bail!("a search needs --data, or a parameter data=DIR1,DIR2,…");
     }
     check_space(&space, &args.train)?;
+    if let Some(t) = args.trial_time
+        && !(t > 0.0 && t.is_finite())
+    {
+        anyhow::bail!("--trial-time must be a positive number of seconds, not {t}");
+    }
     let unit = match args.rung_unit {
         RungUnitArg::Epochs => RungUnit::Epochs,
         RungUnitArg::Seconds => RungUnit::Seconds,
