@@ -104,7 +104,8 @@ pub enum ScaleIn {
 /// Options of `mlless train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// The prepared data set (the location given to `mlless prepare --out`).
+    /// The prepared data set (the location given to `mlless prepare --out`); required, unless
+    /// --resume.
     #[arg(long)]
     #[arg(
         required_unless_present = "resume",
@@ -112,7 +113,7 @@ pub struct TrainArgs {
         hide_default_value = true
     )]
     pub data: String,
-    /// The model.
+    /// The model; required, unless --resume.
     #[arg(
         long,
         value_parser = model_parser(),
