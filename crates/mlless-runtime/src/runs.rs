@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 use mlless_job::{JobSpec, RunRecord, SPEC_KEY};
-use mlless_store::Store;
+use mlless_store::{Store, open_channel_with};
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::CHECKPOINTS;
 use crate::error::{Result, RuntimeError};
 use mlless_job::record::RECORD_KEY;
 
@@ -98,6 +99,45 @@ pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
             .then(b.spec.job_id.cmp(&a.spec.job_id))
     });
     Ok(runs)
+}
+
+/// What [`clean_run`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Checkpoint objects deleted (`checkpoints/` below the run).
+    pub checkpoints: usize,
+    /// The channel whose data of the job was removed ([`Channel::describe`]).
+    ///
+    /// [`Channel::describe`]: mlless_store::Channel::describe
+    pub channel: String,
+}
+
+/// Removes what the run at `run_url` leaves behind once it has ended: its checkpoints and
+/// whatever its job still has in its channel (objects, Redis keys, Memcached entries — the
+/// driver cleans the channel at the end of a run, but not one whose driver was killed). The
+/// spec, the record, the model and the failure stay, so `mlless runs` still lists the run; a
+/// cancelled or failed run can no longer be resumed.
+///
+/// # Cancel safety
+///
+/// A cancelled clean may have removed part of the leftovers; running it again removes the rest.
+pub async fn clean_run(run_url: &str) -> Result<Cleaned> {
+    let run = Store::open(run_url)?;
+    let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
+    let channel = open_channel_with(
+        spec.training.channel.as_deref(),
+        &run,
+        &spec.job_id,
+        spec.training.channel_options(),
+    )
+    .await?;
+    channel.cleanup().await?;
+    let checkpoints = run.list(CHECKPOINTS).await?.len();
+    run.delete_prefix(CHECKPOINTS).await?;
+    Ok(Cleaned {
+        checkpoints,
+        channel: channel.describe(),
+    })
 }
 
 /// The start of a run in Unix seconds, from its job id (`job-{seconds}-{hex}`).
