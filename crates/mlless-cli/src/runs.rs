@@ -14,8 +14,8 @@ pub struct RunsArgs {
     pub jobs: Vec<String>,
     /// Remove the leftovers of the runs that ended (finished, cancelled, failed): their
     /// checkpoints and what their job still has in its channel. Records and models stay; a
-    /// cancelled or failed run can no longer be resumed. A run still running (or whose driver
-    /// was lost) is cleaned only when named with --job.
+    /// cancelled or failed run can no longer be resumed. A run running, or whose driver was
+    /// lost, is cleaned only when named with --job.
     #[arg(long)]
     pub clean: bool,
 }
@@ -58,8 +58,11 @@ pub fn run(args: RunsArgs) -> anyhow::Result<()> {
 /// Cleans one run, unless it may still be running and was not `named`.
 fn clean(runtime: &tokio::runtime::Runtime, run: &RunSummary, named: bool) -> anyhow::Result<()> {
     let job = &run.spec.job_id;
-    if run.status == RunStatus::Unfinished && !named {
-        println!("{job}  skipped: it may still be running (clean it with --job {job})");
+    if matches!(run.status, RunStatus::Running | RunStatus::Lost) && !named {
+        println!(
+            "{job}  skipped: {} (clean it with --job {job} once its functions have stopped)",
+            run.status
+        );
         return Ok(());
     }
     let cleaned = runtime
@@ -67,7 +70,7 @@ fn clean(runtime: &tokio::runtime::Runtime, run: &RunSummary, named: bool) -> an
         .with_context(|| format!("cleaning run {job}"))?;
     let resumable = match run.status {
         RunStatus::Cancelled | RunStatus::Failed(_) => "; it can no longer be resumed",
-        RunStatus::Finished | RunStatus::Unfinished => "",
+        RunStatus::Finished | RunStatus::Running | RunStatus::Lost => "",
     };
     println!(
         "{job}  cleaned: {} checkpoint objects, its data in {}{resumable}",

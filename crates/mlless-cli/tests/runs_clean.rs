@@ -81,6 +81,23 @@ fn walk(dir: &Path) -> usize {
     })
 }
 
+/// A run below `runs` named `job` with `like`'s spec, one checkpoint and nothing else: no
+/// record, no failure, no heartbeat.
+fn fake_run(runs: &Path, like: &RunRecord, job: &str) -> std::path::PathBuf {
+    let run = runs.join(job);
+    std::fs::create_dir_all(run.join("checkpoints/supervisor")).expect("mkdir");
+    let spec = std::fs::read_to_string(runs.join(&like.spec.job_id).join("spec.json"))
+        .expect("spec")
+        .replace(&like.spec.job_id, job);
+    std::fs::write(run.join("spec.json"), spec).expect("write spec");
+    std::fs::write(
+        run.join("checkpoints/supervisor/step-000000000010.bin"),
+        b"x",
+    )
+    .expect("write");
+    run
+}
+
 #[test]
 fn clean_removes_checkpoints_and_channel_leftovers_and_keeps_the_record() {
     let dir = tempdir();
@@ -99,24 +116,24 @@ fn clean_removes_checkpoints_and_channel_leftovers_and_keeps_the_record() {
         assert!(has_key(&record, "left-by-a-killed-driver"));
         records.push(record);
     }
-    // A run with a spec and nothing else: running, or its driver was lost.
-    let lost = runs.join("job-1-lost");
-    std::fs::create_dir_all(&lost).expect("mkdir");
-    std::fs::copy(
-        runs.join(&records[0].spec.job_id).join("spec.json"),
-        lost.join("spec.json"),
-    )
-    .expect("copy spec");
-    let lost_spec = std::fs::read_to_string(lost.join("spec.json"))
-        .expect("spec")
-        .replace(&records[0].spec.job_id, "job-1-lost");
-    std::fs::write(lost.join("spec.json"), lost_spec).expect("write spec");
-    std::fs::create_dir_all(lost.join("checkpoints/supervisor")).expect("mkdir");
-    std::fs::write(
-        lost.join("checkpoints/supervisor/step-000000000010.bin"),
-        b"x",
-    )
-    .expect("write");
+    // A run with a spec and nothing else (no record, failure or heartbeat): its driver was lost.
+    let lost = fake_run(&runs, &records[0], "job-1-lost");
+    // The same with a heartbeat 5 s old: its driver is running it; one 60 s old: lost.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let running = fake_run(&runs, &records[0], "job-2-running");
+    let heartbeat = |ms: u64| format!("{{\"unix_ms\":{ms}}}");
+    std::fs::write(running.join("heartbeat.json"), heartbeat(now_ms - 5_000)).expect("write");
+    let stale = fake_run(&runs, &records[0], "job-3-stale");
+    std::fs::write(stale.join("heartbeat.json"), heartbeat(now_ms - 60_000)).expect("write");
+    assert!(
+        runs.join(&records[0].spec.job_id)
+            .join("heartbeat.json")
+            .exists(),
+        "the driver wrote its heartbeat"
+    );
 
     let before: Vec<usize> = records
         .iter()
@@ -144,10 +161,9 @@ fn clean_removes_checkpoints_and_channel_leftovers_and_keeps_the_record() {
         );
         assert!(run.join("record.json").exists() && run.join("model.bin").exists());
     }
-    assert!(
-        out.contains("job-1-lost  skipped: it may still be running"),
-        "{out}"
-    );
+    assert!(out.contains("job-1-lost  skipped: lost"), "{out}");
+    assert!(out.contains("job-2-running  skipped: running"), "{out}");
+    assert!(out.contains("job-3-stale  skipped: lost"), "{out}");
     assert_eq!(
         checkpoint_files(&lost),
         1,
@@ -156,6 +172,9 @@ fn clean_removes_checkpoints_and_channel_leftovers_and_keeps_the_record() {
 
     // The runs are still listed as they ended; cleaning again finds nothing left.
     let listed = String::from_utf8_lossy(&ok(&["runs", &r]).stdout).into_owned();
+    assert!(listed.contains("job-1-lost  lost"), "{listed}");
+    assert!(listed.contains("job-2-running  running"), "{listed}");
+    assert!(listed.contains("job-3-stale  lost"), "{listed}");
     for record in &records {
         assert!(
             listed.contains(&format!("{}  finished", record.spec.job_id)),
