@@ -89,6 +89,8 @@ curl -sf -X PUT "http://127.0.0.1:$s3_port/mlless-test" >/dev/null
 export AWS_ENDPOINT_URL="http://127.0.0.1:$s3_port"
 export AWS_ACCESS_KEY_ID=mlless-test AWS_SECRET_ACCESS_KEY=mlless-test AWS_REGION=us-east-1
 export MLLESS_TEST_S3_URL="s3://mlless-test/tests"
+# The AWS chain never asks EC2 instance metadata (a link-local address, not loopback).
+export AWS_EC2_METADATA_DISABLED=true
 
 # safetensors and numpy (PyPI), for the README's Python snippets that tests/predict.rs runs.
 if ! python3 -c 'import safetensors.numpy, numpy' >/dev/null 2>&1; then
