@@ -285,23 +285,33 @@ fn timeline_panel(
 ///
 /// [`ReportError::Plot`] if plotters fails.
 pub fn step_time_svg(runs: &[Run]) -> Result<String, ReportError> {
-    let height = PANEL.1 - 60;
+    let height = PANEL.1 - 100;
     let total = (height * runs.len() as u32).max(1);
+    let bars: Vec<Vec<Bar>> = runs.iter().map(|r| step_bars(&r.record.steps)).collect();
+    // One y axis for every run, with room above the bars for the legend.
+    let top_ms = bars
+        .iter()
+        .flatten()
+        .map(|b| b.2.iter().sum::<f64>())
+        .fold(0.0, f64::max)
+        * 1.3;
     svg("step-time", (PANEL.0 * 2, total), |root| {
         let areas = root.split_evenly((runs.len().max(1), 1));
-        for (run, area) in runs.iter().zip(&areas) {
-            step_time_panel(area, run)?;
+        for ((run, bars), area) in runs.iter().zip(&bars).zip(&areas) {
+            step_time_panel(area, run, bars, top_ms)?;
         }
         Ok(())
     })
 }
 
-/// One run's panel of the step-time figure.
-fn step_time_panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, run: &Run) -> Drawn {
-    let steps = &run.record.steps;
+/// A bar of the step-time figure: its first step, its last step + 1, and the workers' mean
+/// read, compute and exchange times over its steps, ms.
+type Bar = (f64, f64, [f64; 3]);
+
+/// The bars of `steps`: each step, or groups of steps when there are more than [`MAX_BARS`].
+fn step_bars(steps: &[mlless_job::record::StepRecord]) -> Vec<Bar> {
     let group = steps.len().div_ceil(MAX_BARS).max(1);
-    // (first step, last step + 1, read, compute, exchange), means over workers and steps.
-    let bars: Vec<(f64, f64, [f64; 3])> = steps
+    steps
         .chunks(group)
         .filter_map(|chunk| {
             let first = chunk.first()?;
@@ -324,9 +334,19 @@ fn step_time_panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, r
                 )
             })
         })
-        .collect();
+        .collect()
+}
+
+/// One run's panel of the step-time figure, its y axis up to `top_ms`.
+fn step_time_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    run: &Run,
+    bars: &[Bar],
+    top_ms: f64,
+) -> Drawn {
+    let group = run.record.steps.len().div_ceil(MAX_BARS).max(1);
     let x = padded_range(bars.iter().flat_map(|b| [b.0, b.1]), true);
-    let y = padded_range(bars.iter().map(|b| b.2.iter().sum::<f64>()), true);
+    let y = padded_range([0.0, top_ms].into_iter(), true);
     let (x_span, y_span) = (x.end - x.start, y.end - y.start);
     let caption = if group > 1 {
         format!("Step time of {} (means of {group} steps)", run.label)

@@ -130,7 +130,9 @@ pub fn figures(runs: &[Run]) -> Result<Vec<Figure>, ReportError> {
         title: "Training loss",
         caption: "The training loss of each step (Σ loss / Σ samples over the workers), \
                   smoothed by an EWMA; the raw loss faint. Top left against the wall time, top \
-                  right the steps, bottom left the epochs, bottom right the billed cost so far.",
+                  right the steps, bottom left the epochs, bottom right the billed cost so far. \
+                  Runs that do the same arithmetic (BSP on any channel) coincide against steps \
+                  and epochs: the later run's line covers the earlier's.",
         file: "loss.svg",
         multiples: true,
         svg: loss_svg(runs)?,

@@ -100,8 +100,6 @@ type Evaluations = (Vec<At>, Vec<f64>, Option<usize>);
 /// One line of a panel.
 struct Line {
     color: RGBColor,
-    /// Its entry in the legend, if it has one.
-    label: Option<String>,
     points: Vec<(f64, f64)>,
     width: u32,
     opacity: f64,
@@ -143,13 +141,13 @@ pub fn loss_svg(runs: &[Run]) -> Result<String, ReportError> {
             (at, raw, smooth)
         })
         .collect();
-    small_multiples("loss", "Training loss", |axis| {
+    let legend = run_legend(runs, |_| true);
+    small_multiples("loss", "Training loss", &legend, |axis| {
         let mut lines = Vec::new();
-        for (i, (run, (at, raw, smooth))) in runs.iter().zip(&curves).enumerate() {
+        for (i, (at, raw, smooth)) in curves.iter().enumerate() {
             let xs = at.iter().map(|a| a.x(axis));
             lines.push(Line {
                 color: run_color(i),
-                label: None,
                 points: thin(xs.clone().zip(raw.iter().copied()).collect()),
                 width: 1,
                 opacity: 0.25,
@@ -157,7 +155,6 @@ pub fn loss_svg(runs: &[Run]) -> Result<String, ReportError> {
             });
             lines.push(Line {
                 color: run_color(i),
-                label: Some(run.label.clone()),
                 points: thin(xs.zip(smooth.iter().copied()).collect()),
                 width: 2,
                 opacity: 1.0,
@@ -216,38 +213,42 @@ pub fn validation_svg(runs: &[Run]) -> Result<Option<String>, ReportError> {
     if curves.iter().flatten().all(|(at, _, _)| at.is_empty()) {
         return Ok(None);
     }
-    let svg = small_multiples("validation", &format!("Validation {metric}"), |axis| {
-        let mut lines = Vec::new();
-        for (i, (run, curve)) in runs.iter().zip(&curves).enumerate() {
-            let Some((at, values, best)) = curve else {
-                continue;
-            };
-            let points: Vec<(f64, f64)> = at
-                .iter()
-                .map(|a| a.x(axis))
-                .zip(values.iter().copied())
-                .collect();
-            if let Some(&b) = best.as_ref().and_then(|&b| points.get(b)) {
+    let legend = run_legend(runs, |i| curves[i].is_some());
+    let svg = small_multiples(
+        "validation",
+        &format!("Validation {metric}"),
+        &legend,
+        |axis| {
+            let mut lines = Vec::new();
+            for (i, curve) in curves.iter().enumerate() {
+                let Some((at, values, best)) = curve else {
+                    continue;
+                };
+                let points: Vec<(f64, f64)> = at
+                    .iter()
+                    .map(|a| a.x(axis))
+                    .zip(values.iter().copied())
+                    .collect();
+                if let Some(&b) = best.as_ref().and_then(|&b| points.get(b)) {
+                    lines.push(Line {
+                        color: run_color(i),
+                        points: vec![b],
+                        width: 0,
+                        opacity: 1.0,
+                        dots: true,
+                    });
+                }
                 lines.push(Line {
                     color: run_color(i),
-                    label: None,
-                    points: vec![b],
-                    width: 0,
+                    points,
+                    width: 2,
                     opacity: 1.0,
                     dots: true,
                 });
             }
-            lines.push(Line {
-                color: run_color(i),
-                label: Some(run.label.clone()),
-                points,
-                width: 2,
-                opacity: 1.0,
-                dots: true,
-            });
-        }
-        (format!("validation {metric} (best circled)"), lines)
-    })?;
+            (format!("validation {metric} (best circled)"), lines)
+        },
+    )?;
     Ok(Some(svg))
 }
 
@@ -263,21 +264,32 @@ pub fn cost_svg(runs: &[Run]) -> Result<String, ReportError> {
         .enumerate()
         .map(|(i, run)| Line {
             color: run_color(i),
-            label: Some(format!("{} ({})", run.label, run.options.prices.name)),
             points: thin(cost_curve(&run.record, &run.options.prices)),
             width: 2,
             opacity: 1.0,
             dots: false,
         })
         .collect();
-    svg("cost", PANEL, |root| {
+    let legend: Vec<(RGBColor, String)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            (
+                run_color(i),
+                format!("{} ({} prices)", r.label, r.options.prices.name),
+            )
+        })
+        .collect();
+    let legend_px = legend_height(legend.len(), 1);
+    svg("cost", (PANEL.0, PANEL.1 + legend_px), |root| {
+        let (top, rest) = root.split_vertically(legend_px);
+        draw_run_legend(&top, &legend, 1)?;
         panel(
-            root,
+            &rest,
             "Billed cost over time",
             (XAxis::Time.description(), "billed cost so far (USD)"),
             &lines,
             (None, Some(&|v| format_usd(*v))),
-            Some(SeriesLabelPosition::UpperLeft),
         )
     })
 }
@@ -291,7 +303,6 @@ pub fn cost_svg(runs: &[Run]) -> Result<String, ReportError> {
 pub fn bytes_svg(runs: &[Run]) -> Result<String, ReportError> {
     let per_step = |i: usize, run: &Run, f: fn(&mlless_job::record::WorkerStep) -> u64| Line {
         color: run_color(i),
-        label: Some(run.label.clone()),
         points: thin(
             run.record
                 .steps
@@ -313,8 +324,12 @@ pub fn bytes_svg(runs: &[Run]) -> Result<String, ReportError> {
         .enumerate()
         .map(|(i, r)| per_step(i, r, |w| w.bytes_received))
         .collect();
-    svg("bytes", (PANEL.0 * 2, PANEL.1), |root| {
-        let (left, right) = root.split_horizontally(PANEL.0);
+    let legend = run_legend(runs, |_| true);
+    let legend_px = legend_height(legend.len(), 2);
+    svg("bytes", (PANEL.0 * 2, PANEL.1 + legend_px), |root| {
+        let (top, rest) = root.split_vertically(legend_px);
+        draw_run_legend(&top, &legend, 2)?;
+        let (left, right) = rest.split_horizontally(PANEL.0);
         let bytes: &dyn Fn(&f64) -> String = &|v| format_bytes(*v);
         panel(
             &left,
@@ -322,7 +337,6 @@ pub fn bytes_svg(runs: &[Run]) -> Result<String, ReportError> {
             ("step", "bytes sent per step"),
             &sent,
             (None, Some(bytes)),
-            Some(SeriesLabelPosition::LowerRight),
         )?;
         panel(
             &right,
@@ -330,20 +344,23 @@ pub fn bytes_svg(runs: &[Run]) -> Result<String, ReportError> {
             ("step", "bytes received per step"),
             &received,
             (None, Some(bytes)),
-            None,
         )
     })
 }
 
 /// Four panels, one an x axis ([`XAxis::ALL`]), of the lines `lines` gives for each with its y
-/// description; the legend in the first.
+/// description, under the `legend` of the runs.
 fn small_multiples(
     plot: &'static str,
     title: &str,
+    legend: &[(RGBColor, String)],
     lines: impl Fn(XAxis) -> (String, Vec<Line>),
 ) -> Result<String, ReportError> {
-    svg(plot, (PANEL.0 * 2, PANEL.1 * 2), |root| {
-        for (k, (area, axis)) in root.split_evenly((2, 2)).iter().zip(XAxis::ALL).enumerate() {
+    let legend_px = legend_height(legend.len(), 2);
+    svg(plot, (PANEL.0 * 2, PANEL.1 * 2 + legend_px), |root| {
+        let (top, rest) = root.split_vertically(legend_px);
+        draw_run_legend(&top, legend, 2)?;
+        for (area, axis) in rest.split_evenly((2, 2)).iter().zip(XAxis::ALL) {
             let (y_desc, lines) = lines(axis);
             let caption = format!("{title} against {}", axis.name());
             let usd: &dyn Fn(&f64) -> String = &|v| format_usd(*v);
@@ -353,7 +370,6 @@ fn small_multiples(
                 (axis.description(), &y_desc),
                 &lines,
                 (if axis == XAxis::Cost { Some(usd) } else { None }, None),
-                (k == 0).then_some(SeriesLabelPosition::UpperRight),
             )?;
         }
         Ok(())
@@ -367,14 +383,13 @@ pub(crate) type AxisFormats<'a> = (
 );
 
 /// One chart of `lines` on `area`, with its caption, axis descriptions (units included) and
-/// label formats, and a legend at `legend` of the lines that have a label.
+/// label formats.
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     caption: &str,
     (x_desc, y_desc): (&str, &str),
     lines: &[Line],
     (x_format, y_format): AxisFormats<'_>,
-    legend: Option<SeriesLabelPosition>,
 ) -> Drawn {
     let x = padded_range(
         lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)),
@@ -400,13 +415,7 @@ fn panel(
     for line in lines {
         let style = line.color.mix(line.opacity).stroke_width(line.width);
         if line.width > 0 && line.points.len() > 1 {
-            let drawn = chart.draw_series(LineSeries::new(line.points.iter().copied(), style))?;
-            if let Some(label) = &line.label {
-                let color = line.color;
-                drawn
-                    .label(label.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            }
+            chart.draw_series(LineSeries::new(line.points.iter().copied(), style))?;
         }
         if line.dots {
             let (radius, style) = if line.width == 0 {
@@ -417,16 +426,47 @@ fn panel(
             chart.draw_series(line.points.iter().map(|&p| Circle::new(p, radius, style)))?;
         }
     }
-    if let Some(position) = legend
-        && lines.iter().any(|l| l.label.is_some())
-    {
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font(("sans-serif", 13))
-            .position(position)
-            .draw()?;
+    Ok(())
+}
+
+/// Height of one line of a figure's legend of runs, pixels.
+const LEGEND_LINE_PX: u32 = 20;
+
+/// The colour and label of each run that `keep` keeps (by index).
+fn run_legend(runs: &[Run], keep: impl Fn(usize) -> bool) -> Vec<(RGBColor, String)> {
+    runs.iter()
+        .enumerate()
+        .filter(|&(i, _)| keep(i))
+        .map(|(i, r)| (run_color(i), r.label.clone()))
+        .collect()
+}
+
+/// Height of a legend of `entries` runs in `columns` columns, pixels.
+fn legend_height(entries: usize, columns: usize) -> u32 {
+    entries.div_ceil(columns.max(1)) as u32 * LEGEND_LINE_PX + 12
+}
+
+/// Draws the legend of runs above a figure's panels, outside them so that it hides no curve:
+/// a line of each run's colour and its label, in `columns` columns.
+fn draw_run_legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    entries: &[(RGBColor, String)],
+    columns: usize,
+) -> Drawn {
+    let columns = columns.max(1);
+    let column_px = area.dim_in_pixel().0 as i32 / columns as i32;
+    for (k, (color, label)) in entries.iter().enumerate() {
+        let x = 24 + (k % columns) as i32 * column_px;
+        let y = 16 + (k / columns) as i32 * LEGEND_LINE_PX as i32;
+        area.draw(&PathElement::new(
+            vec![(x, y), (x + 28, y)],
+            color.stroke_width(3),
+        ))?;
+        area.draw(&Text::new(
+            label.clone(),
+            (x + 36, y - 7),
+            ("sans-serif", 14),
+        ))?;
     }
     Ok(())
 }
