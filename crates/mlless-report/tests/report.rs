@@ -115,7 +115,7 @@ fn renders_plots_and_a_self_contained_page() {
 }
 
 /// [`record`] under ISP on Redis, a little slower, with a worker handed off at its lifetime
-/// limit and another replaced after a crash.
+/// limit, another replaced after a crash, and one removed by scale-in.
 fn isp_record() -> RunRecord {
     use mlless_faas::Outcome;
     let mut record = record();
@@ -145,6 +145,15 @@ fn isp_record() -> RunRecord {
     second.started_at_unix_ms += second.duration_ms / 2;
     second.duration_ms -= second.duration_ms / 2;
     record.invocations.push(second);
+    record
+        .scale_in
+        .removals
+        .push(mlless_job::record::RemovalRecord {
+            worker: 3,
+            after_step: 39,
+            time_s: record.steps[39].time_s,
+            workers_after: 3,
+        });
     record
 }
 
@@ -176,6 +185,7 @@ fn runs_are_overlaid_and_compared_side_by_side() {
     assert_eq!(row("hand-offs at the lifetime limit"), ["0", "1"]);
     assert_eq!(row("replacements after a failure"), ["0", "1"]);
     assert_eq!(row("steps"), ["70", "70"]);
+    assert_eq!(row("workers removed by scale-in"), ["0", "1"]);
 
     let dir = tempfile::tempdir().unwrap();
     let files = render_runs(&runs, dir.path()).unwrap();
@@ -190,8 +200,14 @@ fn runs_are_overlaid_and_compared_side_by_side() {
     assert!(timeline.contains("Invocations of bsp, object store"));
     assert!(timeline.contains("Invocations of isp (V = 0.7), redis"));
     assert!(!timeline.contains("hunter2") && !loss.contains("hunter2"));
-    // The hand-off's mark and the failure's dot.
+    // The hand-off's mark, the failure's dot and the removal's cross (two thick strokes; the
+    // legend's cross is thinner).
     let doc = roxmltree::Document::parse(&timeline).unwrap();
+    let thick = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "line" && n.attribute("stroke-width") == Some("3"))
+        .count();
+    assert_eq!(thick, 2, "one removal, one cross");
     assert!(doc.descendants().any(|n| n.tag_name().name() == "polygon"));
     assert!(
         doc.descendants()
