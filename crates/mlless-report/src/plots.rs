@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::ReportError;
-use crate::format::{format_bytes, format_tick, format_usd};
+use crate::format::{format_bytes, format_tick};
 use crate::measure::cost_curve;
 use crate::runs::Run;
 
@@ -289,7 +289,7 @@ pub fn cost_svg(runs: &[Run]) -> Result<String, ReportError> {
             "Billed cost over time",
             (XAxis::Time.description(), "billed cost so far (USD)"),
             &lines,
-            (None, Some(&|v| format_usd(*v))),
+            (Unit::Plain, Unit::Usd),
         )
     })
 }
@@ -330,20 +330,19 @@ pub fn bytes_svg(runs: &[Run]) -> Result<String, ReportError> {
         let (top, rest) = root.split_vertically(legend_px);
         draw_run_legend(&top, &legend, 2)?;
         let (left, right) = rest.split_horizontally(PANEL.0);
-        let bytes: &dyn Fn(&f64) -> String = &|v| format_bytes(*v);
         panel(
             &left,
             "Bytes sent per step (all workers)",
             ("step", "bytes sent per step"),
             &sent,
-            (None, Some(bytes)),
+            (Unit::Plain, Unit::Bytes),
         )?;
         panel(
             &right,
             "Bytes received per step (all workers)",
             ("step", "bytes received per step"),
             &received,
-            (None, Some(bytes)),
+            (Unit::Plain, Unit::Bytes),
         )
     })
 }
@@ -363,33 +362,55 @@ fn small_multiples(
         for (area, axis) in rest.split_evenly((2, 2)).iter().zip(XAxis::ALL) {
             let (y_desc, lines) = lines(axis);
             let caption = format!("{title} against {}", axis.name());
-            let usd: &dyn Fn(&f64) -> String = &|v| format_usd(*v);
             panel(
                 area,
                 &caption,
                 (axis.description(), &y_desc),
                 &lines,
-                (if axis == XAxis::Cost { Some(usd) } else { None }, None),
+                (
+                    if axis == XAxis::Cost {
+                        Unit::Usd
+                    } else {
+                        Unit::Plain
+                    },
+                    Unit::Plain,
+                ),
             )?;
         }
         Ok(())
     })
 }
 
-/// The label formats of a panel's x and y axes (`None`: [`format_tick`]).
-pub(crate) type AxisFormats<'a> = (
-    Option<&'a dyn Fn(&f64) -> String>,
-    Option<&'a dyn Fn(&f64) -> String>,
-);
+/// What the numbers of an axis are, for its tick labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    /// Plain numbers, with the decimals the tick step needs.
+    Plain,
+    /// Dollars, with the decimals the tick step needs.
+    Usd,
+    /// Bytes, in B, kB, MB or GB.
+    Bytes,
+}
+
+impl Unit {
+    /// The label of tick `v` on an axis spanning `span`.
+    fn tick(self, v: f64, span: f64) -> String {
+        match self {
+            Unit::Plain => format_tick(v, span),
+            Unit::Usd => format!("${}", format_tick(v, span)),
+            Unit::Bytes => format_bytes(v),
+        }
+    }
+}
 
 /// One chart of `lines` on `area`, with its caption, axis descriptions (units included) and
-/// label formats.
+/// tick units.
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     caption: &str,
     (x_desc, y_desc): (&str, &str),
     lines: &[Line],
-    (x_format, y_format): AxisFormats<'_>,
+    (x_unit, y_unit): (Unit, Unit),
 ) -> Drawn {
     let x = padded_range(
         lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)),
@@ -400,15 +421,15 @@ fn panel(
         false,
     );
     let (x_span, y_span) = (x.end - x.start, y.end - y.start);
-    let x_tick = move |v: &f64| format_tick(*v, x_span);
-    let y_tick = move |v: &f64| format_tick(*v, y_span);
+    let x_tick = move |v: &f64| x_unit.tick(*v, x_span);
+    let y_tick = move |v: &f64| y_unit.tick(*v, y_span);
     let mut chart = chart_builder(area, caption, 72).build_cartesian_2d(x, y)?;
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
-        .x_label_formatter(x_format.unwrap_or(&x_tick))
-        .y_label_formatter(y_format.unwrap_or(&y_tick))
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
         .max_light_lines(2)
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
