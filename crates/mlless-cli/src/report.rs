@@ -67,8 +67,8 @@ fn record_path(path: &Path) -> PathBuf {
     }
 }
 
-/// Where `mlless report` writes for one record file when `--out` is not given: `{dir}/{stem}-report` next to the
-/// record.
+/// Where `mlless report` writes for one record file when `--out` is not given:
+/// `{dir}/{stem}-report` next to the record.
 pub fn default_report_dir(record: &Path) -> PathBuf {
     let stem = record
         .file_stem()
