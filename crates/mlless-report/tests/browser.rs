@@ -24,10 +24,13 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Runs headless Chromium on `page` with `args`: its standard output and error, or `None`
-/// (with the reason printed) when it cannot start.
+/// Runs headless Chromium on `page` with `args` and a profile of its own (so that it shares
+/// nothing with a browser already open): its standard output and error, or `None` (with the
+/// reason printed) when it cannot start.
 fn headless(browser: &Path, page: &Path, args: &[&str]) -> Option<(String, String)> {
+    let profile = tempfile::tempdir().expect("a temporary directory");
     let output = Command::new(browser)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
         .args([
             "--headless",
             "--disable-gpu",
