@@ -279,7 +279,8 @@ fn timeline_panel(
 }
 
 /// The workers' mean time of each step of every run, stacked as read, compute and exchange,
-/// one panel a run (steps grouped into at most [`MAX_BARS`] bars).
+/// one panel a run (steps grouped into at most [`MAX_BARS`] bars) on one y axis, cut at 1.3 ×
+/// the 98th percentile of the bars.
 ///
 /// # Errors
 ///
@@ -288,12 +289,20 @@ pub fn step_time_svg(runs: &[Run]) -> Result<String, ReportError> {
     let height = PANEL.1 - 100;
     let total = (height * runs.len() as u32).max(1);
     let bars: Vec<Vec<Bar>> = runs.iter().map(|r| step_bars(&r.record.steps)).collect();
-    // One y axis for every run, with room above the bars for the legend.
-    let top_ms = bars
+    // One y axis for every run, up to the 98th percentile of the bars (a rare slow step would
+    // flatten every other; taller bars are cut at the top), with room above for the legend.
+    let mut totals: Vec<f64> = bars
         .iter()
         .flatten()
         .map(|b| b.2.iter().sum::<f64>())
-        .fold(0.0, f64::max)
+        .filter(|t| t.is_finite())
+        .collect();
+    totals.sort_by(f64::total_cmp);
+    let top_ms = totals
+        .get((totals.len() as f64 * 0.98) as usize)
+        .or(totals.last())
+        .copied()
+        .unwrap_or(1.0)
         * 1.3;
     svg("step-time", (PANEL.0 * 2, total), |root| {
         let areas = root.split_evenly((runs.len().max(1), 1));
@@ -371,8 +380,9 @@ fn step_time_panel(
     for (k, (name, color)) in parts.into_iter().enumerate() {
         chart
             .draw_series(bars.iter().map(|&(a, b, ms)| {
-                let below: f64 = ms[..k].iter().sum();
-                Rectangle::new([(a, below), (b, below + ms[k])], color.mix(0.85).filled())
+                let below = ms[..k].iter().sum::<f64>().min(top_ms);
+                let above = (below + ms[k]).min(top_ms);
+                Rectangle::new([(a, below), (b, above)], color.mix(0.85).filled())
             }))?
             .label(name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], color.filled()));
