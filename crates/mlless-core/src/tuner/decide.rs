@@ -50,12 +50,13 @@ pub struct CostFigures {
     pub gain_so_far: f64,
     /// What the run's steps have cost so far, by the [`StepCost`] model.
     pub spent_usd: f64,
-    /// What one worker adds to the bill over the horizon: `Δ·(r(p) − r(p − 1))` with `r` the
-    /// fleet's dollars per second at its modelled step duration.
+    /// What one worker adds to the bill of the horizon: its `h` steps with p workers less
+    /// `h` steps with p − 1.
     pub worker_cost_usd: f64,
     /// The worker's share of the gain, `gain / p`.
     pub worker_gain: f64,
-    /// `(worker_gain / gain_so_far) / (worker_cost_usd / spent_usd)`.
+    /// `(worker_gain / gain_so_far) / (worker_cost_usd / spent_usd)`; `f64::MAX` when the
+    /// worker costs nothing (removing it would not save).
     pub efficiency: f64,
     /// E: the rule removes a worker when `efficiency < E`.
     pub threshold: f64,
@@ -649,7 +650,7 @@ impl ScaleInTuner {
         };
         let steps_ahead_full = (horizon / d_full).floor() as u64;
         let t_ref = (step - first + 1) as f64;
-        let cost = self.cost_figures(step, horizon_steps, horizon, &duration, t_ref);
+        let cost = self.cost_figures(step, horizon_steps, &duration, t_ref);
 
         let (reference, reference_rmse, basis, slow, slow_rmse, steps_ahead_p, predicted_loss_p) =
             match (self.config.rule, self.removal_step) {
@@ -749,13 +750,13 @@ impl ScaleInTuner {
         })
     }
 
-    /// The cost rule's figures at `step` for a horizon of `h` steps (`horizon_s` seconds) of
-    /// the current fleet; `None` while the watched curve has too few points.
+    /// The cost rule's figures at `step` for a horizon of `h` steps of
+    /// the current fleet; `None` while the watched curve has too few points or nothing has
+    /// been billed yet.
     fn cost_figures(
         &self,
         step: u64,
         h: u64,
-        horizon_s: f64,
         duration: &StepDurationModel,
         t_ref: f64,
     ) -> Option<CostFigures> {
@@ -769,13 +770,19 @@ impl ScaleInTuner {
         let gain = gain_fitted.min(gain_measured);
         let gain_so_far = (first / now).ln();
         let cost = &self.config.step_cost;
-        let rate = |q: u32| cost.usd_per_s(q, duration.predict(q));
-        let worker_cost_usd = horizon_s * (rate(p) - rate(p - 1)).max(0.0);
+        // The horizon's h steps with p workers, against h steps with p − 1.
+        let worker_cost_usd = h as f64
+            * (cost.step_usd(p, duration.predict(p))
+                - cost.step_usd(p - 1, duration.predict(p - 1)));
         let worker_gain = gain / f64::from(p);
-        let efficiency = if worker_gain <= 0.0 || gain_so_far <= 0.0 {
+        if !(self.spent_usd > 0.0 && worker_cost_usd.is_finite()) {
+            return None;
+        }
+        let efficiency = if worker_cost_usd <= 0.0 {
+            // Removing the worker would not save: it is worth keeping whatever it buys.
+            f64::MAX
+        } else if worker_gain <= 0.0 || gain_so_far <= 0.0 {
             0.0
-        } else if worker_cost_usd <= 0.0 || self.spent_usd <= 0.0 {
-            f64::INFINITY
         } else {
             (worker_gain / gain_so_far) / (worker_cost_usd / self.spent_usd)
         };

@@ -145,9 +145,11 @@
 //!   projection, capped by what the last `h` steps made (a decelerating curve gains no more
 //!   next than it did last); the worker's share is `g / p` (a worker buys at most its share
 //!   when returns diminish);
-//! - its cost `Δ·(r(p) − r(p − 1))`, with `r(q)` the fleet's dollars per second at its modelled
-//!   step duration `d_q` ([`StepCost`]: q workers' GB-s, the services, and the channel's
-//!   requests per step, which on the object store grow as q² under broadcast);
+//! - its cost `h·(b(p, d_p) − b(p − 1, d_{p−1}))`, with `b(q, d)` the bill of a step of q
+//!   workers lasting d ([`StepCost`]: q workers' GB-s, the services, and the channel's requests
+//!   per step, which on the object store grow as q² under broadcast) and `d_q` the
+//!   step-duration model's; like MLLess, the tuner counts progress in steps: in the slow phase
+//!   a step of fewer workers gains about as much, and the worker buys at most its share;
 //! - the run's own exchange rate: the gain so far `G = ln(L_first / L(t))` for the dollars `C`
 //!   its steps have cost.
 //!
