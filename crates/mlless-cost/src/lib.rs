@@ -581,7 +581,10 @@ mod tests {
     #[test]
     fn step_cost_bills_a_step_as_the_bill_does() {
         let aws = PriceTable::aws_lambda();
-        for channel in [ChannelKind::ObjectStore, ChannelKind::Redis { instances: 2 }] {
+        for channel in [
+            ChannelKind::ObjectStore,
+            ChannelKind::Redis { instances: 2 },
+        ] {
             let model = aws.step_cost(channel, 1024);
             for p in [1u32, 4, 8] {
                 // One step of p workers lasting 1 s, billed by the run's own bill.

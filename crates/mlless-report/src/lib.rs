@@ -26,10 +26,12 @@ use mlless_job::RunRecord;
 mod html;
 mod measure;
 mod plots;
+mod scale_in;
 
 pub use html::{comparison, escape, html_report};
 pub use measure::{bill_at, cost_curve, default_cores, measurements, price_table_of};
 pub use plots::{bytes_svg, cost_svg, loss_svg, validation_svg};
+pub use scale_in::{DecisionMark, ScaleInSeries, scale_in_svg};
 
 /// Errors of a report.
 #[derive(Debug, thiserror::Error)]

@@ -44,7 +44,8 @@ pub struct CostFigures {
     pub gain: f64,
     /// The gain the fitted curve projects, `ln(L(t) / L(t + h))`.
     pub gain_fitted: f64,
-    /// The gain the last `h` steps made, `ln(L(t − h) / L(t))`.
+    /// The gain the last `h` steps made, `ln(L(t − h) / L(t))` (measured over the last points
+    /// at least `h` steps apart, scaled to `h` steps).
     pub gain_measured: f64,
     /// The gain since the first point of the curve, `ln(L_first / L(t))`.
     pub gain_so_far: f64,
@@ -332,8 +333,11 @@ const CURVE_POINTS_KEPT: usize = 4096;
 /// Most points of the training-loss curve the cost rule fits (the most recent).
 const CURVE_POINTS_FITTED: usize = 1024;
 
-/// The validation knee: the drop over this many evaluations, slow for this many in a row.
+/// The validation knee: the drop over this many evaluations is below this fraction of the
+/// largest for this many in a row. Coarser than the loss's: an evaluation is far rarer than a
+/// step, and the cost rule, not the knee, decides whether the flatter part pays for a worker.
 const VALIDATION_KNEE_WINDOW: u32 = 2;
+const VALIDATION_KNEE_FRACTION: f64 = 0.25;
 const VALIDATION_KNEE_PATIENCE: u32 = 2;
 
 impl ScaleInTuner {
@@ -356,7 +360,7 @@ impl ScaleInTuner {
             )?,
             validation_knee: KneeDetector::new(
                 VALIDATION_KNEE_WINDOW,
-                config.knee_fraction,
+                VALIDATION_KNEE_FRACTION,
                 VALIDATION_KNEE_PATIENCE,
             )?,
             signal: Signal::TrainingLoss,
@@ -512,7 +516,7 @@ impl ScaleInTuner {
         self.push_curve_point(step, best);
         if self.removal_step.is_none() {
             self.reference_points.push((step, best));
-        } else if !self.warmup_until.is_some_and(|w| step <= w) {
+        } else if self.warmup_until.is_none_or(|w| step > w) {
             self.slow_points.push((step, best));
         }
         Ok(())
@@ -582,9 +586,11 @@ impl ScaleInTuner {
         StepDurationModel::fit(&samples).ok()
     }
 
-    /// The watched curve fitted on its recent points: the curve, its RMSE, and the points'
-    /// value at the last step and `h` steps before it (the first point if none is that old).
-    fn fit_curve(&self, step: u64, h: u64) -> Option<(ReferenceCurve, f64, f64, f64)> {
+    /// The watched curve fitted on its recent points: the curve, its RMSE, its last point's
+    /// value, and the gain `ln(before / last)` it made over the last `h` steps, measured from
+    /// the newest point at least `h` steps older than the last (the first point if none is)
+    /// and scaled to `h` steps: evaluations may be further apart than a horizon.
+    fn fit_curve(&self, h: u64) -> Option<(ReferenceCurve, f64, f64, f64)> {
         let first = self.first_step?;
         if self.curve_points.len() < self.min_points() {
             return None;
@@ -604,15 +610,16 @@ impl ScaleInTuner {
             .map(|&(s, l)| ((s - first + 1) as f64, l))
             .collect();
         let curve = ReferenceCurve::fit(&points).ok()?;
-        let &(_, now) = self.curve_points.last()?;
-        let before = self
+        let &(last_step, now) = self.curve_points.last()?;
+        let &(before_step, before) = self
             .curve_points
             .iter()
             .rev()
-            .find(|&&(s, _)| s + h <= step)
-            .or(self.curve_points.first())
-            .map(|&(_, v)| v)?;
-        Some((curve, curve.rmse(&points), now, before))
+            .find(|&&(s, _)| s + h <= last_step)
+            .or(self.curve_points.first())?;
+        let span = last_step.saturating_sub(before_step).max(1) as f64;
+        let measured = (before / now).ln().max(0.0) * h as f64 / span;
+        Some((curve, curve.rmse(&points), now, measured))
     }
 
     /// Called by the supervisor every step with its clock in seconds. Returns a decision when
@@ -650,12 +657,12 @@ impl ScaleInTuner {
         };
         let steps_ahead_full = (horizon / d_full).floor() as u64;
         let t_ref = (step - first + 1) as f64;
-        let cost = self.cost_figures(step, horizon_steps, &duration, t_ref);
+        let cost = self.cost_figures(horizon_steps, &duration, t_ref);
 
         let (reference, reference_rmse, basis, slow, slow_rmse, steps_ahead_p, predicted_loss_p) =
             match (self.config.rule, self.removal_step) {
                 (ScaleInRule::Cost, _) => {
-                    let (curve, rmse, _, _) = self.fit_curve(step, horizon_steps)?;
+                    let (curve, rmse, _, _) = self.fit_curve(horizon_steps)?;
                     (
                         curve,
                         rmse,
@@ -750,23 +757,21 @@ impl ScaleInTuner {
         })
     }
 
-    /// The cost rule's figures at `step` for a horizon of `h` steps of
+    /// The cost rule's figures for a horizon of `h` steps of
     /// the current fleet; `None` while the watched curve has too few points or nothing has
     /// been billed yet.
     fn cost_figures(
         &self,
-        step: u64,
         h: u64,
         duration: &StepDurationModel,
         t_ref: f64,
     ) -> Option<CostFigures> {
-        let (curve, _, now, before) = self.fit_curve(step, h)?;
+        let (curve, _, now, gain_measured) = self.fit_curve(h)?;
         let first = self.curve_first?;
         let p = self.workers;
         let gain_fitted = (curve.eval(t_ref) / curve.eval(t_ref + h as f64))
             .ln()
             .max(0.0);
-        let gain_measured = (before / now).ln().max(0.0);
         let gain = gain_fitted.min(gain_measured);
         let gain_so_far = (first / now).ln();
         let cost = &self.config.step_cost;

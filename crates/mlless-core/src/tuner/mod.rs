@@ -130,7 +130,8 @@
 //! With a validation set the tuner watches the validation metric
 //! ([`ScaleInTuner::watch_validation`]): its curve is the best value so far (the model a run
 //! keeps is its best evaluation, so a rising validation curve buys nothing), one point per
-//! evaluation; the knee is that curve's (a window and a patience of 2 evaluations), and the
+//! evaluation; the knee is that curve's (a window and a patience of 2 evaluations, a quarter
+//! of the largest drop), and the
 //! fits use it with [`TunerConfig::min_validation_points`] points. Without one it watches the
 //! training loss, smoothed by the EWMA for the cost rule. A validation curve that has stopped
 //! improving is flat: its gain is 0, and the cost rule removes a worker at every decision
