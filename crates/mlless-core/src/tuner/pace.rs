@@ -3,9 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// When decisions are due, and the horizon each one projects over.
+/// When decisions are due, and the horizon each one projects over. Externally tagged (not
+/// `tag = "kind"`): the supervisor's checkpoints are postcard, which cannot read internal tags.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Pace {
     /// MLLess's fixed clock: a decision every `interval_s` seconds, projecting `horizon_s`
     /// seconds ahead ([`TunerConfig`](super::TunerConfig)'s fields).
