@@ -788,3 +788,17 @@ fn tuner_step_cost_counts_workers_services_and_requests() {
         .is_valid()
     );
 }
+
+#[test]
+fn tuner_config_of_an_older_spec_keeps_mllesss_rule_on_the_clock() {
+    let old: TunerConfig =
+        serde_json::from_str(r#"{"threshold": 0.05, "interval_s": 10.0, "horizon_s": 10.0}"#)
+            .unwrap();
+    assert_eq!(old.rule, ScaleInRule::Mlless);
+    assert_eq!(old.pace, Pace::Clock);
+    assert_eq!(TunerConfig::default().rule, ScaleInRule::Cost);
+    assert_eq!(TunerConfig::default().pace, Pace::DEFAULT);
+    let json = serde_json::to_string(&TunerConfig::default()).unwrap();
+    let back: TunerConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, TunerConfig::default());
+}
