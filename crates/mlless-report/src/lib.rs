@@ -38,12 +38,14 @@ mod html;
 mod measure;
 mod plots;
 mod runs;
+mod scale_in;
 
 pub use fleet::{InvocationKind, step_time_svg, timeline_svg};
 pub use html::{comparison, escape, html_page};
 pub use measure::{bill_at, cost_curve, default_cores, measurements, price_table_of};
 pub use plots::{bytes_svg, cost_svg, loss_svg, run_color_hex, validation_svg};
 pub use runs::{Run, RunTable, TableRow, configuration, differences, label_runs};
+pub use scale_in::{DecisionMark, ScaleInSeries, scale_in_svg};
 
 /// Errors of a report.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +148,22 @@ pub fn figures(runs: &[Run]) -> Result<Vec<Figure>, ReportError> {
             file: "validation.svg",
             multiples: true,
             svg,
+        });
+    }
+    if let Some(run) = runs
+        .iter()
+        .find(|run| !run.record.scale_in.decisions.is_empty())
+    {
+        figures.push(Figure {
+            id: "scale-in",
+            title: "Scale-in decisions",
+            caption: "The scale-in tuner of the first run that has one: its workers, the signal \
+                      it follows (the best validation metric so far, or the smoothed training \
+                      loss) and the billed cost on one time axis; each removal a red line, each \
+                      decision to keep the fleet a dashed one, its figures in the tooltip.",
+            file: "scale-in.svg",
+            multiples: false,
+            svg: scale_in_svg(&ScaleInSeries::of(&run.record, &run.options.prices)),
         });
     }
     figures.extend([
