@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README. It starts the servers the tests talk to on loopback — two
-# redis-servers and a password-protected one, a memcached (from Debian's packages), and a
+# redis-servers and a password-protected one, a memcached (from Debian's packages, like the
+# headless `chromium` the report's browser test renders the page in), and a
 # moto_server for S3 (from PyPI) — installing what is missing, `safetensors` and `numpy` (PyPI)
 # for the README's Python snippets, and `cargo-lambda` (PyPI) whose
 # Lambda emulator the Lambda tests start themselves — runs every test of the workspace
@@ -40,10 +41,11 @@ wait_for_port() { # PORT
     return 1
 }
 
-# Redis and Memcached, from Debian's packages.
+# Redis, Memcached and Chromium, from Debian's packages.
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -89,6 +91,8 @@ curl -sf -X PUT "http://127.0.0.1:$s3_port/mlless-test" >/dev/null
 export AWS_ENDPOINT_URL="http://127.0.0.1:$s3_port"
 export AWS_ACCESS_KEY_ID=mlless-test AWS_SECRET_ACCESS_KEY=mlless-test AWS_REGION=us-east-1
 export MLLESS_TEST_S3_URL="s3://mlless-test/tests"
+# The AWS chain never asks EC2 instance metadata (a link-local address, not loopback).
+export AWS_EC2_METADATA_DISABLED=true
 
 # safetensors and numpy (PyPI), for the README's Python snippets that tests/predict.rs runs.
 if ! python3 -c 'import safetensors.numpy, numpy' >/dev/null 2>&1; then

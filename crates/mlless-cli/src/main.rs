@@ -8,6 +8,8 @@ mod bench;
 mod cost;
 mod demo;
 mod generate;
+#[cfg(test)]
+mod help_and_readme;
 mod predict;
 mod prepare;
 mod progress;
@@ -48,6 +50,10 @@ enum Command {
     /// Turn an input file into minibatch objects and a manifest in an object store.
     Prepare(prepare::PrepareArgs),
     /// Train a model on a prepared data set with function workers.
+    #[command(
+        override_usage = "mlless train --data <DATA> --model <MODEL> [OPTIONS]\n       \
+                                mlless train --resume <RUN> [OPTIONS]"
+    )]
     Train(Box<train::TrainArgs>),
     /// Search hyperparameters: trials as training jobs run concurrently, bad ones stopped early
     /// (asynchronous successive halving), within a dollar budget.

@@ -1,7 +1,9 @@
-//! `mlless report`: the summary, the plots and the HTML page of a run record.
+//! `mlless report`: the summaries of run records, and one HTML page with their figures overlaid
+//! and the runs side by side, with the figures as SVG and the table as CSV.
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::Args;
 
 use crate::summary::{print, read_record};
@@ -9,10 +11,14 @@ use crate::summary::{print, read_record};
 /// Options of `mlless report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A run record (JSON), as written by `mlless train --record`.
-    pub record: PathBuf,
-    /// Directory of the plots and the HTML page [default: RECORD's name without extension,
-    /// followed by `-report`, next to it: `runs/a.json` → `runs/a-report/`].
+    /// Run records (JSON), as written by `mlless train --record`, or local run directories
+    /// (`{runs}/{job}`, holding `record.json`); several are overlaid on one page.
+    #[arg(required = true, value_name = "RUN")]
+    pub records: Vec<PathBuf>,
+    /// Directory of the figures, the table and the HTML page [default: for one RUN, its name
+    /// without extension followed by `-report`, next to it (`runs/a.json` → `runs/a-report/`;
+    /// a run directory `runs/job` → `runs/job/report/`); for several, `report` in the current
+    /// directory].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Only print the summary; write no files.
@@ -22,19 +28,29 @@ pub struct ReportArgs {
     pub model: crate::cost::ModelArgs,
 }
 
-/// Runs `mlless report`: prints the summary, writes the plots and the page, prints their paths.
+/// Runs `mlless report`: prints each run's summary, writes the figures, the table and the
+/// page, prints their paths.
 pub fn report(args: ReportArgs) -> anyhow::Result<()> {
-    let record = read_record(&args.record)?;
-    print(&record);
+    let mut runs = Vec::with_capacity(args.records.len());
+    for path in &args.records {
+        let record = read_record(&record_path(path))?;
+        print(&record);
+        let mut run = mlless_report::Run::new(record);
+        run.options = args.model.options(&run.record)?;
+        runs.push(run);
+    }
     if args.summary_only {
         return Ok(());
     }
-    let options = args.model.options(&record)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| default_report_dir(&args.record));
-    let files = mlless_report::render_report_with(&record, &out, &options)?;
+    mlless_report::label_runs(&mut runs);
+    let out = match (&args.out, args.records.as_slice()) {
+        (Some(out), _) => out.clone(),
+        (None, [one]) if one.is_dir() => one.join("report"),
+        (None, [one]) => default_report_dir(one),
+        (None, _) => PathBuf::from("report"),
+    };
+    let files = mlless_report::render_runs(&runs, &out)
+        .with_context(|| format!("writing the report to {}", out.display()))?;
     println!("report:");
     for path in files.all() {
         println!("  {}", path.display());
@@ -42,8 +58,17 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where `mlless report` writes when `--out` is not given: `{dir}/{stem}-report` next to the
-/// record.
+/// The record of `path`: the file itself, or `record.json` in it when it is a run directory.
+fn record_path(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join(mlless_job::record::RECORD_KEY)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// Where `mlless report` writes for one record file when `--out` is not given:
+/// `{dir}/{stem}-report` next to the record.
 pub fn default_report_dir(record: &Path) -> PathBuf {
     let stem = record
         .file_stem()

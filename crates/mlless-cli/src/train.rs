@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use mlless_core::{OptimizerKind, Schedule, SignificanceScale};
+use mlless_core::{OptimizerKind, Pace, Schedule, SignificanceScale, TunerConfig};
 use mlless_faas::Limits;
 use mlless_job::{
     ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria, SyncMode, TrainingConfig,
@@ -92,19 +92,71 @@ impl From<CommPattern> for Pattern {
     }
 }
 
-/// Whether the scale-in auto-tuner runs.
+/// Whether the scale-in auto-tuner runs, and by which rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ScaleIn {
     /// The fleet keeps its size.
     Off,
-    /// The supervisor removes workers once the loss curve flattens (BSP and ISP).
+    /// The supervisor removes a worker once what it buys per dollar falls below a share of
+    /// what the run has bought per dollar (BSP and ISP).
     Auto,
+    /// MLLess's rule: remove a worker when the projected loss of the smaller fleet is less than
+    /// the threshold worse than the full fleet's at the horizon.
+    Mlless,
+}
+
+/// When the scale-in tuner decides (`--scale-in-interval`): a share of the job, a number of
+/// steps, or seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScaleInInterval {
+    /// 40 decisions over the job.
+    Auto,
+    /// Every this many steps.
+    Steps(u64),
+    /// Every this many seconds (MLLess's clock).
+    Seconds(f64),
+}
+
+impl std::str::FromStr for ScaleInInterval {
+    type Err = String;
+
+    /// `auto`, `Nsteps`, `S` or `Ss` (seconds).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let bad = || {
+            format!(
+                "--scale-in-interval is auto, STEPS (e.g. 50steps) or SECONDS (e.g. 10 or 10s), \
+                 not '{s}'"
+            )
+        };
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        if let Some(n) = s.strip_suffix("steps").or_else(|| s.strip_suffix("step")) {
+            return n
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .map(Self::Steps)
+                .ok_or_else(bad);
+        }
+        s.strip_suffix('s')
+            .unwrap_or(s)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v > 0.0)
+            .map(Self::Seconds)
+            .ok_or_else(bad)
+    }
 }
 
 /// Options of `mlless train`.
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
-    /// The prepared data set (the location given to `mlless prepare --out`).
+    /// The prepared data set (the location given to `mlless prepare --out`); required, unless
+    /// --resume.
     #[arg(long)]
     #[arg(
         required_unless_present = "resume",
@@ -112,7 +164,7 @@ pub struct TrainArgs {
         hide_default_value = true
     )]
     pub data: String,
-    /// The model.
+    /// The model; required, unless --resume.
     #[arg(
         long,
         value_parser = model_parser(),
@@ -208,17 +260,23 @@ pub struct TrainArgs {
     /// isp).
     #[arg(long, value_enum, default_value_t = CommPattern::Broadcast)]
     pub pattern: CommPattern,
-    /// Scale-in auto-tuner: remove workers one by one once the loss curve flattens.
+    /// Scale-in auto-tuner: remove workers one by one once the validation curve (the training
+    /// loss without a validation set) no longer pays for them.
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
     pub scale_in: ScaleIn,
-    /// Scale-in: remove a worker when the projected loss with one fewer is less than this much
-    /// (relative) worse than the full fleet's at the horizon.
-    #[arg(long, default_value_t = 0.05)]
-    pub scale_in_threshold: f64,
-    /// Scale-in: seconds between two decisions.
-    #[arg(long, default_value_t = 10.0)]
-    pub scale_in_interval: f64,
-    /// Scale-in: how far ahead the loss is projected, seconds (at most the interval).
+    /// Scale-in: auto removes a worker when what it buys per dollar over the horizon is less
+    /// than this share of what the run has bought per dollar [default: 0.2]; mlless when the
+    /// projected loss with fewer workers is less than this much (relative) worse than the full
+    /// fleet's [default: 0.05].
+    #[arg(long)]
+    pub scale_in_threshold: Option<f64>,
+    /// Scale-in: when the tuner decides, and the horizon it projects over: auto (every 1/40 of
+    /// the job's epochs or --max-time), STEPS (e.g. 50steps) or SECONDS (e.g. 10s, MLLess's
+    /// clock; the horizon is then --horizon).
+    #[arg(long, default_value = "auto", value_name = "WHEN")]
+    pub scale_in_interval: ScaleInInterval,
+    /// Scale-in with a --scale-in-interval in seconds: how far ahead the loss is projected,
+    /// seconds (at most the interval).
     #[arg(long, default_value_t = 10.0)]
     pub horizon: f64,
     /// Scale-in: never fewer workers than this.
@@ -402,6 +460,34 @@ impl TrainArgs {
         })
     }
 
+    /// The scale-in tuner's settings, `None` with `--scale-in off`.
+    fn tuner(&self) -> Option<TunerConfig> {
+        let base = match self.scale_in {
+            ScaleIn::Off => return None,
+            ScaleIn::Auto => TunerConfig::default(),
+            ScaleIn::Mlless => TunerConfig::mlless(),
+        };
+        let (pace, interval_s) = match self.scale_in_interval {
+            ScaleInInterval::Auto => (Pace::DEFAULT, base.interval_s),
+            ScaleInInterval::Steps(interval) => (Pace::Steps { interval }, base.interval_s),
+            ScaleInInterval::Seconds(seconds) => (Pace::Clock, seconds),
+        };
+        let mut config = TunerConfig {
+            pace,
+            interval_s,
+            horizon_s: self.horizon,
+            min_workers: self.min_workers,
+            ..base
+        };
+        if let Some(threshold) = self.scale_in_threshold {
+            match self.scale_in {
+                ScaleIn::Mlless => config.threshold = threshold,
+                _ => config.efficiency_threshold = threshold,
+            }
+        }
+        Some(config)
+    }
+
     /// The options every function gets as they are.
     fn training(&self) -> TrainingConfig {
         TrainingConfig {
@@ -437,13 +523,7 @@ impl TrainArgs {
                 Sync::Asp => SyncMode::Asp,
             },
             compression: self.compress,
-            scale_in: (self.scale_in == ScaleIn::Auto).then(|| mlless_core::TunerConfig {
-                threshold: self.scale_in_threshold,
-                interval_s: self.scale_in_interval,
-                horizon_s: self.horizon,
-                min_workers: self.min_workers,
-                ..Default::default()
-            }),
+            scale_in: self.tuner(),
             algorithm: self.algorithm,
             pattern: self.pattern.into(),
             checkpoint_every: self.checkpoint_every,

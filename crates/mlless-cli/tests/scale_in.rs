@@ -5,7 +5,8 @@ mod common;
 
 use common::*;
 
-/// Synthetic ratings (2,000 × 1,500, σ = 0.5), 4 workers under ISP, decisions every second: the tuner
+/// MLLess's rule (`--scale-in mlless`) on synthetic ratings (2,000 × 1,500, σ = 0.5) without a
+/// validation set, 4 workers under ISP, decisions every second: the tuner
 /// removes workers after the knee, the record shows each removal in the steps' worker counts,
 /// the removed workers' invocations end (they stop being billed), and the model reaches an
 /// RMSE within 10% of σ. What that saves depends on how much faster fewer workers step, which
@@ -30,7 +31,7 @@ fn scale_in_removes_workers_and_ends_their_invocations() {
         "--sync",
         "isp",
         "--scale-in",
-        "auto",
+        "mlless",
         "--scale-in-interval",
         "1",
         "--horizon",
@@ -52,6 +53,21 @@ fn scale_in_removes_workers_and_ends_their_invocations() {
         "removed before the knee"
     );
     assert!(scale_in.removals.len() <= 2, "below --min-workers");
+    // The report shows the tuner's decisions on a page of their own.
+    let record_path = dir.path().join("tuned.json");
+    let out = dir.path().join("tuned-report");
+    ok(&["report", &s(&record_path), "--out", &s(&out)]);
+    let page = std::fs::read_to_string(out.join("report.html")).expect("report page");
+    let figure = std::fs::read_to_string(out.join("scale-in.svg")).expect("scale-in figure");
+    assert!(
+        page.contains("fig-scale-in"),
+        "the page has the scale-in figure"
+    );
+    assert_eq!(
+        figure.matches("class=\"decision removal\"").count(),
+        scale_in.removals.len(),
+        "one red line a removal"
+    );
     for removal in &scale_in.removals {
         for step in &tuned.steps {
             let present = step.workers.iter().any(|w| w.worker == removal.worker);
@@ -127,6 +143,109 @@ fn scale_in_removes_workers_and_ends_their_invocations() {
         );
     }
     assert!(html.contains(&tuned.spec.job_id));
+}
+
+/// `--scale-in auto` on synthetic ratings (2,000 × 1,500, σ = 1) with a validation set, whose
+/// validation RMSE flattens towards σ within a few of the 12 epochs, P = 4, through Redis (whose
+/// bill is the workers' GB-s, not requests): the tuner watches the validation curve, decides at
+/// the job's pace (every 1/40 of its epochs, several times in a run of seconds that a 10 s clock
+/// would see once), removes workers after the curve's knee by the cost rule, and the run
+/// reaches the same validation target (RMSE ≤ 1.06 σ) as the fixed fleet for a smaller bill,
+/// with a test RMSE within 1 %.
+#[test]
+fn scale_in_auto_follows_the_validation_curve_for_a_smaller_bill() {
+    let Some(redis) = std::env::var("MLLESS_TEST_REDIS_URLS")
+        .ok()
+        .and_then(|urls| urls.split(',').next().map(str::to_string))
+    else {
+        eprintln!("skipped: MLLESS_TEST_REDIS_URLS is not set (run through scripts/test.sh)");
+        return;
+    };
+    let dir = tempdir();
+    let spec = mlless_data::RatingsSpec {
+        users: 2000,
+        items: 1500,
+        rank: 10,
+        density: 0.2,
+        noise: 1.0,
+        seed: 5,
+    };
+    let (data, truth) = ratings_prepared(dir.path(), &spec, &["--batch-size", "1000"]);
+    let data = s(&data);
+    let run = |name: &str, scale_in: &str| {
+        train(
+            dir.path(),
+            name,
+            &[
+                "--data",
+                data.as_str(),
+                "--model",
+                "pmf",
+                "--workers",
+                "4",
+                "--max-epochs",
+                "12",
+                "--channel",
+                redis.as_str(),
+                "--scale-in",
+                scale_in,
+            ],
+        )
+    };
+    let fixed = run("fixed", "off");
+    let tuned = run("tuned", "auto");
+    let decisions = &tuned.scale_in.decisions;
+    assert!(
+        !tuned.scale_in.removals.is_empty(),
+        "no removal: {decisions:#?}"
+    );
+    for d in decisions {
+        assert_eq!(d.signal, mlless_core::Signal::Validation);
+        assert_eq!(d.rule, mlless_core::ScaleInRule::Cost);
+        assert!(d.step >= d.knee_step, "a decision before the knee");
+        let cost = d
+            .cost
+            .as_ref()
+            .expect("every decision has its cost figures");
+        assert_eq!(d.remove, cost.efficiency < cost.threshold);
+        assert!(cost.worker_cost_usd > 0.0 && cost.spent_usd > 0.0);
+    }
+    // The job's pace: a decision every 1/40 of its 12 epochs at the soonest.
+    let epoch_of = |step: u64| {
+        tuned
+            .steps
+            .iter()
+            .find(|s| s.step == step)
+            .map(|s| s.epoch)
+            .expect("the decision's step")
+    };
+    assert!(decisions.len() >= 3, "{} decisions", decisions.len());
+    for pair in decisions.windows(2) {
+        let apart = epoch_of(pair[1].step) - epoch_of(pair[0].step);
+        assert!(
+            apart >= 12.0 / 40.0 - 1e-9,
+            "decisions {apart} epochs apart"
+        );
+    }
+    let best = |r: &mlless_job::RunRecord| {
+        let v = r.validation.as_ref().expect("a validation curve");
+        v.points
+            .iter()
+            .filter_map(|p| p.metrics.get("rmse").copied())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let target = 1.06 * truth.noise;
+    assert!(best(&fixed) <= target, "fixed fleet: {}", best(&fixed));
+    assert!(best(&tuned) <= target, "tuned: {}", best(&tuned));
+    let bill = |r: &mlless_job::RunRecord| r.bill.as_ref().expect("a bill").total_usd;
+    assert!(
+        bill(&tuned) < bill(&fixed),
+        "tuned ${} vs fixed ${}",
+        bill(&tuned),
+        bill(&fixed)
+    );
+    let (a, b) = (metric(&tuned, "test_rmse"), metric(&fixed, "test_rmse"));
+    assert!((a / b - 1.0).abs() < 0.01, "test RMSE {a} vs {b}");
 }
 
 /// Scale-in needs the replicas equal at every step: it refuses SSP and ASP, and a minimum

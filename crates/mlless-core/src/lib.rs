@@ -75,8 +75,9 @@ pub use optim::{
 pub use params::{apply_mean, average, mean_of, try_apply_mean};
 pub use sparse::{SparseError, SparseVector};
 pub use tuner::{
-    DecisionBasis, Ewma, KneeDetector, ReferenceCurve, ScaleInDecision, ScaleInTuner, SlowCurve,
-    StepDurationModel, TunerConfig, TunerError, pick_worker_to_remove,
+    CostFigures, DecisionBasis, Ewma, KneeDetector, Pace, PaceMark, ReferenceCurve,
+    ScaleInDecision, ScaleInRule, ScaleInTuner, Signal, SlowCurve, StepCost, StepDurationModel,
+    TunerConfig, TunerError, pick_worker_to_remove,
 };
 pub use validation::{
     Direction, EarlyStopping, MetricTarget, TargetParseError, Verdict, primary_metric,

@@ -242,6 +242,26 @@ impl PriceTable {
         self.with_services(extra)
     }
 
+    /// What a training step costs at these prices, as the scale-in tuner weighs it: each
+    /// worker's GB-s at `memory_mb`, the services and `channel`'s servers per second, and the
+    /// channel's requests per step of [`ObjectRequests::estimate`] (on the object store
+    /// `5p + 1` writes and `p² + 2p` reads: broadcast makes the reads grow as p²).
+    pub fn step_cost(&self, channel: ChannelKind, memory_mb: u32) -> mlless_core::StepCost {
+        let (w, r) = (
+            self.object_write_usd_per_1000 / 1000.0,
+            self.object_read_usd_per_1000 / 1000.0,
+        );
+        mlless_core::StepCost {
+            worker_usd_per_s: f64::from(memory_mb) / 1024.0 * self.gb_second_usd,
+            services_usd_per_s: (self.services_usd_per_hour + self.channel_usd_per_hour(channel))
+                / 3600.0,
+            request_usd: match channel {
+                ChannelKind::ObjectStore => [w, 5.0 * w + 2.0 * r, r],
+                ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => [0.0, r, 0.0],
+            },
+        }
+    }
+
     /// The cost of one invocation: its billed GB-seconds plus the request fee.
     pub fn invocation_usd(&self, usage: Usage) -> f64 {
         let billed = billed_duration_ms(usage.duration_ms, self.granularity_ms);
@@ -556,6 +576,37 @@ mod tests {
         assert!((bill.services_usd - 0.17).abs() < 1e-12);
         let store = aws.clone().for_channel(ChannelKind::ObjectStore);
         assert_eq!(store, aws);
+    }
+
+    #[test]
+    fn step_cost_bills_a_step_as_the_bill_does() {
+        let aws = PriceTable::aws_lambda();
+        for channel in [
+            ChannelKind::ObjectStore,
+            ChannelKind::Redis { instances: 2 },
+        ] {
+            let model = aws.step_cost(channel, 1024);
+            for p in [1u32, 4, 8] {
+                // One step of p workers lasting 1 s, billed by the run's own bill.
+                let usage = vec![
+                    Usage {
+                        duration_ms: 1000,
+                        memory_mb: 1024,
+                    };
+                    p as usize
+                ];
+                let bill = aws.clone().for_channel(channel).bill(
+                    &usage,
+                    1.0,
+                    ObjectRequests::estimate(channel, p, 1),
+                );
+                let billed = bill.total_usd - bill.request_usd;
+                assert!(
+                    (model.step_usd(p, 1.0) - billed).abs() < 1e-12,
+                    "{channel:?} p = {p}"
+                );
+            }
+        }
     }
 
     #[test]

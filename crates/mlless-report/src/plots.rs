@@ -1,310 +1,499 @@
-//! The SVG plots of a report, drawn with `plotters`.
+//! The SVG figures of a report that overlay its runs, drawn with `plotters`: the training loss
+//! and the validation metric against wall time, steps, epochs and billed cost (small
+//! multiples), the billed cost over time, and the bytes each step sent and received.
 
 use std::ops::Range;
 
-use mlless_cost::PriceTable;
-use mlless_job::RunRecord;
 use plotters::coord::Shift;
-use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::ReportError;
+use crate::format::{format_bytes, format_tick};
 use crate::measure::cost_curve;
+use crate::runs::Run;
 
-/// Size of every plot, pixels.
-pub(crate) const SIZE: (u32, u32) = (800, 420);
+/// Size of one panel, pixels.
+pub(crate) const PANEL: (u32, u32) = (700, 380);
 /// More points than this are thinned out (every k-th kept, and the last) so that the SVG stays
-/// small; the plots are 800 pixels wide.
-const MAX_POINTS: usize = 2000;
+/// small; a panel is 700 pixels wide.
+const MAX_POINTS: usize = 1500;
 
-const LOSS_COLOR: RGBColor = RGBColor(31, 119, 180);
-const WORKERS_COLOR: RGBColor = RGBColor(214, 39, 40);
-const SENT_COLOR: RGBColor = RGBColor(31, 119, 180);
-const RECEIVED_COLOR: RGBColor = RGBColor(255, 127, 14);
-const COST_COLOR: RGBColor = RGBColor(44, 160, 44);
+/// The colours of the runs, in order (matplotlib's "tab10"); the 11th run takes the first again.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
 
-/// The training loss over time (seconds since the run started) with the number of workers on a
-/// secondary axis, as an SVG document.
+/// The colour of the run at `index`.
+pub fn run_color(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+/// `#rrggbb` of the run at `index`, as the SVG documents write it.
+pub fn run_color_hex(index: usize) -> String {
+    let RGBColor(r, g, b) = run_color(index);
+    format!("#{r:02X}{g:02X}{b:02X}")
+}
+
+/// The x axes of the loss and validation figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum XAxis {
+    Time,
+    Step,
+    Epoch,
+    Cost,
+}
+
+impl XAxis {
+    const ALL: [XAxis; 4] = [XAxis::Time, XAxis::Step, XAxis::Epoch, XAxis::Cost];
+
+    fn description(self) -> &'static str {
+        match self {
+            XAxis::Time => "time since the run started (s)",
+            XAxis::Step => "step",
+            XAxis::Epoch => "epoch",
+            XAxis::Cost => "billed cost so far (USD)",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            XAxis::Time => "wall time",
+            XAxis::Step => "steps",
+            XAxis::Epoch => "epochs",
+            XAxis::Cost => "billed cost",
+        }
+    }
+}
+
+/// Where a run was at one of its steps or evaluations, on every x axis.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    time_s: f64,
+    step: f64,
+    epoch: f64,
+    cost_usd: f64,
+}
+
+impl At {
+    fn x(&self, axis: XAxis) -> f64 {
+        match axis {
+            XAxis::Time => self.time_s,
+            XAxis::Step => self.step,
+            XAxis::Epoch => self.epoch,
+            XAxis::Cost => self.cost_usd,
+        }
+    }
+}
+
+/// A run's evaluations: where each was, its value, and the index of the best.
+type Evaluations = (Vec<At>, Vec<f64>, Option<usize>);
+
+/// One line of a panel.
+struct Line {
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+    width: u32,
+    opacity: f64,
+    /// Dots at the points (a curve of few evaluations).
+    dots: bool,
+}
+
+/// The training loss of every run, smoothed (an EWMA) and raw (faint), against wall time,
+/// steps, epochs and billed cost: four panels, one SVG document.
 ///
 /// # Errors
 ///
 /// [`ReportError::Plot`] if plotters fails.
-pub fn loss_svg(record: &RunRecord) -> Result<String, ReportError> {
-    let offset = record.time_offset_s();
-    let loss: Vec<(f64, f64)> = thin(
-        record
-            .steps
-            .iter()
-            .map(|s| (offset + s.time_s, s.loss))
-            .filter(|(t, l)| t.is_finite() && l.is_finite())
-            .collect(),
-    );
-    let mut workers: Vec<(f64, f64)> = Vec::new();
-    for s in &record.steps {
-        let p = s.workers.len() as f64;
-        let t = offset + s.time_s;
-        if let Some(&(_, last)) = workers.last()
-            && last != p
-        {
-            workers.push((t, last));
+pub fn loss_svg(runs: &[Run]) -> Result<String, ReportError> {
+    let curves: Vec<(Vec<At>, Vec<f64>, Vec<f64>)> = runs
+        .iter()
+        .map(|run| {
+            let clock = run.record.cost_clock(&run.options.prices);
+            let steps: Vec<_> = run
+                .record
+                .steps
+                .iter()
+                .filter(|s| s.loss.is_finite() && s.time_s.is_finite())
+                .collect();
+            let at = steps
+                .iter()
+                .map(|s| {
+                    let time_s = run.since_start(s.time_s);
+                    At {
+                        time_s,
+                        step: s.step as f64,
+                        epoch: s.epoch,
+                        cost_usd: clock.cost_at(time_s),
+                    }
+                })
+                .collect();
+            let raw: Vec<f64> = steps.iter().map(|s| s.loss).collect();
+            let smooth = smoothed(&raw);
+            (at, raw, smooth)
+        })
+        .collect();
+    let legend = run_legend(runs, |_| true);
+    small_multiples("loss", "Training loss", &legend, |axis| {
+        let mut lines = Vec::new();
+        for (i, (at, raw, smooth)) in curves.iter().enumerate() {
+            let xs = at.iter().map(|a| a.x(axis));
+            lines.push(Line {
+                color: run_color(i),
+                points: thin(xs.clone().zip(raw.iter().copied()).collect()),
+                width: 1,
+                opacity: 0.25,
+                dots: false,
+            });
+            lines.push(Line {
+                color: run_color(i),
+                points: thin(xs.zip(smooth.iter().copied()).collect()),
+                width: 2,
+                opacity: 1.0,
+                dots: false,
+            });
         }
-        if workers.last().is_none_or(|&(_, last)| last != p) {
-            workers.push((t, p));
-        }
-    }
-    if let (Some(&(_, p)), Some(last)) = (workers.last(), record.steps.last()) {
-        workers.push((offset + last.time_s, p));
-    }
-    let x = padded_range(loss.iter().chain(&workers).map(|p| p.0), false);
-    let y = padded_range(loss.iter().map(|p| p.1), false);
-    let max_workers = workers.iter().map(|p| p.1).fold(1.0, f64::max);
-
-    svg("loss", SIZE, |root| {
-        let mut chart = chart_builder(root, "Training loss and workers over time", 64)
-            .right_y_label_area_size(48)
-            .build_cartesian_2d(x.clone(), y)?
-            .set_secondary_coord(x, 0.0..(max_workers * 1.25).ceil() + 1.0);
-        draw_mesh(
-            &mut chart,
-            ("time since the run started (s)", "training loss"),
-            (&|v| format!("{v:.1}"), &|v| format!("{v:.4}")),
-        )?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("workers")
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .draw()?;
-        chart
-            .draw_series(LineSeries::new(loss, LOSS_COLOR.stroke_width(2)))?
-            .label("loss")
-            .legend(line_legend(LOSS_COLOR));
-        chart
-            .draw_secondary_series(LineSeries::new(workers, WORKERS_COLOR.stroke_width(2)))?
-            .label("workers (right axis)")
-            .legend(line_legend(WORKERS_COLOR));
-        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+        ("training loss (smoothed; raw faint)".to_string(), lines)
     })
 }
 
-/// The validation curve: the validation metric against time (with the training loss,
-/// smoothed, on the right axis) and against the billed cost so far, side by side, the best
-/// evaluation marked; `None` when the run had no validation set.
+/// The validation metric of every run with a validation set against wall time, steps, epochs
+/// and billed cost, the best evaluation of each circled; `None` when no run has one. Runs whose
+/// primary metric is not the first such run's are left out (one y axis).
 ///
 /// # Errors
 ///
 /// [`ReportError::Plot`] if plotters fails.
-pub fn validation_svg(record: &RunRecord) -> Result<Option<String>, ReportError> {
-    let Some(validation) = &record.validation else {
+pub fn validation_svg(runs: &[Run]) -> Result<Option<String>, ReportError> {
+    let Some(metric) = runs
+        .iter()
+        .find_map(|r| r.record.validation.as_ref().map(|v| v.metric.clone()))
+    else {
         return Ok(None);
     };
-    let metric = validation.metric.as_str();
-    let offset = record.time_offset_s();
-    let points: Vec<(f64, f64, f64)> = validation
-        .points
+    let curves: Vec<Option<Evaluations>> = runs
         .iter()
-        .filter_map(|p| {
-            let v = *p.metrics.get(metric)?;
-            Some((offset + p.time_s, p.cost_usd.unwrap_or(f64::NAN), v))
+        .map(|run| {
+            let validation = run
+                .record
+                .validation
+                .as_ref()
+                .filter(|v| v.metric == metric)?;
+            let clock = run.record.cost_clock(&run.options.prices);
+            let mut at = Vec::new();
+            let mut values = Vec::new();
+            let mut best = None;
+            for (k, p) in validation.points.iter().enumerate() {
+                let Some(&v) = p.metrics.get(&metric).filter(|v| v.is_finite()) else {
+                    continue;
+                };
+                let time_s = run.since_start(p.time_s);
+                if validation.best == Some(k) {
+                    best = Some(at.len());
+                }
+                at.push(At {
+                    time_s,
+                    step: p.step as f64,
+                    epoch: p.epoch,
+                    cost_usd: p.cost_usd.unwrap_or_else(|| clock.cost_at(time_s)),
+                });
+                values.push(v);
+            }
+            Some((at, values, best))
         })
-        .filter(|(t, _, v)| t.is_finite() && v.is_finite())
         .collect();
-    if points.is_empty() {
+    if curves.iter().flatten().all(|(at, _, _)| at.is_empty()) {
         return Ok(None);
     }
-    let best = validation
-        .best_point()
-        .and_then(|p| Some((offset + p.time_s, p.cost_usd?, *p.metrics.get(metric)?)));
-    let smoothed = thin(smoothed_loss(record, offset));
-    let by_time: Vec<(f64, f64)> = points.iter().map(|&(t, _, v)| (t, v)).collect();
-    let by_cost: Vec<(f64, f64)> = points
-        .iter()
-        .filter(|(_, c, _)| c.is_finite())
-        .map(|&(_, c, v)| (c, v))
-        .collect();
-    let y = padded_range(points.iter().map(|p| p.2), false);
-    let x_time = padded_range(by_time.iter().chain(&smoothed).map(|p| p.0), false);
-    let x_cost = padded_range(by_cost.iter().map(|p| p.0), false);
-    let loss_y = padded_range(smoothed.iter().map(|p| p.1), false);
-    let label = format!("validation {metric}");
-
-    let svg = svg("validation", (SIZE.0 * 2, SIZE.1), |root| {
-        let (left, right) = root.split_horizontally(SIZE.0);
-        let mut chart = chart_builder(&left, &format!("{label} over time"), 64)
-            .right_y_label_area_size(64)
-            .build_cartesian_2d(x_time.clone(), y.clone())?
-            .set_secondary_coord(x_time, loss_y);
-        draw_mesh(
-            &mut chart,
-            ("time since the run started (s)", &label),
-            (&|v| format!("{v:.1}"), &|v| format!("{v:.4}")),
-        )?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("training loss (smoothed)")
-            .y_label_formatter(&|v| format!("{v:.4}"))
-            .draw()?;
-        chart
-            .draw_secondary_series(LineSeries::new(smoothed, WORKERS_COLOR.mix(0.6)))?
-            .label("training loss, smoothed (right axis)")
-            .legend(line_legend(WORKERS_COLOR));
-        chart
-            .draw_series(LineSeries::new(by_time.clone(), LOSS_COLOR.stroke_width(2)))?
-            .label(label.as_str())
-            .legend(line_legend(LOSS_COLOR));
-        chart.draw_series(
-            by_time
-                .iter()
-                .map(|&p| Circle::new(p, 3, LOSS_COLOR.filled())),
-        )?;
-        if let Some((t, _, v)) = best {
-            chart
-                .draw_series([Circle::new((t, v), 7, COST_COLOR.stroke_width(2))])?
-                .label("best (the model kept)")
-                .legend(|(x, y)| Circle::new((x + 10, y), 5, COST_COLOR.stroke_width(2)));
-        }
-        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-
-        let mut chart = chart_builder(&right, &format!("{label} against cost"), 64)
-            .build_cartesian_2d(x_cost, y)?;
-        draw_mesh(
-            &mut chart,
-            ("billed cost so far (USD)", &label),
-            (&|v| format!("{v:.4}"), &|v| format!("{v:.4}")),
-        )?;
-        chart.draw_series(LineSeries::new(by_cost.clone(), COST_COLOR.stroke_width(2)))?;
-        chart.draw_series(
-            by_cost
-                .iter()
-                .map(|&p| Circle::new(p, 3, COST_COLOR.filled())),
-        )?;
-        if let Some((_, c, v)) = best {
-            chart.draw_series([Circle::new((c, v), 7, LOSS_COLOR.stroke_width(2))])?;
-        }
-        Ok(())
-    })?;
+    let legend = run_legend(runs, |i| curves[i].is_some());
+    let svg = small_multiples(
+        "validation",
+        &format!("Validation {metric}"),
+        &legend,
+        |axis| {
+            let mut lines = Vec::new();
+            for (i, curve) in curves.iter().enumerate() {
+                let Some((at, values, best)) = curve else {
+                    continue;
+                };
+                let points: Vec<(f64, f64)> = at
+                    .iter()
+                    .map(|a| a.x(axis))
+                    .zip(values.iter().copied())
+                    .collect();
+                if let Some(&b) = best.as_ref().and_then(|&b| points.get(b)) {
+                    lines.push(Line {
+                        color: run_color(i),
+                        points: vec![b],
+                        width: 0,
+                        opacity: 1.0,
+                        dots: true,
+                    });
+                }
+                lines.push(Line {
+                    color: run_color(i),
+                    points,
+                    width: 2,
+                    opacity: 1.0,
+                    dots: true,
+                });
+            }
+            (format!("validation {metric} (best circled)"), lines)
+        },
+    )?;
     Ok(Some(svg))
 }
 
-/// Smoothing of the training loss in the validation plot (an EWMA over steps).
-const LOSS_SMOOTHING: f64 = 0.05;
-
-/// The training loss over time, smoothed by an EWMA over the steps.
-fn smoothed_loss(record: &RunRecord, offset: f64) -> Vec<(f64, f64)> {
-    let mut ewma: Option<f64> = None;
-    record
-        .steps
+/// The billed cost so far of every run over time (seconds since each run started), at each
+/// run's prices; the curves are [`cost_curve`].
+///
+/// # Errors
+///
+/// [`ReportError::Plot`] if plotters fails.
+pub fn cost_svg(runs: &[Run]) -> Result<String, ReportError> {
+    let lines: Vec<Line> = runs
         .iter()
-        .filter(|s| s.loss.is_finite() && s.time_s.is_finite())
-        .map(|s| {
-            let v = ewma.map_or(s.loss, |e| e + LOSS_SMOOTHING * (s.loss - e));
-            ewma = Some(v);
-            (offset + s.time_s, v)
+        .enumerate()
+        .map(|(i, run)| Line {
+            color: run_color(i),
+            points: thin(cost_curve(&run.record, &run.options.prices)),
+            width: 2,
+            opacity: 1.0,
+            dots: false,
         })
+        .collect();
+    let legend: Vec<(RGBColor, String)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            (
+                run_color(i),
+                format!("{} ({} prices)", r.label, r.options.prices.name),
+            )
+        })
+        .collect();
+    let legend_px = legend_height(legend.len(), 1);
+    svg("cost", (PANEL.0, PANEL.1 + legend_px), |root| {
+        let (top, rest) = root.split_vertically(legend_px);
+        draw_run_legend(&top, &legend, 1)?;
+        panel(
+            &rest,
+            "Billed cost over time",
+            (XAxis::Time.description(), "billed cost so far (USD)"),
+            &lines,
+            (Unit::Plain, Unit::Usd),
+        )
+    })
+}
+
+/// The bytes all workers of each run sent and received in each step, in two panels (sent on
+/// the left, received on the right) so that neither hides the other.
+///
+/// # Errors
+///
+/// [`ReportError::Plot`] if plotters fails.
+pub fn bytes_svg(runs: &[Run]) -> Result<String, ReportError> {
+    let per_step = |i: usize, run: &Run, f: fn(&mlless_job::record::WorkerStep) -> u64| Line {
+        color: run_color(i),
+        points: thin(
+            run.record
+                .steps
+                .iter()
+                .map(|s| (s.step as f64, s.workers.iter().map(f).sum::<u64>() as f64))
+                .collect(),
+        ),
+        width: 2,
+        opacity: 1.0,
+        dots: false,
+    };
+    let sent: Vec<Line> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| per_step(i, r, |w| w.bytes_sent))
+        .collect();
+    let received: Vec<Line> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| per_step(i, r, |w| w.bytes_received))
+        .collect();
+    let legend = run_legend(runs, |_| true);
+    let legend_px = legend_height(legend.len(), 2);
+    svg("bytes", (PANEL.0 * 2, PANEL.1 + legend_px), |root| {
+        let (top, rest) = root.split_vertically(legend_px);
+        draw_run_legend(&top, &legend, 2)?;
+        let (left, right) = rest.split_horizontally(PANEL.0);
+        panel(
+            &left,
+            "Bytes sent per step (all workers)",
+            ("step", "bytes sent per step"),
+            &sent,
+            (Unit::Plain, Unit::Bytes),
+        )?;
+        panel(
+            &right,
+            "Bytes received per step (all workers)",
+            ("step", "bytes received per step"),
+            &received,
+            (Unit::Plain, Unit::Bytes),
+        )
+    })
+}
+
+/// Four panels, one an x axis ([`XAxis::ALL`]), of the lines `lines` gives for each with its y
+/// description, under the `legend` of the runs.
+fn small_multiples(
+    plot: &'static str,
+    title: &str,
+    legend: &[(RGBColor, String)],
+    lines: impl Fn(XAxis) -> (String, Vec<Line>),
+) -> Result<String, ReportError> {
+    let legend_px = legend_height(legend.len(), 2);
+    svg(plot, (PANEL.0 * 2, PANEL.1 * 2 + legend_px), |root| {
+        let (top, rest) = root.split_vertically(legend_px);
+        draw_run_legend(&top, legend, 2)?;
+        for (area, axis) in rest.split_evenly((2, 2)).iter().zip(XAxis::ALL) {
+            let (y_desc, lines) = lines(axis);
+            let caption = format!("{title} against {}", axis.name());
+            panel(
+                area,
+                &caption,
+                (axis.description(), &y_desc),
+                &lines,
+                (
+                    if axis == XAxis::Cost {
+                        Unit::Usd
+                    } else {
+                        Unit::Plain
+                    },
+                    Unit::Plain,
+                ),
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// What the numbers of an axis are, for its tick labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    /// Plain numbers, with the decimals the tick step needs.
+    Plain,
+    /// Dollars, with the decimals the tick step needs.
+    Usd,
+    /// Bytes, in B, kB, MB or GB.
+    Bytes,
+}
+
+impl Unit {
+    /// The label of tick `v` on an axis spanning `span`.
+    fn tick(self, v: f64, span: f64) -> String {
+        match self {
+            Unit::Plain => format_tick(v, span),
+            Unit::Usd => format!("${}", format_tick(v, span)),
+            Unit::Bytes => format_bytes(v),
+        }
+    }
+}
+
+/// One chart of `lines` on `area`, with its caption, axis descriptions (units included) and
+/// tick units.
+fn panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    caption: &str,
+    (x_desc, y_desc): (&str, &str),
+    lines: &[Line],
+    (x_unit, y_unit): (Unit, Unit),
+) -> Drawn {
+    let x = padded_range(
+        lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)),
+        false,
+    );
+    let y = padded_range(
+        lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)),
+        false,
+    );
+    let (x_span, y_span) = (x.end - x.start, y.end - y.start);
+    let x_tick = move |v: &f64| x_unit.tick(*v, x_span);
+    let y_tick = move |v: &f64| y_unit.tick(*v, y_span);
+    let mut chart = chart_builder(area, caption, 72).build_cartesian_2d(x, y)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
+        .max_light_lines(2)
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    for line in lines {
+        let style = line.color.mix(line.opacity).stroke_width(line.width);
+        if line.width > 0 && line.points.len() > 1 {
+            chart.draw_series(LineSeries::new(line.points.iter().copied(), style))?;
+        }
+        if line.dots {
+            let (radius, style) = if line.width == 0 {
+                (7, line.color.stroke_width(2))
+            } else {
+                (3, line.color.filled())
+            };
+            chart.draw_series(line.points.iter().map(|&p| Circle::new(p, radius, style)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Height of one line of a figure's legend of runs, pixels.
+const LEGEND_LINE_PX: u32 = 20;
+
+/// The colour and label of each run that `keep` keeps (by index).
+fn run_legend(runs: &[Run], keep: impl Fn(usize) -> bool) -> Vec<(RGBColor, String)> {
+    runs.iter()
+        .enumerate()
+        .filter(|&(i, _)| keep(i))
+        .map(|(i, r)| (run_color(i), r.label.clone()))
         .collect()
 }
 
-/// The billed cost so far over time (seconds since the run started) at the prices of `prices`,
-/// as an SVG document; the curve is [`cost_curve`].
-///
-/// # Errors
-///
-/// [`ReportError::Plot`] if plotters fails.
-pub fn cost_svg(record: &RunRecord, prices: &PriceTable) -> Result<String, ReportError> {
-    let curve = thin(cost_curve(record, prices));
-    let caption = format!("Billed cost over time ({} prices)", prices.name);
-    line_chart(
-        "cost",
-        &caption,
-        "time since the run started (s)",
-        "cost so far (USD)",
-        &[("cost", COST_COLOR, curve)],
-        SeriesLabelPosition::UpperLeft,
-        (&|v| format!("{v:.1}"), &|v| format_usd(*v)),
-    )
+/// Height of a legend of `entries` runs in `columns` columns, pixels.
+fn legend_height(entries: usize, columns: usize) -> u32 {
+    entries.div_ceil(columns.max(1)) as u32 * LEGEND_LINE_PX + 12
 }
 
-/// Bytes sent and received by all workers together in each step, as an SVG document.
-///
-/// # Errors
-///
-/// [`ReportError::Plot`] if plotters fails.
-pub fn bytes_svg(record: &RunRecord) -> Result<String, ReportError> {
-    let sent = thin(
-        record
-            .steps
-            .iter()
-            .map(|s| {
-                (
-                    s.step as f64,
-                    s.workers.iter().map(|w| w.bytes_sent).sum::<u64>() as f64,
-                )
-            })
-            .collect(),
-    );
-    let received = thin(
-        record
-            .steps
-            .iter()
-            .map(|s| {
-                let bytes: u64 = s.workers.iter().map(|w| w.bytes_received).sum();
-                (s.step as f64, bytes as f64)
-            })
-            .collect(),
-    );
-    line_chart(
-        "bytes",
-        "Bytes exchanged per step (all workers)",
-        "step",
-        "bytes per step",
-        &[
-            ("sent", SENT_COLOR, sent),
-            ("received", RECEIVED_COLOR, received),
-        ],
-        SeriesLabelPosition::MiddleRight,
-        (&|v| format!("{v:.0}"), &|v| format_bytes(*v)),
-    )
-}
-
-/// One line of a chart: its name in the legend, its colour, its points.
-type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
-
-/// Formats of the labels of the x and the y axis.
-pub(crate) type AxisFormats<'a> = (&'a dyn Fn(&f64) -> String, &'a dyn Fn(&f64) -> String);
-
-/// A line chart of `series` (name, colour, points) starting at 0 on the y axis.
-fn line_chart(
-    plot: &'static str,
-    caption: &str,
-    x_desc: &str,
-    y_desc: &str,
-    series: &[Series<'_>],
-    legend: SeriesLabelPosition,
-    (x_format, y_format): AxisFormats<'_>,
-) -> Result<String, ReportError> {
-    let x = padded_range(series.iter().flat_map(|s| s.2.iter().map(|p| p.0)), false);
-    let y = padded_range(series.iter().flat_map(|s| s.2.iter().map(|p| p.1)), true);
-    svg(plot, SIZE, |root| {
-        let mut chart = chart_builder(root, caption, 80).build_cartesian_2d(x, y)?;
-        draw_mesh(&mut chart, (x_desc, y_desc), (x_format, y_format))?;
-        for &(name, color, ref points) in series {
-            chart
-                .draw_series(LineSeries::new(
-                    points.iter().copied(),
-                    color.stroke_width(2),
-                ))?
-                .label(name)
-                .legend(line_legend(color));
-        }
-        draw_legend(&mut chart, legend)
-    })
+/// Draws the legend of runs above a figure's panels, outside them so that it hides no curve:
+/// a line of each run's colour and its label, in `columns` columns.
+fn draw_run_legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    entries: &[(RGBColor, String)],
+    columns: usize,
+) -> Drawn {
+    let columns = columns.max(1);
+    let column_px = area.dim_in_pixel().0 as i32 / columns as i32;
+    for (k, (color, label)) in entries.iter().enumerate() {
+        let x = 24 + (k % columns) as i32 * column_px;
+        let y = 16 + (k / columns) as i32 * LEGEND_LINE_PX as i32;
+        area.draw(&PathElement::new(
+            vec![(x, y), (x + 28, y)],
+            color.stroke_width(3),
+        ))?;
+        area.draw(&Text::new(
+            label.clone(),
+            (x + 36, y - 7),
+            ("sans-serif", 14),
+        ))?;
+    }
+    Ok(())
 }
 
 /// What drawing on an SVG area returns.
 pub(crate) type Drawn = Result<(), DrawingAreaErrorKind<std::io::Error>>;
-
-/// A chart of two `f64` axes on an SVG area.
-pub(crate) type Chart<'a, 'b> =
-    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// The SVG document of `size` pixels that `draw` draws on a white background; `plot` names it
 /// in errors ([`ReportError::Plot`]).
@@ -319,7 +508,10 @@ pub(crate) fn svg(
         root.fill(&WHITE)
             .and_then(|()| draw(&root))
             .and_then(|()| root.present())
-            .map_err(plot_error(plot))?;
+            .map_err(|e| ReportError::Plot {
+                plot,
+                reason: e.to_string(),
+            })?;
     }
     Ok(svg)
 }
@@ -333,51 +525,11 @@ pub(crate) fn chart_builder<'a, 'b>(
 ) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
     let mut builder = ChartBuilder::on(area);
     builder
-        .caption(caption, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
+        .caption(caption, ("sans-serif", 17))
+        .margin(10)
+        .x_label_area_size(42)
         .y_label_area_size(y_labels);
     builder
-}
-
-/// Draws the mesh of `chart` with the descriptions and label formats of its x and y axes.
-pub(crate) fn draw_mesh(
-    chart: &mut Chart<'_, '_>,
-    (x_desc, y_desc): (&str, &str),
-    (x_format, y_format): AxisFormats<'_>,
-) -> Drawn {
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .x_label_formatter(x_format)
-        .y_label_formatter(y_format)
-        .draw()
-}
-
-/// Draws the legend of `chart` at `position`.
-pub(crate) fn draw_legend<'a, 'b: 'a>(
-    chart: &mut Chart<'a, 'b>,
-    position: SeriesLabelPosition,
-) -> Drawn {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(position)
-        .draw()
-}
-
-/// The legend mark of a line of `color`.
-pub(crate) fn line_legend(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
-    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color)
-}
-
-fn plot_error<E: std::fmt::Display>(plot: &'static str) -> impl Fn(E) -> ReportError {
-    move |e| ReportError::Plot {
-        plot,
-        reason: e.to_string(),
-    }
 }
 
 /// The range of `values` with 5 % of room on each side (from 0 if `from_zero`), never empty.
@@ -418,27 +570,20 @@ fn thin(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Dollars with three significant digits, e.g. `$0.000123`, `$1.23`.
-pub(crate) fn format_usd(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return "$0".to_string();
-    }
-    let digits = (2 - v.abs().log10().floor() as i32).clamp(2, 12) as usize;
-    format!("${v:.digits$}")
-}
-
-/// Bytes in B, kB, MB or GB (powers of 1000).
-fn format_bytes(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e9 {
-        format!("{:.1} GB", v / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.1} MB", v / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.0} kB", v / 1e3)
-    } else {
-        format!("{v:.0} B")
-    }
+/// `values` smoothed by an exponentially weighted moving average over a span of a twentieth of
+/// them (at least 5): α = 2 / (span + 1).
+pub(crate) fn smoothed(values: &[f64]) -> Vec<f64> {
+    let span = (values.len() as f64 / 20.0).max(5.0);
+    let alpha = 2.0 / (span + 1.0);
+    let mut ewma: Option<f64> = None;
+    values
+        .iter()
+        .map(|&v| {
+            let e = ewma.map_or(v, |e| e + alpha * (v - e));
+            ewma = Some(e);
+            e
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -446,19 +591,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_and_formats() {
+    fn ranges_thinning_and_smoothing() {
         assert_eq!(padded_range([2.0, 2.0].into_iter(), false), 1.9..2.1);
         assert_eq!(padded_range(std::iter::empty(), true), 0.0..1.05);
         let r = padded_range([1.0, 3.0, f64::NAN].into_iter(), true);
         assert_eq!(r.start, 0.0);
         assert!((r.end - 3.15).abs() < 1e-12);
-        assert_eq!(format_usd(0.000_123_4), "$0.000123");
-        assert_eq!(format_usd(1.234), "$1.23");
-        assert_eq!(format_usd(0.0), "$0");
-        assert_eq!(format_bytes(1_500.0), "2 kB");
-        assert_eq!(format_bytes(2_500_000.0), "2.5 MB");
         let thinned = thin((0..5001).map(|i| (f64::from(i), 0.0)).collect());
         assert!(thinned.len() <= MAX_POINTS + 1);
         assert_eq!(thinned.last().unwrap().0, 5000.0);
+        // A noisy constant is smoothed towards it; the first value is kept.
+        let noisy: Vec<f64> = (0..200)
+            .map(|i| if i % 2 == 0 { 1.0 } else { 0.0 })
+            .collect();
+        let s = smoothed(&noisy);
+        assert_eq!(s[0], 1.0);
+        assert!(
+            s[150..].iter().all(|v| (v - 0.5).abs() < 0.1),
+            "{:?}",
+            &s[150..]
+        );
+        assert_eq!(run_color_hex(0), "#1F77B4");
+        assert_eq!(run_color(10), run_color(0));
     }
 }

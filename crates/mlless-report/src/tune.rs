@@ -5,13 +5,52 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use mlless_tune::{TrialStatus, TuneRecord};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::ReportError;
+use crate::format::format_usd;
 use crate::html::{STYLE, escape};
-use crate::plots::{
-    SIZE, chart_builder, draw_legend, draw_mesh, format_usd, line_legend, padded_range, svg,
-};
+use crate::plots::{Drawn, chart_builder, padded_range, svg};
+
+/// Size of each plot of the search, pixels.
+const SIZE: (u32, u32) = (800, 420);
+
+/// Formats of the labels of the x and the y axis.
+type AxisFormats<'a> = (&'a dyn Fn(&f64) -> String, &'a dyn Fn(&f64) -> String);
+
+/// A chart of two `f64` axes on an SVG area.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws the mesh of `chart` with the descriptions and label formats of its x and y axes.
+fn draw_mesh(
+    chart: &mut Chart<'_, '_>,
+    (x_desc, y_desc): (&str, &str),
+    (x_format, y_format): AxisFormats<'_>,
+) -> Drawn {
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(x_format)
+        .y_label_formatter(y_format)
+        .draw()
+}
+
+/// Draws the legend of `chart` at `position`.
+fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> Drawn {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+}
+
+/// The legend mark of a line of `color`.
+fn line_legend(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color)
+}
 
 const BEST_COLOR: RGBColor = RGBColor(44, 160, 44);
 const FINISHED_COLOR: RGBColor = RGBColor(31, 119, 180);

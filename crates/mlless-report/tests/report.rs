@@ -2,155 +2,15 @@
 //! a bill) and checks the files: well-formed SVG plots with lines, and a page that inlines them
 //! and escapes the record's strings.
 
-use std::path::Path;
+mod common;
 
+use common::{STARTED, check_svg, record};
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
-use mlless_faas::{InvocationReport, Outcome};
 use mlless_job::RunRecord;
-use mlless_job::record::{StepRecord, WorkerStep};
 use mlless_report::{
-    ReportOptions, bill_at, comparison, cost_curve, measurements, price_table_of, render_report,
-    render_report_with,
+    ReportOptions, Run, RunTable, bill_at, comparison, cost_curve, label_runs, measurements,
+    price_table_of, render_report, render_report_with, render_runs,
 };
-
-const STARTED: u64 = 1_795_962_381_000;
-
-/// A run of 40 steps on 4 workers, then 30 on 2 (the auto-tuner let two go), on 120 minibatches.
-fn record() -> RunRecord {
-    let spec = serde_json::json!({
-        "job_id": "job-<script>alert('x')</script>&co",
-        "data_url": "/tmp/data \"quoted\"",
-        "run_url": "/tmp/data/runs/job",
-        "model": {"logistic_regression": {"features": 100000, "l2": 0.0001}},
-        "workers": 4,
-        "optimizer": {"kind": "momentum", "momentum": 0.9, "beta1": 0.9, "beta2": 0.999,
-                      "epsilon": 1e-08},
-        "lr": 0.5,
-        "schedule": "inv-sqrt-epoch",
-        "seed": 1,
-        "stop": {"target_loss": null, "target_patience": 10, "max_epochs": 1,
-                 "max_time_s": null},
-        "channel": null,
-        "limits": {"memory_mb": 1024, "timeout": {"secs": 900, "nanos": 0}},
-        "train_batches": 120
-    });
-    let spec = serde_json::from_value(spec).expect("a job spec");
-    let supervisor_offset_s = 0.02;
-    let mut steps = Vec::new();
-    let mut time_s = 0.05;
-    let mut done = 0u64;
-    for step in 0..70u64 {
-        let p: u32 = if step < 40 { 4 } else { 2 };
-        let (compute, exchange) = if p == 4 { (1.5, 8.0) } else { (0.8, 3.0) };
-        let step_ms = 0.2 + compute + exchange + 0.1;
-        time_s += step_ms / 1000.0;
-        done += u64::from(p);
-        let loss = 0.7 * (-(step as f64) / 30.0).exp() + 0.3;
-        steps.push(StepRecord {
-            step,
-            time_s,
-            epoch: done as f64 / 120.0,
-            loss,
-            workers: (0..p)
-                .map(|worker| WorkerStep {
-                    worker,
-                    loss: loss + 0.01 * f64::from(worker),
-                    samples: 1000,
-                    read_ms: 0.2,
-                    compute_ms: compute,
-                    exchange_ms: exchange,
-                    step_ms,
-                    bytes_sent: 70_000 + 100 * step,
-                    bytes_received: u64::from(p) * (70_000 + 100 * step),
-                    messages_sent: 1,
-                    messages_received: p - 1,
-                    entries_sent: 8_000,
-                    entries_held: 0,
-                    updates_applied: p,
-                    started_unix_ms: 1.7e12 + time_s * 1000.0,
-                    published_unix_ms: 1.7e12 + time_s * 1000.0 + compute,
-                })
-                .collect(),
-        });
-    }
-    let last_s = supervisor_offset_s + time_s;
-    let invocation = |name: &str, start_ms: u64, duration_ms: u64| InvocationReport {
-        name: name.into(),
-        pid: Some(1000 + start_ms as u32),
-        started_at_unix_ms: STARTED + start_ms,
-        duration_ms,
-        memory_mb: 1024,
-        peak_rss_mb: 15.0,
-        outcome: Outcome::Succeeded,
-    };
-    let end_ms = (last_s * 1000.0) as u64 + 40;
-    let scale_in_ms = ((supervisor_offset_s + steps[39].time_s) * 1000.0) as u64;
-    let invocations = vec![
-        invocation("supervisor", 20, end_ms - 20),
-        invocation("worker-0", 22, end_ms - 30),
-        invocation("worker-1", 24, end_ms - 32),
-        invocation("worker-2", 26, scale_in_ms - 26),
-        invocation("worker-3", 28, scale_in_ms - 28),
-    ];
-    let wall_s = end_ms as f64 / 1000.0 + 0.01;
-    let usages: Vec<Usage> = invocations
-        .iter()
-        .map(|i| Usage {
-            duration_ms: i.duration_ms,
-            memory_mb: i.memory_mb,
-        })
-        .collect();
-    let bill = PriceTable::aws_lambda().bill(&usages, wall_s, ObjectRequests::default());
-    RunRecord {
-        format_version: 1,
-        spec,
-        started_at_unix_ms: STARTED,
-        wall_s,
-        train_samples: 120_000,
-        test_samples: 30_000,
-        epochs: steps.last().map_or(0.0, |s| s.epoch),
-        steps,
-        stop_reason: "the loss <held> & \"stopped\"".into(),
-        metrics: [
-            ("test_logloss".to_string(), 0.44),
-            ("test_auc".to_string(), 0.86),
-            ("test_samples".to_string(), 30_000.0),
-        ]
-        .into_iter()
-        .collect(),
-        invocations,
-        bill: Some(bill),
-        model_url: "file:///tmp/data/runs/job/model.bin".into(),
-        replica_spread: 0.0,
-        rounds: 0,
-        scale_in: Default::default(),
-        validation: None,
-    }
-}
-
-/// The SVG document parses as XML, its root is `<svg>`, and it draws at least `lines` lines.
-fn check_svg(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let doc = roxmltree::Document::parse(&text)
-        .unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));
-    let root = doc.root_element();
-    assert_eq!(root.tag_name().name(), "svg", "{}", path.display());
-    // Points of every polyline or path (the mesh and the legend draw short ones too).
-    let points: Vec<usize> = root
-        .descendants()
-        .filter(|n| matches!(n.tag_name().name(), "polyline" | "path"))
-        .filter_map(|n| n.attribute("points").or(n.attribute("d")))
-        .map(|p| p.split_whitespace().count())
-        .collect();
-    let long = points.iter().filter(|&&n| n > 10).count();
-    assert!(
-        long >= lines,
-        "{}: {long} polylines or paths of more than 10 points, expected {lines}",
-        path.display()
-    );
-    assert!(root.descendants().any(|n| n.tag_name().name() == "text"));
-    text
-}
 
 #[test]
 fn renders_plots_and_a_self_contained_page() {
@@ -166,35 +26,78 @@ fn renders_plots_and_a_self_contained_page() {
             file.display()
         );
     }
+    let names: Vec<String> = files
+        .figures
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "loss.svg",
+            "cost.svg",
+            "timeline.svg",
+            "step-time.svg",
+            "bytes.svg"
+        ]
+    );
 
-    let loss = check_svg(&files.loss_svg, 1); // loss (the workers' line has 4 points)
-    let cost = check_svg(&files.cost_svg, 1);
-    let bytes = check_svg(&files.bytes_svg, 2); // sent, received
-    assert!(loss.contains("workers"));
+    // Four panels of smoothed and raw loss; the cost; sent and received in panels of their own.
+    let loss = check_svg(files.figure("loss.svg").unwrap(), 8);
+    let cost = check_svg(files.figure("cost.svg").unwrap(), 1);
+    let bytes = check_svg(files.figure("bytes.svg").unwrap(), 2);
+    for axis in ["wall time", "steps", "epochs", "billed cost"] {
+        assert!(
+            loss.contains(&format!("Training loss against {axis}")),
+            "{axis}"
+        );
+    }
+    assert!(loss.contains("time since the run started (s)"));
+    assert!(bytes.contains("Bytes sent per step") && bytes.contains("Bytes received per step"));
+    // The timeline: a row a role, a bar an invocation.
+    let timeline = std::fs::read_to_string(files.figure("timeline.svg").unwrap()).unwrap();
+    for role in ["supervisor", "worker-0", "worker-3"] {
+        assert!(timeline.contains(&format!("\n{role}\n")), "{role}");
+    }
+    let step_time = std::fs::read_to_string(files.figure("step-time.svg").unwrap()).unwrap();
+    assert!(step_time.contains("mean time per worker (ms)") && step_time.contains("exchange"));
 
     let html = std::fs::read_to_string(&files.html).unwrap();
-    for (id, svg) in [("loss", &loss), ("cost", &cost), ("bytes", &bytes)] {
-        assert!(html.contains(&format!("id=\"plot-{id}\"")), "{id}");
+    for (id, svg) in [
+        ("loss", &loss),
+        ("cost", &cost),
+        ("bytes", &bytes),
+        ("timeline", &timeline),
+    ] {
+        assert!(html.contains(&format!("id=\"fig-{id}\"")), "{id}");
         assert!(html.contains(svg.trim()), "the page inlines {id}.svg");
     }
-    // Self-contained and escaped.
+    // Self-contained and escaped: the page's own script is the only one.
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert!(
-        !html.contains("<script"),
+    assert_eq!(
+        html.matches("<script").count(),
+        1,
         "a string of the record was not escaped"
     );
     assert!(!html.contains("src="));
     assert!(!html.contains("href="));
     assert!(html.contains("job-&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;co"));
+    assert!(
+        !timeline.contains("<script>alert"),
+        "plotters escapes the labels"
+    );
     assert!(html.contains("the loss &lt;held&gt; &amp; &quot;stopped&quot;"));
     assert!(html.contains("/tmp/data &quot;quoted&quot;"));
+    // One row of synchronisation, as text.
+    assert_eq!(html.matches("<th>synchronisation</th>").count(), 1);
+    assert!(html.contains("<td>bsp, compression none</td>"));
+    assert!(!html.contains("{&quot;kind&quot;"));
     // Summary and comparison.
     for needle in [
         "lr (sparse logistic regression, 100000 features",
         "4 (from 2 to 4 during the run)",
-        "bsp",
         "test_auc",
-        "0.86000",
+        "0.8600",
         "aws-lambda",
         "c5.large (VM)",
         "t3.medium (VM)",
@@ -203,10 +106,122 @@ fn renders_plots_and_a_self_contained_page() {
     ] {
         assert!(html.contains(needle), "the page lacks {needle:?}");
     }
+    let csv = std::fs::read_to_string(&files.csv).unwrap();
+    assert_eq!(csv.lines().count(), 2, "{csv}");
 
     // A second rendering into the same directory replaces the files.
     let again = render_report(&record, &out).unwrap();
     assert_eq!(again, files);
+}
+
+/// [`record`] under ISP on Redis, a little slower, with a worker handed off at its lifetime
+/// limit, another replaced after a crash, and one removed by scale-in.
+fn isp_record() -> RunRecord {
+    use mlless_faas::Outcome;
+    let mut record = record();
+    record.spec.job_id = "job-isp".into();
+    record.spec.training.sync =
+        serde_json::from_value(serde_json::json!({"kind": "isp", "significance": 0.7})).unwrap();
+    record.spec.training.channel = Some("redis://:hunter2@127.0.0.1:6379".into());
+    for step in &mut record.steps {
+        step.time_s *= 1.3;
+        step.loss *= 0.95;
+    }
+    let mut crashed = record.invocations[2].clone();
+    crashed.duration_ms /= 3;
+    crashed.outcome = Outcome::Failed {
+        exit_code: None,
+        message: "killed by signal 9".into(),
+    };
+    let mut replacement = record.invocations[2].clone();
+    replacement.name = "worker-1~1".into();
+    replacement.started_at_unix_ms += crashed.duration_ms;
+    replacement.duration_ms -= crashed.duration_ms;
+    record.invocations[2] = crashed;
+    record.invocations.push(replacement);
+    let mut second = record.invocations[1].clone();
+    record.invocations[1].duration_ms /= 2;
+    second.name = "worker-0#1".into();
+    second.started_at_unix_ms += second.duration_ms / 2;
+    second.duration_ms -= second.duration_ms / 2;
+    record.invocations.push(second);
+    record
+        .scale_in
+        .removals
+        .push(mlless_job::record::RemovalRecord {
+            worker: 3,
+            after_step: 39,
+            time_s: record.steps[39].time_s,
+            workers_after: 3,
+        });
+    record
+}
+
+#[test]
+fn runs_are_overlaid_and_compared_side_by_side() {
+    let mut runs = vec![Run::new(record()), Run::new(isp_record())];
+    label_runs(&mut runs);
+    // Labelled by what differs: the sync mode and the channel (the password redacted).
+    assert_eq!(runs[0].label, "bsp, object store");
+    assert_eq!(runs[1].label, "isp (V = 0.7), redis");
+
+    let table = RunTable::of(&runs);
+    let configuration: Vec<&str> = table
+        .configuration
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(configuration, ["sync", "channel"], "differences only");
+    let row = |name: &str| {
+        table
+            .results
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no row {name}"))
+            .cells
+            .clone()
+    };
+    assert_eq!(row("invocations"), ["5", "7"]);
+    assert_eq!(row("hand-offs at the lifetime limit"), ["0", "1"]);
+    assert_eq!(row("replacements after a failure"), ["0", "1"]);
+    assert_eq!(row("steps"), ["70", "70"]);
+    assert_eq!(row("workers removed by scale-in"), ["0", "1"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let files = render_runs(&runs, dir.path()).unwrap();
+    // Both runs in every panel of the loss: their colours, smoothed and raw.
+    let loss = check_svg(files.figure("loss.svg").unwrap(), 16);
+    for i in 0..2 {
+        let stroke = format!("stroke=\"{}\"", mlless_report::run_color_hex(i));
+        assert!(loss.matches(&stroke).count() >= 8, "run {i}: {stroke}");
+    }
+    assert!(loss.contains("isp (V = 0.7), redis"));
+    let timeline = std::fs::read_to_string(files.figure("timeline.svg").unwrap()).unwrap();
+    assert!(timeline.contains("Invocations of bsp, object store"));
+    assert!(timeline.contains("Invocations of isp (V = 0.7), redis"));
+    assert!(!timeline.contains("hunter2") && !loss.contains("hunter2"));
+    // The hand-off's mark, the failure's dot and the removal's cross (two thick strokes; the
+    // legend's cross is thinner).
+    let doc = roxmltree::Document::parse(&timeline).unwrap();
+    let thick = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "line" && n.attribute("stroke-width") == Some("3"))
+        .count();
+    assert_eq!(thick, 2, "one removal, one cross");
+    assert!(doc.descendants().any(|n| n.tag_name().name() == "polygon"));
+    assert!(
+        doc.descendants()
+            .any(|n| n.tag_name().name() == "circle" && n.attribute("fill") == Some("#D62728"))
+    );
+
+    let csv = std::fs::read_to_string(&files.csv).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "{csv}");
+    assert!(lines[0].starts_with("run,sync,channel,stop reason,wall time (s),billed cost (USD)"));
+    assert!(lines[2].starts_with("\"isp (V = 0.7), redis\",isp (V = 0.7),redis,"));
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert!(html.contains("mlless: 2 runs compared"));
+    assert!(!html.contains("hunter2"));
 }
 
 #[test]
@@ -382,7 +397,7 @@ fn an_empty_record_still_renders() {
     record.epochs = 0.0;
     let dir = tempfile::tempdir().unwrap();
     let files = render_report(&record, dir.path()).unwrap();
-    for svg in [&files.loss_svg, &files.cost_svg, &files.bytes_svg] {
+    for svg in &files.figures {
         let text = std::fs::read_to_string(svg).unwrap();
         roxmltree::Document::parse(&text).unwrap();
     }
@@ -405,8 +420,8 @@ fn the_validation_curve_is_plotted_against_time_and_cost_with_the_best_marked() 
     let mut record = record();
     let dir = tempfile::tempdir().unwrap();
     let without = render_report(&record, &dir.path().join("without")).unwrap();
-    assert_eq!(without.validation_svg, None);
-    assert_eq!(without.all().len(), 4);
+    assert_eq!(without.figure("validation.svg"), None);
+    assert_eq!(without.all().len(), 7);
 
     // 12 evaluations: the curve falls, then rises; the best is the 8th.
     let points: Vec<EvalPoint> = (0..12)
@@ -431,20 +446,20 @@ fn the_validation_curve_is_plotted_against_time_and_cost_with_the_best_marked() 
         targets: Vec::new(),
     });
     let files = render_report(&record, &dir.path().join("with")).unwrap();
-    let path = files.validation_svg.clone().expect("a validation plot");
-    assert_eq!(files.all().len(), 5);
-    // The curve against time, the training loss, the curve against cost.
-    let svg = check_svg(&path, 3);
-    assert!(svg.contains("validation logloss over time"));
+    let path = files.figure("validation.svg").expect("a validation plot");
+    assert_eq!(files.all().len(), 8);
+    // The curve against time, steps, epochs and cost.
+    let svg = check_svg(path, 4);
+    assert!(svg.contains("Validation logloss against wall time"));
     assert!(svg.contains("billed cost so far (USD)"));
-    assert!(svg.contains("best (the model kept)"));
+    assert!(svg.contains("validation logloss (best circled)"));
     let doc = roxmltree::Document::parse(&svg).unwrap();
     let circles = doc
         .descendants()
         .filter(|n| n.tag_name().name() == "circle")
         .count();
-    // 12 points in each panel, the best marked in each, and the legend's mark.
-    assert_eq!(circles, 12 * 2 + 2 + 1, "{svg}");
+    // 12 points in each of the four panels, the best circled in each.
+    assert_eq!(circles, (12 + 1) * 4, "{svg}");
     let html = std::fs::read_to_string(&files.html).unwrap();
-    assert!(html.contains("id=\"plot-validation\""));
+    assert!(html.contains("id=\"fig-validation\""));
 }

@@ -25,14 +25,17 @@ use mlless_store::Store;
 use crate::error::{Result, RuntimeError};
 use crate::messages::Message;
 
+/// The prefix below a run of every checkpoint and hand-off marker.
+pub const CHECKPOINTS: &str = "checkpoints";
+
 /// The key of `role`'s checkpoint of the state ready to run `step`.
 pub fn checkpoint_key(role: &str, step: u64) -> String {
-    format!("checkpoints/{role}/step-{step:012}.bin")
+    format!("{CHECKPOINTS}/{role}/step-{step:012}.bin")
 }
 
 /// The key of the marker that `role`'s invocation of `generation` is to resume from a hand-off.
 pub fn handoff_key(role: &str, generation: u32) -> String {
-    format!("checkpoints/{role}/handoff-{generation:06}.json")
+    format!("{CHECKPOINTS}/{role}/handoff-{generation:06}.json")
 }
 
 /// The step below which checkpoints (and the messages a replay needs) may go, once a checkpoint
@@ -110,7 +113,7 @@ pub async fn load<T: Message>(store: &Store, role: &str, step: u64) -> Result<T>
 
 /// The steps `role` has checkpoints of, ascending.
 pub async fn steps(store: &Store, role: &str) -> Result<Vec<u64>> {
-    let prefix = format!("checkpoints/{role}/");
+    let prefix = format!("{CHECKPOINTS}/{role}/");
     let mut steps: Vec<u64> = store
         .list(&prefix)
         .await?

@@ -1,16 +1,50 @@
 //! The runs in a store (`mlless runs`): each job's spec, and its record or failure if it has
 //! one, summed up in a line.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use mlless_job::{JobSpec, RunRecord, SPEC_KEY};
-use mlless_store::Store;
+use mlless_store::{Store, open_channel_with};
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::CHECKPOINTS;
 use crate::error::{Result, RuntimeError};
 use mlless_job::record::RECORD_KEY;
 
 /// Key of the failure the driver leaves in a run that failed for good.
 pub const FAILURE_KEY: &str = "failure.json";
+
+/// Key of the driver's heartbeat in a run: when it last said it was driving the run.
+pub const HEARTBEAT_KEY: &str = "heartbeat.json";
+
+/// How often the driver of a running run writes its heartbeat; a run without a record whose
+/// heartbeat is older than three of these has lost its driver.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// The driver's heartbeat ([`HEARTBEAT_KEY`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// When it was written, in Unix milliseconds.
+    pub unix_ms: u64,
+}
+
+/// Writes the driver's heartbeat in `run` (now).
+pub(crate) async fn beat(run: &Store) -> Result<()> {
+    let heartbeat = Heartbeat {
+        unix_ms: now_unix_ms(),
+    };
+    let json = serde_json::to_vec(&heartbeat).map_err(|source| RuntimeError::Json {
+        location: run.location(HEARTBEAT_KEY),
+        source,
+    })?;
+    run.put(HEARTBEAT_KEY, Bytes::from(json)).await?;
+    Ok(())
+}
+
+fn now_unix_ms() -> u64 {
+    mlless_faas::clock::unix_ms(std::time::SystemTime::now())
+}
 
 /// Why a run failed for good, as the driver left it in the run ([`FAILURE_KEY`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,8 +62,11 @@ pub enum RunStatus {
     Cancelled,
     /// The driver left a failure in it (the reason).
     Failed(String),
-    /// Neither record nor failure: still running, or its driver was lost.
-    Unfinished,
+    /// Neither record nor failure, and its driver's heartbeat is recent: it is running.
+    Running,
+    /// Neither record nor failure, and no recent heartbeat: its driver was killed or lost
+    /// (`--resume` continues it from its checkpoints once its functions have stopped).
+    Lost,
 }
 
 impl std::fmt::Display for RunStatus {
@@ -38,7 +75,8 @@ impl std::fmt::Display for RunStatus {
             RunStatus::Finished => "finished",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Failed(_) => "failed",
-            RunStatus::Unfinished => "running or lost",
+            RunStatus::Running => "running",
+            RunStatus::Lost => "lost",
         })
     }
 }
@@ -81,7 +119,19 @@ pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
                 Some(bytes) => {
                     RunStatus::Failed(json::<Failure>(&run, FAILURE_KEY, &bytes)?.reason)
                 }
-                None => RunStatus::Unfinished,
+                None => {
+                    let beat = match run.get_opt(HEARTBEAT_KEY).await? {
+                        Some(bytes) => Some(json::<Heartbeat>(&run, HEARTBEAT_KEY, &bytes)?),
+                        None => None,
+                    };
+                    let recent = 3 * HEARTBEAT_EVERY.as_millis() as u64;
+                    match beat {
+                        Some(beat) if now_unix_ms().saturating_sub(beat.unix_ms) < recent => {
+                            RunStatus::Running
+                        }
+                        _ => RunStatus::Lost,
+                    }
+                }
             },
         };
         runs.push(RunSummary {
@@ -98,6 +148,45 @@ pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
             .then(b.spec.job_id.cmp(&a.spec.job_id))
     });
     Ok(runs)
+}
+
+/// What [`clean_run`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Checkpoint objects deleted (`checkpoints/` below the run).
+    pub checkpoints: usize,
+    /// The channel whose data of the job was removed ([`Channel::describe`]).
+    ///
+    /// [`Channel::describe`]: mlless_store::Channel::describe
+    pub channel: String,
+}
+
+/// Removes what the run at `run_url` leaves behind once it has ended: its checkpoints and
+/// whatever its job still has in its channel (objects, Redis keys, Memcached entries — the
+/// driver cleans the channel at the end of a run, but not one whose driver was killed). The
+/// spec, the record, the model and the failure stay, so `mlless runs` still lists the run; a
+/// cancelled or failed run can no longer be resumed.
+///
+/// # Cancel safety
+///
+/// A cancelled clean may have removed part of the leftovers; running it again removes the rest.
+pub async fn clean_run(run_url: &str) -> Result<Cleaned> {
+    let run = Store::open(run_url)?;
+    let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
+    let channel = open_channel_with(
+        spec.training.channel.as_deref(),
+        &run,
+        &spec.job_id,
+        spec.training.channel_options(),
+    )
+    .await?;
+    channel.cleanup().await?;
+    let checkpoints = run.list(CHECKPOINTS).await?.len();
+    run.delete_prefix(CHECKPOINTS).await?;
+    Ok(Cleaned {
+        checkpoints,
+        channel: channel.describe(),
+    })
 }
 
 /// The start of a run in Unix seconds, from its job id (`job-{seconds}-{hex}`).

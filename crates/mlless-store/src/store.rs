@@ -665,15 +665,21 @@ fn open_s3(url: &str, rest: &str) -> Result<Store, StoreError> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.contains('@') {
         return Err(invalid(
-            "credentials in the URL are not supported; use AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY"
+            "credentials in the URL are not supported; use the AWS_* variables or a profile \
+             (AWS_PROFILE)"
                 .into(),
         ));
     }
     if bucket.is_empty() {
         return Err(invalid("missing bucket name (s3://bucket/prefix)".into()));
     }
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let chain = mlless_aws::shared();
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_credentials(Arc::new(ChainCredentials(chain)));
+    if let Some(region) = chain.region() {
+        builder = builder.with_region(region);
+    }
     let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
         .iter()
         .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()));
@@ -690,6 +696,34 @@ fn open_s3(url: &str, rest: &str) -> Result<Store, StoreError> {
         ..store
     }
     .child(prefix))
+}
+
+/// The S3 client's credentials: those of the chain the Lambda invoker uses too
+/// ([`mlless_aws::shared`]), refreshed before they expire.
+#[cfg(feature = "s3")]
+#[derive(Debug)]
+struct ChainCredentials(&'static mlless_aws::AwsChain);
+
+#[cfg(feature = "s3")]
+#[async_trait::async_trait]
+impl object_store::CredentialProvider for ChainCredentials {
+    type Credential = object_store::aws::AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<Self::Credential>> {
+        let credentials = self
+            .0
+            .credentials()
+            .await
+            .map_err(|e| object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(e),
+            })?;
+        Ok(Arc::new(object_store::aws::AwsCredential {
+            key_id: credentials.access_key_id().to_owned(),
+            secret_key: credentials.secret_access_key().to_owned(),
+            token: credentials.session_token().map(str::to_owned),
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,62 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::curves::MIN_CURVE_POINTS;
-use super::{Ewma, KneeDetector, ReferenceCurve, SlowCurve, StepDurationModel, TunerError};
+use super::pace::PaceMark;
+use super::{
+    Ewma, KneeDetector, Pace, ReferenceCurve, SlowCurve, StepCost, StepDurationModel, TunerError,
+};
+
+/// Which rule turns the projections into a removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScaleInRule {
+    /// MLLess's: remove when the projected loss of the smaller fleet is less than S worse than
+    /// the full fleet's at the horizon, `s_Δ < S` (`--scale-in mlless`).
+    #[default]
+    Mlless,
+    /// Cost-efficiency: remove when what a worker buys over the horizon, per dollar, is less
+    /// than a fraction E of what the run has bought per dollar so far (`--scale-in auto`; see
+    /// the [module docs](crate::tuner#the-bill-in-the-decision)).
+    Cost,
+}
+
+/// The curve the tuner watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// The training loss of each step (smoothed by the EWMA for the cost rule).
+    #[default]
+    TrainingLoss,
+    /// The best validation metric so far (lower is better), one point per evaluation.
+    Validation,
+}
+
+/// The cost rule's figures of one decision: the gain a worker buys and what it costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostFigures {
+    /// The watched curve's projected gain over the horizon (a log ratio),
+    /// `min(gain_fitted, gain_measured)`.
+    pub gain: f64,
+    /// The gain the fitted curve projects, `ln(L(t) / L(t + h))`.
+    pub gain_fitted: f64,
+    /// The gain the last `h` steps made, `ln(L(t − h) / L(t))` (measured over the last points
+    /// at least `h` steps apart, scaled to `h` steps).
+    pub gain_measured: f64,
+    /// The gain since the first point of the curve, `ln(L_first / L(t))`.
+    pub gain_so_far: f64,
+    /// What the run's steps have cost so far, by the [`StepCost`] model.
+    pub spent_usd: f64,
+    /// What one worker adds to the bill of the horizon: its `h` steps with p workers less
+    /// `h` steps with p − 1.
+    pub worker_cost_usd: f64,
+    /// The worker's share of the gain, `gain / p`.
+    pub worker_gain: f64,
+    /// `(worker_gain / gain_so_far) / (worker_cost_usd / spent_usd)`; `f64::MAX` when the
+    /// worker costs nothing (removing it would not save).
+    pub efficiency: f64,
+    /// E: the rule removes a worker when `efficiency < E`.
+    pub threshold: f64,
+}
 
 /// Settings of the [`ScaleInTuner`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +93,24 @@ pub struct TunerConfig {
     pub min_fit_points: usize,
     /// Most recent duration samples kept per worker count (default 256).
     pub duration_window: usize,
+    /// The rule that decides (default [`ScaleInRule::Cost`]; a spec written before it had
+    /// none and keeps MLLess's).
+    #[serde(default)]
+    pub rule: ScaleInRule,
+    /// When decisions are due (default [`Pace::DEFAULT`]; a spec written before it had none
+    /// and keeps the clock).
+    #[serde(default = "clock_pace")]
+    pub pace: Pace,
+    /// What a step costs (default: a worker-second is the unit; the driver fills in prices).
+    pub step_cost: StepCost,
+    /// E of the cost rule: remove a worker when its efficiency is below this (default 0.2).
+    pub efficiency_threshold: f64,
+    /// Evaluations a validation curve needs before a decision uses it (default 6, at least 6).
+    pub min_validation_points: usize,
+}
+
+fn clock_pace() -> Pace {
+    Pace::Clock
 }
 
 impl Default for TunerConfig {
@@ -54,11 +127,25 @@ impl Default for TunerConfig {
             knee_patience: 10,
             min_fit_points: 40,
             duration_window: 256,
+            rule: ScaleInRule::Cost,
+            pace: Pace::DEFAULT,
+            step_cost: StepCost::default(),
+            efficiency_threshold: 0.2,
+            min_validation_points: 6,
         }
     }
 }
 
 impl TunerConfig {
+    /// MLLess's tuner as the paper has it: the `s_Δ < S` rule on a 10-second clock.
+    pub fn mlless() -> Self {
+        Self {
+            rule: ScaleInRule::Mlless,
+            pace: Pace::Clock,
+            ..Self::default()
+        }
+    }
+
     /// Checks every setting's range.
     pub fn validate(&self) -> Result<(), TunerError> {
         let err = |field, value: f64, reason| {
@@ -89,6 +176,32 @@ impl TunerConfig {
         }
         if self.duration_window == 0 {
             return err("duration_window", 0.0, "must be at least 1");
+        }
+        if self.min_validation_points < MIN_CURVE_POINTS {
+            return err(
+                "min_validation_points",
+                self.min_validation_points as f64,
+                "must be at least 6",
+            );
+        }
+        if !(self.efficiency_threshold >= 0.0 && self.efficiency_threshold.is_finite()) {
+            return err(
+                "efficiency_threshold",
+                self.efficiency_threshold,
+                "must be finite and non-negative",
+            );
+        }
+        if !self.step_cost.is_valid() {
+            return err(
+                "step_cost",
+                self.step_cost.worker_usd_per_s,
+                "every price must be finite and non-negative",
+            );
+        }
+        match self.pace {
+            Pace::Steps { interval: 0 } => return err("pace.interval", 0.0, "must be at least 1"),
+            Pace::Job { decisions: 0 } => return err("pace.decisions", 0.0, "must be at least 1"),
+            _ => {}
         }
         Ewma::new(self.ewma_alpha)?;
         KneeDetector::new(self.knee_window, self.knee_fraction, self.knee_patience).map(|_| ())
@@ -156,14 +269,28 @@ pub struct ScaleInDecision {
     pub s_delta: f64,
     /// S.
     pub threshold: f64,
+    /// The rule that decided `remove`.
+    #[serde(default)]
+    pub rule: ScaleInRule,
+    /// The curve the projections are of.
+    #[serde(default)]
+    pub signal: Signal,
+    /// The horizon in steps of the current fleet.
+    #[serde(default)]
+    pub horizon_steps: u64,
+    /// The cost rule's figures (`None` while the watched curve has too few points).
+    #[serde(default)]
+    pub cost: Option<CostFigures>,
 }
 
 /// The scale-in auto-tuner as a pure state machine (DESIGN §6 steps 1–5).
 ///
-/// Each step the supervisor calls [`observe`](Self::observe) then [`decide`](Self::decide);
-/// when a decision removes a worker, it picks one with [`pick_worker_to_remove`], removes it and
-/// calls [`notify_removed`](Self::notify_removed). The state is serialisable, so that a
-/// supervisor can checkpoint it between invocations.
+/// Each step the supervisor calls [`observe`](Self::observe) (and, with a validation set,
+/// [`observe_validation`](Self::observe_validation) after each evaluation, having called
+/// [`watch_validation`](Self::watch_validation) first), [`set_progress`](Self::set_progress),
+/// then [`decide`](Self::decide); when a decision removes a worker, it picks one with
+/// [`pick_worker_to_remove`], removes it and calls [`notify_removed`](Self::notify_removed).
+/// The state is serialisable, so that a supervisor can checkpoint it between invocations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScaleInTuner {
     config: TunerConfig,
@@ -171,6 +298,9 @@ pub struct ScaleInTuner {
     workers: u32,
     ewma: Ewma,
     knee: KneeDetector,
+    signal: Signal,
+    /// The knee of the validation curve (one point per evaluation).
+    validation_knee: KneeDetector,
     first_step: Option<u64>,
     last_step: Option<u64>,
     /// Steps up to this one are warm-up: their durations (and, after a removal, losses) are
@@ -182,9 +312,33 @@ pub struct ScaleInTuner {
     removal_step: Option<u64>,
     /// `(step, loss)` since the last removal, warm-up excluded.
     slow_points: Vec<(u64, f64)>,
+    /// The watched curve of the cost rule, every fleet: the smoothed loss or the best
+    /// validation metric so far (the most recent [`CURVE_POINTS_KEPT`] points).
+    curve_points: Vec<(u64, f64)>,
+    /// The curve's first value.
+    curve_first: Option<f64>,
+    /// The best validation metric so far.
+    validation_best: Option<f64>,
+    /// The steps' bill so far, by the step-cost model.
+    spent_usd: f64,
+    /// The fraction of the job done, as last set.
+    progress: Option<f64>,
     durations: BTreeMap<u32, VecDeque<f64>>,
-    last_decision_s: Option<f64>,
+    last_decision: Option<PaceMark>,
 }
+
+/// Points of the cost rule's curve kept (older ones are dropped in halves).
+const CURVE_POINTS_KEPT: usize = 4096;
+
+/// Most points of the training-loss curve the cost rule fits (the most recent).
+const CURVE_POINTS_FITTED: usize = 1024;
+
+/// The validation knee: the drop over this many evaluations is below this fraction of the
+/// largest for this many in a row. Coarser than the loss's: an evaluation is far rarer than a
+/// step, and the cost rule, not the knee, decides whether the flatter part pays for a worker.
+const VALIDATION_KNEE_WINDOW: u32 = 2;
+const VALIDATION_KNEE_FRACTION: f64 = 0.25;
+const VALIDATION_KNEE_PATIENCE: u32 = 2;
 
 impl ScaleInTuner {
     /// A tuner for a run that starts with `initial_workers` (P) workers.
@@ -204,6 +358,12 @@ impl ScaleInTuner {
                 config.knee_fraction,
                 config.knee_patience,
             )?,
+            validation_knee: KneeDetector::new(
+                VALIDATION_KNEE_WINDOW,
+                VALIDATION_KNEE_FRACTION,
+                VALIDATION_KNEE_PATIENCE,
+            )?,
+            signal: Signal::TrainingLoss,
             config,
             initial_workers,
             workers: initial_workers,
@@ -214,8 +374,13 @@ impl ScaleInTuner {
             reference: None,
             removal_step: None,
             slow_points: Vec::new(),
+            curve_points: Vec::new(),
+            curve_first: None,
+            validation_best: None,
+            spent_usd: 0.0,
+            progress: None,
             durations: BTreeMap::new(),
-            last_decision_s: None,
+            last_decision: None,
         })
     }
 
@@ -234,9 +399,17 @@ impl ScaleInTuner {
         self.workers
     }
 
-    /// The knee, once detected.
+    /// The curve the tuner watches.
+    pub fn signal(&self) -> Signal {
+        self.signal
+    }
+
+    /// The knee of the watched curve, once detected.
     pub fn knee_step(&self) -> Option<u64> {
-        self.knee.knee()
+        match self.signal {
+            Signal::TrainingLoss => self.knee.knee(),
+            Signal::Validation => self.validation_knee.knee(),
+        }
     }
 
     /// The EWMA of the loss.
@@ -247,6 +420,19 @@ impl ScaleInTuner {
     /// The reference curve, once fitted (by a decision, or at the first removal).
     pub fn reference(&self) -> Option<&ReferenceCurve> {
         self.reference.as_ref().map(|r| &r.0)
+    }
+
+    /// Watch the validation curve instead of the training loss: the curves are fitted to the
+    /// evaluations given to [`observe_validation`](Self::observe_validation), and the knee is
+    /// theirs. Call it before the first observation.
+    pub fn watch_validation(&mut self) {
+        self.signal = Signal::Validation;
+    }
+
+    /// Sets the fraction of the job done (its epochs or time against its limits), which the
+    /// [`Pace::Job`] pace is measured by; `None` when the job has no planned length.
+    pub fn set_progress(&mut self, progress: Option<f64>) {
+        self.progress = progress.filter(|p| p.is_finite() && *p >= 0.0);
     }
 
     /// Feeds one step: its mean loss over the workers, its duration in seconds and the number
@@ -282,14 +468,18 @@ impl ScaleInTuner {
             };
         }
         self.last_step = Some(step);
+        self.spent_usd += self.config.step_cost.step_usd(workers, step_duration_s);
         let smoothed = self.ewma.update(loss);
         self.knee.update(step, smoothed);
 
         let in_warmup = self.warmup_until.is_some_and(|w| step <= w);
-        if self.removal_step.is_none() {
-            self.reference_points.push((step, loss));
-        } else if !in_warmup {
-            self.slow_points.push((step, loss));
+        if self.signal == Signal::TrainingLoss {
+            self.push_curve_point(step, smoothed);
+            if self.removal_step.is_none() {
+                self.reference_points.push((step, loss));
+            } else if !in_warmup {
+                self.slow_points.push((step, loss));
+            }
         }
         if !in_warmup {
             let window = self.durations.entry(workers).or_default();
@@ -299,6 +489,45 @@ impl ScaleInTuner {
             }
         }
         Ok(())
+    }
+
+    /// Feeds one evaluation of the validation metric (lower is better: every primary metric
+    /// is) of the model after `step`, already given to [`observe`](Self::observe). The curve
+    /// watched is the best value so far: the model a run keeps is its best evaluation. Ignored
+    /// unless the tuner [watches validation](Self::watch_validation).
+    pub fn observe_validation(&mut self, step: u64, value: f64) -> Result<(), TunerError> {
+        if self.signal != Signal::Validation {
+            return Ok(());
+        }
+        if !(value.is_finite() && value > 0.0) {
+            return Err(TunerError::InvalidObservation {
+                step,
+                reason: "the validation metric must be finite and positive",
+            });
+        }
+        if let Some(&(last, _)) = self.curve_points.last()
+            && step <= last
+        {
+            return Err(TunerError::StepNotIncreasing { step, last });
+        }
+        let best = self.validation_best.map_or(value, |b| b.min(value));
+        self.validation_best = Some(best);
+        self.validation_knee.update(step, best);
+        self.push_curve_point(step, best);
+        if self.removal_step.is_none() {
+            self.reference_points.push((step, best));
+        } else if self.warmup_until.is_none_or(|w| step > w) {
+            self.slow_points.push((step, best));
+        }
+        Ok(())
+    }
+
+    fn push_curve_point(&mut self, step: u64, value: f64) {
+        self.curve_first.get_or_insert(value);
+        self.curve_points.push((step, value));
+        if self.curve_points.len() > CURVE_POINTS_KEPT {
+            self.curve_points.drain(..CURVE_POINTS_KEPT / 2);
+        }
     }
 
     /// Records that the fleet shrank to `new_workers` after `step`: later steps run with
@@ -326,6 +555,14 @@ impl ScaleInTuner {
         Ok(())
     }
 
+    /// Points a curve of the watched signal needs.
+    fn min_points(&self) -> usize {
+        match self.signal {
+            Signal::TrainingLoss => self.config.min_fit_points,
+            Signal::Validation => self.config.min_validation_points,
+        }
+    }
+
     fn fit_reference(&self) -> Option<(ReferenceCurve, f64)> {
         let first = self.first_step?;
         let points: Vec<(f64, f64)> = self
@@ -333,7 +570,7 @@ impl ScaleInTuner {
             .iter()
             .map(|&(s, l)| ((s - first + 1) as f64, l))
             .collect();
-        if points.len() < self.config.min_fit_points {
+        if points.len() < self.min_points() {
             return None;
         }
         let curve = ReferenceCurve::fit(&points).ok()?;
@@ -349,73 +586,145 @@ impl ScaleInTuner {
         StepDurationModel::fit(&samples).ok()
     }
 
-    /// Called by the supervisor every step with its clock in seconds. Returns a decision at most
-    /// once per `interval_s`, only after the knee and while `workers > min_workers`; `None` when
-    /// it is not yet time, or the data are not yet enough to decide (which does not use up the
-    /// interval).
+    /// The watched curve fitted on its recent points: the curve, its RMSE, its last point's
+    /// value, and the gain `ln(before / last)` it made over the last `h` steps, measured from
+    /// the newest point at least `h` steps older than the last (the first point if none is)
+    /// and scaled to `h` steps: evaluations may be further apart than a horizon.
+    fn fit_curve(&self, h: u64) -> Option<(ReferenceCurve, f64, f64, f64)> {
+        let first = self.first_step?;
+        if self.curve_points.len() < self.min_points() {
+            return None;
+        }
+        let recent = match self.signal {
+            Signal::Validation => &self.curve_points[..],
+            Signal::TrainingLoss => {
+                let n = (4 * h as usize)
+                    .max(self.config.min_fit_points)
+                    .min(CURVE_POINTS_FITTED)
+                    .min(self.curve_points.len());
+                &self.curve_points[self.curve_points.len() - n..]
+            }
+        };
+        let points: Vec<(f64, f64)> = recent
+            .iter()
+            .map(|&(s, l)| ((s - first + 1) as f64, l))
+            .collect();
+        let curve = ReferenceCurve::fit(&points).ok()?;
+        let &(last_step, now) = self.curve_points.last()?;
+        let &(before_step, before) = self
+            .curve_points
+            .iter()
+            .rev()
+            .find(|&&(s, _)| s + h <= last_step)
+            .or(self.curve_points.first())?;
+        let span = last_step.saturating_sub(before_step).max(1) as f64;
+        let measured = (before / now).ln().max(0.0) * h as f64 / span;
+        Some((curve, curve.rmse(&points), now, measured))
+    }
+
+    /// Called by the supervisor every step with its clock in seconds. Returns a decision when
+    /// the [`Pace`] says one is due, only after the knee and while `workers > min_workers`;
+    /// `None` when it is not yet time, or the data are not yet enough to decide (which does not
+    /// use up the interval).
     pub fn decide(&mut self, now_s: f64) -> Option<ScaleInDecision> {
-        let knee_step = self.knee.knee()?;
+        let knee_step = self.knee_step()?;
         let step = self.last_step?;
         let first = self.first_step?;
         if self.workers <= self.config.min_workers || !now_s.is_finite() {
             return None;
         }
-        if let Some(last) = self.last_decision_s
-            && now_s - last < self.config.interval_s
-        {
+        let pace = self.config.pace;
+        if !pace.is_due(
+            self.config.interval_s,
+            now_s,
+            step,
+            self.progress,
+            self.last_decision,
+        ) {
             return None;
         }
-        if self.removal_step.is_none() {
-            // Still the full fleet: refit the reference on everything so far.
-            self.reference = Some(self.fit_reference()?);
-        }
-        let (reference, reference_rmse) = self.reference?;
         let duration = self.duration_model()?;
         let (p, full) = (self.workers, self.initial_workers);
         let (d_p, d_full) = (duration.predict(p), duration.predict(full));
         if !(d_p > 0.0 && d_full > 0.0) {
             return None;
         }
-        let horizon = self.config.horizon_s;
+        let horizon_steps =
+            pace.horizon_steps(self.config.horizon_s, d_p, step - first + 1, self.progress);
+        let horizon = match (pace, self.progress) {
+            (Pace::Clock, _) | (Pace::Job { .. }, None) => self.config.horizon_s,
+            _ => horizon_steps as f64 * d_p,
+        };
         let steps_ahead_full = (horizon / d_full).floor() as u64;
         let t_ref = (step - first + 1) as f64;
-        let predicted_loss_full = reference.eval(t_ref + steps_ahead_full as f64);
+        let cost = self.cost_figures(horizon_steps, &duration, t_ref);
 
-        let (basis, slow, slow_rmse, steps_ahead_p, predicted_loss_p) = match self.removal_step {
-            None => (
-                DecisionBasis::StallBound,
-                None,
-                None,
-                0,
-                reference.eval(t_ref),
-            ),
-            Some(removed) => {
-                if self.slow_points.len() < self.config.min_fit_points {
-                    return None;
+        let (reference, reference_rmse, basis, slow, slow_rmse, steps_ahead_p, predicted_loss_p) =
+            match (self.config.rule, self.removal_step) {
+                (ScaleInRule::Cost, _) => {
+                    let (curve, rmse, _, _) = self.fit_curve(horizon_steps)?;
+                    (
+                        curve,
+                        rmse,
+                        DecisionBasis::StallBound,
+                        None,
+                        None,
+                        0,
+                        curve.eval(t_ref),
+                    )
                 }
-                let points: Vec<(f64, f64)> = self
-                    .slow_points
-                    .iter()
-                    .map(|&(s, l)| ((s - removed) as f64, l))
-                    .collect();
-                let curve = SlowCurve::fit(&points).ok()?;
-                let ahead = (horizon / d_p).floor() as u64;
-                let predicted = curve.eval((step - removed) as f64 + ahead as f64);
-                (
-                    DecisionBasis::SlowCurve,
-                    Some(curve),
-                    Some(curve.rmse(&points)),
-                    ahead,
-                    predicted,
-                )
-            }
-        };
+                (ScaleInRule::Mlless, None) => {
+                    // Still the full fleet: refit the reference on everything so far.
+                    self.reference = Some(self.fit_reference()?);
+                    let (reference, rmse) = self.reference?;
+                    (
+                        reference,
+                        rmse,
+                        DecisionBasis::StallBound,
+                        None,
+                        None,
+                        0,
+                        reference.eval(t_ref),
+                    )
+                }
+                (ScaleInRule::Mlless, Some(removed)) => {
+                    let (reference, rmse) = self.reference?;
+                    if self.slow_points.len() < self.min_points() {
+                        return None;
+                    }
+                    let points: Vec<(f64, f64)> = self
+                        .slow_points
+                        .iter()
+                        .map(|&(s, l)| ((s - removed) as f64, l))
+                        .collect();
+                    let curve = SlowCurve::fit(&points).ok()?;
+                    let ahead = (horizon / d_p).floor() as u64;
+                    let predicted = curve.eval((step - removed) as f64 + ahead as f64);
+                    (
+                        reference,
+                        rmse,
+                        DecisionBasis::SlowCurve,
+                        Some(curve),
+                        Some(curve.rmse(&points)),
+                        ahead,
+                        predicted,
+                    )
+                }
+            };
+        let predicted_loss_full = reference.eval(t_ref + steps_ahead_full as f64);
         let s_delta = (predicted_loss_p - predicted_loss_full) / predicted_loss_full;
         if !s_delta.is_finite() {
             return None;
         }
-        let remove = s_delta < self.config.threshold;
-        self.last_decision_s = Some(now_s);
+        let remove = match self.config.rule {
+            ScaleInRule::Mlless => s_delta < self.config.threshold,
+            ScaleInRule::Cost => cost.as_ref()?.efficiency < self.config.efficiency_threshold,
+        };
+        self.last_decision = Some(PaceMark {
+            now_s,
+            step,
+            progress: self.progress,
+        });
         Some(ScaleInDecision {
             step,
             now_s,
@@ -441,6 +750,57 @@ impl ScaleInTuner {
             predicted_loss_full,
             s_delta,
             threshold: self.config.threshold,
+            rule: self.config.rule,
+            signal: self.signal,
+            horizon_steps,
+            cost,
+        })
+    }
+
+    /// The cost rule's figures for a horizon of `h` steps of
+    /// the current fleet; `None` while the watched curve has too few points or nothing has
+    /// been billed yet.
+    fn cost_figures(
+        &self,
+        h: u64,
+        duration: &StepDurationModel,
+        t_ref: f64,
+    ) -> Option<CostFigures> {
+        let (curve, _, now, gain_measured) = self.fit_curve(h)?;
+        let first = self.curve_first?;
+        let p = self.workers;
+        let gain_fitted = (curve.eval(t_ref) / curve.eval(t_ref + h as f64))
+            .ln()
+            .max(0.0);
+        let gain = gain_fitted.min(gain_measured);
+        let gain_so_far = (first / now).ln();
+        let cost = &self.config.step_cost;
+        // The horizon's h steps with p workers, against h steps with p − 1.
+        let worker_cost_usd = h as f64
+            * (cost.step_usd(p, duration.predict(p))
+                - cost.step_usd(p - 1, duration.predict(p - 1)));
+        let worker_gain = gain / f64::from(p);
+        if !(self.spent_usd > 0.0 && worker_cost_usd.is_finite()) {
+            return None;
+        }
+        let efficiency = if worker_cost_usd <= 0.0 {
+            // Removing the worker would not save: it is worth keeping whatever it buys.
+            f64::MAX
+        } else if worker_gain <= 0.0 || gain_so_far <= 0.0 {
+            0.0
+        } else {
+            (worker_gain / gain_so_far) / (worker_cost_usd / self.spent_usd)
+        };
+        Some(CostFigures {
+            gain,
+            gain_fitted,
+            gain_measured,
+            gain_so_far,
+            spent_usd: self.spent_usd,
+            worker_cost_usd,
+            worker_gain,
+            efficiency,
+            threshold: self.config.efficiency_threshold,
         })
     }
 }

@@ -70,6 +70,8 @@
 //! - `knee`: [`Ewma`] and [`KneeDetector`].
 //! - `curves`: [`ReferenceCurve`] and [`SlowCurve`], their grids and the outlier rule.
 //! - `duration`: [`StepDurationModel`].
+//! - `pace`: [`Pace`], when decisions are due and their horizon.
+//! - `cost`: [`StepCost`], the bill of a step.
 //! - `decide`: [`TunerConfig`], [`ScaleInTuner`], [`ScaleInDecision`] and
 //!   [`pick_worker_to_remove`].
 //!
@@ -108,6 +110,61 @@
 //! (about ±1 % with the default 40 points and 1 % loss noise in the tests, ±2 % with 20) — so
 //! that decisions are not made on noise. MLLess's code uses 1 %, which is more conservative.
 //!
+//! # The job's pace
+//!
+//! MLLess decides every T = 10 s and projects Δ = 10 s ahead: on a 16-second job that is one
+//! decision, on a 10-hour one 3,600 of them. [`Pace`] makes the interval a share of the job
+//! instead. The default, [`Pace::DEFAULT`], decides every 1/40 of the job's planned length —
+//! its progress is `max(epoch / max_epochs, time / max_time)`, which the supervisor sets with
+//! [`ScaleInTuner::set_progress`] — and projects over the steps such a share takes at the pace
+//! measured so far (the horizon in steps; its seconds follow from the step-duration model).
+//! Why 40: a fleet of P = 8 needs 7 decisions to reach one worker, the knee of a typical curve
+//! comes within the first third of a job, and a removal needs a few intervals of points before
+//! its own effect shows; 40 leaves about 25 decisions after the knee for any P up to ~16,
+//! whether the job lasts 10 seconds (a decision every 0.25 s) or 10 hours (every 15 min).
+//! Neither interval nor horizon is ever shorter than [`Pace::MIN_STEPS`] steps, the warm-up
+//! that follows a removal. [`Pace::Steps`] fixes both in steps; [`Pace::Clock`] is MLLess's.
+//!
+//! # The right curve
+//!
+//! With a validation set the tuner watches the validation metric
+//! ([`ScaleInTuner::watch_validation`]): its curve is the best value so far (the model a run
+//! keeps is its best evaluation, so a rising validation curve buys nothing), one point per
+//! evaluation; the knee is that curve's (a window and a patience of 2 evaluations, a quarter
+//! of the largest drop), and the
+//! fits use it with [`TunerConfig::min_validation_points`] points. Without one it watches the
+//! training loss, smoothed by the EWMA for the cost rule. A validation curve that has stopped
+//! improving is flat: its gain is 0, and the cost rule removes a worker at every decision
+//! (early stopping, if on, then stops the run).
+//!
+//! # The bill in the decision
+//!
+//! The cost rule ([`ScaleInRule::Cost`], `--scale-in auto`) weighs what a worker costs against
+//! what it buys. Over the horizon of `h` steps (Δ seconds) of the current fleet of p:
+//!
+//! - the gain `g = min(ln(L(t) / L(t + h)), ln(L(t − h) / L(t)))` — the fitted curve's
+//!   projection, capped by what the last `h` steps made (a decelerating curve gains no more
+//!   next than it did last); the worker's share is `g / p` (a worker buys at most its share
+//!   when returns diminish);
+//! - its cost `h·(b(p, d_p) − b(p − 1, d_{p−1}))`, with `b(q, d)` the bill of a step of q
+//!   workers lasting d ([`StepCost`]: q workers' GB-s, the services, and the channel's requests
+//!   per step, which on the object store grow as q² under broadcast) and `d_q` the
+//!   step-duration model's; like MLLess, the tuner counts progress in steps: in the slow phase
+//!   a step of fewer workers gains about as much, and the worker buys at most its share;
+//! - the run's own exchange rate: the gain so far `G = ln(L_first / L(t))` for the dollars `C`
+//!   its steps have cost.
+//!
+//! The efficiency `e = (g/p / G) / (cost / C)` compares what the worker buys per dollar with
+//! what the run has bought per dollar; one worker leaves when `e < E` (default 0.2). Gains are
+//! log ratios so that `e` has no unit and does not fall on a curve that keeps improving at its
+//! rate: on `L = exp(−k·t)` it stays at about 1, on a power law `t^−a` it is `1 / ln(t / t₀)`
+//! (below 0.2 only after 150× the first point's time), and on a curve that flattens towards a
+//! floor it falls to 0. MLLess's `s_Δ < S` is kept as [`ScaleInRule::Mlless`]; every decision
+//! records both rules' figures ([`ScaleInDecision::s_delta`] and [`ScaleInDecision::cost`]).
+//! Under the cost rule the curve is fitted each decision on the watched curve's recent points,
+//! whichever fleet made them (the best validation value does not jump at a removal), and
+//! `s_Δ` is its stall bound.
+//!
 //! ```
 //! use mlless_core::{ReferenceCurve, pick_worker_to_remove};
 //!
@@ -120,19 +177,24 @@
 //! # Ok::<(), mlless_core::TunerError>(())
 //! ```
 
+mod cost;
 mod curves;
 mod decide;
 mod duration;
 mod knee;
+mod pace;
 #[cfg(test)]
 mod tests;
 
+pub use cost::StepCost;
 pub use curves::{ReferenceCurve, SlowCurve};
 pub use decide::{
-    DecisionBasis, ScaleInDecision, ScaleInTuner, TunerConfig, pick_worker_to_remove,
+    CostFigures, DecisionBasis, ScaleInDecision, ScaleInRule, ScaleInTuner, Signal, TunerConfig,
+    pick_worker_to_remove,
 };
 pub use duration::StepDurationModel;
 pub use knee::{Ewma, KneeDetector};
+pub use pace::{Pace, PaceMark};
 
 /// Why the tuner or a fit cannot use its input.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

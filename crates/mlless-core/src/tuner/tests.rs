@@ -441,7 +441,7 @@ fn check_decisions(run: &Run, config: &TunerConfig) {
 fn test_config() -> TunerConfig {
     TunerConfig {
         min_workers: 3,
-        ..TunerConfig::default()
+        ..TunerConfig::mlless()
     }
 }
 
@@ -561,32 +561,32 @@ fn tuner_stall_bound_keeps_workers_over_a_long_horizon() {
 
 #[test]
 fn tuner_rejects_bad_input() {
-    assert!(ScaleInTuner::new(TunerConfig::default(), 0).is_err());
+    assert!(ScaleInTuner::new(TunerConfig::mlless(), 0).is_err());
     for bad in [
         TunerConfig {
             threshold: 1.5,
-            ..TunerConfig::default()
+            ..TunerConfig::mlless()
         },
         TunerConfig {
             horizon_s: 20.0,
-            ..TunerConfig::default()
+            ..TunerConfig::mlless()
         },
         TunerConfig {
             min_workers: 0,
-            ..TunerConfig::default()
+            ..TunerConfig::mlless()
         },
         TunerConfig {
             min_fit_points: 3,
-            ..TunerConfig::default()
+            ..TunerConfig::mlless()
         },
         TunerConfig {
             knee_fraction: 1.0,
-            ..TunerConfig::default()
+            ..TunerConfig::mlless()
         },
     ] {
         assert!(bad.validate().is_err(), "{bad:?}");
     }
-    let mut tuner = ScaleInTuner::new(TunerConfig::default(), 4).unwrap();
+    let mut tuner = ScaleInTuner::new(TunerConfig::mlless(), 4).unwrap();
     tuner.observe(1, 0.7, 0.3, 4).unwrap();
     assert!(matches!(
         tuner.observe(1, 0.7, 0.3, 4),
@@ -621,4 +621,184 @@ fn tuner_picks_the_worst_replica() {
         pick_worker_to_remove(&[(1, f64::INFINITY), (0, f64::NAN), (2, 0.1)]),
         Some(0)
     );
+}
+
+// --- the job's pace and the cost rule --------------------------------------------------------
+
+/// A job of `steps` steps of `step_s` seconds each (± 2 %), planned to end at its last step,
+/// whose training loss follows a flattening curve (1 % noise), under the cost rule with `E = 0`
+/// so that it never removes: the decisions it makes, on `pace`.
+fn paced_decisions(pace: Pace, steps: u64, step_s: f64) -> Vec<ScaleInDecision> {
+    let truth = ReferenceCurve {
+        theta: [0.05, 1.2, 0.8, 0.3],
+    };
+    let config = TunerConfig {
+        pace,
+        efficiency_threshold: 0.0,
+        ..TunerConfig::default()
+    };
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut tuner = ScaleInTuner::new(config, 8).unwrap();
+    let (mut now, mut decisions) = (0.0, Vec::new());
+    for step in 0..steps {
+        let d = noisy(&mut rng, step_s, 0.02);
+        now += d;
+        let loss = noisy(&mut rng, truth.eval((step + 1) as f64), 0.01);
+        tuner.observe(step, loss, d, 8).unwrap();
+        tuner.set_progress(Some((step + 1) as f64 / steps as f64));
+        decisions.extend(tuner.decide(now));
+    }
+    decisions
+}
+
+#[test]
+fn tuner_decides_at_the_jobs_pace_for_a_2_second_and_a_60_second_job() {
+    // 600 steps of 3.3 ms (a 2-second job) and of 100 ms (a 60-second job).
+    let short = paced_decisions(Pace::DEFAULT, 600, 0.0033);
+    let long = paced_decisions(Pace::DEFAULT, 600, 0.1);
+    let steps = |ds: &[ScaleInDecision]| ds.iter().map(|d| d.step).collect::<Vec<_>>();
+    assert_eq!(steps(&short), steps(&long), "the same share of the job");
+    assert!(short.len() >= 20, "{} decisions", short.len());
+    for pair in short.windows(2) {
+        // Every 1/40 of 600 steps: 15.
+        let gap = pair[1].step - pair[0].step;
+        assert!((15..=16).contains(&gap), "{:?}", steps(&short));
+    }
+    for d in short.iter().chain(&long) {
+        assert!(d.step >= d.knee_step);
+        assert!(
+            (14..=16).contains(&d.horizon_steps),
+            "h = {}",
+            d.horizon_steps
+        );
+        assert_eq!(d.rule, ScaleInRule::Cost);
+        assert!(!d.remove, "E = 0 never removes");
+        let cost = d.cost.as_ref().expect("the cost figures");
+        assert!(cost.gain >= 0.0 && cost.gain <= cost.gain_measured);
+    }
+    // MLLess's 10-second clock decides at most once in the short job, 6 times in the long.
+    assert!(paced_decisions(Pace::Clock, 600, 0.0033).len() <= 1);
+    assert!(paced_decisions(Pace::Clock, 600, 0.1).len() <= 6);
+}
+
+#[test]
+fn tuner_step_pace_decides_every_n_steps() {
+    let ds = paced_decisions(Pace::Steps { interval: 25 }, 600, 0.05);
+    assert!(ds.len() >= 15, "{} decisions", ds.len());
+    for pair in ds.windows(2) {
+        assert_eq!(pair[1].step - pair[0].step, 25);
+    }
+    assert!(ds.iter().all(|d| d.horizon_steps == 25));
+}
+
+/// A run of P = 8 under the cost rule watching a validation curve `validation(clock)`,
+/// evaluated every 10 steps (0.2 % noise), over 1,000 steps planned as the whole job; a step of
+/// p workers lasts `0.05 + 0.02 (p − 1)` s and advances the curve's clock by `p / P`. Returns
+/// the decisions and the workers at the end.
+fn validation_run(validation: impl Fn(f64) -> f64, seed: u64) -> (Vec<ScaleInDecision>, u32) {
+    let config = TunerConfig {
+        min_workers: 2,
+        ..TunerConfig::default()
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut tuner = ScaleInTuner::new(config, 8).unwrap();
+    tuner.watch_validation();
+    let (mut workers, mut now, mut clock, mut decisions) = (8u32, 0.0, 0.0, Vec::new());
+    for step in 0..1000u64 {
+        let p = f64::from(workers);
+        let d = noisy(&mut rng, 0.05 + 0.02 * (p - 1.0), 0.02);
+        now += d;
+        clock += p / 8.0;
+        tuner
+            .observe(step, noisy(&mut rng, 1.0, 0.01), d, workers)
+            .unwrap();
+        if (step + 1) % 10 == 0 {
+            let v = noisy(&mut rng, validation(clock), 0.002);
+            tuner.observe_validation(step, v).unwrap();
+        }
+        tuner.set_progress(Some((step + 1) as f64 / 1000.0));
+        if let Some(decision) = tuner.decide(now) {
+            if decision.remove {
+                workers -= 1;
+                tuner.notify_removed(step, workers).unwrap();
+            }
+            decisions.push(decision);
+        }
+    }
+    (decisions, workers)
+}
+
+#[test]
+fn tuner_cost_rule_removes_workers_once_the_validation_curve_flattens() {
+    for seed in 0..3 {
+        // Flat from about step 150 on (its floor 0.9, 0.5 % above it by then).
+        let (decisions, workers) = validation_run(|t| 0.9 + 0.5 * (-t / 25.0).exp(), seed);
+        assert_eq!(workers, 2, "down to --min-workers; {decisions:#?}");
+        let first = decisions.iter().find(|d| d.remove).expect("a removal");
+        assert_eq!(first.signal, Signal::Validation);
+        assert!(first.step >= first.knee_step);
+        assert!(first.step <= 400, "first removal at step {}", first.step);
+        for d in &decisions {
+            let cost = d.cost.as_ref().expect("the cost figures");
+            assert_eq!(d.remove, cost.efficiency < cost.threshold);
+            assert!(cost.worker_cost_usd > 0.0 && cost.spent_usd > 0.0);
+        }
+    }
+}
+
+#[test]
+fn tuner_cost_rule_removes_workers_when_the_validation_curve_turns_up() {
+    // Overfitting: the metric falls until the clock's 300, then rises.
+    let (decisions, workers) = validation_run(|t| 1.0 + 1e-6 * (t - 300.0).powi(2), 1);
+    assert_eq!(workers, 2, "{decisions:#?}");
+}
+
+#[test]
+fn tuner_cost_rule_keeps_the_fleet_while_the_validation_curve_keeps_improving() {
+    for seed in 0..3 {
+        // Improving at a steady rate in log terms all along.
+        let (decisions, workers) = validation_run(|t| 2.0 * (-t / 150.0).exp(), seed);
+        assert_eq!(workers, 8, "{decisions:#?}");
+        assert!(decisions.len() >= 5, "{} decisions", decisions.len());
+        assert!(
+            decisions
+                .iter()
+                .all(|d| d.cost.as_ref().is_some_and(|c| c.efficiency > 0.5)),
+            "{decisions:#?}"
+        );
+    }
+}
+
+#[test]
+fn tuner_step_cost_counts_workers_services_and_requests() {
+    let cost = StepCost {
+        worker_usd_per_s: 2.0,
+        services_usd_per_s: 0.5,
+        request_usd: [0.1, 0.01, 0.001],
+    };
+    // 4 workers × 0.5 s × 2 + 0.5 s × 0.5 + 0.1 + 0.04 + 0.016.
+    assert!((cost.step_usd(4, 0.5) - 4.406).abs() < 1e-12);
+    assert!((cost.usd_per_s(4, 0.5) - 8.812).abs() < 1e-12);
+    assert!(cost.is_valid());
+    assert!(
+        !StepCost {
+            worker_usd_per_s: -1.0,
+            ..cost
+        }
+        .is_valid()
+    );
+}
+
+#[test]
+fn tuner_config_of_an_older_spec_keeps_mllesss_rule_on_the_clock() {
+    let old: TunerConfig =
+        serde_json::from_str(r#"{"threshold": 0.05, "interval_s": 10.0, "horizon_s": 10.0}"#)
+            .unwrap();
+    assert_eq!(old.rule, ScaleInRule::Mlless);
+    assert_eq!(old.pace, Pace::Clock);
+    assert_eq!(TunerConfig::default().rule, ScaleInRule::Cost);
+    assert_eq!(TunerConfig::default().pace, Pace::DEFAULT);
+    let json = serde_json::to_string(&TunerConfig::default()).unwrap();
+    let back: TunerConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, TunerConfig::default());
 }

@@ -44,21 +44,34 @@ const MAX_BACKOFF: Duration = Duration::from_secs(20);
 pub struct LambdaConfig {
     endpoint: String,
     region: String,
-    credentials: Credentials,
+    credentials: CredentialSource,
+}
+
+/// Whose credentials sign the calls.
+#[derive(Clone)]
+enum CredentialSource {
+    /// Given explicitly ([`LambdaConfig::new`]).
+    Fixed(Credentials),
+    /// The AWS default chain, shared with the S3 store and refreshed before expiry.
+    Chain(&'static mlless_aws::AwsChain),
 }
 
 impl LambdaConfig {
-    /// Reads the standard AWS environment:
+    /// Finds what the AWS CLI and SDKs find:
     ///
-    /// - credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and, for temporary ones,
-    ///   `AWS_SESSION_TOKEN`;
-    /// - the region from `AWS_REGION` or `AWS_DEFAULT_REGION`;
+    /// - credentials and region from the AWS default chain ([`mlless_aws::shared`], the one the
+    ///   S3 store uses: the environment, the shared config and credentials files with
+    ///   `AWS_PROFILE`, SSO, web identity, the ECS and EC2 metadata endpoints), credentials
+    ///   fetched when a call is signed and refreshed before they expire;
     /// - the endpoint from `AWS_ENDPOINT_URL_LAMBDA` or `AWS_ENDPOINT_URL` (e.g. an emulator on
     ///   loopback), else `https://lambda.REGION.amazonaws.com`.
     ///
+    /// Whether the chain has credentials shows at the first call (an error naming every source
+    /// tried).
+    ///
     /// # Errors
     ///
-    /// [`InvokeError::Config`] naming the variables that are missing.
+    /// [`InvokeError::Config`] when no region is found.
     pub fn from_env() -> Result<Self, InvokeError> {
         let var = |name: &str| {
             std::env::var(name)
@@ -66,29 +79,22 @@ impl LambdaConfig {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let (Some(key), Some(secret)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
-        else {
+        let chain = mlless_aws::shared();
+        let Some(region) = chain.region().map(str::to_owned) else {
             return Err(InvokeError::Config {
-                reason: "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
-                         (and AWS_SESSION_TOKEN for temporary ones)"
+                reason: "no AWS region: set AWS_REGION (e.g. eu-west-1) or `region` in the \
+                         profile's section of ~/.aws/config"
                     .into(),
-            });
-        };
-        let Some(region) = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION")) else {
-            return Err(InvokeError::Config {
-                reason: "no AWS region: set AWS_REGION (e.g. eu-west-1)".into(),
             });
         };
         let endpoint = var("AWS_ENDPOINT_URL_LAMBDA")
             .or_else(|| var("AWS_ENDPOINT_URL"))
             .unwrap_or_else(|| format!("https://lambda.{region}.amazonaws.com"));
-        Ok(Self::new(
-            endpoint,
+        Ok(Self {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
             region,
-            key,
-            secret,
-            var("AWS_SESSION_TOKEN"),
-        ))
+            credentials: CredentialSource::Chain(chain),
+        })
     }
 
     /// A configuration from explicit parts; `endpoint` is the API's base URL, e.g.
@@ -104,13 +110,13 @@ impl LambdaConfig {
         Self {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
             region: region.into(),
-            credentials: Credentials::new(
+            credentials: CredentialSource::Fixed(Credentials::new(
                 access_key_id,
                 secret_access_key,
                 session_token,
                 None,
                 "mlless",
-            ),
+            )),
         }
     }
 
@@ -123,6 +129,18 @@ impl LambdaConfig {
     pub fn region(&self) -> &str {
         &self.region
     }
+
+    /// The credentials to sign the next call with.
+    async fn credentials(&self) -> Result<Credentials, InvokeError> {
+        match &self.credentials {
+            CredentialSource::Fixed(credentials) => Ok(credentials.clone()),
+            CredentialSource::Chain(chain) => {
+                chain.credentials().await.map_err(|e| InvokeError::Config {
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
 }
 
 /// Shows where and as whom, never the secret.
@@ -131,7 +149,13 @@ impl fmt::Debug for LambdaConfig {
         f.debug_struct("LambdaConfig")
             .field("endpoint", &self.endpoint)
             .field("region", &self.region)
-            .field("access_key_id", &self.credentials.access_key_id())
+            .field(
+                "credentials",
+                &match &self.credentials {
+                    CredentialSource::Fixed(c) => c.access_key_id().to_owned(),
+                    CredentialSource::Chain(_) => "the AWS default chain".to_owned(),
+                },
+            )
             .finish_non_exhaustive()
     }
 }
@@ -223,7 +247,12 @@ impl LambdaInvoker {
     }
 
     /// One signed Invoke request carrying `payload`.
-    fn signed_request(&self, name: &str, payload: &[u8]) -> Result<reqwest::Request, InvokeError> {
+    fn signed_request(
+        &self,
+        name: &str,
+        payload: &[u8],
+        credentials: Credentials,
+    ) -> Result<reqwest::Request, InvokeError> {
         let url = self.invoke_url();
         let config_error = |reason: String| InvokeError::Config { reason };
         let mut request = http::Request::post(&url)
@@ -232,7 +261,7 @@ impl LambdaInvoker {
             .header("x-amz-log-type", "Tail")
             .body(payload.to_vec())
             .map_err(|e| config_error(format!("invalid Invoke request to {url}: {e}")))?;
-        let identity = self.config.credentials.clone().into();
+        let identity = credentials.into();
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region(&self.config.region)
@@ -263,7 +292,8 @@ impl LambdaInvoker {
         let mut unconnected = 0;
         let mut pause = FIRST_BACKOFF;
         loop {
-            let request = self.signed_request(name, payload)?;
+            let credentials = self.config.credentials().await?;
+            let request = self.signed_request(name, payload, credentials)?;
             match self.client.execute(request).await {
                 Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
                     throttled += 1;

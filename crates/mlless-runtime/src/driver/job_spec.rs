@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use mlless_core::{ModelSpec, OptimizerConfig};
+use mlless_core::{ModelSpec, OptimizerConfig, TunerConfig};
 use mlless_faas::clock::unix_ms;
 
 use super::models::{DEFAULT_TOLERANCE, Defaults, model_spec};
@@ -64,6 +64,14 @@ pub(super) fn job_spec(
                     .or((options.model == ModelChoice::KMeans).then_some(DEFAULT_TOLERANCE)),
                 ..training.stop
             },
+            // The tuner weighs a step's bill at the prices the run is billed at.
+            scale_in: training.scale_in.clone().map(|tuner| TunerConfig {
+                step_cost: options.prices.step_cost(
+                    mlless_job::record::channel_kind(training.channel.as_deref()),
+                    training.limits.memory_mb,
+                ),
+                ..tuner
+            }),
             ..training.clone()
         },
     })

@@ -358,6 +358,11 @@ async fn run_job(
         invoker = invoker.platform(),
         "starting the job"
     );
+    // For `mlless runs`: this run is being driven (a resumed run drives again).
+    if let Err(e) = crate::runs::beat(run_store).await {
+        warn!("could not write the driver's heartbeat: {e}");
+    }
+    let mut last_beat = Instant::now();
     let mut fleet = Invocations::new(&*invoker, spec, run_store);
     for (role, start) in starts.into_iter().enumerate() {
         if let Err(e) = fleet.invoke(role, start).await {
@@ -420,6 +425,12 @@ async fn run_job(
                 fleet.reports.push(report);
             }
             _ = ticker.tick() => {
+                if last_beat.elapsed() >= crate::runs::HEARTBEAT_EVERY {
+                    last_beat = Instant::now();
+                    if let Err(e) = crate::runs::beat(run_store).await {
+                        warn!("could not write the driver's heartbeat: {e}");
+                    }
+                }
                 if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
                     && let Ok(p) = serde_json::from_slice::<Progress>(&bytes)
                 {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
-use mlless_core::{Batch, BatchLoss, TunerConfig};
+use mlless_core::{Batch, BatchLoss, TunerConfig, primary_metric};
 use tracing::info;
 
 use mlless_faas::clock::now_unix_ms_f64;
@@ -36,7 +36,7 @@ mod scale_in;
 mod stop;
 mod validation;
 
-use scale_in::ScaleIn;
+use scale_in::{ScaleIn, job_progress};
 use stop::Stopper;
 use validation::{Validation, cached_validation_set, evaluate, evaluate_on, read_snapshot};
 
@@ -153,7 +153,7 @@ pub mod fuzzing {
             diverged: None,
             active: vec![0, 1, 2],
             fleet: Fleet::new(3),
-            scale_in: Some(ScaleIn::new(TunerConfig::default(), 3).expect("a valid tuner")),
+            scale_in: Some(ScaleIn::new(TunerConfig::default(), 3, false).expect("a valid tuner")),
             retained_from: 0,
             replacements: BTreeMap::new(),
             validation: None,
@@ -195,7 +195,11 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             active: ctx.workers(),
             fleet: Fleet::new(spec.training.workers),
             scale_in: match &spec.training.scale_in {
-                Some(config) => Some(ScaleIn::new(config.clone(), spec.training.workers)?),
+                Some(config) => Some(ScaleIn::new(
+                    config.clone(),
+                    spec.training.workers,
+                    spec.validation.is_some(),
+                )?),
                 None => None,
             },
             retained_from: 0,
@@ -259,6 +263,8 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             .retain(|w| !stats.iter().any(|s| s.worker == *w && s.last));
         let last = state.active.is_empty();
 
+        // The primary validation metric of this step's evaluation, for the tuner.
+        let mut validation_value = None;
         if let Some(worker) = stats.iter().find(|s| s.snapshot).map(|s| s.worker)
             && let Some(validation) = &mut state.validation
         {
@@ -270,6 +276,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             if let Some(params) = snapshot {
                 let batches = cached_validation_set(&ctx, &mut validation_set).await?;
                 let metrics = evaluate_on(&ctx, &params, batches, Split::Validation)?;
+                validation_value = metrics.get(primary_metric(&spec.model)).copied();
                 let point = EvalPoint {
                     step,
                     epoch,
@@ -292,7 +299,13 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         if let Some(tuner) = &mut state.scale_in
             && !last
             && state.stopper.reason.is_none()
-            && let Some(request) = tuner.step(step, now.as_secs_f64(), &stats)?
+            && let Some(request) = tuner.step(
+                step,
+                now.as_secs_f64(),
+                job_progress(spec, epoch, now),
+                &stats,
+                validation_value,
+            )?
         {
             ctx.channel
                 .put_key(SCALE_IN_KEY, Bytes::from(json(&request)?))

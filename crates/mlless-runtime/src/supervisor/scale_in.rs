@@ -1,6 +1,7 @@
 //! Scale-in in the supervisor: the auto-tuner fed each step, the worker to remove picked.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use mlless_core::{BatchLoss, Ewma, ScaleInTuner, TunerConfig};
 use serde::{Deserialize, Serialize};
@@ -8,6 +9,7 @@ use tracing::info;
 
 use crate::error::{Result, RuntimeError};
 use crate::messages::{Removal, StatsMessage};
+use mlless_job::JobSpec;
 use mlless_job::record::{RemovalRecord, ScaleInRecord};
 
 /// The scale-in auto-tuner in the supervisor (DESIGN §6): feeds it each step, asks it for a
@@ -24,9 +26,14 @@ pub(super) struct ScaleIn {
 }
 
 impl ScaleIn {
-    pub(super) fn new(config: TunerConfig, workers: u32) -> Result<Self> {
-        let tuner = ScaleInTuner::new(config, workers)
+    /// The tuner of a job of `workers` workers, watching the validation curve if the job has
+    /// a validation set (`validation`).
+    pub(super) fn new(config: TunerConfig, workers: u32, validation: bool) -> Result<Self> {
+        let mut tuner = ScaleInTuner::new(config, workers)
             .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
+        if validation {
+            tuner.watch_validation();
+        }
         Ok(Self {
             tuner,
             recent: BTreeMap::new(),
@@ -36,12 +43,16 @@ impl ScaleIn {
         })
     }
 
-    /// Feeds the tuner one step; returns a removal request to publish, if it decides one.
+    /// Feeds the tuner one step (`progress` the fraction of the job done, `validation` the
+    /// primary metric of the evaluation after it, if there was one); returns a removal request
+    /// to publish, if it decides one.
     pub(super) fn step(
         &mut self,
         step: u64,
         now_s: f64,
+        progress: Option<f64>,
         stats: &[StatsMessage],
+        validation: Option<f64>,
     ) -> Result<Option<Removal>> {
         let tuner_error = |e: mlless_core::TunerError| {
             RuntimeError::FunctionFailed(format!("scale-in tuner at step {step}: {e}"))
@@ -79,6 +90,12 @@ impl ScaleIn {
         self.tuner
             .observe(step, total.mean(), duration_s, stats.len() as u32)
             .map_err(tuner_error)?;
+        if let Some(value) = validation.filter(|v| v.is_finite() && *v > 0.0) {
+            self.tuner
+                .observe_validation(step, value)
+                .map_err(tuner_error)?;
+        }
+        self.tuner.set_progress(progress);
         if self.pending.is_some() {
             return Ok(None);
         }
@@ -118,3 +135,18 @@ impl ScaleIn {
 
 /// Smoothing of each worker's recent loss, by which the tuner picks the worker to remove.
 const RECENT_LOSS_ALPHA: f64 = 0.1;
+
+/// The fraction of the job done after a step at `epoch`, `elapsed` into the run: the larger of
+/// its epochs and its time against their limits, which the tuner's pace is measured by.
+pub(super) fn job_progress(spec: &JobSpec, epoch: f64, elapsed: Duration) -> Option<f64> {
+    let stop = &spec.training.stop;
+    let by_epochs = (stop.max_epochs > 0).then(|| epoch / f64::from(stop.max_epochs));
+    let by_time = stop
+        .max_time_s
+        .filter(|t| *t > 0.0)
+        .map(|t| elapsed.as_secs_f64() / t);
+    match (by_epochs, by_time) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}

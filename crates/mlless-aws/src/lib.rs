@@ -1,0 +1,318 @@
+//! The AWS credential and region chain that mlless's S3 store and Lambda invoker share.
+//!
+//! One chain, found as the AWS CLI and SDKs find it (the `aws-config` crate's default chain):
+//! the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), the shared
+//! config and credentials files with `AWS_PROFILE` (static keys, `credential_process`, SSO, an
+//! assumed role), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE`), the ECS container endpoint and
+//! EC2 instance metadata; the region from `AWS_REGION`, the profile or instance metadata.
+//!
+//! Credentials are kept until [`REFRESH_BEFORE`] ahead of their expiry and then fetched again, so
+//! a run of hours outlives the temporary credentials it started with.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), mlless_aws::AwsError> {
+//! let chain = mlless_aws::shared();
+//! let credentials = chain.credentials().await?;
+//! println!("{} in {:?}", credentials.access_key_id(), chain.region());
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use aws_config::BehaviorVersion;
+pub use aws_credential_types::Credentials;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use tokio::sync::Mutex;
+use tracing::debug;
+
+/// How long before their expiry credentials are fetched again.
+pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
+
+/// Errors of the chain.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AwsError {
+    /// No source of the chain had credentials.
+    #[error(
+        "no AWS credentials: tried the environment (AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY), profile {profile} of the shared config and credentials files \
+         (~/.aws/config and ~/.aws/credentials, or AWS_CONFIG_FILE and \
+         AWS_SHARED_CREDENTIALS_FILE: keys, credential_process, SSO, assumed roles), web \
+         identity (AWS_WEB_IDENTITY_TOKEN_FILE), the ECS container endpoint and EC2 instance \
+         metadata: {reason}"
+    )]
+    NoCredentials {
+        /// The profile looked up (`AWS_PROFILE`, or `default`).
+        profile: String,
+        /// What the chain said.
+        reason: String,
+    },
+    /// The chain could not be loaded at all.
+    #[error("could not load the AWS configuration: {0}")]
+    Load(String),
+}
+
+/// Credentials and region from the default chain, credentials cached and refreshed.
+pub struct AwsChain {
+    region: Option<String>,
+    profile: String,
+    credentials: CachedCredentials<Option<SharedCredentialsProvider>>,
+}
+
+impl fmt::Debug for AwsChain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AwsChain")
+            .field("region", &self.region)
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AwsChain {
+    /// Loads the default chain (reads the environment and the shared files; fetches nothing
+    /// until credentials are asked for, but may ask instance metadata for the region when none
+    /// is configured, unless `AWS_EC2_METADATA_DISABLED=true`).
+    pub async fn load() -> AwsChain {
+        let config = aws_config::defaults(BehaviorVersion::latest()).load().await;
+        let profile = std::env::var("AWS_PROFILE")
+            .ok()
+            .filter(|p| !p.trim().is_empty())
+            .unwrap_or_else(|| "default".into());
+        let region = config.region().map(|r| r.as_ref().to_owned());
+        debug!(?region, %profile, "AWS configuration loaded");
+        AwsChain {
+            region,
+            profile,
+            credentials: CachedCredentials::new(config.credentials_provider()),
+        }
+    }
+
+    /// The region the chain found, if any.
+    pub fn region(&self) -> Option<&str> {
+        self.region.as_deref()
+    }
+
+    /// Credentials valid for at least [`REFRESH_BEFORE`] (or without expiry), fetched again once
+    /// the ones held are that close to expiring.
+    ///
+    /// # Errors
+    ///
+    /// [`AwsError::NoCredentials`], naming every source tried.
+    pub async fn credentials(&self) -> Result<Credentials, AwsError> {
+        self.credentials
+            .get()
+            .await
+            .map_err(|reason| AwsError::NoCredentials {
+                profile: self.profile.clone(),
+                reason,
+            })
+    }
+}
+
+/// The process's one chain, loaded on first use. Safe to call from synchronous code and from
+/// inside an async runtime: the load runs once, on a thread of its own.
+pub fn shared() -> &'static AwsChain {
+    static CHAIN: OnceLock<AwsChain> = OnceLock::new();
+    CHAIN.get_or_init(|| {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // A runtime of its own, so that loading never blocks the caller's.
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime.block_on(AwsChain::load()),
+                        Err(e) => AwsChain {
+                            region: None,
+                            profile: "default".into(),
+                            credentials: CachedCredentials::failing(format!(
+                                "could not start the runtime that loads the chain: {e}"
+                            )),
+                        },
+                    }
+                })
+                .join()
+                .unwrap_or_else(|_| AwsChain {
+                    region: None,
+                    profile: "default".into(),
+                    credentials: CachedCredentials::failing(
+                        "loading the AWS configuration panicked".into(),
+                    ),
+                })
+        })
+    })
+}
+
+/// Where credentials come from, for [`CachedCredentials`].
+trait Source: Send + Sync {
+    /// Fresh credentials, or why there are none.
+    fn fetch(&self) -> impl Future<Output = Result<Credentials, String>> + Send;
+}
+
+impl Source for Option<SharedCredentialsProvider> {
+    async fn fetch(&self) -> Result<Credentials, String> {
+        match self {
+            Some(provider) => provider
+                .provide_credentials()
+                .await
+                .map_err(|e| error_chain(&e)),
+            None => Err("no credentials provider was configured".into()),
+        }
+    }
+}
+
+/// An error and its sources, in one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// Credentials of a [`Source`], kept until [`REFRESH_BEFORE`] ahead of their expiry. Callers
+/// that ask while a fetch is under way wait for it instead of fetching again.
+struct CachedCredentials<S> {
+    source: S,
+    /// A load error that every call reports (the chain could not be built).
+    broken: Option<String>,
+    current: Mutex<Option<Credentials>>,
+}
+
+impl<S: Source> CachedCredentials<S> {
+    fn new(source: S) -> Self {
+        Self {
+            source,
+            broken: None,
+            current: Mutex::new(None),
+        }
+    }
+
+    async fn get(&self) -> Result<Credentials, String> {
+        if let Some(reason) = &self.broken {
+            return Err(reason.clone());
+        }
+        let mut current = self.current.lock().await;
+        if let Some(credentials) = current.as_ref()
+            && fresh(credentials, SystemTime::now())
+        {
+            return Ok(credentials.clone());
+        }
+        let credentials = self.source.fetch().await?;
+        debug!(expiry = ?credentials.expiry(), "fetched AWS credentials");
+        *current = Some(credentials.clone());
+        Ok(credentials)
+    }
+}
+
+impl CachedCredentials<Option<SharedCredentialsProvider>> {
+    fn failing(reason: String) -> Self {
+        Self {
+            source: None,
+            broken: Some(reason),
+            current: Mutex::new(None),
+        }
+    }
+}
+
+/// Whether `credentials` are good for at least [`REFRESH_BEFORE`] after `now`.
+fn fresh(credentials: &Credentials, now: SystemTime) -> bool {
+    credentials
+        .expiry()
+        .is_none_or(|expiry| expiry > now + REFRESH_BEFORE)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// Hands out `key-1`, `key-2`, … each expiring `lifetime` after it was fetched.
+    struct Counting {
+        fetches: AtomicU32,
+        lifetime: Duration,
+    }
+
+    impl Source for Counting {
+        async fn fetch(&self) -> Result<Credentials, String> {
+            let n = self.fetches.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(Credentials::new(
+                format!("key-{n}"),
+                "secret",
+                Some("token".into()),
+                Some(SystemTime::now() + self.lifetime),
+                "test",
+            ))
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn credentials_are_kept_until_near_their_expiry_then_fetched_again() {
+        let cache = CachedCredentials::new(Counting {
+            fetches: AtomicU32::new(0),
+            lifetime: REFRESH_BEFORE + Duration::from_millis(300),
+        });
+        runtime().block_on(async {
+            assert_eq!(cache.get().await.expect("first").access_key_id(), "key-1");
+            assert_eq!(cache.get().await.expect("cached").access_key_id(), "key-1");
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert_eq!(
+                cache.get().await.expect("refreshed").access_key_id(),
+                "key-2"
+            );
+        });
+        assert_eq!(cache.source.fetches.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn credentials_without_expiry_are_fetched_once() {
+        let never = Credentials::new("k", "s", None, None, "test");
+        assert!(fresh(
+            &never,
+            SystemTime::now() + Duration::from_secs(1 << 30)
+        ));
+        let soon = Credentials::new(
+            "k",
+            "s",
+            None,
+            Some(SystemTime::now() + REFRESH_BEFORE / 2),
+            "test",
+        );
+        assert!(!fresh(&soon, SystemTime::now()));
+    }
+
+    #[test]
+    fn no_credentials_names_every_source_and_the_profile() {
+        let error = AwsError::NoCredentials {
+            profile: "research".into(),
+            reason: "the profile was not found".into(),
+        }
+        .to_string();
+        for source in [
+            "AWS_ACCESS_KEY_ID",
+            "profile research",
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "SSO",
+            "web identity",
+            "ECS container endpoint",
+            "EC2 instance metadata",
+            "the profile was not found",
+        ] {
+            assert!(error.contains(source), "{source} in {error}");
+        }
+    }
+}

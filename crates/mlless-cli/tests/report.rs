@@ -1,0 +1,74 @@
+//! `mlless report` on several real runs: one page overlaying them, the table of the runs as
+//! CSV, a run given by its directory as well as by its record file.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn report_overlays_runs_given_by_record_or_directory() {
+    let dir = tempdir();
+    let spec = mlless_data::SparseLrSpec::new(8_000, 2_000, 10, 5);
+    let data = sparse_lr_prepared(dir.path(), &spec, &[]);
+    let data = s(&data);
+    let common = [
+        "--data",
+        data.as_str(),
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+        "--max-epochs",
+        "1",
+    ];
+    let bsp = train(dir.path(), "bsp", &common);
+    let mut isp_args = common.to_vec();
+    isp_args.extend(["--sync", "isp"]);
+    let isp = train(dir.path(), "isp", &isp_args);
+
+    // The ISP run by its run directory (`{runs}/{job}`, holding record.json).
+    let out = dir.path().join("compared");
+    let isp_dir = isp.spec.run_url.as_str().trim_start_matches("file://");
+    let printed = ok(&[
+        "report",
+        &s(&dir.path().join("bsp.json")),
+        isp_dir,
+        "--out",
+        &s(&out),
+    ]);
+    let stdout = String::from_utf8_lossy(&printed.stdout);
+    assert!(stdout.contains(&bsp.spec.job_id) && stdout.contains(&isp.spec.job_id));
+
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(html.contains("mlless: 2 runs compared"));
+    for job in [&bsp.spec.job_id, &isp.spec.job_id] {
+        assert!(html.contains(job.as_str()), "{job}");
+    }
+    // Labelled by what differs: the sync mode, the only difference.
+    let start = html
+        .find("<table class=\"runs\">")
+        .expect("the runs' table");
+    let table = &html[start..start + html[start..].find("</table>").expect("its end")];
+    assert!(table.contains("<th>sync</th>"));
+    assert!(
+        !table.contains("<th>workers</th>"),
+        "equal options are not shown: {table}"
+    );
+    let csv = std::fs::read_to_string(out.join("runs.csv")).expect("runs.csv");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "{csv}");
+    assert!(lines[0].starts_with("run,sync,"), "{}", lines[0]);
+    assert!(lines[1].starts_with("bsp,bsp,"), "{}", lines[1]);
+    assert!(lines[2].starts_with("isp (V = "), "{}", lines[2]);
+    for figure in [
+        "loss.svg",
+        "cost.svg",
+        "timeline.svg",
+        "step-time.svg",
+        "bytes.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join(figure)).expect("figure written");
+        roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{figure}: {e}"));
+        assert!(html.contains(svg.trim()), "the page inlines {figure}");
+    }
+}
