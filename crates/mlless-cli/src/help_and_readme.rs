@@ -170,9 +170,8 @@ fn every_help_option_is_in_its_commands_readme_section() {
         let missing: Vec<_> = help_options(&command_at(&path))
             .into_iter()
             .filter(|name| {
-                !globals.contains(name)
-                    && !section.mentioned.contains(name)
-                    && !(section.takes_train_options && train_mentioned.contains(name))
+                let inherited = section.takes_train_options && train_mentioned.contains(name);
+                !globals.contains(name) && !section.mentioned.contains(name) && !inherited
             })
             .collect();
         if !missing.is_empty() {
