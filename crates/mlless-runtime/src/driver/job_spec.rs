@@ -32,9 +32,9 @@ pub(super) fn job_spec(
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
     let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
     let job_id = format!(
-        "job-{}-{:04x}",
+        "job-{}-{:08x}",
         unix_ms(SystemTime::now()) / 1000,
-        rand::random::<u16>()
+        rand::random::<u32>()
     );
     let training = &options.training;
     Ok(JobSpec {
