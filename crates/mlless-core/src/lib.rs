@@ -46,6 +46,7 @@
 //! ```
 
 pub mod batch;
+pub mod curve;
 pub mod filter;
 pub mod fit;
 pub mod metrics;

@@ -555,19 +555,9 @@ pub(crate) fn padded_range(values: impl Iterator<Item = f64>, from_zero: bool) -
     lo..hi + pad
 }
 
-/// Every k-th point and the last, so that at most about [`MAX_POINTS`] remain.
+/// At most about [`MAX_POINTS`] of `points` ([`mlless_core::curve::thin`]).
 fn thin(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
-    if points.len() <= MAX_POINTS {
-        return points;
-    }
-    let k = points.len().div_ceil(MAX_POINTS);
-    let last = points.len() - 1;
-    points
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| i % k == 0 || *i == last)
-        .map(|(_, p)| p)
-        .collect()
+    mlless_core::curve::thin(points, MAX_POINTS)
 }
 
 /// `values` smoothed by an exponentially weighted moving average over a span of a twentieth of

@@ -929,7 +929,7 @@ pub async fn tune(
         stop_reason,
         trials,
         best: None,
-        cost_curve: thin(std::mem::take(&mut s.cost_curve)),
+        cost_curve: mlless_core::curve::thin(std::mem::take(&mut s.cost_curve), MAX_CURVE_POINTS),
     };
     record.best = record
         .leaderboard()
@@ -943,19 +943,4 @@ pub async fn tune(
         record.stop_reason
     );
     Ok(record)
-}
-
-/// Every k-th point and the last, so that at most about [`MAX_CURVE_POINTS`] remain.
-fn thin(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
-    if points.len() <= MAX_CURVE_POINTS {
-        return points;
-    }
-    let k = points.len().div_ceil(MAX_CURVE_POINTS);
-    let last = points.len() - 1;
-    points
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| i % k == 0 || *i == last)
-        .map(|(_, p)| p)
-        .collect()
 }
