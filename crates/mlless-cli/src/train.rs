@@ -222,7 +222,7 @@ pub struct TrainArgs {
     #[arg(long, default_value = "auto", value_name = "WHEN")]
     pub eval_every: mlless_job::EvalEvery,
     /// Stop once the validation metric has not improved for this many evaluations; the model
-    /// kept is the best one evaluated (0: never stop on it) [default: 5 when the data set has
+    /// kept is the best one evaluated (0: never stop on it) [default: 8 when the data set has
     /// a validation set].
     #[arg(long, value_name = "PATIENCE")]
     pub early_stop: Option<u32>,

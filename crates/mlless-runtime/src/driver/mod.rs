@@ -94,8 +94,11 @@ pub struct ValidationOptions {
 }
 
 /// Early stopping's patience when a data set has a validation set and `--early-stop` is not
-/// given: evaluations without improvement before training stops.
-pub const DEFAULT_PATIENCE: u32 = 5;
+/// given: evaluations without improvement before training stops. A validation curve of a few
+/// thousand samples is noisy near its best: on web-like sparse LR (3% positive, 4,000
+/// validation rows) at 5 the best of 1, 2, 4 and 8 workers came at epochs 7 to 10 and their
+/// test log losses spread 1.0%; at 8 they spread 0.4%, for 2 to 9 epochs more.
+pub const DEFAULT_PATIENCE: u32 = 8;
 
 /// What the driver shows while a job runs.
 #[derive(Debug, Clone, PartialEq)]

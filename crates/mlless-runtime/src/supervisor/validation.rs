@@ -107,6 +107,11 @@ pub(super) struct Validation {
     points: Vec<EvalPoint>,
     /// The parameters of the best evaluation (`None` before the first).
     best_params: Option<Vec<f32>>,
+    /// Whether early stopping or the targets have stopped the run: the evaluations after
+    /// that are recorded but cannot become the best, because the step at which the workers
+    /// notice the stop depends on timing, and the model a run keeps must not.
+    #[serde(default)]
+    decided: bool,
     targets: Vec<TargetRecord>,
     /// The `(step, worker)` of the [`EVAL`] messages read and not deleted yet: a supervisor
     /// resumed from an earlier checkpoint reads them again.
@@ -122,6 +127,7 @@ impl Validation {
             patience: config.early_stop,
             points: Vec::new(),
             best_params: None,
+            decided: false,
             read: Vec::new(),
             targets: config
                 .targets
@@ -135,7 +141,12 @@ impl Validation {
     }
 
     /// Takes one evaluation of the model `params`; returns why to stop, if it is time to.
+    /// After it has said so once, an evaluation is only recorded.
     pub(super) fn observe(&mut self, point: EvalPoint, params: Vec<f32>) -> Option<String> {
+        if self.decided {
+            self.points.push(point);
+            return None;
+        }
         let index = self.points.len();
         let verdict = self.stopping.observe(index, &point.metrics);
         if verdict.best {
@@ -150,12 +161,14 @@ impl Validation {
         self.points.push(point);
         if !self.targets.is_empty() && self.targets.iter().all(|t| t.reached.is_some()) {
             let targets: Vec<String> = self.targets.iter().map(|t| t.target.to_string()).collect();
+            self.decided = true;
             return Some(format!(
                 "validation reached --target-metric {} (step {step})",
                 targets.join(" ")
             ));
         }
         if verdict.stop {
+            self.decided = true;
             let (best, value) = self.stopping.best()?;
             let best_step = self.points.get(best).map_or(0, |p| p.step);
             return Some(format!(
@@ -200,5 +213,52 @@ impl Validation {
             targets: self.targets,
         };
         (self.best_params, record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(step: u64, logloss: f64) -> EvalPoint {
+        EvalPoint {
+            step,
+            epoch: step as f64,
+            time_s: step as f64,
+            cost_usd: None,
+            metrics: [("logloss".to_string(), logloss)].into(),
+            last: false,
+        }
+    }
+
+    /// After early stopping has decided, a better evaluation (of a step the workers reached
+    /// only because they noticed the stop late) is recorded but does not become the model.
+    #[test]
+    fn the_best_is_fixed_once_early_stopping_has_decided() {
+        let config = ValidationConfig {
+            every: Default::default(),
+            early_stop: Some(2),
+            targets: Vec::new(),
+        };
+        let model = mlless_core::ModelSpec::LogisticRegression {
+            features: 1,
+            l2: 0.0,
+            init_bias: 0.0,
+        };
+        let mut validation = Validation::new(&config, &model).expect("a valid config");
+        assert_eq!(validation.observe(point(1, 0.5), vec![1.0, 1.0]), None);
+        assert_eq!(validation.observe(point(2, 0.6), vec![2.0, 2.0]), None);
+        let reason = validation.observe(point(3, 0.7), vec![3.0, 3.0]);
+        assert!(
+            reason
+                .as_deref()
+                .is_some_and(|r| r.contains("after step 1")),
+            "{reason:?}"
+        );
+        assert_eq!(validation.observe(point(4, 0.1), vec![4.0, 4.0]), None);
+        let (best, record) = validation.into_best();
+        assert_eq!(best, Some(vec![1.0, 1.0]));
+        assert_eq!(record.best, Some(0));
+        assert_eq!(record.points.len(), 4);
     }
 }
