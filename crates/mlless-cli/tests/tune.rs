@@ -280,4 +280,28 @@ fn a_data_set_without_a_validation_set_is_refused() {
         "1",
     ]);
     assert!(err.contains("--param optimizer"), "{err}");
+    // A learning rate that is not a positive finite number is refused before any function
+    // starts: by train, and by a search for the trial that has it.
+    for lr in ["--lr=0", "--lr=-1", "--lr=NaN", "--lr=inf"] {
+        let err = common::fails(&["train", "--data", &data, "--model", "lr", lr]);
+        assert!(
+            err.contains("--lr must be a positive finite number"),
+            "{lr}: {err}"
+        );
+    }
+    let err = common::fails(&[
+        "tune",
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--param",
+        "lr=NaN,0.1",
+        "--budget-usd",
+        "1",
+    ]);
+    assert!(
+        err.contains("trial lr=NaN: --lr must be a positive finite number"),
+        "{err}"
+    );
 }

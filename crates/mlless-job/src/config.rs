@@ -146,6 +146,9 @@ pub enum ConfigError {
     /// The wall-time limit is not a positive number of seconds.
     #[error("--max-time must be a positive number of seconds")]
     MaxTime,
+    /// The learning rate is not a positive finite number.
+    #[error("--lr must be a positive finite number, not {0}")]
+    LearningRate(f32),
     /// k-means asked for something its Lloyd steps do not do.
     #[error(
         "k-means trains by synchronous Lloyd steps: it takes --sync bsp, --algorithm ga, \

@@ -700,6 +700,9 @@ async fn check(options: &TuneOptions) -> Result<()> {
     let mut checked: Vec<&str> = Vec::new();
     for trial in &options.trials {
         let Ok(train) = &trial.options else { continue };
+        train
+            .validate()
+            .map_err(|e| RuntimeError::InvalidJob(format!("trial {}: {e}", trial.params)))?;
         if options.unit == RungUnit::Seconds && train.training.stop.max_time_s.is_none() {
             return invalid("rungs in seconds need the most a trial trains (--trial-time)".into());
         }

@@ -67,6 +67,11 @@ impl TrainOptions {
     /// Checks the options on their own and against each other ([`TrainingConfig::validate`]);
     /// what depends on the data set is checked once it is open.
     pub fn validate(&self) -> std::result::Result<(), ConfigError> {
+        if let Some(lr) = self.hyper.lr
+            && !(lr > 0.0 && lr.is_finite())
+        {
+            return Err(ConfigError::LearningRate(lr));
+        }
         self.training.validate(self.model)
     }
 
