@@ -59,6 +59,25 @@ fn prepare_args(input: &Path, data: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// `command train` of LR with 2 workers on `data` (on S3), its runs there too, and `extra`.
+fn train_on_s3(command: Command, data: &str, extra: &[&str]) -> Output {
+    let runs = format!("{data}/runs");
+    let mut args = vec![
+        "train",
+        "--data",
+        data,
+        "--runs",
+        &runs,
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+        "--quiet",
+    ];
+    args.extend(extra);
+    output(command, &args)
+}
+
 fn write_input(dir: &Path) -> std::path::PathBuf {
     let input = dir.join("lr.libsvm");
     let file = std::io::BufWriter::new(std::fs::File::create(&input).expect("create"));
@@ -106,23 +125,10 @@ fn a_named_profile_of_the_shared_files_reaches_s3() {
     let prepared = output(without_aws_env(&files("research")), &args);
     assert!(succeeded(&prepared), "prepare with profile research");
     // The run's functions find the same profile (the local invoker passes the environment on).
-    let runs = format!("{data}/runs");
-    let trained = output(
+    let trained = train_on_s3(
         without_aws_env(&files("research")),
-        &[
-            "train",
-            "--data",
-            &data,
-            "--runs",
-            &runs,
-            "--model",
-            "lr",
-            "--workers",
-            "2",
-            "--max-epochs",
-            "1",
-            "--quiet",
-        ],
+        &data,
+        &["--max-epochs", "1"],
     );
     assert!(succeeded(&trained), "train with profile research");
 
@@ -241,26 +247,16 @@ fn container_credentials_reach_s3_and_are_refreshed_before_they_expire() {
 
     // Four processes (driver, supervisor, two workers) on S3 for 4 s: without a refresh each
     // would fetch once.
-    let runs = format!("{data}/runs");
-    let trained = output(
+    let trained = train_on_s3(
         without_aws_env(&chain),
+        &data,
         &[
-            "train",
-            "--data",
-            &data,
-            "--runs",
-            &runs,
-            "--model",
-            "lr",
-            "--workers",
-            "2",
             "--max-epochs",
             "1000",
             "--early-stop",
             "0",
             "--max-time",
             "4",
-            "--quiet",
         ],
     );
     assert!(succeeded(&trained), "train");
