@@ -614,7 +614,8 @@ fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T 
 
 /// The object-store conformance suite, run below `store.child("conformance")` (left empty):
 /// put/get/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects, invalid keys,
-/// child handles, atomic visibility under concurrent overwrite, and `check_writable`.
+/// child handles, atomic visibility under concurrent overwrite, create-if-absent
+/// (`put_if_absent`, also raced by concurrent writers), and `check_writable`.
 pub async fn store_conformance(store: &Store) {
     let s = store.child("conformance");
     store_must(&s, "delete_prefix", s.delete_prefix("").await);
@@ -708,6 +709,7 @@ pub async fn store_conformance(store: &Store) {
     }
 
     atomic_visibility(&s).await;
+    put_if_absent(&s).await;
 
     store_must(&s, "check_writable", s.check_writable().await);
     store_must(&s, "delete_prefix", s.delete_prefix("").await);
@@ -767,4 +769,88 @@ async fn atomic_visibility(s: &Store) {
     let last = store_must(s, "get", s.get("atomic").await);
     assert!(last == version(VERSIONS), "{}: last write lost", s.url());
     store_must(s, "delete", s.delete("atomic").await);
+}
+
+/// `put_if_absent` writes only where there is nothing: a second write of the key is
+/// `AlreadyExists` naming it and changes nothing; after a delete the key can be created again;
+/// of writers racing for one key exactly one wins, and the object is the winner's.
+async fn put_if_absent(s: &Store) {
+    store_must(
+        s,
+        "put_if_absent",
+        s.put_if_absent("once/spec", Bytes::from_static(b"first"))
+            .await,
+    );
+    match s
+        .put_if_absent("once/spec", Bytes::from_static(b"second"))
+        .await
+    {
+        Err(StoreError::AlreadyExists { location }) => assert!(
+            location.starts_with(s.url()) && location.ends_with("once/spec"),
+            "{}: AlreadyExists names {location}",
+            s.url()
+        ),
+        other => panic!(
+            "{}: put_if_absent of an existing key gave {other:?}",
+            s.url()
+        ),
+    }
+    let got = store_must(s, "get", s.get("once/spec").await);
+    assert_eq!(&got[..], b"first", "{}: put_if_absent replaced", s.url());
+    store_must(s, "delete", s.delete("once/spec").await);
+    store_must(
+        s,
+        "put_if_absent",
+        s.put_if_absent("once/spec", Bytes::from_static(b"again"))
+            .await,
+    );
+    let got = store_must(s, "get", s.get("once/spec").await);
+    assert_eq!(
+        &got[..],
+        b"again",
+        "{}: put_if_absent after delete",
+        s.url()
+    );
+    match s.put_if_absent("bad//key", Bytes::new()).await {
+        Err(StoreError::InvalidKey { .. }) => {}
+        other => panic!(
+            "{}: put_if_absent of an invalid key gave {other:?}",
+            s.url()
+        ),
+    }
+
+    // Racing writers, each with its own value (large enough that the writes overlap).
+    const WRITERS: u8 = 8;
+    let writers: Vec<_> = (1..=WRITERS)
+        .map(|w| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let value = Bytes::from(vec![w; 1 << 20]);
+                (w, s.put_if_absent("once/raced", value).await)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for writer in writers {
+        match writer.await {
+            Ok((w, Ok(()))) => winners.push(w),
+            Ok((_, Err(StoreError::AlreadyExists { .. }))) => {}
+            Ok((w, Err(e))) => panic!("{}: racing put_if_absent {w} failed: {e}", s.url()),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("{}: writer task failed: {e}", s.url()),
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "{}: racing put_if_absent: writers {winners:?} all succeeded",
+        s.url()
+    );
+    let got = store_must(s, "get", s.get("once/raced").await);
+    assert!(
+        got.len() == 1 << 20 && got.iter().all(|&b| b == winners[0]),
+        "{}: the object is not the winner's",
+        s.url()
+    );
+    store_must(s, "delete_prefix", s.delete_prefix("once").await);
 }

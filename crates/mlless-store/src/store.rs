@@ -20,7 +20,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tracing::{debug, trace};
 
 pub use crate::parse::StoreKind;
@@ -70,6 +70,12 @@ pub enum StoreError {
         /// Store URL + key.
         location: String,
     },
+    /// [`Store::put_if_absent`] found an object at the key already (and left it as it was).
+    #[error("object exists already: {location}")]
+    AlreadyExists {
+        /// Store URL + key.
+        location: String,
+    },
     /// The store refused a probe write ([`Store::check_writable`]).
     #[error("object store {location} is not writable: {source}")]
     NotWritable {
@@ -103,6 +109,7 @@ impl StoreError {
             | StoreError::NotBuilt { .. }
             | StoreError::InvalidKey { .. }
             | StoreError::NotFound { .. }
+            | StoreError::AlreadyExists { .. }
             | StoreError::NotWritable { .. } => false,
         }
     }
@@ -327,6 +334,47 @@ impl Store {
                 // The local backend removes directories that deletes leave empty; a put that
                 // creates its parent directory while a concurrent delete removes it fails.
                 // Rare and harmless: try again.
+                Err(e)
+                    if self.kind == StoreKind::Local
+                        && attempt < LOCAL_PUT_ATTEMPTS
+                        && raced_directory_removal(&e) =>
+                {
+                    debug!(location = %self.location(key), attempt, error = %e, "put raced a directory removal, retrying");
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.backend(key, e)),
+            }
+        }
+    }
+
+    /// Writes an object only if there is none at `key` (`object_store`'s [`PutMode::Create`]):
+    /// of two writers of one key, exactly one succeeds and the other gets
+    /// [`StoreError::AlreadyExists`], whatever the timing; the object is never replaced.
+    ///
+    /// Visibility is atomic as for [`Store::put`]. The local backend writes a staging file and
+    /// links it to the target, which fails if the target exists; the in-memory backend checks
+    /// and inserts under its lock; S3 sends the PUT with `If-None-Match: *` (S3 answers 412
+    /// when the object exists; an S3-compatible server without conditional writes makes this
+    /// a [`StoreError::Backend`] error, never a silent overwrite).
+    pub async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
+        let path = self.path(key)?;
+        trace!(location = %self.location(key), len = bytes.len(), "put if absent");
+        let payload = PutPayload::from(bytes);
+        let options = PutOptions::from(PutMode::Create);
+        let mut attempt = 1;
+        loop {
+            match self
+                .inner
+                .put_opts(&path, payload.clone(), options.clone())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    return Err(StoreError::AlreadyExists {
+                        location: self.location(key),
+                    });
+                }
+                // As for `put`; an existing target is `AlreadyExists` above, not an I/O error.
                 Err(e)
                     if self.kind == StoreKind::Local
                         && attempt < LOCAL_PUT_ATTEMPTS
