@@ -306,6 +306,11 @@ pub struct TrainArgs {
     /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T.
     #[arg(long, hide_short_help = true)]
     pub fault: Vec<mlless_job::Fault>,
+    /// Test aid, for tests only: the job id instead of a new one (letters, digits, `-`, `_`,
+    /// `.`), so that a test can make two runs of the same id; a run of that id that exists
+    /// already is refused before any function starts.
+    #[arg(long, hide = true, value_name = "ID")]
+    pub job_id: Option<String>,
     /// Where the functions run: `local` processes of this binary, or `lambda:FUNCTION_NAME`, a
     /// deployed AWS Lambda function invoked through the Lambda API (credentials, region and
     /// endpoint from the standard AWS environment; see the README's "Running on AWS Lambda").
@@ -457,6 +462,7 @@ impl TrainArgs {
                 targets: self.target_metric.clone(),
             },
             training: self.training(),
+            job_id: self.job_id.clone(),
         })
     }
 

@@ -89,6 +89,18 @@ pub enum RuntimeError {
         /// The learning rate in use.
         lr: f32,
     },
+    /// `mlless train` found a run of its job id already (its `spec.json`): a run is never
+    /// written over, so the new one did not start.
+    #[error(
+        "job {job_id} exists already at {run_url} (it has a spec.json): a run is never written \
+         over, so this one did not start; use another job id, or another --runs"
+    )]
+    JobExists {
+        /// The job id.
+        job_id: String,
+        /// Where its run is.
+        run_url: String,
+    },
     /// The job's options are inconsistent with each other or with the data set.
     #[error("{0}")]
     InvalidJob(String),

@@ -20,6 +20,7 @@ mod exchange;
 pub mod export;
 pub mod fleet;
 pub mod function;
+pub mod job_id;
 pub mod messages;
 pub mod predict;
 pub mod prepare;

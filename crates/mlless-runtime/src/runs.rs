@@ -141,7 +141,7 @@ pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
             record,
         });
     }
-    // Job ids begin with their start in Unix seconds.
+    // Job ids begin with their start (`crate::job_id`): the newest first.
     runs.sort_by(|a, b| {
         started(b)
             .cmp(&started(a))
@@ -189,14 +189,10 @@ pub async fn clean_run(run_url: &str) -> Result<Cleaned> {
     })
 }
 
-/// The start of a run in Unix seconds, from its job id (`job-{seconds}-{hex}`).
+/// The start of a run in Unix milliseconds, from its job id ([`crate::job_id::started_unix_ms`];
+/// 0 for an id that does not say, one given with `--job-id`).
 fn started(run: &RunSummary) -> u64 {
-    run.spec
-        .job_id
-        .split('-')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    crate::job_id::started_unix_ms(&run.spec.job_id).unwrap_or(0)
 }
 
 fn json<T: serde::de::DeserializeOwned>(store: &Store, key: &str, bytes: &Bytes) -> Result<T> {

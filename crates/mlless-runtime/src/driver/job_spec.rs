@@ -1,9 +1,6 @@
 //! The job spec the driver derives from the options and the data set.
 
-use std::time::SystemTime;
-
 use mlless_core::{ModelSpec, OptimizerConfig, TunerConfig};
-use mlless_faas::clock::unix_ms;
 
 use super::models::{DEFAULT_TOLERANCE, Defaults, model_spec};
 use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
@@ -31,11 +28,14 @@ pub(super) fn job_spec(
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
     let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
-    let job_id = format!(
-        "job-{}-{:08x}",
-        unix_ms(SystemTime::now()) / 1000,
-        rand::random::<u32>()
-    );
+    let job_id = match &options.job_id {
+        Some(given) => {
+            crate::job_id::check(given)
+                .map_err(|e| RuntimeError::InvalidJob(format!("--job-id {given:?}: {e}")))?;
+            given.clone()
+        }
+        None => crate::job_id::new(),
+    };
     let training = &options.training;
     Ok(JobSpec {
         run_url: options.run_url(&job_id).into(),

@@ -20,7 +20,7 @@ use mlless_core::OptimizerKind;
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::Invoker;
-use mlless_store::{Store, open_channel_with};
+use mlless_store::{Store, StoreError, open_channel_with};
 use tracing::{info, warn};
 
 use mlless_faas::clock::unix_ms;
@@ -61,6 +61,10 @@ pub struct TrainOptions {
     pub validation: ValidationOptions,
     /// The options the job spec carries as they are.
     pub training: TrainingConfig,
+    /// Test aid (`mlless train --job-id`, hidden): the job id to use instead of a new one
+    /// ([`crate::job_id::new`]). A run of that id that exists already is refused
+    /// ([`RuntimeError::JobExists`]).
+    pub job_id: Option<String>,
 }
 
 impl TrainOptions {
@@ -178,7 +182,22 @@ pub async fn train(
         location: format!("{}/{SPEC_KEY}", run_store.url()),
         source,
     })?;
-    run_store.put(SPEC_KEY, Bytes::from(spec_json)).await?;
+    // Create-if-absent: a run is never written over, so two runs that were given (or, however
+    // unlikely, drew) the same job id cannot both start; the second stops here, before any of
+    // its functions or its channel exists.
+    match run_store
+        .put_if_absent(SPEC_KEY, Bytes::from(spec_json))
+        .await
+    {
+        Ok(()) => {}
+        Err(StoreError::AlreadyExists { .. }) => {
+            return Err(RuntimeError::JobExists {
+                job_id: spec.job_id.clone(),
+                run_url: run_store.url().to_owned(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
     let starts = vec![Start::default(); spec.training.workers as usize + 1];
     run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
 }
