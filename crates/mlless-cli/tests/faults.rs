@@ -398,3 +398,92 @@ fn a_redis_outage_is_ridden_out_within_the_grace_and_resumed_after_it() {
     ]);
     assert!(stored_params(&read_record(&resumed)) == clean);
 }
+
+/// The one run below `runs`.
+fn only_run(runs: &Path) -> PathBuf {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(runs)
+        .expect("runs")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries.remove(0)
+}
+
+/// `role`'s checkpoint of `step` in the local run `run`.
+fn checkpoint_file(run: &Path, role: &str, step: u64) -> PathBuf {
+    run.join(format!("checkpoints/{role}/step-{step:012}.bin"))
+}
+
+/// Checkpoints carry their job id (issue #20): two runs fail alike (worker 1 over its memory
+/// cap at step 33, so every role keeps its checkpoints of steps 20 and 30). Another job's
+/// checkpoint of step 30 copied into the first run is refused by `--resume` with an error
+/// naming it and both jobs, before any function starts. With the run's own checkpoint of
+/// worker 2 truncated instead, `--resume` passes over step 30, resumes every role from step
+/// 20, and ends with the model of a run without the fault, bit for bit.
+#[test]
+fn resume_refuses_another_jobs_checkpoint_and_falls_back_past_a_damaged_one() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let d = s(&data);
+    let clean = stored_params(&train(dir.path(), "clean", &args(&d, &[])));
+    let failed_run = |name: &str| -> PathBuf {
+        let runs = dir.path().join(name);
+        let r = s(&runs);
+        let mut failing = vec!["train"];
+        failing.extend(args(
+            &d,
+            &["--memory-mb", "256", "--fault", "oom:1@33", "--runs", &r],
+        ));
+        let err = fails(&failing);
+        assert!(err.contains("exceeded its memory limit"), "{err}");
+        only_run(&runs)
+    };
+    let run = failed_run("runs-a");
+    let other = failed_run("runs-b");
+    let job_of = |run: &Path| run.file_name().expect("job").to_string_lossy().into_owned();
+    let (job, other_job) = (job_of(&run), job_of(&other));
+    assert_ne!(job, other_job);
+    let newest = checkpoint_file(&run, "worker-2", 30);
+    assert!(checkpoint_file(&run, "worker-2", 20).is_file());
+    let own = std::fs::read(&newest).expect("worker 2's checkpoint of step 30");
+
+    // Another job's checkpoint (the same data, options and step: only its job differs).
+    std::fs::copy(checkpoint_file(&other, "worker-2", 30), &newest).expect("copy");
+    let resume = [
+        "train",
+        "--resume",
+        &s(&run),
+        "--memory-mb",
+        "512",
+        "--quiet",
+    ];
+    let err = fails(&resume);
+    assert!(
+        err.contains("worker-2/step-000000000030.bin")
+            && err.contains(&format!(
+                "is the checkpoint of job {other_job}, worker-2 at step 30, not of job {job}, \
+                 worker-2 at step 30"
+            )),
+        "{err}"
+    );
+    assert!(
+        !run.join("record.json").exists() && run.join("failure.json").exists(),
+        "the refused resume started nothing"
+    );
+
+    // The run's own checkpoint of step 30, half-written.
+    std::fs::write(&newest, &own[..own.len() / 2]).expect("truncate");
+    let record_path = dir.path().join("resumed.json");
+    let mut resumed_args = resume.to_vec();
+    let record_arg = s(&record_path);
+    resumed_args.extend(["--record", &record_arg]);
+    ok(&resumed_args);
+    let resumed = read_record(&record_path);
+    let [resumption] = resumed.spec.resumptions.as_slice() else {
+        panic!("one resumption: {:?}", resumed.spec.resumptions)
+    };
+    assert_eq!(resumption.from_step, 20, "step 30 was passed over");
+    assert_eq!(resumed.steps.len(), 54);
+    assert_every_update_applied_once(&resumed);
+    assert!(stored_params(&resumed) == clean);
+}

@@ -120,6 +120,33 @@ pub fn encode_framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
 /// bytes, declared payload length against the bytes present, checksum; then decodes the payload, which must be
 /// consumed exactly.
 pub fn decode_framed<T: DeserializeOwned>(magic: [u8; 4], bytes: &[u8]) -> Result<T, CodecError> {
+    let payload = check_frame(magic, bytes)?;
+    let (value, rest) =
+        postcard::take_from_bytes(payload).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(CodecError::Malformed(format!(
+            "{} bytes left over after the value",
+            rest.len()
+        )));
+    }
+    Ok(value)
+}
+
+/// Checks a whole frame as [`decode_framed`] does (header, length, checksum), then decodes
+/// only the value that opens its payload and ignores what follows: the header of an object
+/// whose rest only its owner decodes (a checkpoint's stamp before the role's state).
+pub fn decode_framed_prefix<T: DeserializeOwned>(
+    magic: [u8; 4],
+    bytes: &[u8],
+) -> Result<T, CodecError> {
+    let payload = check_frame(magic, bytes)?;
+    let (value, _rest) =
+        postcard::take_from_bytes(payload).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    Ok(value)
+}
+
+/// The payload of a frame, once its header, declared length and checksum are checked.
+fn check_frame(magic: [u8; 4], bytes: &[u8]) -> Result<&[u8], CodecError> {
     if bytes.len() < HEADER_LEN {
         return Err(CodecError::Truncated {
             expected: HEADER_LEN as u64,
@@ -161,15 +188,7 @@ pub fn decode_framed<T: DeserializeOwned>(magic: [u8; 4], bytes: &[u8]) -> Resul
             actual: actual_crc,
         });
     }
-    let (value, rest) =
-        postcard::take_from_bytes(payload).map_err(|e| CodecError::Malformed(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(CodecError::Malformed(format!(
-            "{} bytes left over after the value",
-            rest.len()
-        )));
-    }
-    Ok(value)
+    Ok(payload)
 }
 
 /// Encodes a minibatch (magic [`BATCH_MAGIC`]).

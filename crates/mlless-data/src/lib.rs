@@ -51,7 +51,8 @@ pub mod prepare;
 
 pub use codec::{
     BATCH_MAGIC, CodecError, FORMAT_VERSION, HEADER_LEN, check_batch, check_batch_fits,
-    decode_batch, decode_batch_checked, decode_framed, encode_batch, encode_framed,
+    decode_batch, decode_batch_checked, decode_framed, decode_framed_prefix, encode_batch,
+    encode_framed,
 };
 pub use counts::{COUNTS_KEY, COUNTS_MAGIC, CountsInfo, decode_counts, encode_counts};
 pub use generate::{

@@ -89,6 +89,21 @@ pub enum RuntimeError {
         /// The learning rate in use.
         lr: f32,
     },
+    /// A checkpoint is whole but is not of the job, role or step that reads it: it was copied
+    /// from another run (or renamed), and is never resumed from.
+    #[error(
+        "{location} is the checkpoint of {found}, not of {expected}: it was copied from another \
+         run or renamed, and is not resumed from; put back this run's own checkpoint, or delete \
+         this one"
+    )]
+    ForeignCheckpoint {
+        /// The checkpoint.
+        location: String,
+        /// What the reader expected: the job, role and step.
+        expected: String,
+        /// What the checkpoint's stamp says.
+        found: String,
+    },
     /// `mlless train` found a run of its job id already (its `spec.json`): a run is never
     /// written over, so the new one did not start.
     #[error(

@@ -212,10 +212,14 @@ impl<'a> Invocations<'a> {
         self.run_store
             .delete(&checkpoint::handoff_key(name, previous.generation + 1))
             .await?;
-        let resume_step = checkpoint::steps(self.run_store, name)
-            .await?
-            .last()
-            .copied();
+        // Its newest intact checkpoint (a damaged one is passed over).
+        let resume_step = checkpoint::newest_intact_step(
+            self.run_store,
+            &self.spec.job_id,
+            std::slice::from_ref(name),
+            &mut Vec::new(),
+        )
+        .await?;
         info!(
             role = %name,
             recovery = previous.recovery + 1,

@@ -317,21 +317,32 @@ pub async fn resume(
             )));
         }
     }
-    // The last step every role has a checkpoint of.
-    let mut common: Option<Vec<u64>> = None;
-    for role in mlless_job::roles(spec.training.workers) {
-        let steps = checkpoint::steps(&run_store, &role).await?;
-        common = Some(match common {
-            None => steps,
-            Some(c) => c.into_iter().filter(|s| steps.contains(s)).collect(),
-        });
+    // The newest step of which every role has an intact checkpoint of this job: a damaged
+    // (half-written, truncated) one is passed over for an older step, one of another job is
+    // refused.
+    let roles = mlless_job::roles(spec.training.workers);
+    let mut damaged = Vec::new();
+    let step = checkpoint::newest_intact_step(&run_store, &spec.job_id, &roles, &mut damaged)
+        .await?
+        .ok_or_else(|| {
+            let damaged = if damaged.is_empty() {
+                String::new()
+            } else {
+                format!(" (damaged: {})", damaged.join("; "))
+            };
+            RuntimeError::InvalidJob(format!(
+                "the run at {run_url} has no checkpoint that its supervisor and all its workers \
+                 share intact: it was trained without --checkpoint-every, or failed before the \
+                 first{damaged}"
+            ))
+        })?;
+    if !damaged.is_empty() {
+        warn!(
+            step,
+            damaged = ?damaged,
+            "newer checkpoints are damaged: resuming from an older step"
+        );
     }
-    let step = common.and_then(|c| c.last().copied()).ok_or_else(|| {
-        RuntimeError::InvalidJob(format!(
-            "the run at {run_url} has no checkpoint that its supervisor and all its workers \
-                 share: it was trained without --checkpoint-every, or failed before the first"
-        ))
-    })?;
     info!(step, "resuming from the checkpoints of step {step}");
     run_store.delete(crate::runs::FAILURE_KEY).await?;
     let changed = changes.apply(&mut spec.training);

@@ -71,7 +71,7 @@ struct SupervisorState {
 }
 
 impl Message for SupervisorState {
-    const MAGIC: [u8; 4] = *b"MLLV";
+    const MAGIC: [u8; 4] = checkpoint::SUPERVISOR_MAGIC;
 }
 
 /// A worker that still sends nothing after this many replacements fails the run.
@@ -107,7 +107,8 @@ impl SupervisorState {
 
     /// Reads the checkpoint of `step`, checked.
     async fn load(ctx: &JobContext, step: u64) -> Result<Self> {
-        let state: Self = checkpoint::load(&ctx.run_store, SUPERVISOR_ROLE, step).await?;
+        let state: Self =
+            checkpoint::load(&ctx.run_store, &ctx.spec.job_id, SUPERVISOR_ROLE, step).await?;
         state.check().map_err(|what| {
             RuntimeError::FunctionFailed(format!(
                 "the supervisor checkpoint of step {step} does not fit: {what}"
@@ -124,7 +125,9 @@ pub mod fuzzing {
 
     /// Decodes a supervisor checkpoint and checks it.
     pub fn decode_supervisor_state(bytes: &[u8]) -> Result<()> {
-        let state = SupervisorState::decode(bytes, || "supervisor checkpoint".to_string())?;
+        let (_stamp, state) = checkpoint::decode_any::<SupervisorState>(bytes, || {
+            "supervisor checkpoint".to_string()
+        })?;
         state
             .check()
             .map_err(|what| RuntimeError::FunctionFailed(format!("supervisor checkpoint: {what}")))
@@ -158,7 +161,8 @@ pub mod fuzzing {
             replacements: BTreeMap::new(),
             validation: None,
         };
-        state.encode().to_vec()
+        let stamp = checkpoint::Stamp::new("job-sample", SUPERVISOR_ROLE, 1);
+        checkpoint::encode(&stamp, &state).to_vec()
     }
 }
 
@@ -330,7 +334,15 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         state.step += 1;
         let every = spec.training.checkpoint_every;
         if every > 0 && state.step.is_multiple_of(every) {
-            checkpoint::save(&ctx.run_store, SUPERVISOR_ROLE, state.step, every, &state).await?;
+            checkpoint::save(
+                &ctx.run_store,
+                &spec.job_id,
+                SUPERVISOR_ROLE,
+                state.step,
+                every,
+                &state,
+            )
+            .await?;
             // A replacement re-sends the statistics it replays; those before the checkpoint
             // before this one no resumed supervisor needs.
             let keep = checkpoint::keep_from(state.step, every);
@@ -347,6 +359,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         if lifetime.nearly_over() {
             checkpoint::hand_off(
                 &ctx.run_store,
+                &spec.job_id,
                 SUPERVISOR_ROLE,
                 generation + 1,
                 state.step,
@@ -590,7 +603,9 @@ mod checkpoint_tests {
 
     fn sample() -> SupervisorState {
         let bytes = fuzzing::sample_supervisor_state();
-        SupervisorState::decode(&bytes, String::new).unwrap()
+        checkpoint::decode_any::<SupervisorState>(&bytes, String::new)
+            .unwrap()
+            .1
     }
 
     #[test]
@@ -601,7 +616,9 @@ mod checkpoint_tests {
             let mut state = sample();
             state.started_unix_ms = start;
             assert!(state.check().is_err(), "{start}");
-            assert!(fuzzing::decode_supervisor_state(&state.encode()).is_err());
+            let stamp = checkpoint::Stamp::new("job-sample", SUPERVISOR_ROLE, 1);
+            let bytes = checkpoint::encode(&stamp, &state);
+            assert!(fuzzing::decode_supervisor_state(&bytes).is_err());
         }
         let mut state = sample();
         state.active = vec![2, 1];

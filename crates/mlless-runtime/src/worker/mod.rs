@@ -87,7 +87,13 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
     let mut worker = Worker::new(ctx, id);
     worker.model = worker.ctx.training_model()?;
     if let Some(step) = start.resume_step {
-        let saved = checkpoint::load(&worker.ctx.run_store, &worker_role(id), step).await?;
+        let saved = checkpoint::load(
+            &worker.ctx.run_store,
+            &worker.ctx.spec.job_id,
+            &worker_role(id),
+            step,
+        )
+        .await?;
         worker.restore(saved)?;
     }
     worker.replaying = start.recovery > 0;
@@ -281,6 +287,7 @@ impl Worker {
         let spec = &self.ctx.spec;
         checkpoint::hand_off(
             &self.ctx.run_store,
+            &spec.job_id,
             &worker_role(self.id),
             generation,
             self.next_step,
@@ -321,6 +328,7 @@ impl Worker {
             self.next_step = step + 1;
             checkpoint::save(
                 &self.ctx.run_store,
+                &self.ctx.spec.job_id,
                 &worker_role(self.id),
                 step + 1,
                 every,

@@ -27,7 +27,7 @@ pub(super) struct WorkerCheckpoint {
 }
 
 impl Message for WorkerCheckpoint {
-    const MAGIC: [u8; 4] = *b"MLLW";
+    const MAGIC: [u8; 4] = crate::checkpoint::WORKER_MAGIC;
 }
 
 impl WorkerCheckpoint {
@@ -68,7 +68,9 @@ pub mod fuzzing {
     /// Decodes a worker checkpoint and checks its parts against its own parameter vector and
     /// as many peers as its fleet starts with.
     pub fn decode_worker_checkpoint(bytes: &[u8]) -> Result<()> {
-        let saved = WorkerCheckpoint::decode(bytes, || "worker checkpoint".to_string())?;
+        let (_stamp, saved) = crate::checkpoint::decode_any::<WorkerCheckpoint>(bytes, || {
+            "worker checkpoint".to_string()
+        })?;
         let peers = saved.fleet.workers(0).len();
         saved.check(peers).map_err(|what| {
             RuntimeError::FunctionFailed(format!("the worker checkpoint does not fit: {what}"))
@@ -106,7 +108,8 @@ pub mod fuzzing {
             }),
             retained_from: 0,
         };
-        saved.encode().to_vec()
+        let stamp = crate::checkpoint::Stamp::new("job-sample", "worker-1", 7);
+        crate::checkpoint::encode(&stamp, &saved).to_vec()
     }
 }
 
@@ -176,7 +179,9 @@ mod tests {
 
     fn sample() -> WorkerCheckpoint {
         let bytes = fuzzing::sample_worker_checkpoint(4);
-        WorkerCheckpoint::decode(&bytes, String::new).unwrap()
+        crate::checkpoint::decode_any::<WorkerCheckpoint>(&bytes, String::new)
+            .unwrap()
+            .1
     }
 
     #[test]
@@ -200,6 +205,8 @@ mod tests {
         // Through the decoder: a hostile but checksummed checkpoint is an error.
         let mut saved = sample();
         saved.stale.as_mut().unwrap().cursor.pop();
-        assert!(fuzzing::decode_worker_checkpoint(&saved.encode()).is_err());
+        let stamp = crate::checkpoint::Stamp::new("job-sample", "worker-1", 7);
+        let bytes = crate::checkpoint::encode(&stamp, &saved);
+        assert!(fuzzing::decode_worker_checkpoint(&bytes).is_err());
     }
 }
