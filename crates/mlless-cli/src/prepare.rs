@@ -121,7 +121,8 @@ impl PrepareArgs {
             map_tasks: self.map_tasks,
             limits: Limits {
                 memory_mb: self.memory_mb,
-                timeout: Duration::from_secs_f64(self.timeout_s.max(0.001)),
+                // Zero (which validation refuses) for a negative, infinite or NaN number.
+                timeout: Duration::try_from_secs_f64(self.timeout_s).unwrap_or(Duration::ZERO),
             },
         }
     }

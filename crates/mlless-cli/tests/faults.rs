@@ -398,3 +398,89 @@ fn a_redis_outage_is_ridden_out_within_the_grace_and_resumed_after_it() {
     ]);
     assert!(stored_params(&read_record(&resumed)) == clean);
 }
+
+/// The spec keeps absolute locations: a run started in one directory with a relative --data and
+/// --runs, which failed for good, is resumed from another current directory and finishes with the
+/// model of a run without the fault (its functions, started there too, find the data set and the
+/// run's checkpoints).
+#[test]
+fn a_run_started_with_relative_paths_resumes_from_another_directory() {
+    let dir = tempdir();
+    let data = lr_data(dir.path());
+    let d = s(&data);
+    let clean = stored_params(&train(dir.path(), "clean", &args(&d, &[])));
+    let relative = data
+        .strip_prefix(dir.path())
+        .expect("the data set is in the directory")
+        .display()
+        .to_string();
+    let mut failing = vec!["train", "--quiet"];
+    failing.extend(args(
+        &relative,
+        &[
+            "--memory-mb",
+            "256",
+            "--fault",
+            "oom:1@23",
+            "--runs",
+            "runs",
+        ],
+    ));
+    let output = mlless()
+        .args(&failing)
+        .current_dir(dir.path())
+        .output()
+        .expect("mlless runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "the fault fails the run: {stderr}"
+    );
+    let runs = dir.path().join("runs");
+    let run = std::fs::read_dir(&runs)
+        .expect("the run is below the relative --runs")
+        .next()
+        .expect("one run")
+        .expect("entry")
+        .path();
+    assert!(
+        stderr.contains(&format!("mlless train --resume {}", s(&run))),
+        "the hint names the run's absolute location: {stderr}"
+    );
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("spec.json")).expect("spec.json"))
+            .expect("the spec parses");
+    assert_eq!(spec["data_url"], serde_json::json!(d), "{spec}");
+    assert_eq!(spec["run_url"], serde_json::json!(s(&run)), "{spec}");
+
+    let elsewhere = tempdir();
+    let record_path = elsewhere.path().join("resumed.json");
+    let output = mlless()
+        .args([
+            "train",
+            "--resume",
+            &s(&run),
+            "--memory-mb",
+            "512",
+            "--quiet",
+            "--record",
+            &s(&record_path),
+        ])
+        .current_dir(elsewhere.path())
+        .output()
+        .expect("mlless runs");
+    assert!(
+        output.status.success(),
+        "resumed from another directory: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let resumed = read_record(&record_path);
+    assert_eq!(resumed.steps.len(), 54);
+    assert!(stored_params(&resumed) == clean);
+    assert!(
+        std::fs::read_dir(elsewhere.path())
+            .expect("the other directory")
+            .all(|e| e.expect("entry").file_name() == "resumed.json"),
+        "nothing but the record written where it was resumed"
+    );
+}

@@ -28,6 +28,7 @@ use tracing::{info, warn};
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::messages::Message;
+use mlless_job::config::{ConfigError, validate_limits};
 
 /// Objects written at once while uploading minibatches.
 const UPLOAD_CONCURRENCY: usize = 16;
@@ -111,30 +112,43 @@ impl Message for RangeObject {
     const MAGIC: [u8; 4] = *b"MLLN";
 }
 
+impl PrepareOptions {
+    /// Checks the options before anything is read or written, each error naming the option of
+    /// `mlless prepare`: the minibatch size, the fractions, the map tasks and their limits
+    /// (checked whether or not `--normalize` runs any, as `train` checks its own).
+    pub fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 {
+            return Err(RuntimeError::InvalidJob(
+                "--batch-size must be at least 1".into(),
+            ));
+        }
+        if let TestSet::Fraction(f) = self.test
+            && !(f > 0.0 && f < 1.0)
+        {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--test-fraction must be between 0 and 1 (exclusive), not {f}"
+            )));
+        }
+        if let Some(ValidationSet::Fraction(f)) = self.validation
+            && !(f > 0.0 && f < 1.0)
+        {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--validation-fraction must be between 0 and 1 (exclusive), not {f}"
+            )));
+        }
+        if self.map_tasks == 0 {
+            return Err(ConfigError::MapTasks.into());
+        }
+        validate_limits(&self.limits)?;
+        Ok(())
+    }
+}
+
 /// Prepares a data set; returns its manifest.
 pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Result<Manifest> {
-    if options.batch_size == 0 {
-        return Err(RuntimeError::InvalidJob(
-            "--batch-size must be at least 1".into(),
-        ));
-    }
-    if let TestSet::Fraction(f) = options.test
-        && !(f > 0.0 && f < 1.0)
-    {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--test-fraction must be between 0 and 1 (exclusive), not {f}"
-        )));
-    }
+    options.validate()?;
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
-
-    if let Some(ValidationSet::Fraction(f)) = options.validation
-        && !(f > 0.0 && f < 1.0)
-    {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--validation-fraction must be between 0 and 1 (exclusive), not {f}"
-        )));
-    }
     let Splits {
         train,
         validation,

@@ -37,12 +37,8 @@ mod stop;
 mod validation;
 
 use scale_in::{ScaleIn, job_progress};
-use stop::Stopper;
+use stop::{Stopper, diverged, divergence_threshold};
 use validation::{Validation, cached_validation_set, evaluate, evaluate_on, read_snapshot};
-
-/// A loss above this is taken for divergence (log loss and squared error of sane models stay far
-/// below it).
-const DIVERGED_LOSS: f64 = 1e6;
 
 /// How often the supervisor refreshes its progress report.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
@@ -290,7 +286,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
                 }
             }
         }
-        if state.diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
+        // The first step's loss: the initial model's (relative divergence, see stop.rs).
+        let first_loss = state.steps.first().map_or(loss, |s| s.loss);
+        if state.diverged.is_none() && diverged(first_loss, loss) {
             state.diverged = Some((step, loss));
             state.stopper.request(&ctx, "the loss diverged").await?;
         } else if let Some(reason) = state.stopper.check(step, loss, now) {
@@ -374,6 +372,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         return Err(RuntimeError::Diverged {
             step,
             loss,
+            threshold: divergence_threshold(steps.first().map_or(f64::NAN, |s| s.loss)),
             lr: spec.lr,
         });
     }
