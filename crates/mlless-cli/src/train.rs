@@ -584,6 +584,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
 /// Counts the interrupts (SIGINT, SIGTERM) this process gets, for ever: the first asks the run
 /// to stop after its step, the second to kill its functions.
 pub(crate) async fn count_interrupts(count: Arc<AtomicU32>) {
+    let first = format!(
+        "\ncancelling: the workers stop after their current step (up to {} s; Ctrl-C again to \
+         kill them now)",
+        mlless_runtime::CANCEL_GRACE.as_secs()
+    );
+    count_interrupts_saying(count, first).await;
+}
+
+/// Counts the interrupts (SIGINT, SIGTERM) this process gets, for ever, and writes `first` to
+/// standard error at the first.
+pub(crate) async fn count_interrupts_saying(count: Arc<AtomicU32>, first: String) {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
@@ -607,11 +618,7 @@ pub(crate) async fn count_interrupts(count: Arc<AtomicU32>) {
         }
         let n = count.fetch_add(1, Ordering::SeqCst) + 1;
         if n == 1 {
-            eprintln!(
-                "\ncancelling: the workers stop after their current step (up to {} s; \
-                 Ctrl-C again to kill them now)",
-                mlless_runtime::CANCEL_GRACE.as_secs()
-            );
+            eprintln!("{first}");
         }
     }
 }
