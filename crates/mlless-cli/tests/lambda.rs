@@ -457,6 +457,7 @@ fn a_cancelled_lambda_run_stops_its_functions_and_resumes_to_the_uninterrupted_m
             Ok(_) => {}
             Err(e) => {
                 let _ = child.kill();
+                let _ = child.wait();
                 panic!("the Lambda run did not reach step 20: {e}");
             }
         }
@@ -479,6 +480,7 @@ fn a_cancelled_lambda_run_stops_its_functions_and_resumes_to_the_uninterrupted_m
     if status.is_none() {
         let _ = child.kill();
     }
+    let _ = child.wait();
     let stderr = reader.join().expect("the reader thread");
     assert_eq!(status.and_then(|s| s.code()), Some(130), "{stderr}");
     // Well inside CANCEL_GRACE (30 s), after which the driver would have killed the functions.
