@@ -20,7 +20,8 @@ use mlless_data::{
     InputFormat, InputLayout, InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed,
     SourceInfo, SplitInfo, batch_key,
 };
-use mlless_faas::{FunctionRequest, Invoker, Limits};
+use mlless_faas::{FunctionRequest, InvocationReport, Invoker, Limits};
+use mlless_job::record::{PREPARE_RECORD_KEY, PrepareRecord};
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -113,6 +114,8 @@ impl Message for RangeObject {
 
 /// Prepares a data set; returns its manifest.
 pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Result<Manifest> {
+    let started = std::time::SystemTime::now();
+    let clock = std::time::Instant::now();
     if options.batch_size == 0 {
         return Err(RuntimeError::InvalidJob(
             "--batch-size must be at least 1".into(),
@@ -161,6 +164,7 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
+    store.delete(PREPARE_RECORD_KEY).await?;
     store.delete(IDS_KEY).await?;
     store.delete(COUNTS_KEY).await?;
     let ids = match &layout.ids {
@@ -182,11 +186,12 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         ("test", test_batches),
         ("validation", validation_batches),
     ];
+    let mut invocations = Vec::new();
     let (infos, normalization) = if options.normalize {
         let DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
         };
-        normalize(options, &store, invoker, features, splits).await?
+        normalize(options, &store, invoker, features, splits, &mut invocations).await?
     } else {
         let mut infos = Vec::with_capacity(splits.len());
         for (split, batches) in splits {
@@ -238,6 +243,16 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         }),
         rating_counts,
     };
+    let record = PrepareRecord {
+        started_at_unix_ms: mlless_faas::clock::unix_ms(started),
+        wall_s: clock.elapsed().as_secs_f64(),
+        invocations,
+    };
+    let record = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{PREPARE_RECORD_KEY}", store.url()),
+        source,
+    })?;
+    store.put(PREPARE_RECORD_KEY, Bytes::from(record)).await?;
     store
         .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
         .await?;
@@ -365,13 +380,15 @@ async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInf
 type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normalization>);
 
 /// Min-max normalisation as map-reduce over function invocations, with the ranges of the
-/// first split (the training set) applied to every split.
+/// first split (the training set) applied to every split; the invocations' reports are added
+/// to `invocations`.
 async fn normalize<const N: usize>(
     options: &PrepareOptions,
     store: &Store,
     invoker: Arc<dyn Invoker>,
     features: u32,
     splits: [(&str, Vec<Batch>); N],
+    invocations: &mut Vec<InvocationReport>,
 ) -> Result<Normalized> {
     let counts: Vec<(&str, usize)> = splits.iter().map(|(n, b)| (*n, b.len())).collect();
     let mut staged_train = Vec::new();
@@ -397,7 +414,7 @@ async fn normalize<const N: usize>(
             out_key: format!("staging/ranges/{task:04}.bin"),
         }));
     }
-    run_tasks(&invoker, "range-map", &map_payloads, options.limits).await?;
+    invocations.extend(run_tasks(&invoker, "range-map", &map_payloads, options.limits).await?);
 
     // Reduce: merge the ranges.
     let mut merged = FeatureRange::new(features);
@@ -438,7 +455,7 @@ async fn normalize<const N: usize>(
             })
         })
         .collect();
-    run_tasks(&invoker, "scale-map", &scale_payloads, options.limits).await?;
+    invocations.extend(run_tasks(&invoker, "scale-map", &scale_payloads, options.limits).await?);
 
     let mut infos = Vec::with_capacity(counts.iter().map(|&(_, c)| c).sum());
     for payload in &scale_payloads {
@@ -474,14 +491,14 @@ fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
     out
 }
 
-/// Invokes one function per payload (named `{name}-{i}`) and waits for all; the first failure
-/// kills the others and is the error.
+/// Invokes one function per payload (named `{name}-{i}`), waits for all and returns their
+/// reports; the first failure kills the others and is the error.
 pub(crate) async fn run_tasks(
     invoker: &Arc<dyn Invoker>,
     name: &str,
     payloads: &[Payload],
     limits: Limits,
-) -> Result<()> {
+) -> Result<Vec<InvocationReport>> {
     let mut running = Vec::with_capacity(payloads.len());
     for (i, payload) in payloads.iter().enumerate() {
         running.push(
@@ -496,6 +513,7 @@ pub(crate) async fn run_tasks(
     }
     let kill_switches: Vec<_> = running.iter().map(|r| r.kill_switch()).collect();
     let mut failure = None;
+    let mut reports = Vec::with_capacity(running.len());
     for invocation in running {
         let report = invocation.wait().await?;
         if let Some(message) = report.describe_failure()
@@ -504,10 +522,11 @@ pub(crate) async fn run_tasks(
             kill_switches.iter().for_each(|k| k.kill());
             failure = Some(message);
         }
+        reports.push(report);
     }
     match failure {
         Some(message) => Err(RuntimeError::FunctionFailed(message)),
-        None => Ok(()),
+        None => Ok(reports),
     }
 }
 
