@@ -263,7 +263,7 @@ fn timeline_panel(
         .map(|(time_s, role)| (*time_s, row_y(role)))
         .collect();
 
-    // The legend: one entry a kind of bar and mark (an entry without marks has no element).
+    // The legend: one entry a kind of bar and mark the panel has.
     let bar = |color: RGBColor| {
         move |(x, y): (i32, i32)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], color.filled())
     };
@@ -302,30 +302,36 @@ fn timeline_panel(
             .label(name)
             .legend(bar(color));
     }
-    chart
-        .draw_series(
-            handoffs
-                .iter()
-                .map(|&p| TriangleMarker::new(p, 7, BLACK.filled())),
-        )?
-        .label("hand-off at the lifetime limit")
-        .legend(|(x, y)| TriangleMarker::new((x + 9, y), 6, BLACK.filled()));
-    chart
-        .draw_series(
-            failures
-                .iter()
-                .map(|&p| Circle::new(p, 6, FAILED_COLOR.filled())),
-        )?
-        .label("failed (crash, memory, lifetime cap)")
-        .legend(|(x, y)| Circle::new((x + 9, y), 5, FAILED_COLOR.filled()));
-    chart
-        .draw_series(
-            removals
-                .iter()
-                .map(|&p| Cross::new(p, 7, BLACK.stroke_width(3))),
-        )?
-        .label("removed by scale-in")
-        .legend(|(x, y)| Cross::new((x + 9, y), 5, BLACK.stroke_width(2)));
+    if !handoffs.is_empty() {
+        chart
+            .draw_series(
+                handoffs
+                    .iter()
+                    .map(|&p| TriangleMarker::new(p, 7, BLACK.filled())),
+            )?
+            .label("hand-off at the lifetime limit")
+            .legend(|(x, y)| TriangleMarker::new((x + 9, y), 6, BLACK.filled()));
+    }
+    if !failures.is_empty() {
+        chart
+            .draw_series(
+                failures
+                    .iter()
+                    .map(|&p| Circle::new(p, 6, FAILED_COLOR.filled())),
+            )?
+            .label("failed (crash, memory, lifetime cap)")
+            .legend(|(x, y)| Circle::new((x + 9, y), 5, FAILED_COLOR.filled()));
+    }
+    if !removals.is_empty() {
+        chart
+            .draw_series(
+                removals
+                    .iter()
+                    .map(|&p| Cross::new(p, 7, BLACK.stroke_width(3))),
+            )?
+            .label("removed by scale-in")
+            .legend(|(x, y)| Cross::new((x + 9, y), 5, BLACK.stroke_width(2)));
+    }
     chart.draw_series(
         replacements
             .iter()

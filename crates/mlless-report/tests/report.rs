@@ -509,6 +509,8 @@ fn the_map_tasks_of_the_preparation_are_on_the_timeline_once_a_data_set() {
     assert!(timeline.contains("time since the preparation started (s)"));
     assert!(timeline.contains("other function (map task)"));
     assert!(timeline.contains("Invocations of bsp, object store"));
+    // A mark's legend only where the panel has such marks: the ISP run's removal.
+    assert_eq!(timeline.matches("removed by scale-in").count(), 1);
 
     // Without the preparation's record, no such panel.
     let plain = render_runs(&[Run::new(record())], &dir.path().join("plain")).unwrap();
