@@ -265,7 +265,7 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
     pub scale_in: ScaleIn,
     /// Scale-in: auto removes a worker when what it buys per dollar over the horizon is less
-    /// than this share of what the run has bought per dollar [default: 0.2]; mlless when the
+    /// than this share of what the run has bought per dollar [default: 0.5]; mlless when the
     /// projected loss with fewer workers is less than this much (relative) worse than the full
     /// fleet's [default: 0.05].
     #[arg(long)]
