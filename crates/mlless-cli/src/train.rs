@@ -287,8 +287,8 @@ pub struct TrainArgs {
     /// (0: only at the lifetime hand-off; a crash then fails the run).
     #[arg(long, default_value_t = 100)]
     pub checkpoint_every: u64,
-    /// Replace a worker whose statistics are this many seconds late [default: wait as long
-    /// as a function lives].
+    /// Replace a worker whose statistics are this many seconds late [default: 100 of the
+    /// run's median steps, at least 30 s].
     #[arg(long)]
     pub worker_deadline: Option<f64>,
     /// How long the channel (Redis, Memcached, S3) may be unreachable before the run stops
