@@ -32,7 +32,8 @@ use mlless_data::{
     InputFormat, InputLayout, InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed,
     SourceInfo, SplitInfo, batch_key,
 };
-use mlless_faas::{FunctionRequest, Invoker, Limits};
+use mlless_faas::{FunctionRequest, InvocationReport, Invoker, Limits};
+use mlless_job::record::{PREPARE_RECORD_KEY, PrepareRecord};
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -354,7 +355,7 @@ async fn cancelled(store: &Store, stage: PrepareStage, killed: bool) -> Result<M
             warn!("could not remove {}/{prefix}: {e}", store.url());
         }
     }
-    for key in [IDS_KEY, COUNTS_KEY] {
+    for key in [IDS_KEY, COUNTS_KEY, PREPARE_RECORD_KEY] {
         if let Err(e) = store.delete(key).await {
             warn!("could not remove {}/{key}: {e}", store.url());
         }
@@ -370,6 +371,8 @@ async fn prepare_body(
     invoker: Arc<dyn Invoker>,
     mut requests: Requests<'_>,
 ) -> Result<Manifest> {
+    let started = std::time::SystemTime::now();
+    let clock = std::time::Instant::now();
     if options.batch_size == 0 {
         return Err(RuntimeError::InvalidJob(
             "--batch-size must be at least 1".into(),
@@ -427,6 +430,7 @@ async fn prepare_body(
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
+    store.delete(PREPARE_RECORD_KEY).await?;
     store.delete(IDS_KEY).await?;
     store.delete(COUNTS_KEY).await?;
     let ids = match &layout.ids {
@@ -457,11 +461,21 @@ async fn prepare_body(
     if requests.stopping() {
         return cancelled(&store, writing, false).await;
     }
+    let mut invocations = Vec::new();
     let (infos, normalization) = if options.normalize {
         let DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
         };
-        match normalize(options, &store, invoker, features, splits, &mut requests).await? {
+        let normalized = normalize(
+            options,
+            &store,
+            invoker,
+            features,
+            splits,
+            &mut requests,
+            &mut invocations,
+        );
+        match normalized.await? {
             Ok(normalized) => normalized,
             Err((stage, killed)) => return cancelled(&store, stage, killed).await,
         }
@@ -523,6 +537,16 @@ async fn prepare_body(
         }),
         rating_counts,
     };
+    let record = PrepareRecord {
+        started_at_unix_ms: mlless_faas::clock::unix_ms(started),
+        wall_s: clock.elapsed().as_secs_f64(),
+        invocations,
+    };
+    let record = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{PREPARE_RECORD_KEY}", store.url()),
+        source,
+    })?;
+    store.put(PREPARE_RECORD_KEY, Bytes::from(record)).await?;
     store
         .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
         .await?;
@@ -666,8 +690,8 @@ type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normalization>);
 type Stopped = (PrepareStage, bool);
 
 /// Min-max normalisation as map-reduce over function invocations, with the ranges of the
-/// first split (the training set) applied to every split; `Ok(Err(_))` when `requests` asked
-/// it to stop.
+/// first split (the training set) applied to every split, the map tasks' reports added to
+/// `invocations`; `Ok(Err(_))` when `requests` asked it to stop.
 async fn normalize<const N: usize>(
     options: &PrepareOptions,
     store: &Store,
@@ -675,6 +699,7 @@ async fn normalize<const N: usize>(
     features: u32,
     splits: [(&str, Vec<Batch>); N],
     requests: &mut Requests<'_>,
+    invocations: &mut Vec<InvocationReport>,
 ) -> Result<std::result::Result<Normalized, Stopped>> {
     let counts: Vec<(&str, usize)> = splits.iter().map(|(n, b)| (*n, b.len())).collect();
     let writing = PrepareStage::Writing {
@@ -717,6 +742,7 @@ async fn normalize<const N: usize>(
         train_count,
         options,
         requests,
+        invocations,
     );
     if let Some(stopped) = round.await? {
         return Ok(Err(stopped));
@@ -772,6 +798,7 @@ async fn normalize<const N: usize>(
         total,
         options,
         requests,
+        invocations,
     );
     if let Some(stopped) = round.await? {
         return Ok(Err(stopped));
@@ -811,6 +838,7 @@ async fn run_map_tasks(
     minibatches: usize,
     options: &PrepareOptions,
     requests: &mut Requests<'_>,
+    invocations: &mut Vec<InvocationReport>,
 ) -> Result<Option<Stopped>> {
     let stage = PrepareStage::Mapping {
         round,
@@ -846,6 +874,7 @@ async fn run_map_tasks(
     let (mut asked, mut killed) = (false, false);
     let mut failure: Option<String> = None;
     let mut error: Option<RuntimeError> = None;
+    let mut reports = Vec::with_capacity(payloads.len());
     loop {
         tokio::select! {
             done = waiting.next() => match done {
@@ -859,6 +888,7 @@ async fn run_map_tasks(
                         kill_switches.iter().for_each(|k| k.kill());
                         failure = Some(message);
                     }
+                    reports.push(report);
                 }
                 Some(Err(e)) => {
                     if error.is_none() {
@@ -886,6 +916,13 @@ async fn run_map_tasks(
             }
         }
     }
+    // In the order they were invoked (they end in any order).
+    reports.sort_by_key(|r| {
+        r.name
+            .rsplit_once('-')
+            .and_then(|(_, i)| i.parse::<usize>().ok())
+    });
+    invocations.extend(reports);
     if asked || killed {
         return Ok(Some((stage, killed)));
     }
@@ -910,14 +947,14 @@ fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
     out
 }
 
-/// Invokes one function per payload (named `{name}-{i}`) and waits for all; the first failure
-/// kills the others and is the error.
+/// Invokes one function per payload (named `{name}-{i}`), waits for all and returns their
+/// reports; the first failure kills the others and is the error.
 pub(crate) async fn run_tasks(
     invoker: &Arc<dyn Invoker>,
     name: &str,
     payloads: &[Payload],
     limits: Limits,
-) -> Result<()> {
+) -> Result<Vec<InvocationReport>> {
     let mut running = Vec::with_capacity(payloads.len());
     for (i, payload) in payloads.iter().enumerate() {
         running.push(
@@ -932,6 +969,7 @@ pub(crate) async fn run_tasks(
     }
     let kill_switches: Vec<_> = running.iter().map(|r| r.kill_switch()).collect();
     let mut failure = None;
+    let mut reports = Vec::with_capacity(running.len());
     for invocation in running {
         let report = invocation.wait().await?;
         if let Some(message) = report.describe_failure()
@@ -940,10 +978,11 @@ pub(crate) async fn run_tasks(
             kill_switches.iter().for_each(|k| k.kill());
             failure = Some(message);
         }
+        reports.push(report);
     }
     match failure {
         Some(message) => Err(RuntimeError::FunctionFailed(message)),
-        None => Ok(()),
+        None => Ok(reports),
     }
 }
 
