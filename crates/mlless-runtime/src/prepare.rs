@@ -742,9 +742,10 @@ async fn normalize<const N: usize>(
         train_count,
         options,
         requests,
-        invocations,
     );
-    if let Some(stopped) = round.await? {
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
         return Ok(Err(stopped));
     }
 
@@ -798,9 +799,10 @@ async fn normalize<const N: usize>(
         total,
         options,
         requests,
-        invocations,
     );
-    if let Some(stopped) = round.await? {
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
         return Ok(Err(stopped));
     }
 
@@ -829,7 +831,7 @@ async fn normalize<const N: usize>(
 /// Runs one round of map tasks (named `{round}-{i}`) to its end; the first failure kills the
 /// others and is the error. When `requests` asks to stop, writes [`STOP_KEY`] so that each task
 /// ends after its minibatch (and kills them all on a kill), waits for every task to end, and
-/// returns where it stopped.
+/// returns where it stopped. Returns the tasks' reports, in the order they were invoked.
 async fn run_map_tasks(
     invoker: &Arc<dyn Invoker>,
     store: &Store,
@@ -838,15 +840,14 @@ async fn run_map_tasks(
     minibatches: usize,
     options: &PrepareOptions,
     requests: &mut Requests<'_>,
-    invocations: &mut Vec<InvocationReport>,
-) -> Result<Option<Stopped>> {
+) -> Result<(Vec<InvocationReport>, Option<Stopped>)> {
     let stage = PrepareStage::Mapping {
         round,
         tasks: payloads.len(),
         minibatches,
     };
     if requests.stopping() {
-        return Ok(Some((stage, false)));
+        return Ok((Vec::new(), Some((stage, false))));
     }
     let mut running = Vec::with_capacity(payloads.len());
     for (i, payload) in payloads.iter().enumerate() {
@@ -922,16 +923,15 @@ async fn run_map_tasks(
             .rsplit_once('-')
             .and_then(|(_, i)| i.parse::<usize>().ok())
     });
-    invocations.extend(reports);
     if asked || killed {
-        return Ok(Some((stage, killed)));
+        return Ok((reports, Some((stage, killed))));
     }
     if let Some(e) = error {
         return Err(e);
     }
     match failure {
         Some(message) => Err(RuntimeError::FunctionFailed(message)),
-        None => Ok(None),
+        None => Ok((reports, None)),
     }
 }
 
