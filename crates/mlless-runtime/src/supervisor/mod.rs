@@ -437,11 +437,15 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         Err(ChannelError::Timeout {
             missing, endpoint, ..
         }) => {
+            let cause = ctx.channel.explain_missing().await?.unwrap_or_else(|| {
+                "the channel lost them (a full Memcached evicts items: give it more memory \
+                 with -m, or use Redis; a Redis without persistence loses everything when it \
+                 restarts)"
+                    .to_string()
+            });
             return Err(RuntimeError::FunctionFailed(format!(
                 "the final replicas of worker(s) {missing:?} are not on the channel {endpoint} \
-                 {:.0} s after their last statistics: the channel lost them (Memcached evicts \
-                 items when its memory is full: give it more with -m, or use Redis; a Redis \
-                 without persistence loses everything when it restarts)",
+                 {:.0} s after their last statistics: {cause}",
                 final_wait.as_secs_f64()
             )));
         }
@@ -596,7 +600,17 @@ async fn collect_stats(
             .await
         {
             Ok(payloads) => return Ok(payloads),
-            Err(ChannelError::Timeout { missing, .. }) => {
+            Err(ChannelError::Timeout {
+                missing, endpoint, ..
+            }) => {
+                // A channel that dropped messages (a full Memcached) would drop the
+                // replacements' too: stop, and say why.
+                if let Some(cause) = ctx.channel.explain_missing().await? {
+                    return Err(RuntimeError::FunctionFailed(format!(
+                        "no statistics of step {step} from worker(s) {missing:?} on the channel \
+                         {endpoint} within {deadline}: {cause}"
+                    )));
+                }
                 // The workers that wait for a silent one send no statistics either: the silent
                 // ones are those that have not published their update of the step (all the
                 // late ones, if that tells nothing). If replacing them has not helped for a

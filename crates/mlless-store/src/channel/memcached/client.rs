@@ -104,6 +104,8 @@ pub(super) enum Cmd {
     Delete(String),
     Touch(String, u32),
     StatsSettings,
+    /// `stats`: the server's counters (`evictions`, …).
+    Stats,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -321,6 +323,7 @@ async fn write_commands(w: &mut WriteHalf<'_>, cmds: &[Cmd]) -> std::io::Result<
                 staged.extend_from_slice(format!("touch {key} {ttl}\r\n").as_bytes());
             }
             Cmd::StatsSettings => staged.extend_from_slice(b"stats settings\r\n"),
+            Cmd::Stats => staged.extend_from_slice(b"stats\r\n"),
         }
         if staged.len() >= 64 << 10 {
             w.write_all(&staged).await?;
@@ -421,7 +424,7 @@ impl Reader<'_> {
                     values.push(Value { key, flags, data });
                 }
             }
-            Cmd::StatsSettings => {
+            Cmd::StatsSettings | Cmd::Stats => {
                 let mut stats = Vec::new();
                 loop {
                     let line = self.line().await?;
