@@ -41,11 +41,21 @@ pub enum MemcachedError {
     #[error("protocol error: {0}")]
     Protocol(String),
     /// The server refused a command (`SERVER_ERROR`, `CLIENT_ERROR`, `ERROR`, …).
-    #[error("server replied {0:?}")]
+    #[error("server replied {0:?}{hint}", hint = server_hint(.0))]
     Server(String),
     /// A chunked value does not match its manifest (length or CRC-32).
     #[error("corrupt value: {0}")]
     Corrupt(String),
+}
+
+/// What to do about a refusal, where the reply tells: a server out of memory is too small for
+/// the job.
+fn server_hint(reply: &str) -> &'static str {
+    if reply.contains("out of memory") {
+        " (memcached is full: give it more memory with -m, or use Redis)"
+    } else {
+        ""
+    }
 }
 
 impl MemcachedError {
