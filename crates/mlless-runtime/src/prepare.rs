@@ -317,7 +317,18 @@ pub async fn prepare_with(
     let mut cancelled: Option<Instant> = None;
     loop {
         tokio::select! {
-            result = &mut body => return result,
+            result = &mut body => {
+                // A failure once writing has begun leaves no half data set behind (the old
+                // manifest is gone by then): what was written is removed, as on a cancel.
+                let written = !matches!(*stage.borrow(), PrepareStage::Reading);
+                if written
+                    && matches!(&result, Err(e) if !matches!(e, RuntimeError::PrepareCancelled { .. }))
+                    && let Ok(store) = Store::open(&options.out_url)
+                {
+                    remove_written(&store).await;
+                }
+                return result;
+            }
             _ = ticker.tick() => {
                 let now = *stage.borrow();
                 let mut want = match observe(&now) {
@@ -350,6 +361,16 @@ pub async fn prepare_with(
 /// cannot stop an invocation) sees the stop object at its next minibatch, long before the
 /// final minibatches are deleted.
 async fn cancelled(store: &Store, stage: PrepareStage, killed: bool) -> Result<Manifest> {
+    remove_written(store).await;
+    Err(RuntimeError::PrepareCancelled {
+        message: describe_cancel(store.url(), &stage, killed),
+    })
+}
+
+/// Removes what a preparation that did not finish wrote (it has no manifest): minibatches,
+/// `staging/` last (see [`cancelled`]), the id map, the counts and the preparation's record. A
+/// removal that fails is logged: the location has no manifest, so no job uses what is left.
+async fn remove_written(store: &Store) {
     for prefix in ["train/", "test/", "validation/", "staging/"] {
         if let Err(e) = store.delete_prefix(prefix).await {
             warn!("could not remove {}/{prefix}: {e}", store.url());
@@ -360,9 +381,6 @@ async fn cancelled(store: &Store, stage: PrepareStage, killed: bool) -> Result<M
             warn!("could not remove {}/{key}: {e}", store.url());
         }
     }
-    Err(RuntimeError::PrepareCancelled {
-        message: describe_cancel(store.url(), &stage, killed),
-    })
 }
 
 /// The preparation itself: [`prepare`]'s steps, stopping where `requests` asks.
