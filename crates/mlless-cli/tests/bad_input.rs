@@ -124,6 +124,16 @@ fn a_failed_preparation_leaves_no_usable_data_set() {
         !data.join("manifest.json").exists(),
         "no manifest after a failed preparation"
     );
+    // Nor half of one: the staged and the written minibatches are removed.
+    for part in ["staging", "train", "test", "validation"] {
+        let left: Vec<_> = std::fs::read_dir(data.join(part))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{part}/ left behind: {left:?}");
+    }
     let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "lr"]);
     assert!(stderr.contains("manifest.json"), "{stderr}");
 }

@@ -111,8 +111,8 @@ pub struct TrainingConfig {
     /// only at the lifetime hand-off); a dead worker or supervisor resumes from its latest.
     #[serde(default)]
     pub checkpoint_every: u64,
-    /// The supervisor has a worker that sent nothing for this long replaced (`None`: it waits
-    /// as long as a function lives).
+    /// The supervisor has a worker that sent nothing for this long replaced (`None`: 100 of
+    /// the run's median steps, at least 30 s).
     #[serde(default)]
     pub worker_deadline_s: Option<f64>,
     /// Test aid: faults to inject (empty in real runs).

@@ -121,6 +121,22 @@ impl ValidationRecord {
     }
 }
 
+/// Key of a data set's [`PrepareRecord`] below the data set's location.
+pub const PREPARE_RECORD_KEY: &str = "prepare.json";
+
+/// What `mlless prepare` did to write a data set: when, for how long, and every function it
+/// invoked (the map tasks of `--normalize`), so that a report can show them on the fleet's
+/// timeline. Written beside the manifest, before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrepareRecord {
+    /// Wall-clock start of the preparation, Unix milliseconds.
+    pub started_at_unix_ms: u64,
+    /// Wall time of the whole preparation, in seconds.
+    pub wall_s: f64,
+    /// Every map task's invocation, with its duration and outcome (none without `--normalize`).
+    pub invocations: Vec<InvocationReport>,
+}
+
 /// The scale-in auto-tuner's part of a run record.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScaleInRecord {

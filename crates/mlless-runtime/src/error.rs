@@ -77,6 +77,13 @@ pub enum RuntimeError {
         /// The run's location.
         run_url: String,
     },
+    /// The user cancelled a data preparation (Ctrl-C): it stopped, its map tasks ended or were
+    /// killed, and what it had written is removed.
+    #[error("{message}")]
+    PrepareCancelled {
+        /// What happened and what to do, in one line.
+        message: String,
+    },
     /// The training loss became non-finite or exploded (beyond `threshold`, a multiple of the
     /// run's first loss). Its message starts with [`DIVERGED`].
     #[error(
