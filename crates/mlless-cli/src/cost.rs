@@ -86,6 +86,16 @@ pub fn run(args: CostArgs) -> anyhow::Result<()> {
     if args.workers.contains(&0) {
         anyhow::bail!("--workers: a fleet needs at least 1 worker");
     }
+    if let Some(p) = args
+        .workers
+        .iter()
+        .find(|&&p| p > mlless_job::config::MAX_WORKERS)
+    {
+        anyhow::bail!(
+            "--workers {p}: a fleet has at most {} workers",
+            mlless_job::config::MAX_WORKERS
+        );
+    }
     let fleets = if args.workers.is_empty() {
         default_fleets(record.spec.training.workers)
     } else {

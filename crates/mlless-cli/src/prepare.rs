@@ -1,12 +1,14 @@
 //! `mlless prepare`: input file → minibatch objects + manifest.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use mlless_data::InputFormat;
 use mlless_faas::Limits;
-use mlless_runtime::{PrepareOptions, TestSet, ValidationSet};
+use mlless_runtime::{Control, PrepareOptions, PrepareStage, RuntimeError, TestSet, ValidationSet};
 
 /// Input formats, as the CLI names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -121,13 +123,27 @@ impl PrepareArgs {
             map_tasks: self.map_tasks,
             limits: Limits {
                 memory_mb: self.memory_mb,
-                timeout: Duration::from_secs_f64(self.timeout_s.max(0.001)),
+                // Zero (which validation refuses) for a negative, infinite or NaN number.
+                timeout: Duration::try_from_secs_f64(self.timeout_s).unwrap_or(Duration::ZERO),
             },
         }
     }
 }
 
-/// Runs `mlless prepare`.
+/// Writes the line of a stage of the preparation to standard error (`prepare: …`, or a JSON
+/// line with `--log-format json`).
+fn show(stage: &PrepareStage) {
+    let message = stage.to_string();
+    let line = match crate::progress::log_format() {
+        crate::progress::LogFormat::Text => format!("prepare: {message}"),
+        crate::progress::LogFormat::Json => crate::progress::json_message("prepare", &message),
+    };
+    eprintln!("{line}");
+}
+
+/// Runs `mlless prepare`; the first Ctrl-C (or SIGTERM) stops it at its next safe point (the
+/// map tasks after their minibatch) and removes what it wrote, the second kills the map tasks
+/// at once; either ends in [`crate::train::Cancelled`].
 pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
     let options = args.options();
     if let crate::InvokerChoice::Lambda(function) = &args.invoker
@@ -140,7 +156,42 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
         );
     }
     let invoker = args.invoker.invoker()?;
-    let manifest = crate::runtime()?.block_on(mlless_runtime::prepare(&options, invoker))?;
+    let interrupts = Arc::new(AtomicU32::new(0));
+    let runtime = crate::runtime()?;
+    let first = format!(
+        "\ncancelling: the map tasks stop after their current minibatch and what was written is \
+         removed (up to {} s; Ctrl-C again to kill them now)",
+        mlless_runtime::CANCEL_GRACE.as_secs()
+    );
+    runtime.spawn(crate::train::count_interrupts_saying(
+        interrupts.clone(),
+        first,
+    ));
+    let mut shown: Option<PrepareStage> = None;
+    let mut observe = |stage: &PrepareStage| {
+        if shown.as_ref() != Some(stage) {
+            show(stage);
+            shown = Some(*stage);
+        }
+        match interrupts.load(Ordering::SeqCst) {
+            0 => Control::Continue,
+            1 => Control::Cancel,
+            _ => Control::Kill,
+        }
+    };
+    let result = runtime.block_on(mlless_runtime::prepare_with(
+        &options,
+        invoker,
+        &mut observe,
+    ));
+    // The parser of a preparation cancelled while it read runs on: not waited for.
+    runtime.shutdown_background();
+    let manifest = match result {
+        Err(RuntimeError::PrepareCancelled { message }) => {
+            return Err(crate::train::Cancelled { message }.into());
+        }
+        result => result?,
+    };
     println!(
         "prepared {}: {} training samples in {} minibatches, {} test samples in {} minibatches",
         args.out,

@@ -42,6 +42,9 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
     if args.summary_only {
         return Ok(());
     }
+    for run in &mut runs {
+        run.preparation = preparation(&run.record.spec.data_url);
+    }
     mlless_report::label_runs(&mut runs);
     let out = match (&args.out, args.records.as_slice()) {
         (Some(out), _) => out.clone(),
@@ -56,6 +59,28 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
         println!("  {}", path.display());
     }
     Ok(())
+}
+
+/// The record of the preparation of the data set at `data_url`, for the map tasks on the
+/// timeline; `None` (logged) when the data set is gone, unreadable or older than the record.
+fn preparation(data_url: &str) -> Option<mlless_job::PrepareRecord> {
+    let read = async {
+        let store = mlless_store::Store::open(data_url)?;
+        let Some(bytes) = store
+            .get_opt(mlless_job::record::PREPARE_RECORD_KEY)
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok::<_, anyhow::Error>(Some(serde_json::from_slice(&bytes)?))
+    };
+    match crate::runtime().and_then(|runtime| runtime.block_on(read)) {
+        Ok(record) => record,
+        Err(e) => {
+            tracing::info!(data_url, "no preparation record for the timeline: {e:#}");
+            None
+        }
+    }
 }
 
 /// The record of `path`: the file itself, or `record.json` in it when it is a run directory.

@@ -10,8 +10,15 @@ use serde::Serialize;
 /// Reads a run record from a local JSON file.
 pub fn read_record(path: &Path) -> anyhow::Result<RunRecord> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a run record", path.display()))
+    let record: RunRecord = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a run record", path.display()))?;
+    record.check().with_context(|| {
+        format!(
+            "{} is not a run record mlless can report on",
+            path.display()
+        )
+    })?;
+    Ok(record)
 }
 
 /// Writes a run record as pretty JSON to a local file.

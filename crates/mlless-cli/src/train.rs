@@ -265,7 +265,7 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
     pub scale_in: ScaleIn,
     /// Scale-in: auto removes a worker when what it buys per dollar over the horizon is less
-    /// than this share of what the run has bought per dollar [default: 0.2]; mlless when the
+    /// than this share of what the run has bought per dollar [default: 0.5]; mlless when the
     /// projected loss with fewer workers is less than this much (relative) worse than the full
     /// fleet's [default: 0.05].
     #[arg(long)]
@@ -287,8 +287,8 @@ pub struct TrainArgs {
     /// (0: only at the lifetime hand-off; a crash then fails the run).
     #[arg(long, default_value_t = 100)]
     pub checkpoint_every: u64,
-    /// Replace a worker whose statistics are this many seconds late [default: wait as long
-    /// as a function lives].
+    /// Replace a worker whose statistics are this many seconds late [default: 100 of the
+    /// run's median steps, at least 30 s].
     #[arg(long)]
     pub worker_deadline: Option<f64>,
     /// How long the channel (Redis, Memcached, S3) may be unreachable before the run stops
@@ -590,6 +590,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
 /// Counts the interrupts (SIGINT, SIGTERM) this process gets, for ever: the first asks the run
 /// to stop after its step, the second to kill its functions.
 pub(crate) async fn count_interrupts(count: Arc<AtomicU32>) {
+    let first = format!(
+        "\ncancelling: the workers stop after their current step (up to {} s; Ctrl-C again to \
+         kill them now)",
+        mlless_runtime::CANCEL_GRACE.as_secs()
+    );
+    count_interrupts_saying(count, first).await;
+}
+
+/// Counts the interrupts (SIGINT, SIGTERM) this process gets, for ever, and writes `first` to
+/// standard error at the first.
+pub(crate) async fn count_interrupts_saying(count: Arc<AtomicU32>, first: String) {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
@@ -613,11 +624,7 @@ pub(crate) async fn count_interrupts(count: Arc<AtomicU32>) {
         }
         let n = count.fetch_add(1, Ordering::SeqCst) + 1;
         if n == 1 {
-            eprintln!(
-                "\ncancelling: the workers stop after their current step (up to {} s; \
-                 Ctrl-C again to kill them now)",
-                mlless_runtime::CANCEL_GRACE.as_secs()
-            );
+            eprintln!("{first}");
         }
     }
 }

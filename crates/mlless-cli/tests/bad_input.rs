@@ -124,6 +124,16 @@ fn a_failed_preparation_leaves_no_usable_data_set() {
         !data.join("manifest.json").exists(),
         "no manifest after a failed preparation"
     );
+    // Nor half of one: the staged and the written minibatches are removed.
+    for part in ["staging", "train", "test", "validation"] {
+        let left: Vec<_> = std::fs::read_dir(data.join(part))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{part}/ left behind: {left:?}");
+    }
     let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "lr"]);
     assert!(stderr.contains("manifest.json"), "{stderr}");
 }
@@ -207,4 +217,216 @@ fn a_corrupt_minibatch_is_an_error_naming_it() {
     ]);
     assert!(stderr.contains("train/000003.bin"), "{stderr}");
     assert!(stderr.to_lowercase().contains("checksum"), "{stderr}");
+}
+
+/// A small LIBSVM set prepared in `dir/store` with minibatches of 50 and no validation set;
+/// returns its location and its number of training minibatches.
+fn small_lr_data(dir: &std::path::Path) -> (std::path::PathBuf, usize) {
+    let mut text = String::new();
+    for i in 0..400 {
+        text.push_str(&format!("{} 1:1 {}:1\n", i % 2, 2 + i % 7));
+    }
+    let input = write(dir, "a.libsvm", &text);
+    let data = dir.join("store");
+    prepare_libsvm(&input, &data, 50);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("manifest.json")).unwrap()).unwrap();
+    let batches = manifest["train"]["batches"]
+        .as_array()
+        .expect("the manifest lists the training minibatches")
+        .len();
+    (data, batches)
+}
+
+/// Every bad option of `train` is refused before any function starts (no run is written), by an
+/// error naming the option: --l2 negative or not finite, --memory-mb 0, --timeout-s 0, a fleet
+/// larger than mlless runs or than the local invoker can run at once. More workers than
+/// training minibatches train, with a warning that says so; as many train without one.
+#[test]
+fn bad_training_options_are_refused_before_any_function_starts() {
+    let dir = tempdir();
+    let (data, batches) = small_lr_data(dir.path());
+    let d = s(&data);
+    let local_max = mlless_faas::local_max_concurrent();
+    let at_local_max = local_max.to_string();
+    let mut cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["--l2=-1"],
+            "--l2 must be a finite number ≥ 0, not -1".into(),
+        ),
+        (
+            vec!["--l2=NaN"],
+            "--l2 must be a finite number ≥ 0, not NaN".into(),
+        ),
+        (
+            vec!["--l2=inf"],
+            "--l2 must be a finite number ≥ 0, not inf".into(),
+        ),
+        (
+            vec!["--memory-mb", "0"],
+            "--memory-mb must be at least 1 MB".into(),
+        ),
+        (
+            vec!["--timeout-s", "0"],
+            "--timeout-s must be a positive number of seconds".into(),
+        ),
+        (
+            vec!["--workers", "100000"],
+            "--workers 100000 is more than mlless runs: at most 10000 workers".into(),
+        ),
+    ];
+    // The supervisor is a function too: as many workers as the invoker runs functions is one
+    // too many.
+    if local_max <= mlless_job::config::MAX_WORKERS {
+        cases.push((
+            vec!["--workers", &at_local_max],
+            format!(
+                "--workers {local_max} is more than the local invoker can run at once: at most {} \
+                 workers",
+                local_max - 1
+            ),
+        ));
+    }
+    for (extra, expected) in &cases {
+        let mut args = vec!["train", "--quiet", "--data", &d, "--model", "lr"];
+        args.extend(extra);
+        let stderr = fails(&args);
+        assert!(stderr.contains(expected.as_str()), "{extra:?}: {stderr}");
+        assert!(
+            !data.join("runs").exists(),
+            "{extra:?}: refused before any run was written"
+        );
+    }
+    let warning = "training minibatches of the data set: every step reads some minibatch more \
+                   than once";
+    for (workers, warned) in [(batches, false), (batches + 1, true)] {
+        let p = workers.to_string();
+        let output = ok(&[
+            "train",
+            "--quiet",
+            "--data",
+            &d,
+            "--model",
+            "lr",
+            "--workers",
+            &p,
+            "--max-epochs",
+            "1",
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            stderr.contains(warning),
+            warned,
+            "{workers} workers: {stderr}"
+        );
+        if warned {
+            assert!(
+                stderr.contains(&format!(
+                    "--workers {workers} is more than the {batches} training minibatches"
+                )),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+/// `prepare`'s options are checked as `train`'s, before anything is read or written: a zero
+/// lifetime, map-task count or memory cap is refused, naming the option, with or without
+/// --normalize.
+#[test]
+fn bad_prepare_options_are_refused_up_front() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--timeout-s", "0"],
+            "--timeout-s must be a positive number of seconds",
+        ),
+        (
+            &["--timeout-s", "inf", "--normalize", "minmax"],
+            "--timeout-s must be a positive number of seconds",
+        ),
+        (&["--map-tasks", "0"], "--map-tasks must be at least 1"),
+        (
+            &["--map-tasks", "0", "--normalize", "minmax"],
+            "--map-tasks must be at least 1",
+        ),
+        (&["--memory-mb", "0"], "--memory-mb must be at least 1 MB"),
+    ];
+    for (extra, expected) in cases {
+        let dir = tempdir();
+        let input = write(dir.path(), "a.libsvm", "1 1:1\n0 2:1\n1 1:1\n0 2:1\n");
+        let out = dir.path().join("store");
+        let mut args = vec!["prepare", "--format", "libsvm", "--input"];
+        let (input_s, out_s) = (s(&input), s(&out));
+        args.push(&input_s);
+        args.extend(["--out", &out_s]);
+        args.extend(extra);
+        let stderr = fails(&args);
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+        assert!(!out.exists(), "{extra:?}: nothing written");
+    }
+}
+
+/// A run record whose fleet is absurd (hand-made or corrupt: `spec.workers = 2^32 − 1`) and a
+/// `cost --workers` that large are refused with a clear error and exit status 1, where they
+/// aborted allocating 64 GB (an abort is a signal, not an exit status).
+#[test]
+fn a_hostile_record_or_fleet_is_refused_by_report_and_cost_without_allocating() {
+    let dir = tempdir();
+    let (data, _) = small_lr_data(dir.path());
+    train(
+        dir.path(),
+        "run",
+        &[
+            "--data",
+            &s(&data),
+            "--model",
+            "lr",
+            "--workers",
+            "2",
+            "--max-epochs",
+            "1",
+        ],
+    );
+    let good = dir.path().join("run.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&good).unwrap()).unwrap();
+    record["spec"]["workers"] = serde_json::json!(4_294_967_295u32);
+    let hostile = dir.path().join("hostile.json");
+    std::fs::write(&hostile, serde_json::to_vec(&record).unwrap()).unwrap();
+    let (g, h) = (s(&good), s(&hostile));
+    let out = s(&dir.path().join("report"));
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["report", &h, "--out", &out],
+            "spec.workers is 4294967295: a run has 1 to 10000 workers",
+        ),
+        (
+            &["cost", &h],
+            "spec.workers is 4294967295: a run has 1 to 10000 workers",
+        ),
+        (
+            &["cost", "--workers", "4294967295", &g],
+            "--workers 4294967295: a fleet has at most 10000 workers",
+        ),
+        (
+            &["cost", "--workers", "1,10001", &g],
+            "--workers 10001: a fleet has at most 10000 workers",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&h) || args.contains(&g.as_str()),
+            "{args:?}: {stderr}"
+        );
+    }
+    // The largest fleet is predicted, without a list of its invocations.
+    let output = ok(&["cost", "--workers", "10000", &g]);
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("10000"),
+        "{output:?}"
+    );
 }

@@ -2,6 +2,11 @@
 //! run ends with a record that says `cancelled`, the hint to resume and exit status 130, with no
 //! function left running; `--resume` then finishes it with the model of a run never cancelled
 //! (BSP is deterministic, and the resumed roles start from the checkpoints they all share).
+//!
+//! Cancelling `prepare`: the first SIGINT stops the normalisation's map tasks after their
+//! minibatch, a second signal kills them; either way no map task is left, the location holds
+//! nothing (no manifest, nothing staged), `mlless` exits with 130, and preparing again gives
+//! the data set of a preparation never cancelled.
 
 mod common;
 
@@ -11,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mlless_data::SparseLrSpec;
+use mlless_runtime::dataset::Split;
 
 /// A sparse-LR set small enough for several runs: 40k rows × 10k features, batches of 500.
 fn lr_data(dir: &Path) -> PathBuf {
@@ -136,4 +142,241 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
         "the resumed run has the model of the run never cancelled"
     );
     eprintln!("stopped {stopped_in:?} after the SIGINT, at step {steps}");
+}
+
+/// The processes whose parent is `parent` and that run `mlless function` (the local invoker's
+/// map tasks), from `/proc`.
+fn function_children(parent: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command name in parentheses: the state, then the parent's pid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if ppid == Some(parent) && cmdline.contains("mlless") && cmdline.contains("function") {
+            children.push(pid);
+        }
+    }
+    children
+}
+
+/// The files below `dir`, recursively (none if it does not exist).
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// `prepare` of `input` into `out` with min-max normalisation over 2 local map tasks and
+/// minibatches of 20: 2,025 training, 225 validation and 250 test minibatches, enough that the
+/// scale-map tasks run for a while even on an idle machine.
+fn normalized_prepare<'a>(input: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        input,
+        "--out",
+        out,
+        "--batch-size",
+        "20",
+        "--normalize",
+        "minmax",
+        "--map-tasks",
+        "2",
+    ]
+}
+
+/// What an interrupted `prepare` did.
+struct Interrupted {
+    /// Its exit code.
+    code: Option<i32>,
+    /// Its standard error.
+    stderr: String,
+    /// The map tasks that ran when the signals went.
+    tasks: Vec<u32>,
+    /// From the first signal to the exit.
+    stopped_in: Duration,
+}
+
+/// Runs `mlless ARGS`, and once a line of its standard error contains `line` (the map tasks
+/// are running), sends it `signals` (as `kill -SIG`, back to back).
+fn interrupt(args: &[&str], line: &str, signals: &[&str]) -> Interrupted {
+    let mut child = mlless()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (seen, wait) = std::sync::mpsc::channel::<()>();
+    let line = line.to_owned();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = Vec::new();
+        for text in std::io::BufReader::new(stderr).lines() {
+            let Ok(text) = text else { break };
+            if text.contains(&line) {
+                let _ = seen.send(());
+            }
+            lines.push(text);
+        }
+        lines.join("\n")
+    });
+    if wait.recv_timeout(Duration::from_secs(300)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        let stderr = reader.join().expect("reader");
+        panic!("no line of `mlless prepare` said the map tasks were running:\n{stderr}");
+    }
+    let tasks = function_children(child.id());
+    let pid = child.id().to_string();
+    // One shell, its built-in `kill`: the signals arrive microseconds apart.
+    let script: Vec<String> = signals.iter().map(|s| format!("kill -{s} {pid}")).collect();
+    let signalled = Instant::now();
+    let status = std::process::Command::new("sh")
+        .args(["-c", &script.join("; ")])
+        .status()
+        .expect("sh runs");
+    assert!(status.success());
+    let mut code = None;
+    let exited = wait_for(Duration::from_secs(60), || {
+        code = child.try_wait().expect("waits on mlless");
+        code.is_some()
+    });
+    let stopped_in = signalled.elapsed();
+    if !exited {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let stderr = reader.join().expect("reader");
+    assert!(
+        exited,
+        "mlless prepare ended within 60 s of the signal:\n{stderr}"
+    );
+    Interrupted {
+        code: code.and_then(|c| c.code()),
+        stderr,
+        tasks,
+        stopped_in,
+    }
+}
+
+/// A cancelled preparation left nothing behind: no map task runs, no manifest, nothing staged,
+/// no minibatch; and preparing again gives the data set of a preparation never cancelled.
+fn assert_cleaned_and_prepared_again(
+    interrupted: &Interrupted,
+    args: &[&str],
+    out: &Path,
+    clean: &Path,
+) {
+    let stderr = &interrupted.stderr;
+    assert_eq!(interrupted.code, Some(130), "{stderr}");
+    assert!(
+        !interrupted.tasks.is_empty(),
+        "the map tasks ran when the signal went"
+    );
+    for &pid in &interrupted.tasks {
+        assert!(!runs_mlless(pid), "map task {pid} still runs");
+    }
+    assert!(
+        files_below(out) == Vec::<PathBuf>::new(),
+        "a cancelled preparation leaves nothing (no manifest, nothing staged, no minibatch): {:?}",
+        files_below(out)
+    );
+    let stderr = fails(&["train", "--data", &s(out), "--model", "lr", "--quiet"]);
+    assert!(stderr.contains("manifest.json is missing"), "{stderr}");
+
+    ok(args);
+    let manifest = |dir: &Path| {
+        let bytes = std::fs::read(dir.join("manifest.json")).expect("a manifest");
+        let mut json: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        json.as_object_mut()
+            .expect("an object")
+            .remove("created_unix_s");
+        json
+    };
+    assert_eq!(manifest(out), manifest(clean));
+    for split in [Split::Train, Split::Validation, Split::Test] {
+        assert!(
+            batches(out, split) == batches(clean, split),
+            "{split:?}: the data set prepared again is the one never cancelled"
+        );
+    }
+    assert!(files_below(&out.join("staging")).is_empty());
+}
+
+#[test]
+fn a_cancelled_prepare_stops_its_map_tasks_cleans_up_and_prepares_again() {
+    let dir = tempdir();
+    let spec = SparseLrSpec::new(50_000, 10_000, 20, 7);
+    let (input, _) = write_sparse_lr(dir.path(), &spec);
+    let input = s(&input);
+    let clean = dir.path().join("clean");
+    let clean_s = s(&clean);
+    let started = Instant::now();
+    ok(&normalized_prepare(&input, &clean_s));
+    let uninterrupted = started.elapsed();
+
+    // The first Ctrl-C: the map tasks stop after their minibatch.
+    let out = dir.path().join("out");
+    let out_s = s(&out);
+    let args = normalized_prepare(&input, &out_s);
+    let cancelled = interrupt(&args, "scale-map tasks scaling", &["INT"]);
+    let stderr = &cancelled.stderr;
+    assert!(
+        stderr.contains("cancelling: the map tasks stop after their current minibatch"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "cancelled during the scale-map tasks, which stopped after their minibatch; what \
+             was written is removed and file://"
+        ) && stderr.contains(&format!("{out_s} holds no data set")),
+        "{stderr}"
+    );
+    assert_cleaned_and_prepared_again(&cancelled, &args, &out, &clean);
+
+    // SIGTERM then SIGINT, as a second Ctrl-C: the map tasks are killed at once.
+    let killed_out = dir.path().join("killed");
+    let killed_s = s(&killed_out);
+    let args = normalized_prepare(&input, &killed_s);
+    let killed = interrupt(&args, "scale-map tasks scaling", &["TERM", "INT"]);
+    assert!(
+        killed
+            .stderr
+            .contains("cancelled during the scale-map tasks, which were killed"),
+        "{}",
+        killed.stderr
+    );
+    assert_cleaned_and_prepared_again(&killed, &args, &killed_out, &clean);
+    eprintln!(
+        "uninterrupted prepare {uninterrupted:?}; stopped {:?} after the SIGINT, {:?} after \
+         SIGTERM + SIGINT",
+        cancelled.stopped_in, killed.stopped_in
+    );
 }

@@ -150,3 +150,62 @@ fn a_diverging_run_says_so() {
     assert!(stderr.contains("--lr"), "{stderr}");
     assert!(!stderr.contains("NaN metrics"), "{stderr}");
 }
+
+/// Divergence is relative to the run's first loss: a PMF run (first squared error near 2) whose
+/// loss explodes under a huge --lr with plain SGD is stopped as diverged while its loss is still
+/// far below the former absolute 10⁶ (at which a PMF run at 279,127 passed), and the error does
+/// not suggest `--resume`, which would only diverge again.
+#[test]
+fn a_diverging_pmf_run_is_stopped_relative_to_its_first_loss_without_a_resume_hint() {
+    let dir = tempdir();
+    let spec = mlless_data::RatingsSpec {
+        users: 300,
+        items: 200,
+        rank: 5,
+        density: 0.2,
+        noise: 0.5,
+        seed: 7,
+    };
+    let (data, _) = ratings_prepared(
+        dir.path(),
+        &spec,
+        &["--validation-fraction", "0", "--batch-size", "500"],
+    );
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&data),
+        "--model",
+        "pmf",
+        "--workers",
+        "2",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "300",
+        "--schedule",
+        "constant",
+        "--max-epochs",
+        "20",
+    ]);
+    assert!(stderr.contains("training diverged at step"), "{stderr}");
+    assert!(stderr.contains("--lr (it was 300)"), "{stderr}");
+    assert!(!stderr.contains("--resume"), "{stderr}");
+    // The loss it stopped at: finite, and far below the former absolute threshold.
+    let loss: f64 = stderr
+        .split("(loss ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|loss| loss.parse().ok())
+        .unwrap_or_else(|| panic!("the error gives the loss: {stderr}"));
+    assert!(loss.is_finite() && loss < 1e6, "loss {loss}: {stderr}");
+    // The run is listed as failed, and its reason does not suggest resuming either.
+    let listed =
+        String::from_utf8_lossy(&ok(&["runs", &s(&data.join("runs"))]).stdout).into_owned();
+    assert!(
+        listed.contains("failed") && listed.contains("diverged"),
+        "{listed}"
+    );
+    assert!(!listed.contains("--resume"), "{listed}");
+}

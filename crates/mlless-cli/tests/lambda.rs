@@ -364,6 +364,205 @@ fn pmf_on_lambda_matches_local_across_hand_offs() {
     assert_same_result(&local, &handed_off);
 }
 
+/// The CPU time (user + system, in clock ticks) process `pid` has used, if it still runs.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state, ppid, … utime (14th field), stime (15th).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The keys of `job` in the Redis at `url` (`redis-cli --scan`).
+fn redis_keys(url: &str, job: &str) -> Vec<String> {
+    let output = Command::new("redis-cli")
+        .args(["-u", url, "--scan", "--pattern", &format!("mlless:{job}:*")])
+        .output()
+        .expect("redis-cli runs (it comes with redis-server)");
+    assert!(output.status.success(), "redis-cli failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Ctrl-C of a run on the emulator: the driver asks the functions to stop after their step,
+/// every Lambda invocation ends by itself (its synchronous Invoke is answered: the emulator
+/// answers only once the handler returned), `mlless` exits with 130 and the hint within a few
+/// seconds, nothing of the job runs on afterwards, and `--resume` on Lambda finishes the run with
+/// the model of a run never cancelled.
+#[test]
+fn a_cancelled_lambda_run_stops_its_functions_and_resumes_to_the_uninterrupted_model() {
+    let Some((s3, redis)) = servers() else {
+        return;
+    };
+    let dir = tempdir();
+    let emulator = Emulator::start(dir.path());
+    let (input, _) = write_sparse_lr(dir.path(), &SparseLrSpec::new(20_000, 5_000, 20, 31));
+    let data = unique(&s3, "cancel");
+    prepare(&input, "libsvm", &data, "500");
+    // 36 training minibatches over 4 workers: 9 steps an epoch, 108 in all.
+    let base = [
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--workers",
+        "4",
+        "--max-epochs",
+        "12",
+        "--channel",
+        &redis,
+        "--checkpoint-every",
+        "10",
+    ];
+    // The uninterrupted model; the Lambda run of a job has the local model bit for bit
+    // (sparse_lr_on_lambda_matches_local_and_survives_a_dead_worker).
+    let clean = train(dir.path(), "clean", &base);
+    assert_eq!(clean.steps.len(), 108);
+
+    let record_path = dir.path().join("cancelled.json");
+    let mut child = mlless()
+        .env("AWS_ENDPOINT_URL_LAMBDA", &emulator.endpoint)
+        .args(["train", "--invoker", &format!("lambda:{FUNCTION}")])
+        .args(base)
+        .args(["--record", &s(&record_path), "--progress-every", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    // The progress lines say which step the run is at; the signal goes once it passed step 20.
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (at_step, step_seen) = std::sync::mpsc::channel::<u64>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(step) = line
+                .strip_prefix("progress: step ")
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|step| step.parse::<u64>().ok())
+            {
+                let _ = at_step.send(step);
+            }
+            lines.push(line);
+        }
+        lines.join("\n")
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match step_seen.recv_timeout(left) {
+            Ok(step) if step >= 20 => break,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the Lambda run did not reach step 20: {e}");
+            }
+        }
+    }
+    let signalled = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let mut status = None;
+    while signalled.elapsed() < Duration::from_secs(60) {
+        status = child.try_wait().expect("waits on mlless");
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped_in = signalled.elapsed();
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let stderr = reader.join().expect("the reader thread");
+    assert_eq!(status.and_then(|s| s.code()), Some(130), "{stderr}");
+    // Well inside CANCEL_GRACE (30 s), after which the driver would have killed the functions.
+    assert!(
+        stopped_in < Duration::from_secs(15),
+        "mlless took {stopped_in:?} to stop after the SIGINT:\n{stderr}"
+    );
+    let cancelled = read_record(&record_path);
+    let job = cancelled.spec.job_id.clone();
+    let run_url = cancelled.spec.run_url.as_str().to_owned();
+    assert!(stderr.contains(&format!("cancelled job {job}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("mlless train --resume {run_url}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("were killed"), "{stderr}");
+    assert_eq!(cancelled.stop_reason, "cancelled");
+    assert_eq!(cancelled.spec.platform, "lambda");
+    let steps = cancelled.steps.len();
+    assert!(
+        (21..108).contains(&steps),
+        "stopped after the step it was in: {steps} steps"
+    );
+    // The driver gives up on an invocation only by its kill switch (outcome `Killed`); every
+    // one of these was answered, so its handler had returned before `mlless` exited.
+    assert_eq!(cancelled.invocations.len(), 5, "{:?}", names(&cancelled));
+    assert!(
+        cancelled.invocations.iter().all(|i| i.outcome.is_success()),
+        "every function ended by itself: {:?}",
+        cancelled.invocations
+    );
+    // And nothing of the job runs on: the driver cleaned its channel, and in the 2 s after it
+    // exited no function published a step's message there again, nor did any instance of the
+    // emulator's pool compute (an idle instance waits on the runtime API's next invocation).
+    let pids: Vec<u32> = emulator
+        .instances
+        .lock()
+        .expect("instances")
+        .iter()
+        .map(Child::id)
+        .collect();
+    let before: Vec<Option<u64>> = pids.iter().map(|&pid| cpu_ticks(pid)).collect();
+    assert_eq!(redis_keys(&redis, &job), Vec::<String>::new());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        redis_keys(&redis, &job),
+        Vec::<String>::new(),
+        "a function published to the channel after mlless exited"
+    );
+    let after: Vec<Option<u64>> = pids.iter().map(|&pid| cpu_ticks(pid)).collect();
+    let busy: u64 = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| match (b, a) {
+            (Some(b), Some(a)) => a.saturating_sub(*b),
+            _ => 0,
+        })
+        .sum();
+    // 10 ms ticks: an instance running steps for 2 s would use well over 20.
+    assert!(
+        busy <= 20,
+        "the emulator's instances used {busy} ticks of CPU in the 2 s after mlless exited"
+    );
+
+    let resumed = emulator.train(dir.path(), "resumed", &["--resume", &run_url]);
+    assert!(
+        resumed.stop_reason.contains("--max-epochs"),
+        "{}",
+        resumed.stop_reason
+    );
+    assert_eq!(resumed.steps.len(), 108);
+    assert_eq!(resumed.spec.platform, "lambda");
+    assert!(
+        stored_params(&resumed) == stored_params(&clean),
+        "the resumed run has the model of the run never cancelled"
+    );
+    eprintln!(
+        "stopped {stopped_in:?} after the SIGINT, at step {steps}; the instances used {busy} \
+         ticks of CPU in the 2 s after"
+    );
+}
+
 #[test]
 fn a_lambda_job_refuses_what_the_functions_cannot_reach() {
     let dir = tempdir();

@@ -1,5 +1,6 @@
 //! `mlless report` on several real runs: one page overlaying them, the table of the runs as
-//! CSV, a run given by its directory as well as by its record file.
+//! CSV, a run given by its directory as well as by its record file, the map tasks of the data
+//! set's preparation on the timeline.
 
 mod common;
 
@@ -9,7 +10,26 @@ use common::*;
 fn report_overlays_runs_given_by_record_or_directory() {
     let dir = tempdir();
     let spec = mlless_data::SparseLrSpec::new(8_000, 2_000, 10, 5);
-    let data = sparse_lr_prepared(dir.path(), &spec, &[]);
+    // Min-max normalised by 2 map tasks a round: the preparation records their invocations.
+    let data = sparse_lr_prepared(
+        dir.path(),
+        &spec,
+        &["--normalize", "minmax", "--map-tasks", "2"],
+    );
+    let preparation: mlless_job::PrepareRecord = serde_json::from_slice(
+        &std::fs::read(data.join(mlless_job::record::PREPARE_RECORD_KEY))
+            .expect("prepare.json beside the manifest"),
+    )
+    .expect("prepare.json parses");
+    let names: Vec<&str> = preparation
+        .invocations
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["range-map-0", "range-map-1", "scale-map-0", "scale-map-1"]
+    );
     let data = s(&data);
     let common = [
         "--data",
@@ -70,5 +90,10 @@ fn report_overlays_runs_given_by_record_or_directory() {
         let svg = std::fs::read_to_string(out.join(figure)).expect("figure written");
         roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{figure}: {e}"));
         assert!(html.contains(svg.trim()), "the page inlines {figure}");
+    }
+    let timeline = std::fs::read_to_string(out.join("timeline.svg")).expect("timeline.svg");
+    assert_eq!(timeline.matches("Map tasks of preparing").count(), 1);
+    for name in names {
+        assert!(timeline.contains(name), "{name} on the timeline");
     }
 }

@@ -305,3 +305,73 @@ fn a_data_set_without_a_validation_set_is_refused() {
         "{err}"
     );
 }
+
+/// A search checks every trial's options as `train` does, before any function starts: a trial's
+/// --l2, the limits, the fleet against what mlless and the local invoker run; and the trials
+/// that run at once against what the local invoker runs.
+#[test]
+fn a_search_refuses_the_options_train_refuses() {
+    let dir = common::tempdir();
+    // A small set with a validation set (a search needs one).
+    let spec = mlless_data::SparseLrSpec::new(2_000, 200, 10, 3);
+    let data = s(&common::sparse_lr_prepared(
+        dir.path(),
+        &spec,
+        &["--validation-fraction", "0.1"],
+    ));
+    let local_max = mlless_faas::local_max_concurrent().to_string();
+    // Two trials of half as many workers (and a supervisor each) are one function too many.
+    let half = (mlless_faas::local_max_concurrent() / 2).to_string();
+    let cases: [(&[&str], String); 5] = [
+        (
+            &["--param", "l2=-1,0.1"],
+            "trial l2=-1: --l2 must be a finite number ≥ 0, not -1".into(),
+        ),
+        (
+            &["--param", "lr=0.1,1", "--memory-mb", "0"],
+            "--memory-mb must be at least 1 MB".into(),
+        ),
+        (
+            &["--param", "lr=0.1,1", "--workers-per-trial", "100000"],
+            "--workers 100000 is more than mlless runs".into(),
+        ),
+        (
+            &["--param", "lr=0.1,1", "--workers-per-trial", &local_max],
+            format!("--workers {local_max} is more than the local invoker can run at once"),
+        ),
+        (
+            &[
+                "--param",
+                "lr=0.1,1",
+                "--workers-per-trial",
+                &half,
+                "--concurrency",
+                "2",
+            ],
+            format!(
+                "--concurrency 2: 2 trials of {half} workers and a supervisor are {} functions at \
+                 once, more than the local invoker can run ({local_max})",
+                2 * (mlless_faas::local_max_concurrent() / 2 + 1)
+            ),
+        ),
+    ];
+    for (extra, expected) in &cases {
+        if expected.contains("local invoker")
+            && mlless_faas::local_max_concurrent() > mlless_job::config::MAX_WORKERS
+        {
+            continue;
+        }
+        let mut args = vec![
+            "tune",
+            "--data",
+            &data,
+            "--model",
+            "lr",
+            "--budget-usd",
+            "1",
+        ];
+        args.extend(*extra);
+        let err = common::fails(&args);
+        assert!(err.contains(expected.as_str()), "{extra:?}: {err}");
+    }
+}

@@ -295,6 +295,27 @@ impl PriceTable {
             total_usd: compute_usd + request_usd + services_usd + storage_usd,
         }
     }
+
+    /// [`bill`](Self::bill) of `count` invocations that each used `usage`, computed without a
+    /// list of them (so that a prediction for a huge fleet allocates nothing by its size).
+    pub fn bill_of_many(
+        &self,
+        usage: Usage,
+        count: u64,
+        wall_s: f64,
+        requests: ObjectRequests,
+    ) -> Bill {
+        let mut bill = self.bill(&[], wall_s, requests);
+        let billed = billed_duration_ms(usage.duration_ms, self.granularity_ms);
+        let n = count as f64;
+        bill.invocations = count;
+        bill.billed_ms = billed.saturating_mul(count);
+        bill.gb_seconds = gb_seconds(billed, usage.memory_mb) * n;
+        bill.compute_usd = bill.gb_seconds * self.gb_second_usd;
+        bill.request_usd = n * self.request_usd;
+        bill.total_usd = bill.compute_usd + bill.request_usd + bill.services_usd + bill.storage_usd;
+        bill
+    }
 }
 
 /// The kind of channel a run exchanges through, as far as its price is concerned.
@@ -536,6 +557,35 @@ mod tests {
             memory_mb: 512,
         };
         assert!((coarse.invocation_usd(one) - 0.2 * 0.5 * coarse.gb_second_usd).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_bill_of_many_is_the_bill_of_the_list_without_it() {
+        let prices = PriceTable::ibm_cloud_functions().with_services(0.17);
+        let usage = Usage {
+            duration_ms: 1234,
+            memory_mb: 768,
+        };
+        let requests = ObjectRequests {
+            writes: 30,
+            reads: 700,
+        };
+        let listed = prices.bill(&[usage; 9], 60.0, requests);
+        let many = prices.bill_of_many(usage, 9, 60.0, requests);
+        assert_eq!(many.invocations, listed.invocations);
+        assert_eq!(many.billed_ms, listed.billed_ms);
+        for (a, b) in [
+            (many.gb_seconds, listed.gb_seconds),
+            (many.compute_usd, listed.compute_usd),
+            (many.request_usd, listed.request_usd),
+            (many.total_usd, listed.total_usd),
+        ] {
+            assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
+        }
+        // A fleet of 2^32 functions is billed without a list of them.
+        let huge = prices.bill_of_many(usage, u64::from(u32::MAX), 60.0, requests);
+        assert_eq!(huge.invocations, u64::from(u32::MAX));
+        assert!(huge.total_usd.is_finite() && huge.total_usd > many.total_usd);
     }
 
     #[test]

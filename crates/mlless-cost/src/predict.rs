@@ -254,16 +254,14 @@ impl RunMeasurements {
         // Every function runs for the whole run; re-invocations split that time, so they add
         // requests but (at 1 ms granularity) no GB-seconds.
         let duration_ms = (time_s * 1000.0).ceil() as u64;
-        let usages = vec![
-            Usage {
-                duration_ms,
-                memory_mb: self.memory_mb,
-            };
-            usize::try_from(functions).unwrap_or(usize::MAX)
-        ];
+        let usage = Usage {
+            duration_ms,
+            memory_mb: self.memory_mb,
+        };
         let prices = table.clone().for_channel(self.channel);
-        let mut bill = prices.bill(
-            &usages,
+        let mut bill = prices.bill_of_many(
+            usage,
+            functions,
             time_s,
             ObjectRequests::estimate(self.channel, workers, steps),
         );

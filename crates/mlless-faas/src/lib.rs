@@ -86,7 +86,10 @@ mod procfs;
 
 #[cfg(feature = "lambda")]
 pub use lambda::{LambdaConfig, LambdaInvoker};
-pub use local::{DEFAULT_MEMORY_SAMPLE_INTERVAL, LocalInvoker};
+pub use local::{
+    DEFAULT_MEMORY_SAMPLE_INTERVAL, LOCAL_FUNCTIONS_PER_CPU, LOCAL_THREADS_PER_FUNCTION,
+    LocalInvoker, local_max_concurrent,
+};
 
 /// The limits a platform imposes on one invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -141,6 +144,13 @@ pub trait Invoker: Send + Sync + fmt::Debug {
 
     /// Name of the platform, e.g. `"local"`.
     fn platform(&self) -> &str;
+
+    /// The most invocations this invoker can run at once, or `None` if it knows no bound
+    /// (a FaaS platform's concurrency quota is the platform's to enforce). A job that needs
+    /// more functions at once than this is refused before any starts.
+    fn max_concurrent(&self) -> Option<u32> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -152,6 +162,10 @@ impl<T: Invoker + ?Sized> Invoker for Arc<T> {
     fn platform(&self) -> &str {
         (**self).platform()
     }
+
+    fn max_concurrent(&self) -> Option<u32> {
+        (**self).max_concurrent()
+    }
 }
 
 #[async_trait::async_trait]
@@ -162,6 +176,10 @@ impl<T: Invoker + ?Sized> Invoker for Box<T> {
 
     fn platform(&self) -> &str {
         (**self).platform()
+    }
+
+    fn max_concurrent(&self) -> Option<u32> {
+        (**self).max_concurrent()
     }
 }
 

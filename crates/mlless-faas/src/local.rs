@@ -211,6 +211,47 @@ impl Invoker for LocalInvoker {
     fn platform(&self) -> &str {
         "local"
     }
+
+    /// [`local_max_concurrent`]: the bound of the CPUs and of the process limit.
+    fn max_concurrent(&self) -> Option<u32> {
+        Some(local_max_concurrent())
+    }
+}
+
+/// How many local functions may run at once per CPU. Each one is a process with a runtime of
+/// its own; beyond a few dozen per core a step is scheduling, not training, and a fleet that
+/// size is a typo (`--workers 100000` spawned 243 processes on a 2-core machine before the
+/// 244th failed with `EAGAIN`, after the run had started).
+pub const LOCAL_FUNCTIONS_PER_CPU: u32 = 32;
+
+/// The threads a local function counts against `RLIMIT_NPROC` (which Linux counts in
+/// threads): 15 to 23 were measured per `mlless function` process of a training job (its
+/// runtime's 2 workers, the blocking pool of the object store and the reader), so 24.
+pub const LOCAL_THREADS_PER_FUNCTION: u64 = 24;
+
+/// The most local functions that run at once on this machine: [`LOCAL_FUNCTIONS_PER_CPU`] per
+/// CPU available to this process, and no more than the soft `RLIMIT_NPROC` leaves room for at
+/// [`LOCAL_THREADS_PER_FUNCTION`] threads each (unlimited: no bound from it). At least 1.
+pub fn local_max_concurrent() -> u32 {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let by_cpus = u32::try_from(cpus)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(LOCAL_FUNCTIONS_PER_CPU);
+    let by_processes = process_limit()
+        .map(|n| u32::try_from(n / LOCAL_THREADS_PER_FUNCTION).unwrap_or(u32::MAX))
+        .unwrap_or(u32::MAX);
+    by_cpus.min(by_processes).max(1)
+}
+
+/// The soft `RLIMIT_NPROC` of this process, `None` if unlimited or unknown.
+fn process_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` through a valid pointer to it.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut limit) };
+    (r == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
 /// Rejects requests no platform would run.

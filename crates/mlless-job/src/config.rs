@@ -70,6 +70,11 @@ impl std::fmt::Display for SecretUrl {
     }
 }
 
+/// The most workers a run may have, whatever runs them: ten times AWS Lambda's default quota of
+/// 1,000 concurrent executions per region. `train` refuses more, and `report` and `cost` refuse
+/// a record or a fleet with more (before they allocate anything by the fleet's size).
+pub const MAX_WORKERS: u32 = 10_000;
+
 /// The options of a training job that reach every function as the user gave them. Both the
 /// driver's `TrainOptions` and the [`JobSpec`](crate::JobSpec) hold one
 /// (the spec flattened, so that `spec.json` keeps its field names).
@@ -106,8 +111,8 @@ pub struct TrainingConfig {
     /// only at the lifetime hand-off); a dead worker or supervisor resumes from its latest.
     #[serde(default)]
     pub checkpoint_every: u64,
-    /// The supervisor has a worker that sent nothing for this long replaced (`None`: it waits
-    /// as long as a function lives).
+    /// The supervisor has a worker that sent nothing for this long replaced (`None`: 100 of
+    /// the run's median steps, at least 30 s).
     #[serde(default)]
     pub worker_deadline_s: Option<f64>,
     /// Test aid: faults to inject (empty in real runs).
@@ -122,7 +127,8 @@ fn default_channel_grace_s() -> f64 {
     mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
 }
 
-/// Why a [`TrainingConfig`] cannot run; each message names the flags of `mlless train`.
+/// Why a [`TrainingConfig`] cannot run; each message names the flags of `mlless train` (and of
+/// `mlless prepare`, whose limits have the same flags, and its `--map-tasks`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     /// ISP's threshold is negative or not a number.
@@ -149,6 +155,32 @@ pub enum ConfigError {
     /// The learning rate is not a positive finite number.
     #[error("--lr must be a positive finite number, not {0}")]
     LearningRate(f32),
+    /// The L2 regularisation is negative or not finite.
+    #[error("--l2 must be a finite number ≥ 0, not {0}")]
+    L2(f32),
+    /// The functions' memory cap is zero.
+    #[error("--memory-mb must be at least 1 MB")]
+    Memory,
+    /// `prepare` with no map tasks.
+    #[error("--map-tasks must be at least 1")]
+    MapTasks,
+    /// More workers than any run of mlless has ([`MAX_WORKERS`]).
+    #[error("--workers {0} is more than mlless runs: at most {MAX_WORKERS} workers")]
+    WorkersAboveMax(u32),
+    /// More workers (with the supervisor) than the invoker runs at once.
+    #[error(
+        "--workers {workers} is more than the {platform} invoker can run at once: at most \
+         {max_workers} workers (with the supervisor, {functions} functions at once)",
+        functions = .max_workers + 1
+    )]
+    TooManyWorkers {
+        /// The workers asked for.
+        workers: u32,
+        /// The most workers the invoker runs beside the supervisor.
+        max_workers: u32,
+        /// The invoker's platform.
+        platform: String,
+    },
     /// k-means asked for something its Lloyd steps do not do.
     #[error(
         "k-means trains by synchronous Lloyd steps: it takes --sync bsp, --algorithm ga, \
@@ -220,6 +252,18 @@ pub enum ConfigError {
     },
 }
 
+/// Checks the limits of a function: a positive lifetime and at least 1 MB (`--timeout-s`,
+/// `--memory-mb` of `train` and `prepare`).
+pub fn validate_limits(limits: &Limits) -> Result<(), ConfigError> {
+    if limits.timeout.is_zero() {
+        return Err(ConfigError::Timeout);
+    }
+    if limits.memory_mb == 0 {
+        return Err(ConfigError::Memory);
+    }
+    Ok(())
+}
+
 impl TrainingConfig {
     /// The options every function opens the job's channel with.
     pub fn channel_options(&self) -> mlless_store::ChannelOptions {
@@ -235,9 +279,7 @@ impl TrainingConfig {
         {
             return Err(ConfigError::Significance);
         }
-        if self.limits.timeout.is_zero() {
-            return Err(ConfigError::Timeout);
-        }
+        validate_limits(&self.limits)?;
         if !(self.channel_grace_s >= 0.0 && self.channel_grace_s.is_finite()) {
             return Err(ConfigError::ChannelGrace);
         }
@@ -248,6 +290,9 @@ impl TrainingConfig {
         }
         if self.workers == 0 {
             return Err(ConfigError::NoWorkers);
+        }
+        if self.workers > MAX_WORKERS {
+            return Err(ConfigError::WorkersAboveMax(self.workers));
         }
         if self.stop.max_epochs == 0 {
             return Err(ConfigError::NoEpochs);
@@ -271,6 +316,43 @@ impl TrainingConfig {
                     workers: self.workers,
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// The warning for a fleet larger than a data set of `train_batches` training minibatches,
+    /// `None` if it is not. The workers of a step read consecutive positions of one shared
+    /// stream of the minibatches, epoch after epoch (`mlless_runtime::fleet`), so such a run
+    /// trains — a step then reads some minibatch twice and covers more than an epoch — and the
+    /// tests' tiny data sets do train so; but on a real data set it is a mistake worth saying.
+    pub fn oversized_fleet(&self, train_batches: u32) -> Option<String> {
+        (self.workers > train_batches).then(|| {
+            format!(
+                "--workers {} is more than the {train_batches} training minibatches of the data \
+                 set: every step reads some minibatch more than once and covers more than an \
+                 epoch; at most {train_batches} workers, or data prepared with a smaller \
+                 --batch-size, would not",
+                self.workers
+            )
+        })
+    }
+
+    /// Checks the fleet against what the invoker of `platform` runs at once
+    /// (`max_concurrent` functions, `None`: no known bound): the workers and the supervisor
+    /// run together.
+    pub fn validate_concurrency(
+        &self,
+        platform: &str,
+        max_concurrent: Option<u32>,
+    ) -> Result<(), ConfigError> {
+        if let Some(max) = max_concurrent
+            && u64::from(self.workers) + 1 > u64::from(max)
+        {
+            return Err(ConfigError::TooManyWorkers {
+                workers: self.workers,
+                max_workers: max.saturating_sub(1),
+                platform: platform.to_owned(),
+            });
         }
         Ok(())
     }
@@ -332,5 +414,66 @@ mod tests {
             "\"redis://:pw@h:6379\""
         );
         assert_eq!(url.redacted().as_str(), "redis://:***@h:6379");
+    }
+
+    #[test]
+    fn the_fleet_is_checked_against_the_invoker_and_the_minibatches() {
+        let config = TrainingConfig {
+            workers: 8,
+            schedule: Schedule::Constant,
+            seed: 1,
+            stop: StopCriteria {
+                target_loss: None,
+                target_patience: 10,
+                max_epochs: 1,
+                max_time_s: None,
+                tolerance: None,
+            },
+            channel: None,
+            limits: Limits::new(1024, Duration::from_secs(900)),
+            sync: SyncMode::Bsp,
+            compression: Compression::None,
+            scale_in: None,
+            algorithm: Algorithm::Ga,
+            pattern: Pattern::Broadcast,
+            checkpoint_every: 0,
+            worker_deadline_s: None,
+            faults: Vec::new(),
+            channel_grace_s: 30.0,
+        };
+        assert_eq!(config.validate(ModelChoice::LogisticRegression), Ok(()));
+        // 8 workers and the supervisor: 9 functions.
+        assert_eq!(config.validate_concurrency("local", Some(9)), Ok(()));
+        assert_eq!(config.validate_concurrency("lambda", None), Ok(()));
+        assert_eq!(
+            config.validate_concurrency("local", Some(8)),
+            Err(ConfigError::TooManyWorkers {
+                workers: 8,
+                max_workers: 7,
+                platform: "local".into()
+            })
+        );
+        assert_eq!(config.oversized_fleet(8), None);
+        assert!(
+            config
+                .oversized_fleet(7)
+                .is_some_and(|w| w.starts_with("--workers 8 is more than the 7 training"))
+        );
+        let huge = TrainingConfig {
+            workers: u32::MAX,
+            ..config.clone()
+        };
+        assert_eq!(
+            huge.validate(ModelChoice::LogisticRegression),
+            Err(ConfigError::WorkersAboveMax(u32::MAX))
+        );
+        let no_memory = TrainingConfig {
+            limits: Limits::new(0, Duration::from_secs(900)),
+            ..config
+        };
+        assert_eq!(
+            no_memory.validate(ModelChoice::LogisticRegression),
+            Err(ConfigError::Memory)
+        );
     }
 }

@@ -26,7 +26,7 @@ pub use config::{ConfigError, SecretUrl, TrainingConfig};
 pub use fault::Fault;
 pub use model::{ModelChoice, UnknownModel};
 pub use protocol::{Algorithm, DEFAULT_ADMM_RHO, Pattern, SyncMode};
-pub use record::RunRecord;
+pub use record::{PrepareRecord, RunRecord};
 pub use role::{SUPERVISOR_ROLE, roles, worker_role};
 pub use spec::{
     AUTO_EVAL_SECONDS, EvalEvery, JobSpec, Resumption, SPEC_KEY, StopCriteria, ValidationConfig,

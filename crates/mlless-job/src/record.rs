@@ -121,6 +121,22 @@ impl ValidationRecord {
     }
 }
 
+/// Key of a data set's [`PrepareRecord`] below the data set's location.
+pub const PREPARE_RECORD_KEY: &str = "prepare.json";
+
+/// What `mlless prepare` did to write a data set: when, for how long, and every function it
+/// invoked (the map tasks of `--normalize`), so that a report can show them on the fleet's
+/// timeline. Written beside the manifest, before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrepareRecord {
+    /// Wall-clock start of the preparation, Unix milliseconds.
+    pub started_at_unix_ms: u64,
+    /// Wall time of the whole preparation, in seconds.
+    pub wall_s: f64,
+    /// Every map task's invocation, with its duration and outcome (none without `--normalize`).
+    pub invocations: Vec<InvocationReport>,
+}
+
 /// The scale-in auto-tuner's part of a run record.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScaleInRecord {
@@ -147,7 +163,29 @@ pub struct RemovalRecord {
 /// the step they were in, and `mlless train --resume` continues it from its last checkpoint.
 pub const CANCELLED: &str = "cancelled";
 
+/// Why a [`RunRecord`] read from a file cannot be reported on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    /// A fleet no run has: none, or more than [`MAX_WORKERS`](crate::config::MAX_WORKERS).
+    #[error(
+        "spec.workers is {0}: a run has 1 to {max} workers",
+        max = crate::config::MAX_WORKERS
+    )]
+    Workers(u32),
+}
+
 impl RunRecord {
+    /// Checks the numbers that `report` and `cost` size their work by, before they allocate
+    /// anything by them: the fleet (`spec.workers`). A record `train` wrote passes; a hand-made
+    /// or corrupt one may not.
+    pub fn check(&self) -> Result<(), RecordError> {
+        let workers = self.spec.training.workers;
+        if workers == 0 || workers > crate::config::MAX_WORKERS {
+            return Err(RecordError::Workers(workers));
+        }
+        Ok(())
+    }
+
     /// Whether the run was cancelled ([`CANCELLED`]), and so may be resumed.
     pub fn was_cancelled(&self) -> bool {
         self.stop_reason == CANCELLED

@@ -1,6 +1,7 @@
 //! The fleet over time: every invocation of each run as a bar from its start to its end, one
 //! row a role, coloured by role, with its outcome, hand-offs at the lifetime limit,
-//! replacements after a failure and removals by scale-in marked; and the workers' mean step
+//! replacements after a failure and removals by scale-in marked (the map tasks of a data set's
+//! preparation in a panel of their own, on the preparation's clock); and the workers' mean step
 //! time stacked as read, compute and exchange.
 
 use mlless_faas::{InvocationReport, Outcome};
@@ -94,56 +95,105 @@ fn rows(invocations: &[InvocationReport]) -> Vec<String> {
     roles
 }
 
+/// One panel of the timeline: a run's invocations, or the map tasks of a data set's
+/// preparation.
+struct Panel<'a> {
+    title: String,
+    x_desc: &'static str,
+    /// The panel's time 0, Unix milliseconds.
+    t0_ms: u64,
+    /// The end of its last bar, seconds after `t0_ms`.
+    end_s: f64,
+    invocations: &'a [InvocationReport],
+    /// Scale-in removals: seconds after `t0_ms`, and the worker's role.
+    removals: Vec<(f64, String)>,
+}
+
+/// The panels of `runs`: each run's, after the preparation of its data set when the run
+/// carries its record with map tasks (a data set shared by several runs once).
+fn panels(runs: &[Run]) -> Vec<Panel<'_>> {
+    let end_of = |t0: u64, invocations: &[InvocationReport]| {
+        invocations
+            .iter()
+            .map(|i| (i.started_at_unix_ms + i.duration_ms).saturating_sub(t0) as f64 / 1000.0)
+            .fold(0.0, f64::max)
+    };
+    let mut panels = Vec::new();
+    let mut prepared = Vec::new();
+    for run in runs {
+        let record = &run.record;
+        if let Some(preparation) = &run.preparation
+            && !preparation.invocations.is_empty()
+            && !prepared.contains(&&record.spec.data_url)
+        {
+            prepared.push(&record.spec.data_url);
+            let t0 = preparation.started_at_unix_ms;
+            panels.push(Panel {
+                title: format!("Map tasks of preparing {}", record.spec.data_url),
+                x_desc: "time since the preparation started (s)",
+                t0_ms: t0,
+                end_s: end_of(t0, &preparation.invocations).max(preparation.wall_s),
+                invocations: &preparation.invocations,
+                removals: Vec::new(),
+            });
+        }
+        let t0 = record.started_at_unix_ms;
+        let offset = record.time_offset_s();
+        panels.push(Panel {
+            title: format!("Invocations of {}", run.label),
+            x_desc: "time since the run started (s)",
+            t0_ms: t0,
+            end_s: end_of(t0, &record.invocations).max(record.wall_s),
+            invocations: &record.invocations,
+            removals: record
+                .scale_in
+                .removals
+                .iter()
+                .map(|r| (offset + r.time_s, mlless_job::worker_role(r.worker)))
+                .collect(),
+        });
+    }
+    panels
+}
+
 /// The timeline of every run's invocations, one panel a run on a shared time axis (seconds
-/// since each run started).
+/// since each run started), with a panel for the map tasks of each data set's preparation.
 ///
 /// # Errors
 ///
 /// [`ReportError::Plot`] if plotters fails.
 pub fn timeline_svg(runs: &[Run]) -> Result<String, ReportError> {
-    let end_s = runs
+    let panels = panels(runs);
+    let end_s = panels.iter().map(|p| p.end_s).fold(0.0, f64::max);
+    let heights: Vec<u32> = panels
         .iter()
-        .flat_map(|r| {
-            let t0 = r.record.started_at_unix_ms;
-            r.record
-                .invocations
-                .iter()
-                .map(move |i| (i.started_at_unix_ms + i.duration_ms).saturating_sub(t0) as f64)
-                .chain([r.record.wall_s * 1000.0])
-        })
-        .fold(0.0, f64::max)
-        / 1000.0;
-    let heights: Vec<u32> = runs
-        .iter()
-        .map(|r| TIMELINE_MARGIN_PX + ROW_PX * rows(&r.record.invocations).len().max(1) as u32)
+        .map(|p| TIMELINE_MARGIN_PX + ROW_PX * rows(p.invocations).len().max(1) as u32)
         .collect();
     let total: u32 = heights.iter().sum::<u32>().max(1);
     svg("timeline", (PANEL.0 * 2, total), |root| {
         let mut area = root.clone();
-        for (run, &height) in runs.iter().zip(&heights) {
+        for (panel, &height) in panels.iter().zip(&heights) {
             let (top, rest) = area.split_vertically(height);
-            timeline_panel(&top, run, end_s)?;
+            timeline_panel(&top, panel, end_s)?;
             area = rest;
         }
         Ok(())
     })
 }
 
-/// One run's panel of the timeline.
+/// One panel of the timeline.
 fn timeline_panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    run: &Run,
+    panel: &Panel<'_>,
     end_s: f64,
 ) -> Drawn {
-    let record = &run.record;
-    let roles = rows(&record.invocations);
+    let roles = rows(panel.invocations);
     let n = roles.len().max(1);
     // Room on the right for the legend.
     let x = padded_range([0.0, end_s * 1.35].into_iter(), true);
     let span = x.end - x.start;
     let y = -0.5..n as f64 - 0.5;
-    let mut chart = chart_builder(area, &format!("Invocations of {}", run.label), 110)
-        .build_cartesian_2d(x, y)?;
+    let mut chart = chart_builder(area, &panel.title, 110).build_cartesian_2d(x, y)?;
     // Row r is drawn at y = n − 1 − r, so that the supervisor is on top.
     let row_y = |role: &str| {
         roles
@@ -160,7 +210,7 @@ fn timeline_panel(
     };
     chart
         .configure_mesh()
-        .x_desc("time since the run started (s)")
+        .x_desc(panel.x_desc)
         .x_label_formatter(&|v| format_tick(*v, span))
         .y_labels(n + 1)
         .y_label_formatter(&label)
@@ -169,12 +219,12 @@ fn timeline_panel(
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
 
-    let t0 = record.started_at_unix_ms;
+    let t0 = panel.t0_ms;
     let seconds = |unix_ms: u64| unix_ms.saturating_sub(t0) as f64 / 1000.0;
     let mut handoffs = Vec::new();
     let mut replacements = Vec::new();
     let mut failures = Vec::new();
-    for invocation in &record.invocations {
+    for invocation in panel.invocations {
         let kind = InvocationKind::of(&invocation.name);
         let y = row_y(&kind.role);
         let start = seconds(invocation.started_at_unix_ms);
@@ -207,62 +257,81 @@ fn timeline_panel(
             replacements.push((start, y));
         }
     }
-    let offset = record.time_offset_s();
-    let removals: Vec<(f64, f64)> = record
-        .scale_in
+    let removals: Vec<(f64, f64)> = panel
         .removals
         .iter()
-        .map(|r| (offset + r.time_s, row_y(&mlless_job::worker_role(r.worker))))
+        .map(|(time_s, role)| (*time_s, row_y(role)))
         .collect();
 
-    // The legend: one entry a kind of bar and mark (an entry without marks has no element).
+    // The legend: one entry a kind of bar and mark the panel has.
     let bar = |color: RGBColor| {
         move |(x, y): (i32, i32)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], color.filled())
     };
-    for (name, color) in [
-        ("supervisor", SUPERVISOR_COLOR),
-        ("worker", WORKER_COLOR),
-        ("replacement after a failure", REPLACEMENT_COLOR),
+    let kinds: Vec<InvocationKind> = panel
+        .invocations
+        .iter()
+        .map(|i| InvocationKind::of(&i.name))
+        .collect();
+    for (name, color, present) in [
+        (
+            "supervisor",
+            SUPERVISOR_COLOR,
+            kinds.iter().any(|k| k.color() == SUPERVISOR_COLOR),
+        ),
+        (
+            "worker",
+            WORKER_COLOR,
+            kinds.iter().any(|k| k.color() == WORKER_COLOR),
+        ),
+        (
+            "replacement after a failure",
+            REPLACEMENT_COLOR,
+            kinds.iter().any(|k| k.recovery > 0),
+        ),
+        (
+            "other function (map task)",
+            MAP_COLOR,
+            kinds.iter().any(|k| k.color() == MAP_COLOR),
+        ),
     ] {
+        if !present {
+            continue;
+        }
         chart
             .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
             .label(name)
             .legend(bar(color));
     }
-    if record
-        .invocations
-        .iter()
-        .any(|i| InvocationKind::of(&i.name).color() == MAP_COLOR)
-    {
+    if !handoffs.is_empty() {
         chart
-            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
-            .label("other function (map task)")
-            .legend(bar(MAP_COLOR));
+            .draw_series(
+                handoffs
+                    .iter()
+                    .map(|&p| TriangleMarker::new(p, 7, BLACK.filled())),
+            )?
+            .label("hand-off at the lifetime limit")
+            .legend(|(x, y)| TriangleMarker::new((x + 9, y), 6, BLACK.filled()));
     }
-    chart
-        .draw_series(
-            handoffs
-                .iter()
-                .map(|&p| TriangleMarker::new(p, 7, BLACK.filled())),
-        )?
-        .label("hand-off at the lifetime limit")
-        .legend(|(x, y)| TriangleMarker::new((x + 9, y), 6, BLACK.filled()));
-    chart
-        .draw_series(
-            failures
-                .iter()
-                .map(|&p| Circle::new(p, 6, FAILED_COLOR.filled())),
-        )?
-        .label("failed (crash, memory, lifetime cap)")
-        .legend(|(x, y)| Circle::new((x + 9, y), 5, FAILED_COLOR.filled()));
-    chart
-        .draw_series(
-            removals
-                .iter()
-                .map(|&p| Cross::new(p, 7, BLACK.stroke_width(3))),
-        )?
-        .label("removed by scale-in")
-        .legend(|(x, y)| Cross::new((x + 9, y), 5, BLACK.stroke_width(2)));
+    if !failures.is_empty() {
+        chart
+            .draw_series(
+                failures
+                    .iter()
+                    .map(|&p| Circle::new(p, 6, FAILED_COLOR.filled())),
+            )?
+            .label("failed (crash, memory, lifetime cap)")
+            .legend(|(x, y)| Circle::new((x + 9, y), 5, FAILED_COLOR.filled()));
+    }
+    if !removals.is_empty() {
+        chart
+            .draw_series(
+                removals
+                    .iter()
+                    .map(|&p| Cross::new(p, 7, BLACK.stroke_width(3))),
+            )?
+            .label("removed by scale-in")
+            .legend(|(x, y)| Cross::new((x + 9, y), 5, BLACK.stroke_width(2)));
+    }
     chart.draw_series(
         replacements
             .iter()

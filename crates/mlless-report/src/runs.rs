@@ -19,6 +19,9 @@ pub struct Run {
     pub record: RunRecord,
     /// Its prices, VM types and cores ([`ReportOptions::for_record`] by default).
     pub options: ReportOptions,
+    /// The record of its data set's preparation, if the caller found one: its map tasks go on
+    /// the fleet's timeline.
+    pub preparation: Option<mlless_job::PrepareRecord>,
 }
 
 impl Run {
@@ -28,6 +31,7 @@ impl Run {
             label: record.spec.job_id.clone(),
             options: ReportOptions::for_record(&record),
             record,
+            preparation: None,
         }
     }
 

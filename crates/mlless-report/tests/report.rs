@@ -463,3 +463,58 @@ fn the_validation_curve_is_plotted_against_time_and_cost_with_the_best_marked() 
     let html = std::fs::read_to_string(&files.html).unwrap();
     assert!(html.contains("id=\"fig-validation\""));
 }
+
+/// The map tasks of a data set's preparation get a panel of their own on the timeline, on the
+/// preparation's clock, once for the runs that share the data set.
+#[test]
+fn the_map_tasks_of_the_preparation_are_on_the_timeline_once_a_data_set() {
+    let task = |name: &str, start_ms: u64| mlless_faas::InvocationReport {
+        name: name.into(),
+        pid: Some(7),
+        started_at_unix_ms: STARTED - 3_600_000 + start_ms,
+        duration_ms: 400,
+        memory_mb: 1024,
+        peak_rss_mb: 12.0,
+        outcome: mlless_faas::Outcome::Succeeded,
+    };
+    let preparation = mlless_job::PrepareRecord {
+        started_at_unix_ms: STARTED - 3_600_000,
+        wall_s: 1.5,
+        invocations: vec![
+            task("range-map-0", 100),
+            task("range-map-1", 110),
+            task("scale-map-0", 600),
+            task("scale-map-1", 610),
+        ],
+    };
+    let mut runs = vec![Run::new(record()), Run::new(isp_record())];
+    assert_eq!(runs[0].record.spec.data_url, runs[1].record.spec.data_url);
+    for run in &mut runs {
+        run.preparation = Some(preparation.clone());
+    }
+    label_runs(&mut runs);
+    let dir = tempfile::tempdir().unwrap();
+    let files = render_runs(&runs, dir.path()).unwrap();
+    let timeline = std::fs::read_to_string(files.figure("timeline.svg").unwrap()).unwrap();
+    roxmltree::Document::parse(&timeline).unwrap();
+    // The data set's name as the SVG escapes it (`/tmp/data "quoted"`).
+    assert_eq!(
+        timeline.matches("Map tasks of preparing /tmp/data").count(),
+        1,
+        "one panel for the shared data set"
+    );
+    for role in ["range-map-0", "range-map-1", "scale-map-0", "scale-map-1"] {
+        assert!(timeline.contains(role), "{role} has its row");
+    }
+    assert!(timeline.contains("time since the preparation started (s)"));
+    assert!(timeline.contains("other function (map task)"));
+    assert!(timeline.contains("Invocations of bsp, object store"));
+    // A mark's legend only where the panel has such marks: the ISP run's removal.
+    assert_eq!(timeline.matches("removed by scale-in").count(), 1);
+
+    // Without the preparation's record, no such panel.
+    let plain = render_runs(&[Run::new(record())], &dir.path().join("plain")).unwrap();
+    let timeline = std::fs::read_to_string(plain.figure("timeline.svg").unwrap()).unwrap();
+    assert!(!timeline.contains("Map tasks of preparing"));
+    assert!(!timeline.contains("other function (map task)"));
+}

@@ -77,15 +77,27 @@ pub enum RuntimeError {
         /// The run's location.
         run_url: String,
     },
-    /// The training loss became non-finite or exploded.
+    /// The user cancelled a data preparation (Ctrl-C): it stopped, its map tasks ended or were
+    /// killed, and what it had written is removed.
+    #[error("{message}")]
+    PrepareCancelled {
+        /// What happened and what to do, in one line.
+        message: String,
+    },
+    /// The training loss became non-finite or exploded (beyond `threshold`, a multiple of the
+    /// run's first loss). Its message starts with [`DIVERGED`].
     #[error(
-        "training diverged at step {step} (loss {loss}); try a lower --lr (it was {lr}) or another --optimizer"
+        "training diverged at step {step} (loss {loss}, above {threshold}: 100 times the first \
+         step's loss, or 1 if that was less); try a lower --lr (it was {lr}) or another \
+         --optimizer"
     )]
     Diverged {
         /// The step at which the loss was last seen.
         step: u64,
         /// The loss seen.
         loss: f64,
+        /// The loss above which the run counts as diverged.
+        threshold: f64,
         /// The learning rate in use.
         lr: f32,
     },
@@ -135,3 +147,26 @@ pub enum RuntimeError {
 
 /// A `Result` with a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// How the message of [`RuntimeError::Diverged`] starts: the driver knows by it, in the failure
+/// a supervisor reports, that the run diverged (and that `--resume` cannot help it).
+pub const DIVERGED: &str = "training diverged at step";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_divergence_says_so_first_and_names_no_resume() {
+        let e = RuntimeError::Diverged {
+            step: 7,
+            loss: 279_127.0,
+            threshold: 150.0,
+            lr: 30.0,
+        };
+        let message = e.to_string();
+        assert!(message.starts_with(DIVERGED), "{message}");
+        assert!(message.contains("--lr (it was 30)"), "{message}");
+        assert!(!message.contains("resume"), "{message}");
+    }
+}

@@ -75,4 +75,6 @@ pub use driver::{
 };
 pub use error::{Result, RuntimeError};
 pub use function::{Payload, Start, run_function};
-pub use prepare::{PrepareOptions, TestSet, ValidationSet, prepare};
+pub use prepare::{
+    MapRound, PrepareOptions, PrepareStage, TestSet, ValidationSet, prepare, prepare_with,
+};

@@ -8,11 +8,23 @@
 //!
 //! The manifest is written last, and the old one is deleted first: a data set whose preparation
 //! did not finish has no manifest, and no job will use it.
+//!
+//! [`prepare_with`] asks its caller, every [`POLL`], whether to go on ([`Control`]). A cancel
+//! (the CLI's first Ctrl-C) stops at the next safe point: while the input is parsed, before
+//! anything is written; while minibatches are written, after the ones being written; while map
+//! tasks run, through the stop object [`STOP_KEY`], which each task looks for before each
+//! minibatch, so that it ends after the one it is at without writing its result. What was
+//! written is then removed (the staged and the final minibatches, the id map and the counts),
+//! and the preparation ends in [`RuntimeError::PrepareCancelled`]. `Control::Kill` (a second
+//! Ctrl-C, or [`CANCEL_GRACE`] after the cancel) kills the map tasks at once.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{Batch, RatingCounts};
 use mlless_data::{
@@ -20,17 +32,173 @@ use mlless_data::{
     InputFormat, InputLayout, InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed,
     SourceInfo, SplitInfo, batch_key,
 };
-use mlless_faas::{FunctionRequest, Invoker, Limits};
+use mlless_faas::{FunctionRequest, InvocationReport, Invoker, Limits};
+use mlless_job::record::{PREPARE_RECORD_KEY, PrepareRecord};
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::driver::{CANCEL_GRACE, Control};
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::messages::Message;
+use mlless_job::config::{ConfigError, validate_limits};
 
 /// Objects written at once while uploading minibatches.
 const UPLOAD_CONCURRENCY: usize = 16;
+
+/// How often [`prepare_with`] asks its caller whether to go on.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// The object (in the data set's location) whose presence asks the map tasks to stop after
+/// the minibatch they are at.
+pub const STOP_KEY: &str = "staging/stop";
+
+/// A round of map tasks of the min-max normalisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapRound {
+    /// The feature ranges of the staged training minibatches ([`RangeMapTask`]).
+    Ranges,
+    /// Scaling the staged minibatches into the final ones ([`ScaleMapTask`]).
+    Scale,
+}
+
+impl MapRound {
+    /// The round's name, also the prefix of its tasks' names: `range-map`, `scale-map`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ranges => "range-map",
+            Self::Scale => "scale-map",
+        }
+    }
+}
+
+/// Where a preparation is, as [`prepare_with`] shows it to its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrepareStage {
+    /// Parsing and shuffling the input: nothing is written yet.
+    Reading,
+    /// Writing minibatches (staged ones for the normalisation, else the final ones).
+    Writing {
+        /// How many.
+        minibatches: usize,
+        /// Whether they are staged for the normalisation's map tasks.
+        staged: bool,
+    },
+    /// A round of map tasks is running (they have all been invoked).
+    Mapping {
+        /// Which round.
+        round: MapRound,
+        /// How many tasks.
+        tasks: usize,
+        /// The minibatches they read.
+        minibatches: usize,
+    },
+    /// Writing the manifest.
+    Finishing,
+}
+
+impl fmt::Display for PrepareStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Reading => f.write_str("reading and shuffling the input"),
+            Self::Writing {
+                minibatches,
+                staged,
+            } => {
+                let what = if staged { "staged " } else { "" };
+                write!(f, "writing {minibatches} {what}minibatches")
+            }
+            Self::Mapping {
+                round,
+                tasks,
+                minibatches,
+            } => {
+                let doing = match round {
+                    MapRound::Ranges => "computing the feature ranges of",
+                    MapRound::Scale => "scaling",
+                };
+                write!(
+                    f,
+                    "{tasks} {} tasks {doing} {minibatches} minibatches",
+                    round.name()
+                )
+            }
+            Self::Finishing => f.write_str("writing the manifest"),
+        }
+    }
+}
+
+/// What the caller asked last, in the order of their force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Interrupt {
+    None,
+    Cancel,
+    Kill,
+}
+
+/// The preparation's side of the caller's requests, and where it shows its stage.
+struct Requests<'a> {
+    level: watch::Receiver<Interrupt>,
+    stage: &'a watch::Sender<PrepareStage>,
+}
+
+impl Requests<'_> {
+    /// Whether the caller asked to stop (cancel or kill).
+    fn stopping(&self) -> bool {
+        *self.level.borrow() != Interrupt::None
+    }
+
+    /// Shows `stage` to the caller.
+    fn enter(&self, stage: PrepareStage) {
+        self.stage.send_replace(stage);
+    }
+
+    /// Completes once the caller asks to stop (never if it no longer can).
+    async fn stopped(&mut self) {
+        self.next_request(false).await;
+    }
+
+    /// Completes once the caller asks for more than it did: a cancel (or a kill) when it has
+    /// not yet `asked`, else a kill; never if it no longer can.
+    async fn next_request(&mut self, asked: bool) {
+        let want = if asked {
+            Interrupt::Kill
+        } else {
+            Interrupt::Cancel
+        };
+        if self.level.wait_for(|l| *l >= want).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// How a cancelled preparation's message describes it.
+fn describe_cancel(url: &str, stage: &PrepareStage, killed: bool) -> String {
+    let rerun = "run the same `mlless prepare` again to write it";
+    match stage {
+        PrepareStage::Reading => {
+            format!("cancelled while reading the input: nothing was written, {url} is as it was")
+        }
+        PrepareStage::Mapping { round, .. } => {
+            let how = if killed {
+                "were killed"
+            } else {
+                "stopped after their minibatch"
+            };
+            format!(
+                "cancelled during the {} tasks, which {how}; what was written is removed and \
+                 {url} holds no data set (its old manifest was removed first): {rerun}",
+                round.name()
+            )
+        }
+        PrepareStage::Writing { .. } | PrepareStage::Finishing => format!(
+            "cancelled while {stage}; what was written is removed and {url} holds no data set \
+             (its old manifest was removed first): {rerun}"
+        ),
+    }
+}
 
 /// Where the test set comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +256,10 @@ pub struct RangeMapTask {
     pub keys: Vec<String>,
     /// Where to write the ranges.
     pub out_key: String,
+    /// The object whose presence asks the task to stop before its next minibatch, without
+    /// writing `out_key` ([`STOP_KEY`]; none in payloads from before it existed).
+    #[serde(default)]
+    pub stop_key: Option<String>,
 }
 
 /// Map task: scale some minibatches with the merged ranges and write them to their final keys.
@@ -101,6 +273,10 @@ pub struct ScaleMapTask {
     pub items: Vec<(String, String)>,
     /// Where to write the [`BatchInfo`]s of the written minibatches (JSON).
     pub out_key: String,
+    /// The object whose presence asks the task to stop before its next minibatch, without
+    /// writing `out_key` ([`STOP_KEY`]; none in payloads from before it existed).
+    #[serde(default)]
+    pub stop_key: Option<String>,
 }
 
 /// A framed [`FeatureRange`].
@@ -111,36 +287,161 @@ impl Message for RangeObject {
     const MAGIC: [u8; 4] = *b"MLLN";
 }
 
+impl PrepareOptions {
+    /// Checks the options before anything is read or written, each error naming the option of
+    /// `mlless prepare`: the minibatch size, the fractions, the map tasks and their limits
+    /// (checked whether or not `--normalize` runs any, as `train` checks its own).
+    pub fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 {
+            return Err(RuntimeError::InvalidJob(
+                "--batch-size must be at least 1".into(),
+            ));
+        }
+        if let TestSet::Fraction(f) = self.test
+            && !(f > 0.0 && f < 1.0)
+        {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--test-fraction must be between 0 and 1 (exclusive), not {f}"
+            )));
+        }
+        if let Some(ValidationSet::Fraction(f)) = self.validation
+            && !(f > 0.0 && f < 1.0)
+        {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--validation-fraction must be between 0 and 1 (exclusive), not {f}"
+            )));
+        }
+        if self.map_tasks == 0 {
+            return Err(ConfigError::MapTasks.into());
+        }
+        validate_limits(&self.limits)?;
+        Ok(())
+    }
+}
+
 /// Prepares a data set; returns its manifest.
 pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Result<Manifest> {
-    if options.batch_size == 0 {
-        return Err(RuntimeError::InvalidJob(
-            "--batch-size must be at least 1".into(),
-        ));
+    prepare_with(options, invoker, &mut |_| Control::Continue).await
+}
+
+/// Prepares a data set as [`prepare`] does, showing its stage to `observe` every [`POLL`],
+/// which may cancel it ([`Control::Cancel`] or [`Control::Stop`]: stop at the next safe point
+/// and remove what was written; [`Control::Kill`]: kill the map tasks now, and remove it too).
+/// A cancel not done after [`CANCEL_GRACE`] becomes a kill.
+///
+/// # Errors
+///
+/// [`RuntimeError::PrepareCancelled`] when cancelled; else the failure of the input, the store
+/// or a map task.
+pub async fn prepare_with(
+    options: &PrepareOptions,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&PrepareStage) -> Control,
+) -> Result<Manifest> {
+    let (level_tx, level) = watch::channel(Interrupt::None);
+    let (stage_tx, stage) = watch::channel(PrepareStage::Reading);
+    let requests = Requests {
+        level,
+        stage: &stage_tx,
+    };
+    let body = prepare_body(options, invoker, requests);
+    tokio::pin!(body);
+    let mut ticker = tokio::time::interval(POLL);
+    let mut cancelled: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            result = &mut body => {
+                // A failure once writing has begun leaves no half data set behind (the old
+                // manifest is gone by then): what was written is removed, as on a cancel.
+                let written = !matches!(*stage.borrow(), PrepareStage::Reading);
+                if written
+                    && matches!(&result, Err(e) if !matches!(e, RuntimeError::PrepareCancelled { .. }))
+                    && let Ok(store) = Store::open(&options.out_url)
+                {
+                    remove_written(&store).await;
+                }
+                return result;
+            }
+            _ = ticker.tick() => {
+                let now = *stage.borrow();
+                let mut want = match observe(&now) {
+                    Control::Continue => Interrupt::None,
+                    Control::Cancel | Control::Stop(_) => Interrupt::Cancel,
+                    Control::Kill => Interrupt::Kill,
+                };
+                if cancelled.is_some_and(|t| t.elapsed() >= CANCEL_GRACE) {
+                    want = Interrupt::Kill;
+                }
+                if want != Interrupt::None && cancelled.is_none() {
+                    info!(stage = %now, "cancelling the preparation");
+                    cancelled = Some(Instant::now());
+                }
+                level_tx.send_if_modified(|level| {
+                    let stronger = want > *level;
+                    if stronger {
+                        *level = want;
+                    }
+                    stronger
+                });
+            }
+        }
     }
-    if let TestSet::Fraction(f) = options.test
-        && !(f > 0.0 && f < 1.0)
-    {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--test-fraction must be between 0 and 1 (exclusive), not {f}"
-        )));
+}
+
+/// Removes what a cancelled preparation wrote (it has no manifest yet) and says what happened.
+///
+/// `staging/`, with the stop object, goes last: a Lambda map task that a kill abandoned (Lambda
+/// cannot stop an invocation) sees the stop object at its next minibatch, long before the
+/// final minibatches are deleted.
+async fn cancelled(store: &Store, stage: PrepareStage, killed: bool) -> Result<Manifest> {
+    remove_written(store).await;
+    Err(RuntimeError::PrepareCancelled {
+        message: describe_cancel(store.url(), &stage, killed),
+    })
+}
+
+/// Removes what a preparation that did not finish wrote (it has no manifest): minibatches,
+/// `staging/` last (see [`cancelled`]), the id map, the counts and the preparation's record. A
+/// removal that fails is logged: the location has no manifest, so no job uses what is left.
+async fn remove_written(store: &Store) {
+    for prefix in ["train/", "test/", "validation/", "staging/"] {
+        if let Err(e) = store.delete_prefix(prefix).await {
+            warn!("could not remove {}/{prefix}: {e}", store.url());
+        }
     }
+    for key in [IDS_KEY, COUNTS_KEY, PREPARE_RECORD_KEY] {
+        if let Err(e) = store.delete(key).await {
+            warn!("could not remove {}/{key}: {e}", store.url());
+        }
+    }
+}
+
+/// The preparation itself: [`prepare`]'s steps, stopping where `requests` asks.
+async fn prepare_body(
+    options: &PrepareOptions,
+    invoker: Arc<dyn Invoker>,
+    mut requests: Requests<'_>,
+) -> Result<Manifest> {
+    let started = std::time::SystemTime::now();
+    let clock = std::time::Instant::now();
+    options.validate()?;
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
-
-    if let Some(ValidationSet::Fraction(f)) = options.validation
-        && !(f > 0.0 && f < 1.0)
-    {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--validation-fraction must be between 0 and 1 (exclusive), not {f}"
-        )));
-    }
+    requests.enter(PrepareStage::Reading);
+    let splits = tokio::select! {
+        splits = read_input(options) => splits?,
+        () = requests.stopped() => {
+            return Err(RuntimeError::PrepareCancelled {
+                message: describe_cancel(store.url(), &PrepareStage::Reading, false),
+            });
+        }
+    };
     let Splits {
         train,
         validation,
         test,
         layout,
-    } = read_input(options).await?;
+    } = splits;
     let kind = train.dataset_kind();
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
         return Err(RuntimeError::InvalidJob(
@@ -161,6 +462,7 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
+    store.delete(PREPARE_RECORD_KEY).await?;
     store.delete(IDS_KEY).await?;
     store.delete(COUNTS_KEY).await?;
     let ids = match &layout.ids {
@@ -182,18 +484,47 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         ("test", test_batches),
         ("validation", validation_batches),
     ];
+    let minibatches = splits.iter().map(|(_, b)| b.len()).sum();
+    let writing = PrepareStage::Writing {
+        minibatches,
+        staged: options.normalize,
+    };
+    requests.enter(writing);
+    if requests.stopping() {
+        return cancelled(&store, writing, false).await;
+    }
+    let mut invocations = Vec::new();
     let (infos, normalization) = if options.normalize {
         let DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
         };
-        normalize(options, &store, invoker, features, splits).await?
+        let normalized = normalize(
+            options,
+            &store,
+            invoker,
+            features,
+            splits,
+            &mut requests,
+            &mut invocations,
+        );
+        match normalized.await? {
+            Ok(normalized) => normalized,
+            Err((stage, killed)) => return cancelled(&store, stage, killed).await,
+        }
     } else {
         let mut infos = Vec::with_capacity(splits.len());
         for (split, batches) in splits {
-            infos.push(upload(&store, split, batches).await?);
+            match upload(&store, split, batches, &requests).await? {
+                Some(written) => infos.push(written),
+                None => return cancelled(&store, writing, false).await,
+            }
         }
         (infos, None)
     };
+    if requests.stopping() {
+        return cancelled(&store, PrepareStage::Finishing, false).await;
+    }
+    requests.enter(PrepareStage::Finishing);
     let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] =
         infos.try_into().map_err(|_| {
             RuntimeError::InvalidJob("preparation returned the wrong number of splits".into())
@@ -238,6 +569,16 @@ pub async fn prepare(options: &PrepareOptions, invoker: Arc<dyn Invoker>) -> Res
         }),
         rating_counts,
     };
+    let record = PrepareRecord {
+        started_at_unix_ms: mlless_faas::clock::unix_ms(started),
+        wall_s: clock.elapsed().as_secs_f64(),
+        invocations,
+    };
+    let record = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{PREPARE_RECORD_KEY}", store.url()),
+        source,
+    })?;
+    store.put(PREPARE_RECORD_KEY, Bytes::from(record)).await?;
     store
         .put(MANIFEST_KEY, Bytes::from(manifest.to_json()))
         .await?;
@@ -342,16 +683,29 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
     .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
 }
 
-/// Writes minibatches under `split/`, a few at a time; returns their manifest entries in order.
-async fn upload(store: &Store, split: &str, batches: Vec<Batch>) -> Result<Vec<BatchInfo>> {
-    futures::stream::iter(batches.into_iter().enumerate())
+/// Writes minibatches under `split/`, a few at a time; returns their manifest entries in order,
+/// or `None` when `requests` asked to stop (the minibatches being written are written whole,
+/// no other is started).
+async fn upload(
+    store: &Store,
+    split: &str,
+    batches: Vec<Batch>,
+    requests: &Requests<'_>,
+) -> Result<Option<Vec<BatchInfo>>> {
+    let written: Vec<Option<BatchInfo>> = futures::stream::iter(batches.into_iter().enumerate())
         .map(|(index, batch)| {
             let key = batch_key(split, index);
-            async move { put_batch(store, key, &batch).await }
+            async move {
+                if requests.stopping() {
+                    return Ok(None);
+                }
+                put_batch(store, key, &batch).await.map(Some)
+            }
         })
         .buffered(UPLOAD_CONCURRENCY)
         .try_collect()
-        .await
+        .await?;
+    Ok(written.into_iter().collect())
 }
 
 async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInfo> {
@@ -364,19 +718,32 @@ async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInf
 /// The manifest entries of each split's minibatches, in the order given, and the ranges.
 type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normalization>);
 
+/// Where a normalisation stopped when asked to, and whether its map tasks were killed.
+type Stopped = (PrepareStage, bool);
+
 /// Min-max normalisation as map-reduce over function invocations, with the ranges of the
-/// first split (the training set) applied to every split.
+/// first split (the training set) applied to every split, the map tasks' reports added to
+/// `invocations`; `Ok(Err(_))` when `requests` asked it to stop.
 async fn normalize<const N: usize>(
     options: &PrepareOptions,
     store: &Store,
     invoker: Arc<dyn Invoker>,
     features: u32,
     splits: [(&str, Vec<Batch>); N],
-) -> Result<Normalized> {
+    requests: &mut Requests<'_>,
+    invocations: &mut Vec<InvocationReport>,
+) -> Result<std::result::Result<Normalized, Stopped>> {
     let counts: Vec<(&str, usize)> = splits.iter().map(|(n, b)| (*n, b.len())).collect();
+    let writing = PrepareStage::Writing {
+        minibatches: counts.iter().map(|&(_, c)| c).sum(),
+        staged: true,
+    };
     let mut staged_train = Vec::new();
     for (index, (split, batches)) in splits.into_iter().enumerate() {
-        let staged = upload(store, &format!("staging/{split}"), batches).await?;
+        let Some(staged) = upload(store, &format!("staging/{split}"), batches, requests).await?
+        else {
+            return Ok(Err((writing, false)));
+        };
         if index == 0 {
             staged_train = staged;
         }
@@ -395,9 +762,24 @@ async fn normalize<const N: usize>(
             features,
             keys,
             out_key: format!("staging/ranges/{task:04}.bin"),
+            stop_key: Some(STOP_KEY.to_string()),
         }));
     }
-    run_tasks(&invoker, "range-map", &map_payloads, options.limits).await?;
+    let ranges = MapRound::Ranges;
+    let round = run_map_tasks(
+        &invoker,
+        store,
+        ranges,
+        &map_payloads,
+        train_count,
+        options,
+        requests,
+    );
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
+        return Ok(Err(stopped));
+    }
 
     // Reduce: merge the ranges.
     let mut merged = FeatureRange::new(features);
@@ -435,10 +817,26 @@ async fn normalize<const N: usize>(
                 range_key: range_key.clone(),
                 items,
                 out_key: format!("staging/written/{task:04}.json"),
+                stop_key: Some(STOP_KEY.to_string()),
             })
         })
         .collect();
-    run_tasks(&invoker, "scale-map", &scale_payloads, options.limits).await?;
+    let scale = MapRound::Scale;
+    let total = counts.iter().map(|&(_, c)| c).sum();
+    let round = run_map_tasks(
+        &invoker,
+        store,
+        scale,
+        &scale_payloads,
+        total,
+        options,
+        requests,
+    );
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
+        return Ok(Err(stopped));
+    }
 
     let mut infos = Vec::with_capacity(counts.iter().map(|&(_, c)| c).sum());
     for payload in &scale_payloads {
@@ -459,7 +857,114 @@ async fn normalize<const N: usize>(
     for &(_, count) in &counts {
         per_split.push(rest.by_ref().take(count).collect());
     }
-    Ok((per_split, Some(merged.into_normalization())))
+    Ok(Ok((per_split, Some(merged.into_normalization()))))
+}
+
+/// Runs one round of map tasks (named `{round}-{i}`) to its end; the first failure kills the
+/// others and is the error. When `requests` asks to stop, writes [`STOP_KEY`] so that each task
+/// ends after its minibatch (and kills them all on a kill), waits for every task to end, and
+/// returns where it stopped. Returns the tasks' reports, in the order they were invoked.
+async fn run_map_tasks(
+    invoker: &Arc<dyn Invoker>,
+    store: &Store,
+    round: MapRound,
+    payloads: &[Payload],
+    minibatches: usize,
+    options: &PrepareOptions,
+    requests: &mut Requests<'_>,
+) -> Result<(Vec<InvocationReport>, Option<Stopped>)> {
+    let stage = PrepareStage::Mapping {
+        round,
+        tasks: payloads.len(),
+        minibatches,
+    };
+    if requests.stopping() {
+        return Ok((Vec::new(), Some((stage, false))));
+    }
+    let mut running = Vec::with_capacity(payloads.len());
+    for (i, payload) in payloads.iter().enumerate() {
+        let invoked = invoker
+            .invoke(FunctionRequest {
+                name: format!("{}-{i}", round.name()),
+                payload: payload.to_json()?,
+                limits: options.limits,
+            })
+            .await;
+        match invoked {
+            Ok(invocation) => running.push(invocation),
+            Err(e) => {
+                running.iter().for_each(|r| r.kill_switch().kill());
+                for invocation in running {
+                    let _ = invocation.wait().await;
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    requests.enter(stage);
+    let kill_switches: Vec<_> = running.iter().map(|r| r.kill_switch()).collect();
+    let mut waiting: FuturesUnordered<_> = running.into_iter().map(|r| r.wait()).collect();
+    let (mut asked, mut killed) = (false, false);
+    let mut failure: Option<String> = None;
+    let mut error: Option<RuntimeError> = None;
+    let mut reports = Vec::with_capacity(payloads.len());
+    loop {
+        tokio::select! {
+            done = waiting.next() => match done {
+                None => break,
+                Some(Ok(report)) => {
+                    if let Some(message) = report.describe_failure()
+                        && !asked
+                        && failure.is_none()
+                        && error.is_none()
+                    {
+                        kill_switches.iter().for_each(|k| k.kill());
+                        failure = Some(message);
+                    }
+                    reports.push(report);
+                }
+                Some(Err(e)) => {
+                    if error.is_none() {
+                        kill_switches.iter().for_each(|k| k.kill());
+                        error = Some(e.into());
+                    }
+                }
+            },
+            () = requests.next_request(asked), if !killed => {
+                if !asked {
+                    asked = true;
+                    info!(round = round.name(), "asking the map tasks to stop");
+                    if let Err(e) = store.put(STOP_KEY, Bytes::from_static(b"stop")).await {
+                        warn!("could not ask the map tasks to stop, so killing them: {e}");
+                        killed = true;
+                    }
+                }
+                if *requests.level.borrow() == Interrupt::Kill {
+                    killed = true;
+                }
+                if killed {
+                    warn!(round = round.name(), "killing the map tasks");
+                    kill_switches.iter().for_each(|k| k.kill());
+                }
+            }
+        }
+    }
+    // In the order they were invoked (they end in any order).
+    reports.sort_by_key(|r| {
+        r.name
+            .rsplit_once('-')
+            .and_then(|(_, i)| i.parse::<usize>().ok())
+    });
+    if asked || killed {
+        return Ok((reports, Some((stage, killed))));
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
+    match failure {
+        Some(message) => Err(RuntimeError::FunctionFailed(message)),
+        None => Ok((reports, None)),
+    }
 }
 
 /// Splits `items` into `n` contiguous chunks of nearly equal size (none empty).
@@ -474,14 +979,14 @@ fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
     out
 }
 
-/// Invokes one function per payload (named `{name}-{i}`) and waits for all; the first failure
-/// kills the others and is the error.
+/// Invokes one function per payload (named `{name}-{i}`), waits for all and returns their
+/// reports; the first failure kills the others and is the error.
 pub(crate) async fn run_tasks(
     invoker: &Arc<dyn Invoker>,
     name: &str,
     payloads: &[Payload],
     limits: Limits,
-) -> Result<()> {
+) -> Result<Vec<InvocationReport>> {
     let mut running = Vec::with_capacity(payloads.len());
     for (i, payload) in payloads.iter().enumerate() {
         running.push(
@@ -496,6 +1001,7 @@ pub(crate) async fn run_tasks(
     }
     let kill_switches: Vec<_> = running.iter().map(|r| r.kill_switch()).collect();
     let mut failure = None;
+    let mut reports = Vec::with_capacity(running.len());
     for invocation in running {
         let report = invocation.wait().await?;
         if let Some(message) = report.describe_failure()
@@ -504,10 +1010,11 @@ pub(crate) async fn run_tasks(
             kill_switches.iter().for_each(|k| k.kill());
             failure = Some(message);
         }
+        reports.push(report);
     }
     match failure {
         Some(message) => Err(RuntimeError::FunctionFailed(message)),
-        None => Ok(()),
+        None => Ok(reports),
     }
 }
 
@@ -516,6 +1023,10 @@ pub async fn run_range_map(task: RangeMapTask) -> Result<()> {
     let store = Store::open(&task.data_url)?;
     let mut range = FeatureRange::new(task.features);
     for key in &task.keys {
+        if asked_to_stop(&store, task.stop_key.as_deref()).await? {
+            info!("asked to stop: the ranges are not written");
+            return Ok(());
+        }
         if let Batch::Sparse(batch) = read_staged(&store, key).await? {
             range.observe(&batch);
         }
@@ -533,6 +1044,13 @@ pub async fn run_scale_map(task: ScaleMapTask) -> Result<()> {
     let range = RangeObject::decode(&bytes, || format!("{}/{}", store.url(), task.range_key))?.0;
     let mut written = Vec::with_capacity(task.items.len());
     for (staged, key) in &task.items {
+        if asked_to_stop(&store, task.stop_key.as_deref()).await? {
+            info!(
+                written = written.len(),
+                "asked to stop: the list of minibatches written is not written"
+            );
+            return Ok(());
+        }
         let mut batch = read_staged(&store, staged).await?;
         if let Batch::Sparse(rows) = &mut batch {
             range.apply(rows);
@@ -547,6 +1065,14 @@ pub async fn run_scale_map(task: ScaleMapTask) -> Result<()> {
     Ok(())
 }
 
+/// Whether the driver asked the map task to stop (the object `stop_key` exists).
+async fn asked_to_stop(store: &Store, stop_key: Option<&str>) -> Result<bool> {
+    match stop_key {
+        Some(key) => Ok(store.exists(key).await?),
+        None => Ok(false),
+    }
+}
+
 async fn read_staged(store: &Store, key: &str) -> Result<Batch> {
     let bytes = store.get(key).await?;
     mlless_data::decode_batch(&bytes).map_err(|source| RuntimeError::Corrupt {
@@ -557,7 +1083,97 @@ async fn read_staged(store: &Store, key: &str) -> Result<Batch> {
 
 #[cfg(test)]
 mod tests {
-    use super::chunks;
+    use super::*;
+
+    /// Two staged sparse minibatches in the in-memory store `name`, and their keys.
+    async fn staged(name: &str) -> (Store, Vec<String>) {
+        let store = Store::open(&format!("memory://{name}")).expect("memory store");
+        let mut keys = Vec::new();
+        for i in 0..2 {
+            let mut rows = mlless_core::SparseBatch::new();
+            rows.push_row(1.0, &[0, 2], &[1.0, 4.0 + i as f32]);
+            let key = batch_key("staging/train", i);
+            put_batch(&store, key.clone(), &Batch::Sparse(rows))
+                .await
+                .expect("staged");
+            keys.push(key);
+        }
+        (store, keys)
+    }
+
+    #[tokio::test]
+    async fn map_tasks_asked_to_stop_write_no_result() {
+        let (store, keys) = staged("prepare-stop").await;
+        let range = RangeMapTask {
+            data_url: store.url().to_string(),
+            features: 3,
+            keys: keys.clone(),
+            out_key: "staging/ranges/0000.bin".into(),
+            stop_key: Some(STOP_KEY.into()),
+        };
+        run_range_map(range.clone()).await.expect("ranges");
+        assert!(store.exists(&range.out_key).await.expect("exists"));
+        let scale = ScaleMapTask {
+            data_url: store.url().to_string(),
+            range_key: range.out_key.clone(),
+            items: keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (k.clone(), batch_key("train", i)))
+                .collect(),
+            out_key: "staging/written/0000.json".into(),
+            stop_key: Some(STOP_KEY.into()),
+        };
+
+        store
+            .put(STOP_KEY, Bytes::from_static(b"stop"))
+            .await
+            .expect("stop");
+        let stopped = RangeMapTask {
+            out_key: "staging/ranges/0001.bin".into(),
+            ..range.clone()
+        };
+        run_range_map(stopped.clone()).await.expect("stops");
+        run_scale_map(scale.clone()).await.expect("stops");
+        for key in [&stopped.out_key, &scale.out_key, &batch_key("train", 0)] {
+            assert!(!store.exists(key).await.expect("exists"), "{key} written");
+        }
+
+        // Without the stop object (or without a stop key, as older payloads) they run through.
+        store.delete(STOP_KEY).await.expect("delete");
+        run_range_map(range).await.expect("ranges");
+        let old = ScaleMapTask {
+            stop_key: None,
+            ..scale
+        };
+        run_scale_map(old.clone()).await.expect("scaled");
+        assert!(store.exists(&old.out_key).await.expect("exists"));
+        assert!(store.exists(&batch_key("train", 1)).await.expect("exists"));
+    }
+
+    #[test]
+    fn a_cancel_says_where_it_stopped_and_what_is_left() {
+        let mapping = PrepareStage::Mapping {
+            round: MapRound::Scale,
+            tasks: 2,
+            minibatches: 10,
+        };
+        assert_eq!(
+            mapping.to_string(),
+            "2 scale-map tasks scaling 10 minibatches"
+        );
+        let message = describe_cancel("s3://b/d", &mapping, false);
+        assert!(
+            message.starts_with("cancelled during the scale-map tasks, which stopped after")
+                && message.contains("s3://b/d holds no data set"),
+            "{message}"
+        );
+        assert!(describe_cancel("s3://b/d", &mapping, true).contains("which were killed"));
+        assert!(
+            describe_cancel("s3://b/d", &PrepareStage::Reading, false)
+                .contains("nothing was written, s3://b/d is as it was")
+        );
+    }
 
     #[test]
     fn chunks_are_balanced_and_keep_order() {

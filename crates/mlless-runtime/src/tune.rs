@@ -674,9 +674,11 @@ fn max_units(options: &TrainOptions, unit: RungUnit) -> f64 {
     }
 }
 
-/// Checks a search before anything starts: trials, concurrency, budget, time, the scheduler,
-/// and that every data set has a validation split to compare the trials on.
-async fn check(options: &TuneOptions) -> Result<()> {
+/// Checks a search before anything starts: trials (each one's options as `train` checks them,
+/// its fleet against what `invoker` runs at once), concurrency (the trials that run at once
+/// within what `invoker` runs), budget, time, the scheduler, and that every data set has a
+/// validation split to compare the trials on.
+async fn check(options: &TuneOptions, invoker: &dyn Invoker) -> Result<()> {
     let invalid = |message: String| Err(RuntimeError::InvalidJob(message));
     if options.trials.is_empty() {
         return invalid("the search has no trials".into());
@@ -698,11 +700,14 @@ async fn check(options: &TuneOptions) -> Result<()> {
             .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
     }
     let mut checked: Vec<&str> = Vec::new();
+    // The most workers of a trial, for the functions that run at once.
+    let mut most_workers = 0u32;
     for trial in &options.trials {
         let Ok(train) = &trial.options else { continue };
         train
-            .validate()
+            .validate_for(invoker)
             .map_err(|e| RuntimeError::InvalidJob(format!("trial {}: {e}", trial.params)))?;
+        most_workers = most_workers.max(train.training.workers);
         if options.unit == RungUnit::Seconds && train.training.stop.max_time_s.is_none() {
             return invalid("rungs in seconds need the most a trial trains (--trial-time)".into());
         }
@@ -721,6 +726,20 @@ async fn check(options: &TuneOptions) -> Result<()> {
         }
         checked.push(url);
     }
+    // The trials that run at once, each a fleet and its supervisor.
+    let at_once = u64::from(options.concurrency).min(options.trials.len() as u64);
+    let functions = at_once * (u64::from(most_workers) + 1);
+    if let Some(max) = invoker.max_concurrent()
+        && functions > u64::from(max)
+    {
+        return invalid(format!(
+            "--concurrency {}: {at_once} trials of {most_workers} workers and a supervisor are \
+             {functions} functions at once, more than the {} invoker can run ({max}): lower \
+             --concurrency or --workers-per-trial",
+            options.concurrency,
+            invoker.platform()
+        ));
+    }
     Ok(())
 }
 
@@ -736,7 +755,7 @@ pub async fn tune(
     invoker: Arc<dyn Invoker>,
     observe: &mut dyn FnMut(&SearchProgress) -> Control,
 ) -> Result<TuneRecord> {
-    check(options).await?;
+    check(options, &*invoker).await?;
     let ledger =
         Ledger::new(options.budget_usd).map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
     let started_unix_ms = unix_ms(SystemTime::now());

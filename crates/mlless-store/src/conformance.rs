@@ -434,6 +434,15 @@ pub async fn collect_times_out(channel: &dyn Channel) {
     let result = channel.collect(topic, step, &[1], Duration::ZERO).await;
     assert_timeout(channel, result, topic, step, &[1]);
     assert!(started.elapsed() < Duration::from_secs(2));
+    // The message is missing because it was never published: the channel lost nothing, and
+    // has nothing to explain.
+    let explained = must(channel, "explain_missing", channel.explain_missing()).await;
+    assert_eq!(
+        explained,
+        None,
+        "{}: a channel that lost nothing explains nothing",
+        channel.describe()
+    );
     must(channel, "cleanup", channel.cleanup()).await;
 }
 

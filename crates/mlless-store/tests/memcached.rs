@@ -395,8 +395,9 @@ async fn small_values_are_single_items_with_an_expiration() {
     assert!(raw.get(&format!("mlless:{job}:m:stats:0:3")).is_none());
 }
 
-/// A scripted stand-in for memcached: answers `stats settings` and `get` (always a miss), and
-/// after answering `answers` commands on a connection either closes it or goes silent.
+/// A scripted stand-in for memcached: answers `stats settings`, `stats` and `get` (always a
+/// miss), and after answering `answers` commands on a connection (`stats` not counted) either
+/// closes it or goes silent.
 async fn fake_server(answers: usize, then_close: bool) -> (u16, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -410,6 +411,18 @@ async fn fake_server(answers: usize, then_close: bool) -> (u16, tokio::task::Joi
                 let mut lines = tokio::io::BufReader::new(read).lines();
                 let mut answered = 0;
                 while let Ok(Some(line)) = lines.next_line().await {
+                    // The counters the connect probe reads with `stats settings`: answered
+                    // with it, not counted apart.
+                    if line == "stats" {
+                        if write
+                            .write_all(b"STAT evictions 0\r\nEND\r\n")
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
                     if answered == answers {
                         if then_close {
                             return;
@@ -487,4 +500,68 @@ async fn a_server_that_stops_answering_fails_within_the_op_timeout() {
         started.elapsed()
     );
     server.abort();
+}
+
+/// A memcached too small for what is written evicts items, and the channel says so, naming the
+/// server and the way out; before that it has nothing to explain.
+#[tokio::test]
+async fn a_full_memcached_that_evicted_items_says_so() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut command = std::process::Command::new("memcached");
+    command.args([
+        "-l",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-m",
+        "2",
+        "-U",
+        "0",
+    ]);
+    // memcached refuses to run as root without -u.
+    if std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0"))
+    {
+        command.args(["-u", "root"]);
+    }
+    let Ok(mut server) = command.spawn() else {
+        eprintln!("memcached is not on PATH: skipped");
+        return;
+    };
+    let url = format!("memcached://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let channel = loop {
+        match MemcachedChannel::connect(&url, "evicted").await {
+            Ok(channel) => break channel,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("memcached at {url} did not come up: {e}"),
+        }
+    };
+    assert_eq!(channel.explain_missing().await.expect("stats"), None);
+    // 400 updates of 50 kB: 20 MB into 2 MB.
+    let payload = Bytes::from(vec![7u8; 50_000]);
+    for step in 0..400 {
+        channel
+            .publish("updates", step, 0, payload.clone())
+            .await
+            .expect("publish");
+    }
+    let explained = channel
+        .explain_missing()
+        .await
+        .expect("stats")
+        .expect("evictions are explained");
+    assert!(explained.contains("evicted"), "{explained}");
+    assert!(explained.contains(&url), "{explained}");
+    assert!(explained.contains("-m"), "{explained}");
+    let _ = server.kill();
+    let _ = server.wait();
 }

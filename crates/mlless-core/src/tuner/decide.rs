@@ -103,7 +103,7 @@ pub struct TunerConfig {
     pub pace: Pace,
     /// What a step costs (default: a worker-second is the unit; the driver fills in prices).
     pub step_cost: StepCost,
-    /// E of the cost rule: remove a worker when its efficiency is below this (default 0.2).
+    /// E of the cost rule: remove a worker when its efficiency is below this (default 0.5).
     pub efficiency_threshold: f64,
     /// Evaluations a validation curve needs before a decision uses it (default 6, at least 6).
     pub min_validation_points: usize,
@@ -130,7 +130,7 @@ impl Default for TunerConfig {
             rule: ScaleInRule::Cost,
             pace: Pace::DEFAULT,
             step_cost: StepCost::default(),
-            efficiency_threshold: 0.2,
+            efficiency_threshold: 0.5,
             min_validation_points: 6,
         }
     }

@@ -155,7 +155,7 @@
 //!   its steps have cost.
 //!
 //! The efficiency `e = (g/p / G) / (cost / C)` compares what the worker buys per dollar with
-//! what the run has bought per dollar; one worker leaves when `e < E` (default 0.2). Gains are
+//! what the run has bought per dollar; one worker leaves when `e < E` (default 0.5). Gains are
 //! log ratios so that `e` has no unit and does not fall on a curve that keeps improving at its
 //! rate: on `L = exp(−k·t)` it stays at about 1, on a power law `t^−a` it is `1 / ln(t / t₀)`
 //! (below 0.2 only after 150× the first point's time), and on a curve that flattens towards a

@@ -27,6 +27,9 @@ pub(super) fn job_spec(
         .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
+    if let Some(warning) = options.training.oversized_fleet(train_batches) {
+        tracing::warn!("{warning}");
+    }
     let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
     let job_id = match &options.job_id {
         Some(given) => {
@@ -38,9 +41,9 @@ pub(super) fn job_spec(
     };
     let training = &options.training;
     Ok(JobSpec {
-        run_url: options.run_url(&job_id).into(),
+        run_url: absolute_location(&options.run_url(&job_id))?.into(),
         job_id,
-        data_url: options.data_url.clone(),
+        data_url: absolute_location(options.data_url.as_str())?.into(),
         model,
         optimizer: OptimizerConfig::new(defaults.optimizer),
         // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so
@@ -75,6 +78,23 @@ pub(super) fn job_spec(
             ..training.clone()
         },
     })
+}
+
+/// `location` with a relative local path made absolute against the current directory, so that
+/// a spec's locations mean the same wherever `mlless` runs next (`--resume` from another
+/// directory, functions started elsewhere); a URL with a scheme (`file:///`, `s3://`,
+/// `memory://`) and an absolute path are kept as they are.
+pub(super) fn absolute_location(location: &str) -> Result<String> {
+    let path = std::path::Path::new(location);
+    if location.contains("://") || path.is_absolute() {
+        return Ok(location.to_owned());
+    }
+    std::path::absolute(path)
+        .map(|p| p.display().to_string())
+        .map_err(|source| RuntimeError::Io {
+            path: location.to_owned(),
+            source,
+        })
 }
 
 /// The job's validation settings: `None` when the data set has no validation set (and then
@@ -119,4 +139,21 @@ pub(super) fn validation_config(
         },
         targets: options.targets.clone(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_local_paths_become_absolute_and_urls_stay() {
+        let here = std::env::current_dir().expect("a current directory");
+        assert_eq!(
+            absolute_location("store/lr").unwrap(),
+            here.join("store/lr").display().to_string()
+        );
+        for kept in ["/tmp/a/runs", "file:///tmp/a", "s3://b/p", "memory://m/x"] {
+            assert_eq!(absolute_location(kept).unwrap(), kept);
+        }
+    }
 }

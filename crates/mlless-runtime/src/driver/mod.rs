@@ -76,7 +76,20 @@ impl TrainOptions {
         {
             return Err(ConfigError::LearningRate(lr));
         }
+        if let Some(l2) = self.hyper.l2
+            && !(l2 >= 0.0 && l2.is_finite())
+        {
+            return Err(ConfigError::L2(l2));
+        }
         self.training.validate(self.model)
+    }
+
+    /// [`validate`](Self::validate), and the fleet against what `invoker` runs at once
+    /// ([`Invoker::max_concurrent`]).
+    pub fn validate_for(&self, invoker: &dyn Invoker) -> std::result::Result<(), ConfigError> {
+        self.validate()?;
+        self.training
+            .validate_concurrency(invoker.platform(), invoker.max_concurrent())
     }
 
     /// The location of the run of job `job_id` with these options: `{runs}/{job}`, the runs
@@ -167,7 +180,7 @@ pub async fn train(
     invoker: Arc<dyn Invoker>,
     observe: &mut dyn FnMut(&LiveProgress) -> Control,
 ) -> Result<RunRecord> {
-    options.validate()?;
+    options.validate_for(&*invoker)?;
     let dataset = Dataset::open(options.data_url.as_str()).await?;
     let positive_rate = match (options.model, &dataset.manifest().kind) {
         (ModelChoice::LogisticRegression, DatasetKind::Sparse { .. }) => {
@@ -317,6 +330,11 @@ pub async fn resume(
             )));
         }
     }
+    // The fleet as train checked it (the spec may be older than a check, or hand-made), before
+    // anything is sized by it, and against what this invoker runs at once.
+    spec.training.validate(ModelChoice::of(&spec.model))?;
+    spec.training
+        .validate_concurrency(invoker.platform(), invoker.max_concurrent())?;
     // The newest step of which every role has an intact checkpoint of this job: a damaged
     // (half-written, truncated) one is passed over for an older step, one of another job is
     // refused.
@@ -344,7 +362,6 @@ pub async fn resume(
         );
     }
     info!(step, "resuming from the checkpoints of step {step}");
-    run_store.delete(crate::runs::FAILURE_KEY).await?;
     let changed = changes.apply(&mut spec.training);
     if !changed.is_empty() {
         spec.training.validate(ModelChoice::of(&spec.model))?;
@@ -360,6 +377,8 @@ pub async fn resume(
         })?;
         run_store.put(SPEC_KEY, Bytes::from(json)).await?;
     }
+    // Refused options leave the run as it was: failed, and resumable.
+    run_store.delete(crate::runs::FAILURE_KEY).await?;
     let start = Start {
         generation: 0,
         recovery: 1,
@@ -541,7 +560,8 @@ async fn run_job(
         });
     }
     if let Some(mut message) = failure {
-        if spec.training.checkpoint_every > 0 {
+        // A diverged run would diverge again from its checkpoints: no hint to resume it.
+        if spec.training.checkpoint_every > 0 && !message.contains(crate::error::DIVERGED) {
             message.push_str(&format!(
                 " (continue the run from its last checkpoint with `mlless train --resume {}`)",
                 spec.run_url.as_str()

@@ -37,12 +37,8 @@ mod stop;
 mod validation;
 
 use scale_in::{ScaleIn, job_progress};
-use stop::Stopper;
+use stop::{Stopper, diverged, divergence_threshold};
 use validation::{Validation, cached_validation_set, evaluate, evaluate_on, read_snapshot};
-
-/// A loss above this is taken for divergence (log loss and squared error of sane models stay far
-/// below it).
-const DIVERGED_LOSS: f64 = 1e6;
 
 /// How often the supervisor refreshes its progress report.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
@@ -76,6 +72,44 @@ impl Message for SupervisorState {
 
 /// A worker that still sends nothing after this many replacements fails the run.
 const MAX_REPLACEMENTS: u32 = 3;
+
+/// Without `--worker-deadline`, a worker is replaced once its statistics are this many median
+/// steps late ([`StepTimes::deadline`]) …
+const DEADLINE_STEPS: u32 = 100;
+/// … and never sooner than this: a cold start, a lifetime hand-off or a checkpoint written to a
+/// slow store fits in it. A message lost in the channel (a Redis restart without persistence)
+/// then costs this long, not a function's lifetime: the replacements replay from their
+/// checkpoints and publish it again.
+const DEADLINE_FLOOR: Duration = Duration::from_secs(30);
+
+/// The supervisor's recent step times, from which the default worker deadline is derived.
+#[derive(Debug, Default)]
+struct StepTimes {
+    recent: std::collections::VecDeque<Duration>,
+}
+
+impl StepTimes {
+    /// How many recent steps the median is taken over.
+    const KEPT: usize = 64;
+
+    fn observe(&mut self, duration: Duration) {
+        if self.recent.len() == Self::KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(duration);
+    }
+
+    /// [`DEADLINE_STEPS`] times the median recent step, at least [`DEADLINE_FLOOR`], at most
+    /// `lifetime` (a function's).
+    fn deadline(&self, lifetime: Duration) -> Duration {
+        let mut sorted: Vec<Duration> = self.recent.iter().copied().collect();
+        sorted.sort_unstable();
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or_default();
+        (median * DEADLINE_STEPS)
+            .max(DEADLINE_FLOOR)
+            .min(lifetime.max(DEADLINE_FLOOR))
+    }
+}
 
 impl SupervisorState {
     /// Checks what resuming relies on beyond the decoding: a start time that is a time (the
@@ -170,8 +204,9 @@ pub mod fuzzing {
 /// until its lifetime nearly runs out (then it leaves a checkpoint for its next generation).
 /// It starts from the checkpoint `start` names, if any.
 ///
-/// With `--worker-deadline`, a worker whose statistics of a step have not come that long after
-/// the others' is asked to be replaced (through the [`REPLACE_KEY`] the driver watches).
+/// A worker whose statistics of a step have not come `--worker-deadline` (by default
+/// [`StepTimes::deadline`]) after the supervisor asked for them is asked to be replaced
+/// (through the [`REPLACE_KEY`] the driver watches).
 pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     let spec = &ctx.spec;
     let generation = start.generation;
@@ -220,6 +255,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         Duration::from_secs_f64(((now_unix_ms_f64() - state.started_unix_ms) / 1000.0).max(0.0))
     };
     let mut last_progress: Option<Instant> = None;
+    let mut step_times = StepTimes::default();
     let manifest = ctx.dataset.manifest();
     let train_batches = f64::from(spec.train_batches);
 
@@ -231,7 +267,11 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             std::process::abort();
         }
         let active = state.active.clone();
-        let payloads = collect_stats(&ctx, &mut state, step, &active).await?;
+        let deadline = match spec.training.worker_deadline_s {
+            Some(seconds) => Deadline::Given(Duration::from_secs_f64(seconds)),
+            None => Deadline::Derived(step_times.deadline(spec.training.limits.timeout)),
+        };
+        let payloads = collect_stats(&ctx, &mut state, step, &active, deadline).await?;
         let mut stats = Vec::with_capacity(payloads.len());
         for (payload, &from) in payloads.iter().zip(&active) {
             stats.push(StatsMessage::decode(payload, || {
@@ -294,7 +334,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
                 }
             }
         }
-        if state.diverged.is_none() && !(loss.is_finite() && loss < DIVERGED_LOSS) {
+        // The first step's loss: the initial model's (relative divergence, see stop.rs).
+        let first_loss = state.steps.first().map_or(loss, |s| s.loss);
+        if state.diverged.is_none() && diverged(first_loss, loss) {
             state.diverged = Some((step, loss));
             state.stopper.request(&ctx, "the loss diverged").await?;
         } else if let Some(reason) = state.stopper.check(step, loss, now) {
@@ -356,6 +398,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             state.retained_from = state.retained_from.max(keep);
         }
         lifetime.observe_step(step_started.elapsed());
+        step_times.observe(step_started.elapsed());
         if lifetime.nearly_over() {
             checkpoint::hand_off(
                 &ctx.run_store,
@@ -387,16 +430,39 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         return Err(RuntimeError::Diverged {
             step,
             loss,
+            threshold: divergence_threshold(steps.first().map_or(f64::NAN, |s| s.loss)),
             lr: spec.lr,
         });
     }
 
-    // The workers removed by the tuner have merged their replicas into the survivors'.
+    // The workers removed by the tuner have merged their replicas into the survivors'. Each
+    // publishes its final replica right after its last statistics, or, replaced after a crash,
+    // once it has replayed from its checkpoint: twice the default deadline covers that, and a
+    // replica still missing then is lost.
     let survivors = fleet.workers(step).to_vec();
-    let payloads = ctx
-        .channel
-        .collect(FINAL, 0, &survivors, spec.collect_timeout())
-        .await?;
+    let final_wait = match spec.training.worker_deadline_s {
+        Some(seconds) => Duration::from_secs_f64(seconds).max(DEADLINE_FLOOR),
+        None => step_times.deadline(spec.training.limits.timeout),
+    } * 2;
+    let payloads = match ctx.channel.collect(FINAL, 0, &survivors, final_wait).await {
+        Ok(payloads) => payloads,
+        Err(ChannelError::Timeout {
+            missing, endpoint, ..
+        }) => {
+            let cause = ctx.channel.explain_missing().await?.unwrap_or_else(|| {
+                "the channel lost them (a full Memcached evicts items: give it more memory \
+                 with -m, or use Redis; a Redis without persistence loses everything when it \
+                 restarts)"
+                    .to_string()
+            });
+            return Err(RuntimeError::FunctionFailed(format!(
+                "the final replicas of worker(s) {missing:?} are not on the channel {endpoint} \
+                 {:.0} s after their last statistics: {cause}",
+                final_wait.as_secs_f64()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut replicas = Vec::with_capacity(payloads.len());
     for (payload, &from) in payloads.iter().zip(&survivors) {
         let replica =
@@ -489,8 +555,41 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     Ok(())
 }
 
-/// Collects the statistics of `step` from `active`; with a worker deadline, asks the driver to
-/// replace the workers whose statistics are that late, and goes on waiting.
+/// How long the supervisor waits for a step's statistics before it has the late workers
+/// replaced.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// `--worker-deadline`.
+    Given(Duration),
+    /// The default, from the run's own step times ([`StepTimes::deadline`]).
+    Derived(Duration),
+}
+
+impl Deadline {
+    fn duration(self) -> Duration {
+        match self {
+            Self::Given(d) | Self::Derived(d) => d,
+        }
+    }
+}
+
+impl std::fmt::Display for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Given(d) => write!(f, "--worker-deadline {} s", d.as_secs_f64()),
+            Self::Derived(d) => write!(
+                f,
+                "{:.1} s ({DEADLINE_STEPS} median steps, at least {} s; set it with \
+                 --worker-deadline)",
+                d.as_secs_f64(),
+                DEADLINE_FLOOR.as_secs()
+            ),
+        }
+    }
+}
+
+/// Collects the statistics of `step` from `active`; asks the driver to replace the workers
+/// whose statistics are `deadline` late, and goes on waiting.
 ///
 /// # Cancel safety
 ///
@@ -501,21 +600,35 @@ async fn collect_stats(
     state: &mut SupervisorState,
     step: u64,
     active: &[u32],
+    deadline: Deadline,
 ) -> Result<Vec<bytes::Bytes>> {
     let spec = &ctx.spec;
-    let Some(deadline) = spec.training.worker_deadline_s.map(Duration::from_secs_f64) else {
-        return Ok(ctx
-            .channel
-            .collect(STATS, step, active, spec.collect_timeout())
-            .await?);
-    };
+    // When this step's first replacements were asked for.
+    let mut first_replacement: Option<Instant> = None;
     loop {
-        match ctx.channel.collect(STATS, step, active, deadline).await {
+        match ctx
+            .channel
+            .collect(STATS, step, active, deadline.duration())
+            .await
+        {
             Ok(payloads) => return Ok(payloads),
-            Err(ChannelError::Timeout { missing, .. }) => {
+            Err(ChannelError::Timeout {
+                missing, endpoint, ..
+            }) => {
+                // A channel that dropped messages (a full Memcached) would drop the
+                // replacements' too: stop, and say why.
+                if let Some(cause) = ctx.channel.explain_missing().await? {
+                    return Err(RuntimeError::FunctionFailed(format!(
+                        "no statistics of step {step} from worker(s) {missing:?} on the channel \
+                         {endpoint} within {deadline}: {cause}"
+                    )));
+                }
                 // The workers that wait for a silent one send no statistics either: the silent
                 // ones are those that have not published their update of the step (all the
-                // late ones, if that tells nothing).
+                // late ones, if that tells nothing). If replacing them has not helped for a
+                // while (the deadline, at least its floor), the messages the replacements
+                // replay from are gone too (a channel that lost its contents): every worker
+                // replays from its checkpoint and publishes again.
                 let mut silent = Vec::new();
                 for &worker in &missing {
                     let (topic, id) =
@@ -524,20 +637,33 @@ async fn collect_stats(
                         silent.push(worker);
                     }
                 }
-                let missing = if silent.is_empty() { missing } else { silent };
+                let patience = deadline.duration().max(DEADLINE_FLOOR);
+                let missing = if first_replacement.is_some_and(|t| t.elapsed() >= patience) {
+                    active.to_vec()
+                } else if silent.is_empty() {
+                    missing
+                } else {
+                    silent
+                };
+                first_replacement.get_or_insert_with(Instant::now);
                 for &worker in &missing {
                     let count = state.replacements.entry(worker).or_default();
                     *count += 1;
                     if *count > MAX_REPLACEMENTS {
                         return Err(RuntimeError::FunctionFailed(format!(
-                            "worker {worker} sent nothing for step {step} within \
-                             --worker-deadline {} s, even after {MAX_REPLACEMENTS} replacements",
-                            deadline.as_secs_f64()
+                            "worker {worker} sent nothing for step {step} within {deadline}, \
+                             even after {MAX_REPLACEMENTS} replacements"
                         )));
                     }
                 }
                 let seq = state.replacements.values().sum();
-                info!(?missing, step, "asking for replacements of silent workers");
+                tracing::warn!(
+                    ?missing,
+                    step,
+                    %deadline,
+                    "no statistics within the deadline: asking for replacements of the silent \
+                     workers"
+                );
                 let request = ReplaceRequest {
                     seq,
                     workers: missing,

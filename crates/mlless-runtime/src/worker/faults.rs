@@ -161,6 +161,10 @@ impl Channel for FaultyChannel {
     fn describe(&self) -> String {
         format!("{} (with injected faults)", self.inner.describe())
     }
+
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        self.inner.explain_missing().await
+    }
 }
 
 #[cfg(test)]

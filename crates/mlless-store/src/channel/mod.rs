@@ -307,6 +307,15 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
 
     /// Where the channel is, for messages and logs (never a secret).
     fn describe(&self) -> String;
+
+    /// Why messages may be missing, if the channel can tell: for the error of a run that waited
+    /// for them in vain (a Memcached that evicted items since this channel connected says so;
+    /// `None` where there is nothing to tell).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError>;
 }
 
 #[cfg(test)]

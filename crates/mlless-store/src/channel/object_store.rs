@@ -234,4 +234,9 @@ impl Channel for ObjectStoreChannel {
     fn describe(&self) -> String {
         self.job.url().to_string()
     }
+
+    /// Nothing: an object store keeps what it was given.
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        Ok(None)
+    }
 }

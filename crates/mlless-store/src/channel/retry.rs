@@ -342,6 +342,10 @@ impl<C: Channel> Channel for RetryingChannel<C> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        self.inner.explain_missing().await
+    }
 }
 
 /// The pauses between attempts: `initial`, doubling up to `max`, each jittered.

@@ -41,11 +41,21 @@ pub enum MemcachedError {
     #[error("protocol error: {0}")]
     Protocol(String),
     /// The server refused a command (`SERVER_ERROR`, `CLIENT_ERROR`, `ERROR`, …).
-    #[error("server replied {0:?}")]
+    #[error("server replied {0:?}{hint}", hint = server_hint(.0))]
     Server(String),
     /// A chunked value does not match its manifest (length or CRC-32).
     #[error("corrupt value: {0}")]
     Corrupt(String),
+}
+
+/// What to do about a refusal, where the reply tells: a server out of memory is too small for
+/// the job.
+fn server_hint(reply: &str) -> &'static str {
+    if reply.contains("out of memory") {
+        " (memcached is full: give it more memory with -m, or use Redis)"
+    } else {
+        ""
+    }
 }
 
 impl MemcachedError {
@@ -104,6 +114,8 @@ pub(super) enum Cmd {
     Delete(String),
     Touch(String, u32),
     StatsSettings,
+    /// `stats`: the server's counters (`evictions`, …).
+    Stats,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -321,6 +333,7 @@ async fn write_commands(w: &mut WriteHalf<'_>, cmds: &[Cmd]) -> std::io::Result<
                 staged.extend_from_slice(format!("touch {key} {ttl}\r\n").as_bytes());
             }
             Cmd::StatsSettings => staged.extend_from_slice(b"stats settings\r\n"),
+            Cmd::Stats => staged.extend_from_slice(b"stats\r\n"),
         }
         if staged.len() >= 64 << 10 {
             w.write_all(&staged).await?;
@@ -421,7 +434,7 @@ impl Reader<'_> {
                     values.push(Value { key, flags, data });
                 }
             }
-            Cmd::StatsSettings => {
+            Cmd::StatsSettings | Cmd::Stats => {
                 let mut stats = Vec::new();
                 loop {
                     let line = self.line().await?;

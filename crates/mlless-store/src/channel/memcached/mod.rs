@@ -146,6 +146,8 @@ pub struct MemcachedChannel {
     max_backoff: Duration,
     /// What this channel already recorded in the job's index.
     index: Arc<Mutex<IndexCache>>,
+    /// The server's `evictions` counter when this channel connected.
+    evictions_at_connect: u64,
 }
 
 impl MemcachedChannel {
@@ -196,10 +198,13 @@ impl MemcachedChannel {
                 }
             };
         let remaining = settings.connect_timeout.saturating_sub(started.elapsed());
-        let probe = tokio::time::timeout(remaining, conn.exchange(&[Cmd::StatsSettings])).await;
-        let stats = match probe {
-            Ok(Ok(mut replies)) => match replies.pop() {
-                Some(Reply::Stats(stats)) => stats,
+        let probe =
+            tokio::time::timeout(remaining, conn.exchange(&[Cmd::StatsSettings, Cmd::Stats])).await;
+        let (stats, evictions) = match probe {
+            Ok(Ok(replies)) => match replies.as_slice() {
+                [Reply::Stats(stats), Reply::Stats(counters)] => {
+                    (stats.clone(), evictions(counters))
+                }
                 other => {
                     return Err(invalid(format!(
                         "{} ({addr}) does not look like a memcached server: it replied \
@@ -251,6 +256,7 @@ impl MemcachedChannel {
             ttl_secs: settings.ttl_secs,
             max_backoff: Self::DEFAULT_MAX_BACKOFF,
             index: Arc::default(),
+            evictions_at_connect: evictions,
         })
     }
 
@@ -264,6 +270,7 @@ impl MemcachedChannel {
             ttl_secs: self.ttl_secs,
             max_backoff: self.max_backoff,
             index: Arc::default(),
+            evictions_at_connect: self.evictions_at_connect,
         })
     }
 
@@ -680,6 +687,33 @@ impl Channel for MemcachedChannel {
     fn describe(&self) -> String {
         self.client.endpoint.clone()
     }
+
+    /// The items the server evicted since this channel connected, if any: a full Memcached
+    /// drops the least recently used items, a job's messages among them.
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        let replies = self.exchange("stats", &[Cmd::Stats]).await?;
+        let Some(Reply::Stats(counters)) = replies.first() else {
+            return Ok(None);
+        };
+        let evicted = evictions(counters).saturating_sub(self.evictions_at_connect);
+        Ok((evicted > 0).then(|| {
+            format!(
+                "memcached at {} evicted {evicted} items since this function connected: it is \
+                 full, and the job's messages were among what it dropped; give it more memory \
+                 (memcached -m MB) or use Redis",
+                self.client.endpoint
+            )
+        }))
+    }
+}
+
+/// The `evictions` counter of a `stats` reply (0 if absent).
+fn evictions(counters: &[(String, String)]) -> u64 {
+    counters
+        .iter()
+        .find(|(name, _)| name == "evictions")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A failed exchange with the server at `endpoint` about item `key`, as a

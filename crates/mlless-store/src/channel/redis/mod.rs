@@ -694,4 +694,10 @@ impl Channel for RedisChannel {
     fn describe(&self) -> String {
         self.shared.describe.clone()
     }
+
+    /// Nothing: a restart without persistence loses everything, and the supervisor's
+    /// replacements replay what was lost.
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        Ok(None)
+    }
 }
