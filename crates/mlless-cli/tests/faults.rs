@@ -305,6 +305,31 @@ impl Drop for OwnRedis {
     }
 }
 
+/// Trains LR on `data` with 4 workers for 30 epochs (540 steps: long enough to restart Redis
+/// in the middle) on the Redis at `redis`, checkpointing every 20 steps, below `runs`.
+fn long_redis_args(data: &str, redis: &str, runs: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--data",
+        data,
+        "--model",
+        "lr",
+        "--workers",
+        "4",
+        "--max-epochs",
+        "30",
+        "--checkpoint-every",
+        "20",
+        "--channel",
+        redis,
+        "--runs",
+        runs,
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|x| x.to_string()));
+    args
+}
+
 /// Redis restarted mid-run within `--channel-grace`: the run rides it out and ends with the
 /// model of a run without the outage. Redis down for longer than the grace: the run stops with
 /// an error naming the address and the way to resume, and `--resume` (Redis back, and empty)
@@ -318,29 +343,7 @@ fn a_redis_outage_is_ridden_out_within_the_grace_and_resumed_after_it() {
     let data = lr_data(dir.path());
     let d = s(&data);
     let url = redis.url();
-    // 30 epochs: long enough (540 steps) to restart Redis in the middle.
-    let long = |extra: &[&'static str], runs: &str| -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--data",
-            &d,
-            "--model",
-            "lr",
-            "--workers",
-            "4",
-            "--max-epochs",
-            "30",
-            "--checkpoint-every",
-            "20",
-            "--channel",
-            &url,
-            "--runs",
-            runs,
-        ]
-        .map(String::from)
-        .to_vec();
-        a.extend(extra.iter().map(|x| x.to_string()));
-        a
-    };
+    let long = |extra: &[&str], runs: &str| long_redis_args(&d, &url, runs, extra);
     let clean_runs = s(&dir.path().join("clean-runs"));
     let clean_args = long(&[], &clean_runs);
     let clean_args: Vec<&str> = clean_args.iter().map(String::as_str).collect();
@@ -588,26 +591,7 @@ fn a_redis_restart_that_loses_the_messages_is_healed_with_the_defaults() {
     let data = lr_data(dir.path());
     let d = s(&data);
     let url = redis.url();
-    let run_args = |runs: &Path| -> Vec<String> {
-        [
-            "--data",
-            &d,
-            "--model",
-            "lr",
-            "--workers",
-            "4",
-            "--max-epochs",
-            "30",
-            "--checkpoint-every",
-            "20",
-            "--channel",
-            &url,
-            "--runs",
-            &s(runs),
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let run_args = |runs: &Path| long_redis_args(&d, &url, &s(runs), &[]);
     let clean_runs = dir.path().join("clean-runs");
     let clean_args = run_args(&clean_runs);
     let clean_args: Vec<&str> = clean_args.iter().map(String::as_str).collect();
