@@ -22,6 +22,15 @@ fn args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     lr_checkpointed_args(data, "3", extra)
 }
 
+/// The names and outcomes of the replacements after a failure (`{role}~{n}`) among a run's
+/// invocations.
+fn replacements(record: &RunRecord) -> Vec<(String, String)> {
+    invocations(record)
+        .into_iter()
+        .filter(|(n, _)| n.contains('~'))
+        .collect()
+}
+
 /// The names and outcomes of a run's invocations.
 fn invocations(record: &RunRecord) -> Vec<(String, String)> {
     record
@@ -125,10 +134,7 @@ fn a_killed_supervisor_and_a_silent_worker_are_recovered() {
         "silent",
         &args(&d, &["--fault", "drop:2@20", "--worker-deadline", "1"]),
     );
-    let replaced: Vec<(String, String)> = invocations(&silent)
-        .into_iter()
-        .filter(|(n, _)| n.contains('~'))
-        .collect();
+    let replaced = replacements(&silent);
     assert_eq!(
         replaced,
         vec![("worker-2~1".to_string(), "succeeded".to_string())],
@@ -635,10 +641,7 @@ fn a_redis_restart_that_loses_the_messages_is_healed_with_the_defaults() {
     );
     eprintln!(
         "ended {healed_after:?} after the restart; replaced: {:?}",
-        invocations(&record)
-            .into_iter()
-            .filter(|(n, _)| n.contains('~'))
-            .collect::<Vec<_>>()
+        replacements(&record)
     );
 }
 
@@ -654,10 +657,7 @@ fn a_lost_update_is_healed_by_the_default_deadline() {
     let started = std::time::Instant::now();
     let lost = train(dir.path(), "lost", &args(&d, &["--fault", "drop:1@20"]));
     let took = started.elapsed();
-    let replaced: Vec<(String, String)> = invocations(&lost)
-        .into_iter()
-        .filter(|(n, _)| n.contains('~'))
-        .collect();
+    let replaced = replacements(&lost);
     assert_eq!(
         replaced,
         vec![("worker-1~1".to_string(), "succeeded".to_string())],
