@@ -260,6 +260,18 @@ pub async fn newest_intact_step(
     roles: &[String],
     damaged: &mut Vec<String>,
 ) -> Result<Option<u64>> {
+    newest_intact_step_at_most(store, job_id, roles, u64::MAX, damaged).await
+}
+
+/// [`newest_intact_step`] among the steps up to `at_most`: where a replacement that must replay
+/// step `at_most` (the supervisor still waits for its statistics) starts.
+pub async fn newest_intact_step_at_most(
+    store: &Store,
+    job_id: &str,
+    roles: &[String],
+    at_most: u64,
+    damaged: &mut Vec<String>,
+) -> Result<Option<u64>> {
     let mut common: Option<BTreeSet<u64>> = None;
     for role in roles {
         let steps: BTreeSet<u64> = steps(store, role).await?.into_iter().collect();
@@ -268,7 +280,7 @@ pub async fn newest_intact_step(
             Some(c) => c.intersection(&steps).copied().collect(),
         });
     }
-    for &step in common.unwrap_or_default().iter().rev() {
+    for &step in common.unwrap_or_default().range(..=at_most).rev() {
         let mut intact = true;
         for role in roles {
             match inspect(store, role, step).await? {
@@ -463,6 +475,28 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("worker-0 at step 20"), "{err}");
+    }
+
+    /// A replacement that must replay step 29 starts from the newest checkpoint up to it (20),
+    /// not from the one written after it (30).
+    #[tokio::test]
+    async fn a_replay_of_a_step_starts_from_a_checkpoint_before_it() {
+        let store = Store::open("memory://checkpoints-at-most").expect("memory store");
+        let roles = ["worker-1".to_string()];
+        for step in [10, 20, 30] {
+            save_role(&store, "job-a", &roles[0], step).await;
+        }
+        for (step, expected) in [
+            (29, Some(20)),
+            (30, Some(30)),
+            (9, None),
+            (u64::MAX, Some(30)),
+        ] {
+            let found = newest_intact_step_at_most(&store, "job-a", &roles, step, &mut Vec::new())
+                .await
+                .unwrap();
+            assert_eq!(found, expected, "at most {step}");
+        }
     }
 
     /// The newest step whose checkpoints are all intact: a truncated (or emptied, or missing)

@@ -173,7 +173,7 @@ impl<'a> Invocations<'a> {
             return Err(failure);
         }
         warn!(role = %name, "{failure}: replacing it");
-        self.replace(role)
+        self.replace(role, u64::MAX)
             .await
             .map_err(|e| format!("{failure}, and its replacement could not be invoked: {e}"))
     }
@@ -198,8 +198,11 @@ impl<'a> Invocations<'a> {
     }
 
     /// Kills `role`'s current invocation, if any, and invokes a replacement that resumes from
-    /// the role's latest checkpoint (from the start if it has none yet).
-    pub(super) async fn replace(&mut self, role: usize) -> Result<()> {
+    /// the role's latest checkpoint up to step `at_most` (from the start if it has none): a
+    /// silent worker's replacement must replay the step whose statistics the supervisor waits
+    /// for, which a checkpoint written after it (its statistics still in flight when the
+    /// worker died) would skip.
+    pub(super) async fn replace(&mut self, role: usize, at_most: u64) -> Result<()> {
         let previous = match self.current[role].take() {
             Some(current) => {
                 current.kill.kill();
@@ -213,10 +216,11 @@ impl<'a> Invocations<'a> {
             .delete(&checkpoint::handoff_key(name, previous.generation + 1))
             .await?;
         // Its newest intact checkpoint (a damaged one is passed over).
-        let resume_step = checkpoint::newest_intact_step(
+        let resume_step = checkpoint::newest_intact_step_at_most(
             self.run_store,
             &self.spec.job_id,
             std::slice::from_ref(name),
+            at_most,
             &mut Vec::new(),
         )
         .await?;

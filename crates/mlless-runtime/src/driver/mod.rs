@@ -517,7 +517,8 @@ async fn run_job(
                     replaced_through = request.seq;
                     for worker in request.workers {
                         warn!(worker, step = request.step, "replacing a silent worker");
-                        if let Err(e) = fleet.replace(worker as usize + 1).await {
+                        let replaced = fleet.replace(worker as usize + 1, request.step);
+                        if let Err(e) = replaced.await {
                             failure = Some(format!("could not replace worker {worker}: {e}"));
                             fleet.kill_all();
                         }
