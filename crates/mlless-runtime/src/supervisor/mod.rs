@@ -267,10 +267,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             std::process::abort();
         }
         let active = state.active.clone();
-        let deadline = match spec.training.worker_deadline_s {
-            Some(seconds) => Deadline::Given(Duration::from_secs_f64(seconds)),
-            None => Deadline::Derived(step_times.deadline(spec.training.limits.timeout)),
-        };
+        let deadline = Deadline::of(spec, &step_times);
         let payloads = collect_stats(&ctx, &mut state, step, &active, deadline).await?;
         let mut stats = Vec::with_capacity(payloads.len());
         for (payload, &from) in payloads.iter().zip(&active) {
@@ -440,10 +437,10 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     // once it has replayed from its checkpoint: twice the default deadline covers that, and a
     // replica still missing then is lost.
     let survivors = fleet.workers(step).to_vec();
-    let final_wait = match spec.training.worker_deadline_s {
-        Some(seconds) => Duration::from_secs_f64(seconds).max(DEADLINE_FLOOR),
-        None => step_times.deadline(spec.training.limits.timeout),
-    } * 2;
+    let final_wait = Deadline::of(spec, &step_times)
+        .duration()
+        .max(DEADLINE_FLOOR)
+        * 2;
     let payloads = match ctx.channel.collect(FINAL, 0, &survivors, final_wait).await {
         Ok(payloads) => payloads,
         Err(ChannelError::Timeout {
@@ -566,6 +563,14 @@ enum Deadline {
 }
 
 impl Deadline {
+    /// `--worker-deadline` if given, else the one derived from `step_times`.
+    fn of(spec: &mlless_job::JobSpec, step_times: &StepTimes) -> Self {
+        match spec.training.worker_deadline_s {
+            Some(seconds) => Self::Given(Duration::from_secs_f64(seconds)),
+            None => Self::Derived(step_times.deadline(spec.training.limits.timeout)),
+        }
+    }
+
     fn duration(self) -> Duration {
         match self {
             Self::Given(d) | Self::Derived(d) => d,
