@@ -238,6 +238,60 @@ fn small_lr_data(dir: &std::path::Path) -> (std::path::PathBuf, usize) {
     (data, batches)
 }
 
+/// A label the model cannot train on is refused before any function starts, by an error naming
+/// the input file and line it was read from (not a minibatch row inside a worker), for a
+/// binary model and for a multi-class one with too few classes; a model that ignores labels
+/// trains.
+#[test]
+fn a_label_the_model_cannot_train_on_is_refused_naming_its_input_line() {
+    let dir = tempdir();
+    let mut text = String::new();
+    for i in 0..200 {
+        // Three classes; the first 2 is on line 3, the only 3.5 on line 150.
+        let label = if i == 149 { 3.5 } else { f64::from(i % 3) };
+        text.push_str(&format!("{label} 1:1 {}:1\n", 2 + i % 7));
+    }
+    let input = write(dir.path(), "three.libsvm", &text);
+    let data = dir.path().join("store");
+    prepare_libsvm(&input, &data, 20);
+    let d = s(&data);
+    let name = s(&input);
+    let cases: [(&[&str], String); 3] = [
+        (
+            &["--model", "lr"],
+            format!("--model lr needs labels that are 0 or 1, but {name}:150 has the label 3.5"),
+        ),
+        (
+            &["--model", "svm"],
+            format!("--model svm needs labels that are 0 or 1, but {name}:150 has the label 3.5"),
+        ),
+        (
+            &["--model", "mlp", "--classes", "3"],
+            format!(
+                "--model mlp needs labels that are a class id in 0..3, but {name}:150 has the \
+                 label 3.5"
+            ),
+        ),
+    ];
+    for (extra, expected) in &cases {
+        let mut args = vec!["train", "--quiet", "--data", &d, "--max-epochs", "1"];
+        args.extend(*extra);
+        let stderr = fails(&args);
+        assert!(stderr.contains(expected.as_str()), "{extra:?}: {stderr}");
+        assert!(!data.join("runs").exists(), "{extra:?}: no run was written");
+    }
+    ok(&[
+        "train",
+        "--quiet",
+        "--data",
+        &d,
+        "--model",
+        "kmeans",
+        "--max-epochs",
+        "1",
+    ]);
+}
+
 /// Every bad option of `train` is refused before any function starts (no run is written), by an
 /// error naming the option: --l2 negative or not finite, --memory-mb 0, --timeout-s 0, a fleet
 /// larger than mlless runs or than the local invoker can run at once. More workers than

@@ -64,10 +64,10 @@ pub use filter::{
 };
 pub use metrics::{Evaluation, Metrics, Task, auc, log_loss, log_loss_from_logit};
 pub use model::{
-    BatchLoss, GradientAccumulator, KMeans, LloydRun, LloydSums, LogisticRegression, LrReference,
-    LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model, ModelError,
-    ModelSpec, ParameterBlock, Prediction, Predictor, Svm, Training, kmeans_plus_plus, lloyd,
-    lr_reference_objective, sigmoid, solve_lr_reference, solve_svm_reference, svm_objective,
+    BatchLoss, GradientAccumulator, KMeans, LabelRule, LloydRun, LloydSums, LogisticRegression,
+    LrReference, LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model,
+    ModelError, ModelSpec, ParameterBlock, Prediction, Predictor, Svm, Training, kmeans_plus_plus,
+    lloyd, lr_reference_objective, sigmoid, solve_lr_reference, solve_svm_reference, svm_objective,
 };
 pub use optim::{
     Adam, Momentum, Optimizer, OptimizerConfig, OptimizerError, OptimizerKind, OptimizerState,

@@ -43,6 +43,7 @@ pub use error::ModelError;
 pub(crate) use error::{batch_kind, check_dims};
 pub use factorization::MatrixFactorization;
 pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
+pub use linear::LabelRule;
 pub use logistic::LogisticRegression;
 pub use lr_reference::{
     LrReference, LrReferenceOptions, LrRegularization, lr_reference_objective, solve_lr_reference,
@@ -176,6 +177,24 @@ impl ModelSpec {
             ModelSpec::Svm { .. } => "svm",
             ModelSpec::KMeans { .. } => "kmeans",
             ModelSpec::Mlp { .. } => "mlp",
+        }
+    }
+
+    /// What the model requires of its rows' labels (the rule its training applies to every
+    /// batch).
+    ///
+    /// ```
+    /// use mlless_core::{LabelRule, ModelSpec};
+    /// let svm = ModelSpec::Svm { features: 2, l2: 0.0 };
+    /// assert_eq!(svm.label_rule(), LabelRule::Binary);
+    /// let kmeans = ModelSpec::KMeans { features: 2, k: 3 };
+    /// assert_eq!(kmeans.label_rule(), LabelRule::Ignored);
+    /// ```
+    pub fn label_rule(&self) -> LabelRule {
+        match *self {
+            ModelSpec::LogisticRegression { .. } | ModelSpec::Svm { .. } => LabelRule::Binary,
+            ModelSpec::Mlp { classes, .. } => LabelRule::Classes(classes),
+            ModelSpec::KMeans { .. } | ModelSpec::MatrixFactorization { .. } => LabelRule::Ignored,
         }
     }
 

@@ -62,8 +62,8 @@ pub use generate::{
 };
 pub use ids::{IDS_KEY, IDS_MAGIC, IdMap};
 pub use manifest::{
-    BatchInfo, DatasetKind, IdsInfo, InputSchema, LabelMap, MANIFEST_KEY, MANIFEST_VERSION,
-    Manifest, ManifestError, Normalization, SourceInfo, SplitInfo, batch_key,
+    BatchInfo, DatasetKind, IdsInfo, InputSchema, LabelAt, LabelMap, LabelRange, MANIFEST_KEY,
+    MANIFEST_VERSION, Manifest, ManifestError, Normalization, SourceInfo, SplitInfo, batch_key,
 };
 pub use parse::{
     InputFormat, InputLayout, ParseError, ParseOptions, Parsed, ScoringInput, ScoringLayout,

@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use mlless_core::LabelRule;
 use serde::{Deserialize, Serialize};
 
 /// Key of the manifest, relative to the dataset prefix.
@@ -37,6 +38,11 @@ pub struct Manifest {
     /// How the input's labels were mapped to 0/1, if they were.
     #[serde(default)]
     pub label_map: Option<LabelMap>,
+    /// Sparse data: the range of its labels (after the label map) and the input lines they
+    /// were read from, which `train` checks the model's label rule against before it starts
+    /// (absent from data sets prepared before it was kept, and for ratings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<LabelRange>,
     /// Where the data came from.
     pub source: SourceInfo,
     /// When the dataset was prepared, seconds since the Unix epoch.
@@ -140,6 +146,51 @@ pub struct LabelMap {
     pub negative: f32,
     /// Original label mapped to 1.
     pub positive: f32,
+}
+
+/// A label value and where it was first read: the input and its 1-based line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelAt {
+    /// The label, as mapped by the data set's label map.
+    pub label: f32,
+    /// The input file it was read from.
+    pub input: String,
+    /// The line of the input.
+    pub line: u64,
+}
+
+/// The labels of a sparse data set over all its inputs: the smallest, the largest and the
+/// first that is not an integer, each with the line it was first read from. A model's
+/// [`LabelRule`] accepts every label of the set if and only if it accepts these (its accepted
+/// labels are the integers of an interval, or all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelRange {
+    /// The smallest label.
+    pub min: LabelAt,
+    /// The largest label.
+    pub max: LabelAt,
+    /// The first label that is not an integer, if any.
+    pub fractional: Option<LabelAt>,
+}
+
+impl LabelRange {
+    /// The first label `rule` refuses (the smallest, the largest, then the first fractional
+    /// one), or `None` if it accepts all of them.
+    ///
+    /// ```
+    /// use mlless_core::LabelRule;
+    /// use mlless_data::{LabelAt, LabelRange};
+    /// let at = |label, line| LabelAt { label, input: "a.svm".into(), line };
+    /// let range = LabelRange { min: at(0.0, 1), max: at(2.0, 17), fractional: None };
+    /// assert_eq!(range.refused_by(LabelRule::Binary).map(|l| l.line), Some(17));
+    /// assert!(range.refused_by(LabelRule::Classes(3)).is_none());
+    /// ```
+    pub fn refused_by(&self, rule: LabelRule) -> Option<&LabelAt> {
+        [Some(&self.min), Some(&self.max), self.fractional.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|at| !rule.accepts(at.label))
+    }
 }
 
 /// Provenance of a dataset.
@@ -372,6 +423,7 @@ mod tests {
                 negative: -1.0,
                 positive: 1.0,
             }),
+            labels: None,
             source: SourceInfo {
                 format: "libsvm".into(),
                 input: "a.libsvm".into(),

@@ -87,10 +87,12 @@ fn gather(parsed: &Parsed, order: &[u32]) -> Parsed {
             rows,
             features,
             label_map,
+            labels,
         } => Parsed::Sparse {
             rows: gather_rows(rows, order),
             features: *features,
             label_map: *label_map,
+            labels: labels.clone(),
         },
         Parsed::Ratings {
             ratings,
@@ -399,6 +401,7 @@ mod tests {
                 negative: -1.0,
                 positive: 1.0,
             }),
+            labels: None,
         }
     }
 
@@ -469,6 +472,7 @@ mod tests {
             rows,
             features,
             label_map,
+            ..
         } = train
         else {
             panic!()

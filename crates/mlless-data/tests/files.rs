@@ -46,6 +46,7 @@ fn libsvm_file() {
         rows,
         features,
         label_map,
+        ..
     } = parse(&path, InputFormat::Libsvm, None).unwrap()
     else {
         panic!()
@@ -197,6 +198,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
         validation: SplitInfo::default(),
         normalization: None,
         label_map: train.label_map(),
+        labels: train.label_range().cloned(),
         source: SourceInfo {
             format: format.to_string(),
             input: path.display().to_string(),
@@ -261,11 +263,13 @@ fn train_and_test_files_share_one_schema() {
             rows: a,
             features: fa,
             label_map: la,
+            ..
         },
         Parsed::Sparse {
             rows: b,
             features: fb,
             label_map: lb,
+            ..
         },
     ] = &parts[..]
     else {

@@ -174,6 +174,7 @@ mod tests {
                 validation: SplitInfo::default(),
                 normalization: None,
                 label_map: None,
+                labels: None,
                 source: SourceInfo {
                     format: "test".into(),
                     input: "test".into(),

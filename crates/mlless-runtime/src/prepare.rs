@@ -449,6 +449,7 @@ async fn prepare_body(
         ));
     }
     let label_map = train.label_map();
+    let labels = train.label_range().cloned();
     let samples = |p: &Option<Parsed>| p.as_ref().map_or(0, |p| p.samples() as u64);
     let (train_samples, test_samples) = (train.samples() as u64, test.samples() as u64);
     let validation_samples = samples(&validation);
@@ -548,6 +549,7 @@ async fn prepare_body(
         },
         normalization,
         label_map,
+        labels,
         source: SourceInfo {
             format: options.format.to_string(),
             input: options.input.display().to_string(),

@@ -24,7 +24,7 @@
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::linear::{Labels, sparse_rows, validate_sparse};
+use super::linear::{LabelRule, sparse_rows, validate_sparse};
 use super::{Model, ModelError, Prediction, check_dims};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -120,7 +120,7 @@ fn prepare<'b>(
 ) -> Result<&'b SparseBatch, ModelError> {
     check_dims(k as usize * features as usize, centroids, None)?;
     let rows = sparse_rows("kmeans", batch)?;
-    validate_sparse(rows, features, Labels::Ignored)?;
+    validate_sparse(rows, features, LabelRule::Ignored)?;
     if k == 0 && rows.rows() > 0 {
         return Err(ModelError::InvalidSpec {
             reason: "k-means with k = 0 cannot assign points".into(),
@@ -371,7 +371,7 @@ pub fn kmeans_plus_plus(
     let mut rows: Vec<(&[u32], &[f32], f64)> = Vec::new();
     for batch in sample {
         let batch = sparse_rows("kmeans", batch)?;
-        validate_sparse(batch, features, Labels::Ignored)?;
+        validate_sparse(batch, features, LabelRule::Ignored)?;
         rows.extend(
             batch
                 .iter_rows()

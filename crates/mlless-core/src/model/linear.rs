@@ -71,22 +71,56 @@ impl<M: LinearModel> Model for M {
         params: &[f32],
         rows: &SparseBatch,
     ) -> Result<Vec<Prediction>, ModelError> {
-        validate_sparse(rows, self.shape().0, Labels::Ignored)?;
+        validate_sparse(rows, self.shape().0, LabelRule::Ignored)?;
         Ok(margins(params, rows)
             .map(|(z, _)| M::PREDICTION(z))
             .collect())
     }
 }
 
-/// What [`validate_sparse`] requires of the labels.
+/// What a model requires of the labels of its rows ([`ModelSpec::label_rule`]): the rule its
+/// batch validation applies, and the one `train` checks a data set's labels against before it
+/// starts.
+///
+/// ```
+/// use mlless_core::LabelRule;
+/// assert!(LabelRule::Binary.accepts(1.0));
+/// assert!(!LabelRule::Binary.accepts(2.0));
+/// assert!(LabelRule::Classes(3).accepts(2.0));
+/// assert!(!LabelRule::Classes(3).accepts(1.5));
+/// assert!(LabelRule::Ignored.accepts(-7.25));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Labels {
+pub enum LabelRule {
     /// Every label is 0 or 1 (binary classifiers).
     Binary,
-    /// Labels are ignored (clustering).
+    /// Labels are ignored (clustering, ratings).
     Ignored,
-    /// Every label is a class id below the given number of classes (multi-class models).
+    /// Every label is a class id, an integer below the given number of classes (multi-class
+    /// models).
     Classes(u32),
+}
+
+impl LabelRule {
+    /// Whether a row may have `label`.
+    pub fn accepts(self, label: f32) -> bool {
+        match self {
+            LabelRule::Binary => label == 0.0 || label == 1.0,
+            LabelRule::Ignored => true,
+            LabelRule::Classes(classes) => {
+                label >= 0.0 && label.fract() == 0.0 && label < classes as f32
+            }
+        }
+    }
+
+    /// What the rule asks, for messages: `0 or 1`, `a class id in 0..3`, `anything`.
+    pub fn describe(self) -> String {
+        match self {
+            LabelRule::Binary => "0 or 1".into(),
+            LabelRule::Ignored => "anything".into(),
+            LabelRule::Classes(classes) => format!("a class id in 0..{classes}"),
+        }
+    }
 }
 
 /// The rows of `batch`, or [`ModelError::WrongBatchKind`] for `model` when it holds ratings.
@@ -115,7 +149,7 @@ pub(crate) fn prepare_linear<'b>(
 ) -> Result<&'b SparseBatch, ModelError> {
     check_dims(features as usize + 1, params, acc_dim)?;
     let rows = sparse_rows(model, batch)?;
-    validate_sparse(rows, features, Labels::Binary)?;
+    validate_sparse(rows, features, LabelRule::Binary)?;
     Ok(rows)
 }
 
@@ -124,7 +158,7 @@ pub(crate) fn prepare_linear<'b>(
 pub(crate) fn validate_sparse(
     batch: &SparseBatch,
     features: u32,
-    labels: Labels,
+    labels: LabelRule,
 ) -> Result<(), ModelError> {
     let malformed = |reason: String| Err(ModelError::MalformedBatch { reason });
     let rows = batch.labels.len();
@@ -164,20 +198,15 @@ pub(crate) fn validate_sparse(
             return malformed(format!("row offsets decrease at row {row}"));
         }
         let label = batch.labels[row];
-        match labels {
-            Labels::Binary if label != 0.0 && label != 1.0 => {
-                return Err(ModelError::BadLabel { row, label });
-            }
-            Labels::Classes(classes)
-                if !(label >= 0.0 && label.fract() == 0.0 && label < classes as f32) =>
-            {
-                return Err(ModelError::BadClassLabel {
+        if !labels.accepts(label) {
+            return Err(match labels {
+                LabelRule::Classes(classes) => ModelError::BadClassLabel {
                     row,
                     label,
                     classes,
-                });
-            }
-            _ => {}
+                },
+                LabelRule::Binary | LabelRule::Ignored => ModelError::BadLabel { row, label },
+            });
         }
         for (&index, &value) in batch.indices[start..end]
             .iter()

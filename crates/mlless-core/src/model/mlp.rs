@@ -8,7 +8,7 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::StandardNormal;
 
-use super::linear::{Labels, validate_sparse};
+use super::linear::{LabelRule, validate_sparse};
 use super::{
     BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
 };
@@ -213,7 +213,7 @@ impl Mlp {
                 got: batch_kind(batch),
             });
         };
-        validate_sparse(rows, self.features, Labels::Classes(self.classes))?;
+        validate_sparse(rows, self.features, LabelRule::Classes(self.classes))?;
         Ok(rows)
     }
 
@@ -230,7 +230,7 @@ impl Mlp {
             });
         }
         check_dims(self.num_params, params, None)?;
-        validate_sparse(batch, self.features, Labels::Ignored)?;
+        validate_sparse(batch, self.features, LabelRule::Ignored)?;
         let mut acts = self.layer_buffers();
         let last = self.layers.len() - 1;
         Ok(batch

@@ -391,6 +391,7 @@ fn parse_dense(bytes: &[u8], dims: u32) -> (SparseBatch, Option<crate::manifest:
         rows,
         features,
         label_map,
+        ..
     } = parse(bytes, InputFormat::Libsvm)
     else {
         panic!("expected sparse rows")

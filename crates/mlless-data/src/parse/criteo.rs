@@ -16,7 +16,7 @@ use mlless_core::SparseBatch;
 
 use std::path::Path;
 
-use super::{Ctx, Lines, ParseError, ParseOptions, Parsed, end_row};
+use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, label_range};
 
 /// Integer columns of a Criteo line (features `0..13`).
 pub const CRITEO_INTEGER: usize = 13;
@@ -132,6 +132,7 @@ pub(super) fn read<R: BufRead>(
     let ctx = lines.ctx;
     let mut rows = SparseBatch::new();
     let mut categorical: Vec<u32> = Vec::with_capacity(CRITEO_CATEGORICAL);
+    let mut labels = LabelSet::default();
 
     while let Some((no, line)) = lines.next_line()? {
         if line.trim_ascii().is_empty() {
@@ -146,6 +147,7 @@ pub(super) fn read<R: BufRead>(
                 return Err(ctx.line(no, format!("expected label 0 or 1, found {field:?}")));
             }
         };
+        labels.observe(label, no);
         rows.labels.push(label);
         let columns = 1 + push_features(ctx, no, fields, features, &mut rows, &mut categorical)?;
         if columns != CRITEO_COLUMNS {
@@ -161,6 +163,7 @@ pub(super) fn read<R: BufRead>(
         rows,
         features,
         label_map: None,
+        labels: label_range(&[(&labels, ctx.path)], None),
     })
 }
 
@@ -236,6 +239,7 @@ mod tests {
             rows,
             features: f,
             label_map,
+            ..
         } = parse_str(&text, Some(features)).unwrap()
         else {
             panic!()

@@ -79,7 +79,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
             }
             if column == 0 {
                 let label = label(ctx, no, field)?;
-                labels.observe(label);
+                labels.observe(label, no);
                 rows.labels.push(label);
                 continue;
             }
@@ -144,7 +144,10 @@ pub(super) fn finish(
             )));
         }
     };
-    let parts = raws.into_iter().map(|(_, r)| (r.rows, r.labels)).collect();
+    let parts = raws
+        .into_iter()
+        .map(|(ctx, r)| (r.rows, r.labels, ctx.path))
+        .collect();
     let parsed = sparse_parts(parts, features);
     Ok((parsed, columns_features + 1))
 }
@@ -174,6 +177,7 @@ mod tests {
             rows,
             features,
             label_map,
+            ..
         } = parse_str(text, None).unwrap()
         else {
             panic!("expected sparse rows")

@@ -88,7 +88,7 @@ pub(super) fn read<R: BufRead>(
             continue;
         };
         let label = ctx.label(no, label_token)?;
-        labels.observe(label);
+        labels.observe(label, no);
         rows.labels.push(label);
         let last = for_each_feature(ctx, no, tokens, |index, value| {
             if let Some(limit) = limit {
@@ -158,7 +158,10 @@ pub(super) fn finish(
         })?,
         (None, Some(max)) => max,
     };
-    let parts = raws.into_iter().map(|(_, r)| (r.rows, r.labels)).collect();
+    let parts = raws
+        .into_iter()
+        .map(|(ctx, r)| (r.rows, r.labels, ctx.path))
+        .collect();
     let parsed = sparse_parts(parts, features);
     Ok((parsed, zero_based))
 }
@@ -187,6 +190,7 @@ mod tests {
                 rows,
                 features,
                 label_map,
+                ..
             } => (rows, features, label_map),
             other => panic!("expected sparse rows, got {other:?}"),
         }

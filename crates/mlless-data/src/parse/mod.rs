@@ -30,7 +30,7 @@ use std::str::FromStr;
 use mlless_core::{RatingBatch, SparseBatch};
 
 use crate::ids::IdMap;
-use crate::manifest::{DatasetKind, LabelMap};
+use crate::manifest::{DatasetKind, LabelAt, LabelMap, LabelRange};
 
 pub use score::{
     ScoringInput, ScoringLayout, ScoringRows, read_for_scoring, read_reader_for_scoring,
@@ -113,6 +113,9 @@ pub enum Parsed {
         features: u32,
         /// How the labels were mapped to 0/1, if they were (see the module doc).
         label_map: Option<LabelMap>,
+        /// The range of the labels over every part read with these rows, with their input
+        /// lines (`None` where rows were not read from inputs).
+        labels: Option<LabelRange>,
     },
     /// Ratings with dense user and item ids (MovieLens).
     Ratings {
@@ -170,6 +173,14 @@ impl Parsed {
     pub fn label_map(&self) -> Option<LabelMap> {
         match self {
             Parsed::Sparse { label_map, .. } => *label_map,
+            Parsed::Ratings { .. } => None,
+        }
+    }
+
+    /// The range of the labels of sparse data read from inputs, `None` for ratings.
+    pub fn label_range(&self) -> Option<&LabelRange> {
+        match self {
+            Parsed::Sparse { labels, .. } => labels.as_ref(),
             Parsed::Ratings { .. } => None,
         }
     }
@@ -423,25 +434,42 @@ fn parse_finite(s: &str) -> Option<f32> {
     s.parse::<f32>().ok().filter(|v| v.is_finite())
 }
 
-/// The distinct label values seen, up to three.
+/// The distinct label values seen, up to three, and the smallest, the largest and the first
+/// fractional label with their lines.
 #[derive(Default)]
 struct LabelSet {
     seen: [f32; 3],
     count: usize,
+    min: Option<(f32, u64)>,
+    max: Option<(f32, u64)>,
+    fractional: Option<(f32, u64)>,
 }
 
 impl LabelSet {
-    fn observe(&mut self, label: f32) {
+    /// Counts `label`, read at line `line`.
+    fn observe(&mut self, label: f32, line: u64) {
         if self.count < 3 && !self.seen[..self.count].contains(&label) {
             self.seen[self.count] = label;
             self.count += 1;
         }
+        if self.min.is_none_or(|(min, _)| label < min) {
+            self.min = Some((label, line));
+        }
+        if self.max.is_none_or(|(max, _)| label > max) {
+            self.max = Some((label, line));
+        }
+        if self.fractional.is_none() && label.fract() != 0.0 {
+            self.fractional = Some((label, line));
+        }
     }
 
-    /// Adds the values seen by another set.
+    /// Adds the values seen by another set (of a later part: its lines are not comparable).
     fn merge(&mut self, other: &LabelSet) {
         for &label in &other.seen[..other.count] {
-            self.observe(label);
+            if self.count < 3 && !self.seen[..self.count].contains(&label) {
+                self.seen[self.count] = label;
+                self.count += 1;
+            }
         }
     }
 
@@ -468,6 +496,50 @@ impl LabelSet {
     }
 }
 
+/// The range of the labels of `parts` (each a set with the input it was read from), after
+/// `map`: `None` if they hold no label.
+fn label_range(parts: &[(&LabelSet, &Path)], map: Option<LabelMap>) -> Option<LabelRange> {
+    let at = |(label, line): (f32, u64), path: &Path| LabelAt {
+        label: match map {
+            Some(map) if label == map.negative => 0.0,
+            Some(_) => 1.0,
+            None => label,
+        },
+        input: path.display().to_string(),
+        line,
+    };
+    let mut range: Option<LabelRange> = None;
+    for &(set, path) in parts {
+        let (Some(min), Some(max)) = (set.min, set.max) else {
+            continue;
+        };
+        let (min, max) = (at(min, path), at(max, path));
+        // Mapped labels are 0 or 1: no fractional one is left.
+        let fractional = set
+            .fractional
+            .filter(|_| map.is_none())
+            .map(|f| at(f, path));
+        let Some(range) = range.as_mut() else {
+            range = Some(LabelRange {
+                min,
+                max,
+                fractional,
+            });
+            continue;
+        };
+        if min.label < range.min.label {
+            range.min = min;
+        }
+        if max.label > range.max.label {
+            range.max = max;
+        }
+        if range.fractional.is_none() {
+            range.fractional = fractional;
+        }
+    }
+    range
+}
+
 /// Replaces `map.negative` by 0 and every other label by 1.
 fn apply_label_map(map: LabelMap, labels: &mut [f32]) {
     for l in labels {
@@ -476,25 +548,28 @@ fn apply_label_map(map: LabelMap, labels: &mut [f32]) {
 }
 
 /// The sparse parts of `features` features read from the inputs, each rows with the set of
-/// its labels; the labels of all parts mapped to 0/1 if exactly two values occur over all of
-/// them.
-fn sparse_parts(mut parts: Vec<(SparseBatch, LabelSet)>, features: u32) -> Vec<Parsed> {
+/// its labels and its input; the labels of all parts mapped to 0/1 if exactly two values occur
+/// over all of them.
+fn sparse_parts(mut parts: Vec<(SparseBatch, LabelSet, &Path)>, features: u32) -> Vec<Parsed> {
     let mut all = LabelSet::default();
-    for (_, set) in &parts {
+    for (_, set, _) in &parts {
         all.merge(set);
     }
     let label_map = all.binary_map();
+    let sets: Vec<_> = parts.iter().map(|(_, set, path)| (set, *path)).collect();
+    let labels = label_range(&sets, label_map);
     if let Some(map) = label_map {
-        for (rows, _) in &mut parts {
+        for (rows, _, _) in &mut parts {
             apply_label_map(map, &mut rows.labels);
         }
     }
     parts
         .into_iter()
-        .map(|(rows, _)| Parsed::Sparse {
+        .map(|(rows, _, _)| Parsed::Sparse {
             rows,
             features,
             label_map,
+            labels: labels.clone(),
         })
         .collect()
 }
@@ -595,7 +670,7 @@ mod tests {
     fn label_set_maps_two_values() {
         let mut set = LabelSet::default();
         let mut labels = vec![2.0, 1.0, 2.0];
-        labels.iter().for_each(|&l| set.observe(l));
+        labels.iter().for_each(|&l| set.observe(l, 1));
         assert_eq!(
             set.map_binary(&mut labels),
             Some(LabelMap {
@@ -605,9 +680,47 @@ mod tests {
         );
         assert_eq!(labels, vec![1.0, 0.0, 1.0]);
         let mut set = LabelSet::default();
-        [0.0, 1.0, 2.0].iter().for_each(|&l| set.observe(l));
+        [0.0, 1.0, 2.0].iter().for_each(|&l| set.observe(l, 1));
         let mut labels = vec![0.0, 1.0, 2.0];
         assert_eq!(set.map_binary(&mut labels), None);
         assert_eq!(labels, vec![0.0, 1.0, 2.0]);
+    }
+
+    #[test]
+    fn the_label_range_names_the_lines_of_its_ends_over_every_part() {
+        let text = "0 1:1\n1 1:1\n\n2 1:1\n";
+        let (first, second) = (Path::new("a.svm"), Path::new("b.svm"));
+        let parts = parse_inputs(
+            vec![
+                (text.as_bytes(), first),
+                ("3.5 1:1\n-1 2:1\n".as_bytes(), second),
+            ],
+            InputFormat::Libsvm,
+            &ParseOptions::default(),
+        )
+        .unwrap()
+        .0;
+        let range = parts[0].label_range().unwrap();
+        assert_eq!(parts[1].label_range(), Some(range));
+        let at = |at: &LabelAt| (at.label, at.input.clone(), at.line);
+        assert_eq!(at(&range.min), (-1.0, "b.svm".into(), 2));
+        assert_eq!(at(&range.max), (3.5, "b.svm".into(), 1));
+        assert_eq!(
+            at(range.fractional.as_ref().unwrap()),
+            (3.5, "b.svm".into(), 1)
+        );
+
+        // Two values are mapped to 0/1; the ends keep their lines.
+        let parsed = parse_reader(
+            "5 1:1\n-3 1:1\n5 2:1\n".as_bytes(),
+            Path::new("c.svm"),
+            InputFormat::Libsvm,
+            &ParseOptions::default(),
+        )
+        .unwrap();
+        let range = parsed.label_range().unwrap();
+        assert_eq!(at(&range.min), (0.0, "c.svm".into(), 2));
+        assert_eq!(at(&range.max), (1.0, "c.svm".into(), 1));
+        assert_eq!(range.fractional, None);
     }
 }

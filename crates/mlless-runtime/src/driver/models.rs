@@ -5,7 +5,7 @@
 use mlless_core::OptimizerKind;
 use tracing::warn;
 
-use mlless_core::ModelSpec;
+use mlless_core::{LabelRule, ModelSpec};
 use mlless_data::DatasetKind;
 
 use super::TrainOptions;
@@ -279,7 +279,7 @@ pub(super) fn model_spec(
     let manifest = dataset.manifest();
     let init_bias = initial_bias(positive_rate);
     let l2 = options.hyper.l2.unwrap_or(defaults.l2);
-    Ok(match (options.model, &manifest.kind) {
+    let spec = match (options.model, &manifest.kind) {
         (ModelChoice::LogisticRegression, DatasetKind::Sparse { features }) => {
             ModelSpec::LogisticRegression {
                 features: *features,
@@ -330,7 +330,47 @@ pub(super) fn model_spec(
                 choice.name()
             )));
         }
-    })
+    };
+    check_labels(&spec, dataset)?;
+    Ok(spec)
+}
+
+/// Refuses a data set with a label that `spec` cannot train on, naming the input line it was
+/// read from: before any function starts, rather than as a minibatch row inside a worker. Data
+/// sets prepared before their label range was kept are not checked here (the workers still
+/// are).
+fn check_labels(spec: &ModelSpec, dataset: &Dataset) -> Result<()> {
+    let rule = spec.label_rule();
+    let Some(at) = dataset
+        .manifest()
+        .labels
+        .as_ref()
+        .and_then(|range| range.refused_by(rule))
+    else {
+        return Ok(());
+    };
+    let advice = match rule {
+        LabelRule::Binary => {
+            "prepare the data with two label values (they become 0 and 1), or train a \
+             multi-class --model mlp"
+                .to_owned()
+        }
+        LabelRule::Classes(_) if at.label.fract() == 0.0 && at.label >= 0.0 => {
+            format!("give --classes {} or more", at.label as u64 + 1)
+        }
+        LabelRule::Classes(_) | LabelRule::Ignored => {
+            "class ids are integers from 0: relabel the input and prepare it again".to_owned()
+        }
+    };
+    Err(RuntimeError::InvalidJob(format!(
+        "--model {} needs labels that are {}, but {}:{} has the label {} (data set {}): {advice}",
+        spec.name(),
+        rule.describe(),
+        at.input,
+        at.line,
+        at.label,
+        dataset.url()
+    )))
 }
 
 #[cfg(test)]
