@@ -102,7 +102,7 @@ fn main() -> ExitCode {
         return match serve_lambda() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("{e:#}");
+                eprintln!("{}", one_line(&e));
                 ExitCode::FAILURE
             }
         };
@@ -153,19 +153,54 @@ fn main() -> ExitCode {
             // One line with the whole chain of causes: the invoker shows a function's last line
             // after the function's name, so a function's line needs no prefix of its own.
             if function {
-                eprintln!("{e:#}");
+                eprintln!("{}", function_failure(&e));
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", one_line(&e));
             }
             ExitCode::FAILURE
         }
     }
 }
 
+/// `error` and its causes on one line, each said once. Many errors (ours, `object_store`'s)
+/// repeat their source's message in their own, as a complete message for logs that print only
+/// the error; a cause whose message the line holds already is left out, so that no cause is
+/// said twice ("X: X").
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = error.to_string();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+/// A function's failure as its invoker reads it: [`one_line`], ending with
+/// [`mlless_runtime::NOT_RESUMABLE`] when resuming the run could not get past it.
+fn function_failure(error: &anyhow::Error) -> String {
+    let mut line = one_line(error);
+    if error
+        .downcast_ref::<mlless_runtime::RuntimeError>()
+        .is_some_and(|e| !e.resume_can_help())
+    {
+        line.push_str(mlless_runtime::NOT_RESUMABLE);
+    }
+    line
+}
+
 /// Logs go to standard error; `RUST_LOG` chooses what is shown (default: warnings, and for a
-/// function the info lines too, which its invoker keeps at debug level), `format` how.
+/// function the info lines too, which its invoker keeps at debug level; not the warnings of
+/// the AWS SDK's credential chain, whose failures the error that needs credentials names),
+/// `format` how.
 fn init_tracing(function: bool, format: progress::LogFormat) {
-    let default = if function { "info" } else { "warn" };
+    let default = if function {
+        "info,aws_config=error"
+    } else {
+        "warn,aws_config=error"
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // Colours only on a terminal: not in a CI log, a file or a notebook.
     let builder = tracing_subscriber::fmt()
@@ -192,7 +227,7 @@ fn serve_lambda() -> anyhow::Result<()> {
     let handler = |payload: Vec<u8>| async move {
         mlless_runtime::run_function(&payload)
             .await
-            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+            .map_err(|e| function_failure(&anyhow::Error::from(e)))
     };
     runtime()?.block_on(mlless_faas::lambda::serve(handler))?;
     Ok(())
@@ -260,4 +295,28 @@ fn local_invoker() -> anyhow::Result<std::sync::Arc<dyn mlless_faas::Invoker>> {
         exe,
         vec!["function".to_string()],
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error that repeats its source's message, as `object_store`'s do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("store failed: {source}")]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn one_line_says_each_cause_once() {
+        let io = std::io::Error::other("disk on fire");
+        let e = anyhow::Error::from(Repeats { source: io }).context("reading spec.json");
+        assert_eq!(
+            one_line(&e),
+            "reading spec.json: store failed: disk on fire"
+        );
+        let plain = anyhow::Error::from(std::io::Error::other("gone")).context("writing");
+        assert_eq!(one_line(&plain), "writing: gone");
+    }
 }

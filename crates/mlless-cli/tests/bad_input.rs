@@ -290,6 +290,27 @@ fn a_label_the_model_cannot_train_on_is_refused_naming_its_input_line() {
         "--max-epochs",
         "1",
     ]);
+
+    // A data set prepared before the label range was kept: a worker meets the label, and the
+    // run fails saying that resuming would meet it again, with no hint to resume.
+    let path = data.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest.as_object_mut().unwrap().remove("labels").unwrap();
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &d,
+        "--model",
+        "lr",
+        "--checkpoint-every",
+        "1",
+    ]);
+    assert!(stderr.contains("is not 0 or 1"), "{stderr}");
+    assert!(stderr.contains(mlless_runtime::NOT_RESUMABLE), "{stderr}");
+    assert!(!stderr.contains("--resume"), "{stderr}");
 }
 
 /// Every bad option of `train` is refused before any function starts (no run is written), by an

@@ -85,7 +85,7 @@ pub enum RuntimeError {
         message: String,
     },
     /// The training loss became non-finite or exploded (beyond `threshold`, a multiple of the
-    /// run's first loss). Its message starts with [`DIVERGED`].
+    /// run's first loss).
     #[error(
         "training diverged at step {step} (loss {loss}, above {threshold}: 100 times the first \
          step's loss, or 1 if that was less); try a lower --lr (it was {lr}) or another \
@@ -148,9 +148,40 @@ pub enum RuntimeError {
 /// A `Result` with a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
-/// How the message of [`RuntimeError::Diverged`] starts: the driver knows by it, in the failure
-/// a supervisor reports, that the run diverged (and that `--resume` cannot help it).
-pub const DIVERGED: &str = "training diverged at step";
+/// How a function's failure line ends when [`RuntimeError::resume_can_help`] says no: the
+/// driver knows by it, in the failure a function reports (as text), not to suggest `--resume`.
+pub const NOT_RESUMABLE: &str = " (resuming the run would meet this again)";
+
+impl RuntimeError {
+    /// Whether continuing the run from its checkpoints (`mlless train --resume`) could get
+    /// past this error: not for a divergence (it would diverge again), a data set or an input
+    /// that is wrong (it is read again), options that are refused, or a checkpoint of another
+    /// job; yes for what may pass (a store, a channel or a platform that failed, a lost or
+    /// killed function).
+    pub fn resume_can_help(&self) -> bool {
+        match self {
+            RuntimeError::Diverged { .. }
+            | RuntimeError::Parse(_)
+            | RuntimeError::Prepare(_)
+            | RuntimeError::Manifest { .. }
+            | RuntimeError::NotPrepared { .. }
+            | RuntimeError::Model { .. }
+            | RuntimeError::ForeignCheckpoint { .. }
+            | RuntimeError::JobExists { .. }
+            | RuntimeError::InvalidJob(_)
+            | RuntimeError::Config(_) => false,
+            RuntimeError::Store(_)
+            | RuntimeError::Channel(_)
+            | RuntimeError::Invoke(_)
+            | RuntimeError::Corrupt { .. }
+            | RuntimeError::Json { .. }
+            | RuntimeError::FunctionFailed(_)
+            | RuntimeError::Cancelled { .. }
+            | RuntimeError::PrepareCancelled { .. }
+            | RuntimeError::Io { .. } => true,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -165,8 +196,12 @@ mod tests {
             lr: 30.0,
         };
         let message = e.to_string();
-        assert!(message.starts_with(DIVERGED), "{message}");
+        assert!(
+            message.starts_with("training diverged at step 7"),
+            "{message}"
+        );
         assert!(message.contains("--lr (it was 30)"), "{message}");
         assert!(!message.contains("resume"), "{message}");
+        assert!(!e.resume_can_help());
     }
 }

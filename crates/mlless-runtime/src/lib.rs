@@ -73,7 +73,7 @@ pub use driver::{
     CANCEL_GRACE, Control, DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress,
     ResumeOptions, TrainOptions, ValidationOptions, resume, train,
 };
-pub use error::{Result, RuntimeError};
+pub use error::{NOT_RESUMABLE, Result, RuntimeError};
 pub use function::{Payload, Start, run_function};
 pub use prepare::{
     MapRound, PrepareOptions, PrepareStage, TestSet, ValidationSet, prepare, prepare_with,

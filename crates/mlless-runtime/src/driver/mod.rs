@@ -300,6 +300,26 @@ impl ResumeOptions {
     }
 }
 
+/// What a failed run's message ends with to say how to continue it: the step `--resume` would
+/// continue from (the newest one whose checkpoints every role has intact), or that there is
+/// none yet.
+async fn resume_hint(spec: &JobSpec, run_store: &Store) -> String {
+    let roles = mlless_job::roles(spec.training.workers);
+    let mut damaged = Vec::new();
+    match checkpoint::newest_intact_step(run_store, &spec.job_id, &roles, &mut damaged).await {
+        Ok(Some(step)) => format!(
+            " (continue the run from its checkpoints of step {step} with `mlless train \
+             --resume {}`)",
+            spec.run_url.as_str()
+        ),
+        Ok(None) => " (it failed before its first checkpoint: nothing to resume from)".into(),
+        Err(e) => {
+            warn!("could not look for the run's checkpoints: {e}");
+            String::new()
+        }
+    }
+}
+
 /// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
 /// supervisor and workers all have (`--checkpoint-every`), after a failure or a cancel that
 /// stopped it, with the limits and stops of `changes` (kept in the spec's
@@ -561,12 +581,9 @@ async fn run_job(
         });
     }
     if let Some(mut message) = failure {
-        // A diverged run would diverge again from its checkpoints: no hint to resume it.
-        if spec.training.checkpoint_every > 0 && !message.contains(crate::error::DIVERGED) {
-            message.push_str(&format!(
-                " (continue the run from its last checkpoint with `mlless train --resume {}`)",
-                spec.run_url.as_str()
-            ));
+        // The hint to resume only where resuming can help, from a checkpoint that exists.
+        if spec.training.checkpoint_every > 0 && !message.ends_with(crate::NOT_RESUMABLE) {
+            message.push_str(&resume_hint(spec, run_store).await);
         }
         // For `mlless runs`; the error itself is what matters if this write fails too.
         let failure = crate::runs::Failure {
