@@ -670,3 +670,137 @@ fn a_lost_update_is_healed_by_the_default_deadline() {
     );
     eprintln!("a lost update cost {took:?}");
 }
+
+/// A `memcached` of this test's own with `megabytes` of memory, on a free port; killed when
+/// dropped.
+struct OwnMemcached {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl OwnMemcached {
+    /// Starts one, or `None` (with a notice) when `memcached` is not on PATH.
+    fn start(megabytes: u32) -> Option<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut command = std::process::Command::new("memcached");
+        command
+            .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+            .args(["-m", &megabytes.to_string()]);
+        // memcached refuses to run as root without -u.
+        if std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0"))
+        {
+            command.args(["-u", "root"]);
+        }
+        let Ok(child) = command.spawn() else {
+            eprintln!("memcached is not on PATH: the test is skipped");
+            return None;
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "memcached did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Some(Self { port, child })
+    }
+
+    fn url(&self) -> String {
+        format!("memcached://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for OwnMemcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sixteen PMF workers on a Memcached of 8 MB (`-m 8`), with the defaults: it evicts the
+/// job's messages, and the run stops within 60 s with a message that says so and names the
+/// way out — or, if nothing the run needed was evicted, it ends with the model of the same
+/// run on Redis. It never hangs.
+#[test]
+fn sixteen_workers_on_a_full_memcached_stop_within_a_minute_saying_why() {
+    let Some(memcached) = OwnMemcached::start(8) else {
+        return;
+    };
+    let dir = tempdir();
+    let spec = mlless_data::RatingsSpec {
+        users: 2000,
+        items: 1500,
+        rank: 10,
+        density: 0.05,
+        noise: 0.5,
+        seed: 9,
+    };
+    let (data, _) = ratings_prepared(dir.path(), &spec, &["--batch-size", "500"]);
+    let d = s(&data);
+    let job = |channel: &str, record: &Path| -> Vec<String> {
+        let (channel, record) = (channel.to_owned(), s(record));
+        [
+            "train",
+            "--quiet",
+            "--data",
+            &d,
+            "--model",
+            "pmf",
+            "--workers",
+            "16",
+            "--max-epochs",
+            "10",
+            "--channel",
+            &channel,
+            "--record",
+            &record,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let on_memcached = dir.path().join("memcached.json");
+    let started = std::time::Instant::now();
+    let mut run = mlless()
+        .args(job(&memcached.url(), &on_memcached))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let bound = std::time::Duration::from_secs(60);
+    while run.try_wait().expect("waits").is_none() {
+        if started.elapsed() > bound {
+            let _ = run.kill();
+            panic!("the run on a full memcached did not end within {bound:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let took = started.elapsed();
+    let out = run.wait_with_output().expect("mlless ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("ended after {took:?}: {stderr}");
+    if out.status.success() {
+        let Some(redis) = server_channels()
+            .into_iter()
+            .find(|c| c.starts_with("redis://"))
+        else {
+            return; // no Redis to compare with
+        };
+        let on_redis = dir.path().join("redis.json");
+        let args = job(&redis, &on_redis);
+        ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            stored_params(&read_record(&on_memcached)) == stored_params(&read_record(&on_redis)),
+            "the model of the Redis run"
+        );
+    } else {
+        assert!(stderr.contains("evicted"), "{stderr}");
+        assert!(stderr.contains("memcached -m"), "{stderr}");
+        assert!(stderr.contains(&memcached.url()), "{stderr}");
+    }
+}

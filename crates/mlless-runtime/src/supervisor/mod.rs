@@ -441,25 +441,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         .duration()
         .max(DEADLINE_FLOOR)
         * 2;
-    let payloads = match ctx.channel.collect(FINAL, 0, &survivors, final_wait).await {
-        Ok(payloads) => payloads,
-        Err(ChannelError::Timeout {
-            missing, endpoint, ..
-        }) => {
-            let cause = ctx.channel.explain_missing().await?.unwrap_or_else(|| {
-                "the channel lost them (a full Memcached evicts items: give it more memory \
-                 with -m, or use Redis; a Redis without persistence loses everything when it \
-                 restarts)"
-                    .to_string()
-            });
-            return Err(RuntimeError::FunctionFailed(format!(
-                "the final replicas of worker(s) {missing:?} are not on the channel {endpoint} \
-                 {:.0} s after their last statistics: {cause}",
-                final_wait.as_secs_f64()
-            )));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let payloads = collect_final(&ctx, &survivors, final_wait).await?;
     let mut replicas = Vec::with_capacity(payloads.len());
     for (payload, &from) in payloads.iter().zip(&survivors) {
         let replica =
@@ -589,6 +571,46 @@ impl std::fmt::Display for Deadline {
                 d.as_secs_f64(),
                 DEADLINE_FLOOR.as_secs()
             ),
+        }
+    }
+}
+
+/// How often the wait for the final replicas asks the channel whether it dropped messages.
+const FINAL_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The final replicas of `survivors`, waited for up to `wait`. A channel that dropped messages
+/// (a full Memcached that evicted items, as
+/// [`explain_missing`](mlless_store::Channel::explain_missing) tells) stops the wait at the
+/// next check ([`FINAL_CHECK_EVERY`]): the replicas still missing then, published right after
+/// their workers' last statistics, are most likely among what it dropped.
+async fn collect_final(ctx: &JobContext, survivors: &[u32], wait: Duration) -> Result<Vec<Bytes>> {
+    let started = Instant::now();
+    loop {
+        let slice = wait
+            .saturating_sub(started.elapsed())
+            .min(FINAL_CHECK_EVERY);
+        match ctx.channel.collect(FINAL, 0, survivors, slice).await {
+            Ok(payloads) => return Ok(payloads),
+            Err(ChannelError::Timeout {
+                missing, endpoint, ..
+            }) => {
+                let cause = ctx.channel.explain_missing().await?;
+                if cause.is_none() && started.elapsed() < wait {
+                    continue;
+                }
+                let cause = cause.unwrap_or_else(|| {
+                    "the channel lost them (a full Memcached evicts items: give it more memory \
+                     with -m, or use Redis; a Redis without persistence loses everything when \
+                     it restarts)"
+                        .to_string()
+                });
+                return Err(RuntimeError::FunctionFailed(format!(
+                    "the final replicas of worker(s) {missing:?} are not on the channel \
+                     {endpoint} {:.0} s after their last statistics: {cause}",
+                    started.elapsed().as_secs_f64()
+                )));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }
