@@ -19,7 +19,7 @@ pub struct PredictArgs {
     /// The data set the model was trained on (default: the run's, from its spec.json).
     #[arg(long)]
     pub data: Option<String>,
-    /// The file to score.
+    /// The file to score: `-` is standard input; gzip and zstd are decompressed.
     #[arg(long)]
     pub input: PathBuf,
     /// Its format.
@@ -54,7 +54,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         crate::runtime()?.block_on(TrainedModel::load(&args.model, args.data.as_deref()))?;
     let layout = trained.scoring_layout(args.format.into());
     let input = mlless_data::read_for_scoring(&args.input, &layout)?;
-    let shown = args.input.display().to_string();
+    let shown = mlless_data::input_name(&args.input).display().to_string();
     let to_stdout = args.out.as_os_str() == "-";
     let summary = if to_stdout {
         let stdout = std::io::stdout();

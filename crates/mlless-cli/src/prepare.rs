@@ -51,7 +51,9 @@ pub struct PrepareArgs {
     /// Format of the input.
     #[arg(long, value_enum)]
     pub format: Format,
-    /// The input file.
+    /// The input: a file, `-` (standard input), or an object on a store (s3://bucket/key,
+    /// file:///…), read as a stream; gzip and zstd are decompressed (told by their first
+    /// bytes).
     #[arg(long)]
     pub input: PathBuf,
     /// Where to write the data set: a path, file:///…, memory://NAME or s3://bucket/prefix.
@@ -63,7 +65,8 @@ pub struct PrepareArgs {
     /// Fraction of the (shuffled) input set aside as the test set.
     #[arg(long, conflicts_with = "test_input")]
     pub test_fraction: Option<f64>,
-    /// A separate test file in the same format (instead of --test-fraction).
+    /// A separate test file in the same format, read like --input (instead of
+    /// --test-fraction).
     #[arg(long)]
     pub test_input: Option<PathBuf>,
     /// Fraction of the training samples (after the test set is set aside) held out as the
@@ -71,7 +74,8 @@ pub struct PrepareArgs {
     /// keeps the best model (0: none) [default: 0.1].
     #[arg(long, conflicts_with = "validation_input")]
     pub validation_fraction: Option<f64>,
-    /// A separate validation file in the same format (instead of --validation-fraction).
+    /// A separate validation file in the same format, read like --input (instead of
+    /// --validation-fraction).
     #[arg(long)]
     pub validation_input: Option<PathBuf>,
     /// Seed of the shuffle.

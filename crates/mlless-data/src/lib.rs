@@ -66,9 +66,10 @@ pub use manifest::{
     MANIFEST_VERSION, Manifest, ManifestError, Normalization, SourceInfo, SplitInfo, batch_key,
 };
 pub use parse::{
-    InputFormat, InputLayout, ParseError, ParseOptions, Parsed, ScoringInput, ScoringLayout,
-    ScoringRows, UnknownFormat, parse_file, parse_files, parse_files_with_layout, parse_reader,
-    read_for_scoring, read_reader_for_scoring,
+    Compression, InputFormat, InputLayout, ParseError, ParseOptions, Parsed, STDIN_NAME,
+    STDIN_PATH, ScoringInput, ScoringLayout, ScoringRows, UnknownFormat, decompressed, input_name,
+    open_input, parse_file, parse_files, parse_files_with_layout, parse_reader,
+    parse_readers_with_layout, read_for_scoring, read_reader_for_scoring,
 };
 pub use prepare::{
     FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_tail,

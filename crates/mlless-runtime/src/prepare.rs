@@ -19,7 +19,7 @@
 //! Ctrl-C, or [`CANCEL_GRACE`] after the cancel) kills the map tasks at once.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -314,6 +314,21 @@ impl PrepareOptions {
         if self.map_tasks == 0 {
             return Err(ConfigError::MapTasks.into());
         }
+        let mut inputs = vec![&self.input];
+        if let TestSet::Input(path) = &self.test {
+            inputs.push(path);
+        }
+        if let Some(ValidationSet::Input(path)) = &self.validation {
+            inputs.push(path);
+        }
+        let stdin = std::path::Path::new(mlless_data::STDIN_PATH);
+        if inputs.iter().filter(|p| p.as_path() == stdin).count() > 1 {
+            return Err(RuntimeError::InvalidJob(
+                "standard input (-) can be only one of --input, --test-input and \
+                 --validation-input"
+                    .into(),
+            ));
+        }
         validate_limits(&self.limits)?;
         Ok(())
     }
@@ -552,7 +567,9 @@ async fn prepare_body(
         labels,
         source: SourceInfo {
             format: options.format.to_string(),
-            input: options.input.display().to_string(),
+            input: mlless_data::input_name(&options.input)
+                .display()
+                .to_string(),
             seed: options.seed,
             test_fraction: match options.test {
                 TestSet::Fraction(f) => Some(f),
@@ -644,9 +661,23 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
         files.push(path.clone());
     }
     let (test, validation) = (options.test.clone(), options.validation.clone());
+    let mut streams = Vec::with_capacity(files.len());
+    for file in &files {
+        streams.push(stream_stored_input(file).await?);
+    }
     tokio::task::spawn_blocking(move || -> Result<Splits> {
+        let mut inputs = Vec::with_capacity(files.len());
+        for (file, stream) in files.iter().zip(streams) {
+            inputs.push(match stream {
+                Some(stream) => (mlless_data::decompressed(stream, file)?, file.clone()),
+                None => (
+                    mlless_data::open_input(file)?,
+                    mlless_data::input_name(file),
+                ),
+            });
+        }
         let (parsed, layout) =
-            mlless_data::parse_files_with_layout(&files, format, &parse_options)?;
+            mlless_data::parse_readers_with_layout(inputs, format, &parse_options)?;
         let mut parsed = parsed.into_iter();
         let no_data = || RuntimeError::InvalidJob("parsing returned no data".into());
         let input = parsed.next().ok_or_else(no_data)?;
@@ -683,6 +714,27 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
     })
     .await
     .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
+}
+
+/// An input of `prepare` on an object store (`s3://bucket/key`, `file:///…`): its bytes, read as
+/// a stream (never whole in memory), to be read on a blocking thread; `None` for a local file
+/// or standard input (`-`).
+async fn stream_stored_input(input: &Path) -> Result<Option<Box<dyn std::io::BufRead + Send>>> {
+    let Some((store_url, key)) = input
+        .to_str()
+        .filter(|text| text.contains("://"))
+        .and_then(|url| url.rsplit_once('/'))
+    else {
+        return Ok(None);
+    };
+    let store = Store::open(store_url)?;
+    let stream = store.get_stream(key).await?.map_err(std::io::Error::other);
+    // The parser reads synchronously: it pulls the stream through the bridge, chunk by chunk.
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    Ok(Some(Box::new(std::io::BufReader::with_capacity(
+        1 << 20,
+        reader,
+    ))))
 }
 
 /// Writes minibatches under `split/`, a few at a time; returns their manifest entries in order,

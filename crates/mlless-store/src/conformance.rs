@@ -622,7 +622,8 @@ fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T 
 }
 
 /// The object-store conformance suite, run below `store.child("conformance")` (left empty):
-/// put/get/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects, invalid keys,
+/// put/get/get_stream/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects,
+/// invalid keys,
 /// child handles, atomic visibility under concurrent overwrite, create-if-absent
 /// (`put_if_absent`, also raced by concurrent writers), and `check_writable`.
 pub async fn store_conformance(store: &Store) {
@@ -661,6 +662,25 @@ pub async fn store_conformance(store: &Store) {
     assert!(!store_must(&s, "exists", s.exists("a/missing").await));
     // Below an existing object (a file on the local backend).
     assert!(store_must(&s, "get_opt", s.get_opt("a/1/below").await).is_none());
+
+    // Streamed reads: the whole object in order, and NotFound for a missing one.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    store_must(&s, "put", s.put("big", Bytes::from(big.clone())).await);
+    let mut stream = store_must(&s, "get_stream", s.get_stream("big").await);
+    let mut streamed = Vec::with_capacity(big.len());
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        streamed.extend_from_slice(&store_must(&s, "get_stream chunk", chunk));
+    }
+    assert!(streamed == big, "{}: a streamed read differs", s.url());
+    store_must(&s, "delete", s.delete("big").await);
+    assert!(
+        matches!(
+            s.get_stream("a/missing").await,
+            Err(StoreError::NotFound { .. })
+        ),
+        "{}: get_stream of a missing key",
+        s.url()
+    );
 
     // List: recursive, relative, sorted, whole segments.
     for key in ["a/2", "b/c/3", "ab/4"] {

@@ -415,6 +415,37 @@ impl Store {
         }
     }
 
+    /// Reads an object as a stream of chunks, so that an object larger than memory can be
+    /// read (an input of `mlless prepare` on S3); a missing object is
+    /// [`StoreError::NotFound`].
+    pub async fn get_stream(
+        &self,
+        key: &str,
+    ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, StoreError>>, StoreError> {
+        use futures::StreamExt;
+        let path = self.path(key)?;
+        trace!(location = %self.location(key), "get (streamed)");
+        let result = match self.inner.get(&path).await {
+            Ok(result) => result,
+            Err(e) if is_not_found(&e) => {
+                return Err(StoreError::NotFound {
+                    location: self.location(key),
+                });
+            }
+            Err(e) => return Err(self.backend(key, e)),
+        };
+        let location = self.location(key);
+        Ok(result
+            .into_stream()
+            .map(move |chunk| {
+                chunk.map_err(|source| StoreError::Backend {
+                    location: location.clone(),
+                    source,
+                })
+            })
+            .boxed())
+    }
+
     /// Whether an object exists.
     pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
         let path = self.path(key)?;

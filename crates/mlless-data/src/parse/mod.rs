@@ -17,13 +17,13 @@
 
 mod criteo;
 mod csv;
+mod input;
 mod libsvm;
 mod movielens;
 mod score;
 
 use std::fmt;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -35,6 +35,8 @@ use crate::manifest::{DatasetKind, LabelAt, LabelMap, LabelRange};
 pub use score::{
     ScoringInput, ScoringLayout, ScoringRows, read_for_scoring, read_reader_for_scoring,
 };
+
+pub use input::{Compression, STDIN_NAME, STDIN_PATH, decompressed, input_name, open_input};
 
 pub use criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, CRITEO_INTEGER, criteo_feature, criteo_hash};
 
@@ -266,15 +268,26 @@ pub fn parse_files_with_layout<P: AsRef<Path>>(
     format: InputFormat,
     options: &ParseOptions,
 ) -> Result<(Vec<Parsed>, InputLayout), ParseError> {
+    let names: Vec<PathBuf> = paths.iter().map(|p| input_name(p.as_ref())).collect();
     let mut inputs = Vec::with_capacity(paths.len());
-    for path in paths {
-        let path = path.as_ref();
-        let file = File::open(path).map_err(|error| ParseError::Io {
-            path: path.to_path_buf(),
-            error,
-        })?;
-        inputs.push((BufReader::with_capacity(1 << 20, file), path));
+    for (path, name) in paths.iter().zip(&names) {
+        inputs.push((open_input(path.as_ref())?, name.as_path()));
     }
+    parse_inputs(inputs, format, options)
+}
+
+/// [`parse_files_with_layout`] of inputs already opened (with [`open_input`], or
+/// [`decompressed`] from elsewhere), each with the name its errors give it.
+pub fn parse_readers_with_layout<R: BufRead>(
+    inputs: Vec<(R, PathBuf)>,
+    format: InputFormat,
+    options: &ParseOptions,
+) -> Result<(Vec<Parsed>, InputLayout), ParseError> {
+    let (readers, names): (Vec<R>, Vec<PathBuf>) = inputs.into_iter().unzip();
+    let inputs = readers
+        .into_iter()
+        .zip(names.iter().map(PathBuf::as_path))
+        .collect();
     parse_inputs(inputs, format, options)
 }
 

@@ -19,8 +19,7 @@
 //! counted in [`ScoringInput::ignored_features`]: the model has no weight for it. MovieLens ids
 //! stay the original ones.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::Path;
 
 use mlless_core::{RatingBatch, SparseBatch};
@@ -75,13 +74,12 @@ impl ScoringInput {
     }
 }
 
-/// Reads `path` for scoring (see the module doc); an input without samples is an error.
+/// Reads `path` for scoring (see the module doc): a file or standard input (`-`), decompressed
+/// when it is gzip or zstd ([`open_input`](super::open_input)); an input without samples is an
+/// error.
 pub fn read_for_scoring(path: &Path, layout: &ScoringLayout) -> Result<ScoringInput, ParseError> {
-    let file = File::open(path).map_err(|error| ParseError::Io {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    read_reader_for_scoring(BufReader::with_capacity(1 << 20, file), path, layout)
+    let reader = super::open_input(path)?;
+    read_reader_for_scoring(reader, &super::input_name(path), layout)
 }
 
 /// [`read_for_scoring`] from a reader; `path` names it in errors.
