@@ -623,8 +623,7 @@ fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T 
 
 /// The object-store conformance suite, run below `store.child("conformance")` (left empty):
 /// put/get/get_stream/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects,
-/// invalid keys,
-/// child handles, atomic visibility under concurrent overwrite, create-if-absent
+/// invalid keys, child handles, atomic visibility under concurrent overwrite, create-if-absent
 /// (`put_if_absent`, also raced by concurrent writers), and `check_writable`.
 pub async fn store_conformance(store: &Store) {
     let s = store.child("conformance");
