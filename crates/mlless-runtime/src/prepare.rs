@@ -288,6 +288,19 @@ impl Message for RangeObject {
 }
 
 impl PrepareOptions {
+    /// The input files, in the order they are parsed: the input, then the test and the
+    /// validation inputs if they are files.
+    fn input_files(&self) -> Vec<&Path> {
+        let mut files = vec![self.input.as_path()];
+        if let TestSet::Input(path) = &self.test {
+            files.push(path);
+        }
+        if let Some(ValidationSet::Input(path)) = &self.validation {
+            files.push(path);
+        }
+        files
+    }
+
     /// Checks the options before anything is read or written, each error naming the option of
     /// `mlless prepare`: the minibatch size, the fractions, the map tasks and their limits
     /// (checked whether or not `--normalize` runs any, as `train` checks its own).
@@ -314,15 +327,8 @@ impl PrepareOptions {
         if self.map_tasks == 0 {
             return Err(ConfigError::MapTasks.into());
         }
-        let mut inputs = vec![&self.input];
-        if let TestSet::Input(path) = &self.test {
-            inputs.push(path);
-        }
-        if let Some(ValidationSet::Input(path)) = &self.validation {
-            inputs.push(path);
-        }
-        let stdin = std::path::Path::new(mlless_data::STDIN_PATH);
-        if inputs.iter().filter(|p| p.as_path() == stdin).count() > 1 {
+        let stdin = Path::new(mlless_data::STDIN_PATH);
+        if self.input_files().iter().filter(|p| **p == stdin).count() > 1 {
             return Err(RuntimeError::InvalidJob(
                 "standard input (-) can be only one of --input, --test-input and \
                  --validation-input"
@@ -653,13 +659,11 @@ async fn read_input(options: &PrepareOptions) -> Result<Splits> {
         features: options.features,
     };
     let (format, seed) = (options.format, options.seed);
-    let mut files = vec![options.input.clone()];
-    if let TestSet::Input(path) = &options.test {
-        files.push(path.clone());
-    }
-    if let Some(ValidationSet::Input(path)) = &options.validation {
-        files.push(path.clone());
-    }
+    let files: Vec<PathBuf> = options
+        .input_files()
+        .into_iter()
+        .map(Path::to_path_buf)
+        .collect();
     let (test, validation) = (options.test.clone(), options.validation.clone());
     let mut streams = Vec::with_capacity(files.len());
     for file in &files {

@@ -268,12 +268,12 @@ pub fn parse_files_with_layout<P: AsRef<Path>>(
     format: InputFormat,
     options: &ParseOptions,
 ) -> Result<(Vec<Parsed>, InputLayout), ParseError> {
-    let names: Vec<PathBuf> = paths.iter().map(|p| input_name(p.as_ref())).collect();
     let mut inputs = Vec::with_capacity(paths.len());
-    for (path, name) in paths.iter().zip(&names) {
-        inputs.push((open_input(path.as_ref())?, name.as_path()));
+    for path in paths {
+        let path = path.as_ref();
+        inputs.push((open_input(path)?, input_name(path)));
     }
-    parse_inputs(inputs, format, options)
+    parse_readers_with_layout(inputs, format, options)
 }
 
 /// [`parse_files_with_layout`] of inputs already opened (with [`open_input`], or
@@ -461,10 +461,7 @@ struct LabelSet {
 impl LabelSet {
     /// Counts `label`, read at line `line`.
     fn observe(&mut self, label: f32, line: u64) {
-        if self.count < 3 && !self.seen[..self.count].contains(&label) {
-            self.seen[self.count] = label;
-            self.count += 1;
-        }
+        self.note_value(label);
         if self.min.is_none_or(|(min, _)| label < min) {
             self.min = Some((label, line));
         }
@@ -479,10 +476,15 @@ impl LabelSet {
     /// Adds the values seen by another set (of a later part: its lines are not comparable).
     fn merge(&mut self, other: &LabelSet) {
         for &label in &other.seen[..other.count] {
-            if self.count < 3 && !self.seen[..self.count].contains(&label) {
-                self.seen[self.count] = label;
-                self.count += 1;
-            }
+            self.note_value(label);
+        }
+    }
+
+    /// Counts `label` among the distinct values, while fewer than three were seen.
+    fn note_value(&mut self, label: f32) {
+        if self.count < 3 && !self.seen[..self.count].contains(&label) {
+            self.seen[self.count] = label;
+            self.count += 1;
         }
     }
 
