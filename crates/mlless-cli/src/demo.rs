@@ -125,6 +125,7 @@ pub(crate) fn prepare_local(
         map_tasks,
         memory_mb: 1024,
         timeout_s: 900.0,
+        temp_dir: None,
     })
 }
 

@@ -94,9 +94,15 @@ pub struct PrepareArgs {
     /// Number of map tasks of the normalisation.
     #[arg(long, default_value_t = 4)]
     pub map_tasks: u32,
-    /// Memory cap of each map task, MB.
+    /// Memory cap of each map task, MB; also the bound on this command's own memory while it
+    /// shuffles: a larger input is shuffled through temporary files (in --temp-dir).
     #[arg(long, default_value_t = 1024)]
     pub memory_mb: u32,
+    /// Where the shuffle writes its temporary files when the input does not fit in
+    /// --memory-mb (about the size of the input, uncompressed, as binary rows) [default: the
+    /// system's temporary directory, $TMPDIR]. Put it on a disk, not a tmpfs.
+    #[arg(long)]
+    pub temp_dir: Option<PathBuf>,
     /// Lifetime cap of each map task, seconds.
     #[arg(long, default_value_t = 900.0)]
     pub timeout_s: f64,
@@ -130,6 +136,7 @@ impl PrepareArgs {
                 // Zero (which validation refuses) for a negative, infinite or NaN number.
                 timeout: Duration::try_from_secs_f64(self.timeout_s).unwrap_or(Duration::ZERO),
             },
+            temp_dir: self.temp_dir.clone(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! and from the object store.
 //!
 //! * [`parse`]: LIBSVM, CSV, MovieLens and Criteo input into [`Parsed`] samples.
+//! * [`external_shuffle`]: the shuffle of `prepare` in bounded memory, through temporary files.
 //! * [`prepare`]: shuffle, train/test split, minibatches, min-max normalisation (map-reduce).
 //! * [`codec`]: framed, checksummed binary objects ([`encode_batch`], [`decode_batch`]).
 //! * [`manifest`]: the JSON description of a prepared dataset ([`Manifest`]).
@@ -43,6 +44,7 @@ pub use mlless_core::{Batch, RatingBatch, RatingCounts, SparseBatch};
 
 pub mod codec;
 pub mod counts;
+pub mod external_shuffle;
 pub mod generate;
 pub mod ids;
 pub mod manifest;
@@ -66,11 +68,13 @@ pub use manifest::{
     MANIFEST_VERSION, Manifest, ManifestError, Normalization, SourceInfo, SplitInfo, batch_key,
 };
 pub use parse::{
-    Compression, InputFormat, InputLayout, ParseError, ParseOptions, Parsed, STDIN_NAME,
-    STDIN_PATH, ScoringInput, ScoringLayout, ScoringRows, UnknownFormat, decompressed, input_name,
-    open_input, parse_file, parse_files, parse_files_with_layout, parse_reader,
-    parse_readers_with_layout, read_for_scoring, read_reader_for_scoring,
+    Compression, InputFormat, InputLayout, ParseError, ParseOptions, Parsed, RowSink, STDIN_NAME,
+    STDIN_PATH, ScoringInput, ScoringLayout, ScoringRows, SparseSchema, UnknownFormat,
+    decompressed, input_name, open_input, parse_file, parse_files, parse_files_with_layout,
+    parse_reader, parse_readers_with_layout, read_for_scoring, read_reader_for_scoring,
+    stream_sparse,
 };
 pub use prepare::{
-    FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_tail,
+    FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_point,
+    split_tail,
 };

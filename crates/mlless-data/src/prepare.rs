@@ -139,9 +139,10 @@ pub fn split_tail(parsed: Parsed, fraction: f64) -> Result<(Parsed, Parsed), Pre
     Ok((gather(&parsed, head_order), gather(&parsed, tail_order)))
 }
 
-/// How many of `samples` stay on the first side when `fraction` of them go to the second;
-/// errors if the fraction is not strictly between 0 and 1 or a side would be empty.
-fn split_point(samples: usize, fraction: f64) -> Result<usize, PrepareError> {
+/// How many of `samples` stay on the first side when `fraction` of them go to the second
+/// (`round(samples · fraction)` go); errors if the fraction is not strictly between 0 and 1 or
+/// a side would be empty.
+pub fn split_point(samples: usize, fraction: f64) -> Result<usize, PrepareError> {
     if !(fraction > 0.0 && fraction < 1.0) {
         return Err(PrepareError::TestFraction(fraction));
     }

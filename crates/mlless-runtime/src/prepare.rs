@@ -27,10 +27,11 @@ use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{Batch, RatingCounts};
+use mlless_data::external_shuffle::{ExternalShuffle, Shuffled};
 use mlless_data::{
     BatchInfo, COUNTS_KEY, CountsInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo,
-    InputFormat, InputLayout, InputSchema, MANIFEST_KEY, Manifest, ParseOptions, Parsed,
-    SourceInfo, SplitInfo, batch_key,
+    InputFormat, InputLayout, InputSchema, LabelMap, LabelRange, MANIFEST_KEY, Manifest,
+    ParseOptions, Parsed, SourceInfo, SparseBatch, SparseSchema, SplitInfo, batch_key,
 };
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, Limits};
 use mlless_job::record::{PREPARE_RECORD_KEY, PrepareRecord};
@@ -241,8 +242,11 @@ pub struct PrepareOptions {
     pub features: Option<u32>,
     /// Number of map tasks of the normalisation.
     pub map_tasks: u32,
-    /// Limits of each map task.
+    /// Limits of each map task; the memory limit also bounds the memory of the shuffle.
     pub limits: Limits,
+    /// Where the shuffle writes its temporary files when the input does not fit in memory
+    /// (`None`: the system's temporary directory). A disk, not a tmpfs, for large inputs.
+    pub temp_dir: Option<PathBuf>,
 }
 
 /// Map task: the feature ranges of some minibatches.
@@ -449,38 +453,28 @@ async fn prepare_body(
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
     requests.enter(PrepareStage::Reading);
-    let splits = tokio::select! {
-        splits = read_input(options) => splits?,
+    let input = tokio::select! {
+        input = read_input(options) => input?,
         () = requests.stopped() => {
             return Err(RuntimeError::PrepareCancelled {
                 message: describe_cancel(store.url(), &PrepareStage::Reading, false),
             });
         }
     };
-    let Splits {
-        train,
-        validation,
-        test,
+    let Input {
+        kind,
+        label_map,
+        labels,
         layout,
-    } = splits;
-    let kind = train.dataset_kind();
+        samples,
+        batches,
+    } = input;
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
         return Err(RuntimeError::InvalidJob(
             "--normalize minmax applies to feature data, not to ratings".into(),
         ));
     }
-    let label_map = train.label_map();
-    let labels = train.label_range().cloned();
-    let samples = |p: &Option<Parsed>| p.as_ref().map_or(0, |p| p.samples() as u64);
-    let (train_samples, test_samples) = (train.samples() as u64, test.samples() as u64);
-    let validation_samples = samples(&validation);
-    let train_batches = mlless_data::into_batches(&train, options.batch_size)?;
-    let test_batches = mlless_data::into_batches(&test, options.batch_size)?;
-    let validation_batches = match &validation {
-        Some(v) => mlless_data::into_batches(v, options.batch_size)?,
-        None => Vec::new(),
-    };
-    drop((train, test, validation));
+    let [train_samples, test_samples, validation_samples] = samples;
 
     // An old manifest must not describe the new minibatches while they are being written.
     store.delete(MANIFEST_KEY).await?;
@@ -491,41 +485,68 @@ async fn prepare_body(
         Some(ids) => Some(put_ids(&store, ids).await?),
         None => None,
     };
-    let rating_counts = match kind {
-        DatasetKind::Ratings { users, items, .. } => {
-            Some(put_counts(&store, users, items, &train_batches).await?)
+    let rating_counts = match (&kind, &batches) {
+        (&DatasetKind::Ratings { users, items, .. }, Batches::Whole([train, ..])) => {
+            Some(put_counts(&store, users, items, train).await?)
         }
-        DatasetKind::Sparse { .. } => None,
+        _ => None,
     };
     for prefix in ["train/", "test/", "validation/", "staging/"] {
         store.delete_prefix(prefix).await?;
     }
 
-    let splits = [
-        ("train", train_batches),
-        ("test", test_batches),
-        ("validation", validation_batches),
-    ];
-    let minibatches = splits.iter().map(|(_, b)| b.len()).sum();
+    let batch_size = u64::from(options.batch_size);
+    let counts = samples.map(|n| n.div_ceil(batch_size) as usize);
     let writing = PrepareStage::Writing {
-        minibatches,
+        minibatches: counts.iter().sum(),
         staged: options.normalize,
     };
     requests.enter(writing);
     if requests.stopping() {
         return cancelled(&store, writing, false).await;
     }
+    let prefix = if options.normalize { "staging/" } else { "" };
+    let written = match batches {
+        Batches::Whole(splits) => {
+            let items = splits.into_iter().enumerate().flat_map(|(split, batches)| {
+                batches
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(index, batch)| Ok((split, index, batch)))
+            });
+            write_batches(&store, prefix, futures::stream::iter(items), &requests).await?
+        }
+        Batches::Streamed(rows) => {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(2 * UPLOAD_CONCURRENCY);
+            let cutting = tokio::task::spawn_blocking(move || rows.cut(batch_size as usize, &tx));
+            let items = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+            let written = write_batches(&store, prefix, items, &requests).await;
+            // The cutter ends once the writer stopped reading (its sends fail).
+            cutting.await.map_err(|e| {
+                RuntimeError::InvalidJob(format!("cutting minibatches failed: {e}"))
+            })?;
+            written?
+        }
+    };
+    let Some(written) = written else {
+        return cancelled(&store, writing, false).await;
+    };
     let mut invocations = Vec::new();
     let (infos, normalization) = if options.normalize {
         let DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
         };
+        let staged = [
+            ("train", counts[0]),
+            ("test", counts[1]),
+            ("validation", counts[2]),
+        ];
         let normalized = normalize(
             options,
             &store,
             invoker,
             features,
-            splits,
+            staged,
             &mut requests,
             &mut invocations,
         );
@@ -534,14 +555,7 @@ async fn prepare_body(
             Err((stage, killed)) => return cancelled(&store, stage, killed).await,
         }
     } else {
-        let mut infos = Vec::with_capacity(splits.len());
-        for (split, batches) in splits {
-            match upload(&store, split, batches, &requests).await? {
-                Some(written) => infos.push(written),
-                None => return cancelled(&store, writing, false).await,
-            }
-        }
-        (infos, None)
+        (Vec::from(written), None)
     };
     if requests.stopping() {
         return cancelled(&store, PrepareStage::Finishing, false).await;
@@ -642,82 +656,282 @@ async fn put_counts(store: &Store, users: u32, items: u32, train: &[Batch]) -> R
     Ok(info)
 }
 
-/// The parsed input, split.
-struct Splits {
-    train: Parsed,
-    validation: Option<Parsed>,
-    test: Parsed,
-    /// How the input was read.
+/// The names of the splits, in the order of [`Input::samples`] and of the minibatches written.
+const SPLITS: [&str; 3] = ["train", "test", "validation"];
+
+/// The input read, its minibatches to come, and what the manifest says of it.
+struct Input {
+    kind: DatasetKind,
+    label_map: Option<LabelMap>,
+    labels: Option<LabelRange>,
     layout: InputLayout,
+    /// Samples of each split, in the order of [`SPLITS`].
+    samples: [u64; 3],
+    batches: Batches,
 }
 
-/// Parses the input (and the test and validation files, if any, as parts of one data set, so
-/// that they share ids), shuffles the training samples, and splits off the test set and then
-/// the validation set by their fractions.
-async fn read_input(options: &PrepareOptions) -> Result<Splits> {
-    let parse_options = ParseOptions {
-        features: options.features,
-    };
-    let (format, seed) = (options.format, options.seed);
-    let files: Vec<PathBuf> = options
-        .input_files()
-        .into_iter()
-        .map(Path::to_path_buf)
-        .collect();
-    let (test, validation) = (options.test.clone(), options.validation.clone());
-    let mut streams = Vec::with_capacity(files.len());
-    for file in &files {
-        streams.push(stream_stored_input(file).await?);
-    }
-    tokio::task::spawn_blocking(move || -> Result<Splits> {
-        let mut inputs = Vec::with_capacity(files.len());
-        for (file, stream) in files.iter().zip(streams) {
-            inputs.push(match stream {
-                Some(stream) => (mlless_data::decompressed(stream, file)?, file.clone()),
-                None => (
-                    mlless_data::open_input(file)?,
-                    mlless_data::input_name(file),
-                ),
-            });
+/// Where the minibatches of an [`Input`] come from.
+enum Batches {
+    /// Ratings, read and split whole in memory: each split's minibatches.
+    Whole([Vec<Batch>; 3]),
+    /// Sparse rows shuffled in bounded memory, cut into minibatches as they are read back.
+    Streamed(StreamedRows),
+}
+
+/// Sparse rows shuffled by an [`ExternalShuffle`], and which of them go to which split.
+struct StreamedRows {
+    shuffled: Shuffled,
+    schema: SparseSchema,
+    /// `(input, rows, split)`: the next `rows` rows of input `input` go to split `split` (an
+    /// index of [`SPLITS`]), in the order of the list; an input's segments are consecutive.
+    segments: Vec<(usize, u64, usize)>,
+}
+
+/// A minibatch cut: its split (an index of [`SPLITS`]), its index in the split, and itself.
+type Cut = (usize, usize, Batch);
+
+impl StreamedRows {
+    /// Reads the rows back, cuts them into minibatches of `batch_size` (the last of a split
+    /// possibly fewer) and sends them to `out`, in order; stops early when `out` is closed.
+    fn cut(mut self, batch_size: usize, out: &tokio::sync::mpsc::Sender<Result<Cut>>) {
+        if let Err(e) = self.cut_into(batch_size, out) {
+            let _ = out.blocking_send(Err(e));
         }
-        let (parsed, layout) =
-            mlless_data::parse_readers_with_layout(inputs, format, &parse_options)?;
-        let mut parsed = parsed.into_iter();
-        let no_data = || RuntimeError::InvalidJob("parsing returned no data".into());
-        let input = parsed.next().ok_or_else(no_data)?;
-        let (train, test) = match test {
-            TestSet::Fraction(fraction) => mlless_data::shuffle_split(input, fraction, seed)?,
-            TestSet::Input(_) => (
-                mlless_data::shuffle(input, seed),
-                parsed.next().ok_or_else(no_data)?,
+    }
+
+    fn cut_into(
+        &mut self,
+        batch_size: usize,
+        out: &tokio::sync::mpsc::Sender<Result<Cut>>,
+    ) -> Result<()> {
+        let mut next_index = [0usize; 3];
+        let mut segments = self.segments.iter().peekable();
+        while let Some(&&(part, _, _)) = segments.peek() {
+            let mut reader = self.shuffled.read(part);
+            while let Some(&&(_, rows, split)) = segments.peek().filter(|s| s.0 == part) {
+                segments.next();
+                let mut batch = SparseBatch::new();
+                for taken in 0..rows {
+                    let Some(row) = reader.next_row().map_err(spill_error)? else {
+                        return Err(RuntimeError::InvalidJob(format!(
+                            "the shuffled input {part} ended after {taken} of {rows} rows"
+                        )));
+                    };
+                    batch.push_row(row.label, row.indices, row.values);
+                    if batch.rows() == batch_size || taken + 1 == rows {
+                        self.schema.apply(&mut batch);
+                        let cut = (split, next_index[split], Batch::Sparse(batch));
+                        next_index[split] += 1;
+                        if out.blocking_send(Ok(cut)).is_err() {
+                            return Ok(());
+                        }
+                        batch = SparseBatch::new();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A failure of the temporary files of the shuffle.
+fn spill_error(error: std::io::Error) -> RuntimeError {
+    RuntimeError::InvalidJob(format!(
+        "reading the shuffled rows back from their temporary files: {error}"
+    ))
+}
+
+/// The input files opened for reading on a blocking thread, each with the name its errors give.
+async fn open_inputs(options: &PrepareOptions) -> Result<Vec<(InputReader, PathBuf)>> {
+    let mut inputs = Vec::new();
+    for file in options.input_files() {
+        inputs.push(match stream_stored_input(file).await? {
+            Some(stream) => (stream, file.to_path_buf()),
+            None => (
+                mlless_data::open_input(file)?,
+                mlless_data::input_name(file),
             ),
-        };
-        let (train, validation) = match validation {
-            None => (train, None),
-            Some(ValidationSet::Fraction(fraction))
-                if (train.samples() as f64 * fraction).round() < 1.0 =>
-            {
-                warn!(
-                    samples = train.samples(),
-                    fraction, "too few training samples to hold out a validation set"
-                );
-                (train, None)
-            }
-            Some(ValidationSet::Fraction(fraction)) => {
-                let (train, validation) = mlless_data::split_tail(train, fraction)?;
-                (train, Some(validation))
-            }
-            Some(ValidationSet::Input(_)) => (train, Some(parsed.next().ok_or_else(no_data)?)),
-        };
-        Ok(Splits {
-            train,
-            validation,
-            test,
-            layout,
-        })
+        });
+    }
+    Ok(inputs)
+}
+
+/// A reader of an input, before it is decompressed.
+type InputReader = Box<dyn std::io::BufRead + Send>;
+
+/// Reads the input (and the test and validation files, if any, as parts of one data set, so
+/// that they share ids and labels), shuffles it, and splits off the test set and then the
+/// validation set by their fractions: ratings whole in memory, sparse rows streamed through
+/// an [`ExternalShuffle`] whose memory [`PrepareOptions::limits`] bounds.
+async fn read_input(options: &PrepareOptions) -> Result<Input> {
+    let inputs = open_inputs(options).await?;
+    let options = options.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut decompressed = Vec::with_capacity(inputs.len());
+        for (reader, name) in inputs {
+            let reader = mlless_data::decompressed(reader, &name)?;
+            decompressed.push((reader, name));
+        }
+        if options.format == InputFormat::Movielens {
+            read_whole(&options, decompressed)
+        } else {
+            read_streamed(&options, decompressed)
+        }
     })
     .await
     .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
+}
+
+/// The bytes of rows the shuffle holds in memory: a quarter of the memory limit, which leaves
+/// room for the growth of its buffers, the minibatches being written and the rest of the
+/// process.
+fn shuffle_budget(limits: &Limits) -> usize {
+    (u64::from(limits.memory_mb) << 20).div_ceil(4).max(1 << 20) as usize
+}
+
+/// [`read_input`] of sparse rows.
+fn read_streamed(options: &PrepareOptions, inputs: Vec<(InputReader, PathBuf)>) -> Result<Input> {
+    let parse_options = ParseOptions {
+        features: options.features,
+    };
+    let temp_dir = options.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
+    // The input is shuffled; a test or validation file keeps its order.
+    let shuffled = (0..inputs.len()).map(|part| part == 0).collect();
+    let mut shuffle = ExternalShuffle::new(
+        options.seed,
+        shuffle_budget(&options.limits),
+        &temp_dir,
+        shuffled,
+    );
+    let (schema, layout) =
+        mlless_data::stream_sparse(inputs, options.format, &parse_options, &mut shuffle)?;
+    if shuffle.spilled_bytes() > 0 {
+        info!(
+            spilled_mb = shuffle.spilled_bytes() >> 20,
+            dir = %temp_dir.display(),
+            "the input did not fit in the memory limit: shuffled through temporary files"
+        );
+    }
+    let shuffled = shuffle.finish().map_err(|e| {
+        RuntimeError::InvalidJob(format!(
+            "writing shuffled rows to {}: {e}",
+            temp_dir.display()
+        ))
+    })?;
+    let n = shuffled.samples(0);
+    let mut next_part = 1;
+    let (train_all, test_n) = match options.test {
+        TestSet::Fraction(fraction) => {
+            let train = mlless_data::split_point(n as usize, fraction)? as u64;
+            (train, n - train)
+        }
+        TestSet::Input(_) => {
+            next_part += 1;
+            (n, shuffled.samples(1))
+        }
+    };
+    let validation_n = match options.validation {
+        None => 0,
+        Some(ValidationSet::Fraction(fraction)) if (train_all as f64 * fraction).round() < 1.0 => {
+            warn!(
+                samples = train_all,
+                fraction, "too few training samples to hold out a validation set"
+            );
+            0
+        }
+        Some(ValidationSet::Fraction(fraction)) => {
+            train_all - mlless_data::split_point(train_all as usize, fraction)? as u64
+        }
+        Some(ValidationSet::Input(_)) => shuffled.samples(next_part),
+    };
+    let (train, test, validation) = (0, 1, 2);
+    let train_n = match options.validation {
+        Some(ValidationSet::Fraction(_)) => train_all - validation_n,
+        _ => train_all,
+    };
+    // In the shuffled order: the training rows, then those held out for validation, then
+    // those for the test.
+    let mut segments = vec![(0, train_n, train), (0, train_all - train_n, validation)];
+    match options.test {
+        TestSet::Fraction(_) => segments.push((0, test_n, test)),
+        TestSet::Input(_) => segments.push((1, test_n, test)),
+    }
+    if let Some(ValidationSet::Input(_)) = options.validation {
+        segments.push((next_part, validation_n, validation));
+    }
+    segments.retain(|&(_, rows, _)| rows > 0);
+    Ok(Input {
+        kind: DatasetKind::Sparse {
+            features: schema.features,
+        },
+        label_map: schema.label_map,
+        labels: schema.labels.clone(),
+        layout,
+        samples: [train_n, test_n, validation_n],
+        batches: Batches::Streamed(StreamedRows {
+            shuffled,
+            schema,
+            segments,
+        }),
+    })
+}
+
+/// [`read_input`] of ratings, whole in memory.
+fn read_whole(options: &PrepareOptions, inputs: Vec<(InputReader, PathBuf)>) -> Result<Input> {
+    let parse_options = ParseOptions {
+        features: options.features,
+    };
+    let seed = options.seed;
+    let (parsed, layout) =
+        mlless_data::parse_readers_with_layout(inputs, options.format, &parse_options)?;
+    let mut parsed = parsed.into_iter();
+    let no_data = || RuntimeError::InvalidJob("parsing returned no data".into());
+    let input = parsed.next().ok_or_else(no_data)?;
+    let (train, test) = match &options.test {
+        TestSet::Fraction(fraction) => mlless_data::shuffle_split(input, *fraction, seed)?,
+        TestSet::Input(_) => (
+            mlless_data::shuffle(input, seed),
+            parsed.next().ok_or_else(no_data)?,
+        ),
+    };
+    let (train, validation) = match &options.validation {
+        None => (train, None),
+        Some(ValidationSet::Fraction(fraction))
+            if (train.samples() as f64 * fraction).round() < 1.0 =>
+        {
+            warn!(
+                samples = train.samples(),
+                fraction, "too few training samples to hold out a validation set"
+            );
+            (train, None)
+        }
+        Some(ValidationSet::Fraction(fraction)) => {
+            let (train, validation) = mlless_data::split_tail(train, *fraction)?;
+            (train, Some(validation))
+        }
+        Some(ValidationSet::Input(_)) => (train, Some(parsed.next().ok_or_else(no_data)?)),
+    };
+    let samples = |p: &Parsed| p.samples() as u64;
+    let batch = |p: &Parsed| mlless_data::into_batches(p, options.batch_size);
+    Ok(Input {
+        kind: train.dataset_kind(),
+        label_map: train.label_map(),
+        labels: train.label_range().cloned(),
+        layout,
+        samples: [
+            samples(&train),
+            samples(&test),
+            validation.as_ref().map_or(0, samples),
+        ],
+        batches: Batches::Whole([
+            batch(&train)?,
+            batch(&test)?,
+            match &validation {
+                Some(v) => batch(v)?,
+                None => Vec::new(),
+            },
+        ]),
+    })
 }
 
 /// An input of `prepare` on an object store (`s3://bucket/key`, `file:///…`): its bytes, read as
@@ -741,29 +955,41 @@ async fn stream_stored_input(input: &Path) -> Result<Option<Box<dyn std::io::Buf
     ))))
 }
 
-/// Writes minibatches under `split/`, a few at a time; returns their manifest entries in order,
-/// or `None` when `requests` asked to stop (the minibatches being written are written whole,
-/// no other is started).
-async fn upload(
+/// Writes minibatches as they come, a few at a time, each under `{prefix}{split}/`; returns each
+/// split's manifest entries in order (in the order of [`SPLITS`]), or `None` when `requests`
+/// asked to stop (the minibatches being written are written whole, no other is started).
+async fn write_batches(
     store: &Store,
-    split: &str,
-    batches: Vec<Batch>,
+    prefix: &str,
+    batches: impl futures::Stream<Item = Result<Cut>>,
     requests: &Requests<'_>,
-) -> Result<Option<Vec<BatchInfo>>> {
-    let written: Vec<Option<BatchInfo>> = futures::stream::iter(batches.into_iter().enumerate())
-        .map(|(index, batch)| {
-            let key = batch_key(split, index);
-            async move {
-                if requests.stopping() {
-                    return Ok(None);
-                }
-                put_batch(store, key, &batch).await.map(Some)
+) -> Result<Option<[Vec<BatchInfo>; 3]>> {
+    let written: Vec<Option<(usize, BatchInfo)>> = batches
+        .take_while(|_| std::future::ready(!requests.stopping()))
+        .map(|cut| async move {
+            let (split, index, batch) = cut?;
+            if requests.stopping() {
+                return Ok(None);
             }
+            let key = batch_key(&format!("{prefix}{}", SPLITS[split]), index);
+            put_batch(store, key, &batch)
+                .await
+                .map(|info| Some((split, info)))
         })
         .buffered(UPLOAD_CONCURRENCY)
         .try_collect()
         .await?;
-    Ok(written.into_iter().collect())
+    if requests.stopping() {
+        return Ok(None);
+    }
+    let mut infos: [Vec<BatchInfo>; 3] = Default::default();
+    for item in written {
+        let Some((split, info)) = item else {
+            return Ok(None);
+        };
+        infos[split].push(info);
+    }
+    Ok(Some(infos))
 }
 
 async fn put_batch(store: &Store, key: String, batch: &Batch) -> Result<BatchInfo> {
@@ -779,7 +1005,8 @@ type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normalization>);
 /// Where a normalisation stopped when asked to, and whether its map tasks were killed.
 type Stopped = (PrepareStage, bool);
 
-/// Min-max normalisation as map-reduce over function invocations, with the ranges of the
+/// Min-max normalisation as map-reduce over function invocations of the minibatches staged under
+/// `staging/` (`staged`: each split's name and number of minibatches), with the ranges of the
 /// first split (the training set) applied to every split, the map tasks' reports added to
 /// `invocations`; `Ok(Err(_))` when `requests` asked it to stop.
 async fn normalize<const N: usize>(
@@ -787,34 +1014,20 @@ async fn normalize<const N: usize>(
     store: &Store,
     invoker: Arc<dyn Invoker>,
     features: u32,
-    splits: [(&str, Vec<Batch>); N],
+    staged: [(&str, usize); N],
     requests: &mut Requests<'_>,
     invocations: &mut Vec<InvocationReport>,
 ) -> Result<std::result::Result<Normalized, Stopped>> {
-    let counts: Vec<(&str, usize)> = splits.iter().map(|(n, b)| (*n, b.len())).collect();
-    let writing = PrepareStage::Writing {
-        minibatches: counts.iter().map(|&(_, c)| c).sum(),
-        staged: true,
-    };
-    let mut staged_train = Vec::new();
-    for (index, (split, batches)) in splits.into_iter().enumerate() {
-        let Some(staged) = upload(store, &format!("staging/{split}"), batches, requests).await?
-        else {
-            return Ok(Err((writing, false)));
-        };
-        if index == 0 {
-            staged_train = staged;
-        }
-    }
+    let counts = staged;
+    let staged_train: Vec<String> = (0..counts.first().map_or(0, |&(_, c)| c))
+        .map(|i| batch_key("staging/train", i))
+        .collect();
     let train_count = staged_train.len();
     let tasks = (options.map_tasks.max(1) as usize).min(train_count.max(1));
 
     // Map: feature ranges of each task's share of the training minibatches.
     let mut map_payloads = Vec::new();
-    for (task, keys) in chunks(staged_train.iter().map(|i| i.key.clone()).collect(), tasks)
-        .into_iter()
-        .enumerate()
-    {
+    for (task, keys) in chunks(staged_train, tasks).into_iter().enumerate() {
         map_payloads.push(Payload::RangeMap(RangeMapTask {
             data_url: store.url().to_string(),
             features,

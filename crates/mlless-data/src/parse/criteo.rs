@@ -16,7 +16,7 @@ use mlless_core::SparseBatch;
 
 use std::path::Path;
 
-use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, label_range};
+use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, label_range};
 
 /// Integer columns of a Criteo line (features `0..13`).
 pub const CRITEO_INTEGER: usize = 13;
@@ -126,7 +126,7 @@ pub(super) fn push_features<'a>(
 
 /// Reads a Criteo input into a feature space of `features` (from [`features`]).
 pub(super) fn read<R: BufRead>(
-    lines: &mut Lines<'_, R>,
+    lines: &mut Lines<'_, '_, R>,
     features: u32,
 ) -> Result<Parsed, ParseError> {
     let ctx = lines.ctx;
@@ -156,9 +156,10 @@ pub(super) fn read<R: BufRead>(
                 format!("expected {CRITEO_COLUMNS} tab-separated columns, found {columns}"),
             ));
         }
-        end_row(&mut rows, ctx, no)?;
+        lines.end_row(&mut rows, no)?;
     }
 
+    lines.hand_over(&mut rows)?;
     Ok(Parsed::Sparse {
         rows,
         features,

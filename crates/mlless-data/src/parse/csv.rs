@@ -9,9 +9,7 @@ use std::io::BufRead;
 
 use mlless_core::SparseBatch;
 
-use super::{
-    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, parse_finite, sparse_parts,
-};
+use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, sparse_parts};
 
 /// One input as read.
 pub(super) struct Raw {
@@ -53,7 +51,7 @@ pub(super) fn value(ctx: Ctx<'_>, no: u64, column: usize, field: &str) -> Result
     })
 }
 
-pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseError> {
+pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, '_, R>) -> Result<Raw, ParseError> {
     let ctx = lines.ctx;
     let mut rows = SparseBatch::new();
     let mut labels = LabelSet::default();
@@ -101,11 +99,12 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<Raw, ParseErr
             }
             Some(_) => {}
         }
-        end_row(&mut rows, ctx, no)?;
+        lines.end_row(&mut rows, no)?;
     }
 
+    lines.hand_over(&mut rows)?;
     let columns = columns.unwrap_or(0);
-    if columns < 2 && !rows.labels.is_empty() {
+    if columns < 2 && (lines.handed > 0 || rows.rows() > 0) {
         return Err(ctx.invalid(format!(
             "CSV input needs a label column and at least one feature column, found {columns} column"
         )));

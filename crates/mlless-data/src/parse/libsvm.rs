@@ -8,9 +8,7 @@ use std::io::BufRead;
 
 use mlless_core::SparseBatch;
 
-use super::{
-    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, end_row, parse_finite, sparse_parts,
-};
+use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, sparse_parts};
 
 /// One input as read: indices as written (the base is decided over all inputs).
 pub(super) struct Raw {
@@ -67,7 +65,7 @@ pub(super) fn for_each_feature<'a>(
 }
 
 pub(super) fn read<R: BufRead>(
-    lines: &mut Lines<'_, R>,
+    lines: &mut Lines<'_, '_, R>,
     options: &ParseOptions,
 ) -> Result<Raw, ParseError> {
     let ctx = lines.ctx;
@@ -110,8 +108,9 @@ pub(super) fn read<R: BufRead>(
         if let Some(last) = last {
             max_index = Some(max_index.map_or(last, |m| m.max(last)));
         }
-        end_row(&mut rows, ctx, no)?;
+        lines.end_row(&mut rows, no)?;
     }
+    lines.hand_over(&mut rows)?;
     Ok(Raw {
         rows,
         labels,

@@ -209,6 +209,14 @@ pub enum ParseError {
         /// What is wrong with the line.
         message: String,
     },
+    /// The rows read could not be set aside (on a temporary file) while reading the input.
+    #[error("{}: setting its rows aside: {error}", path.display())]
+    Spill {
+        /// The input being read.
+        path: PathBuf,
+        /// The I/O error.
+        error: io::Error,
+    },
     /// The input holds no sample.
     #[error("{}: no samples", path.display())]
     Empty {
@@ -288,7 +296,8 @@ pub fn parse_readers_with_layout<R: BufRead>(
         .into_iter()
         .zip(names.iter().map(PathBuf::as_path))
         .collect();
-    parse_inputs(inputs, format, options)
+    let (parsed, layout, _) = parse_inputs(inputs, format, options, None)?;
+    Ok((parsed, layout))
 }
 
 /// Parses input from `reader`; `path` names it in errors.
@@ -298,68 +307,172 @@ pub fn parse_reader(
     format: InputFormat,
     options: &ParseOptions,
 ) -> Result<Parsed, ParseError> {
-    let mut parsed = parse_inputs(vec![(reader, path)], format, options)?.0;
+    let mut parsed = parse_inputs(vec![(reader, path)], format, options, None)?.0;
     Ok(parsed.pop().expect("one input, one result"))
 }
 
+/// Where the sparse parsers hand the rows they read, a chunk at a time, so that an input need
+/// never be whole in memory (see [`stream_sparse`]).
+pub trait RowSink {
+    /// Takes the rows of input `part` (its index among the inputs) read since the last call,
+    /// in input order and as written: labels not yet mapped, LIBSVM indices in the input's own
+    /// base ([`SparseSchema::apply`] makes them final). The caller clears `rows` afterwards.
+    fn take(&mut self, part: usize, rows: &mut SparseBatch) -> io::Result<()>;
+}
+
+/// What turns the rows a [`RowSink`] received into final rows, and what the data set's
+/// manifest says of them: known only once every input was read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseSchema {
+    /// Dimension of the feature space.
+    pub features: u32,
+    /// How the labels are mapped to 0/1, if they are.
+    pub label_map: Option<LabelMap>,
+    /// The range of the labels over every part, with their input lines.
+    pub labels: Option<LabelRange>,
+    /// Whether the indices as read are 1-based (LIBSVM), so one less is the final index.
+    pub one_based: bool,
+    /// Rows of each input, in the order of the inputs.
+    pub samples: Vec<u64>,
+}
+
+impl SparseSchema {
+    /// Makes rows handed to a [`RowSink`] final: maps their labels and rebases their indices.
+    pub fn apply(&self, rows: &mut SparseBatch) {
+        if let Some(map) = self.label_map {
+            apply_label_map(map, &mut rows.labels);
+        }
+        if self.one_based {
+            rows.indices.iter_mut().for_each(|i| *i -= 1);
+        }
+    }
+}
+
+/// Parses sparse inputs (LIBSVM, CSV or Criteo) as parts of one data set, like
+/// [`parse_readers_with_layout`], but hands their rows to `sink` as they are read instead of
+/// keeping them: memory stays bounded whatever the input's size. Returns what makes the rows
+/// final and how the input was read. MovieLens ratings are refused (their ids are remapped over
+/// the whole input).
+pub fn stream_sparse<R: BufRead>(
+    inputs: Vec<(R, PathBuf)>,
+    format: InputFormat,
+    options: &ParseOptions,
+    sink: &mut dyn RowSink,
+) -> Result<(SparseSchema, InputLayout), ParseError> {
+    if format == InputFormat::Movielens {
+        let path = inputs.first().map(|i| i.1.clone()).unwrap_or_default();
+        return Err(ParseError::Invalid {
+            path,
+            message: "ratings are read whole, not streamed".into(),
+        });
+    }
+    let (readers, names): (Vec<R>, Vec<PathBuf>) = inputs.into_iter().unzip();
+    let inputs = readers
+        .into_iter()
+        .zip(names.iter().map(PathBuf::as_path))
+        .collect();
+    let (parsed, layout, samples) = parse_inputs(inputs, format, options, Some(sink))?;
+    let Some(Parsed::Sparse {
+        features,
+        label_map,
+        labels,
+        ..
+    }) = parsed.into_iter().next()
+    else {
+        unreachable!("sparse formats give sparse parts, one per input")
+    };
+    let schema = SparseSchema {
+        features,
+        label_map,
+        labels,
+        one_based: format == InputFormat::Libsvm && !layout.zero_based,
+        samples,
+    };
+    Ok((schema, layout))
+}
+
+/// The parts read by [`parse_inputs`], how they were read, and the rows of each.
+type ReadParts = (Vec<Parsed>, InputLayout, Vec<u64>);
+
 /// Reads every input with the format's reader, checks each holds samples, then reconciles
-/// their schemas with the format's `finish`.
+/// their schemas with the format's `finish`. With a sink, the sparse rows go to it, and the
+/// parts returned hold none.
 fn parse_inputs<R: BufRead>(
     inputs: Vec<(R, &Path)>,
     format: InputFormat,
     options: &ParseOptions,
-) -> Result<(Vec<Parsed>, InputLayout), ParseError> {
+    mut sink: Option<&mut dyn RowSink>,
+) -> Result<ReadParts, ParseError> {
+    type Parts<'p, T> = (Vec<(Ctx<'p>, T)>, Vec<u64>);
     fn read_all<'p, R: BufRead, T>(
         inputs: Vec<(R, &'p Path)>,
-        mut read: impl FnMut(&mut Lines<'p, R>) -> Result<T, ParseError>,
+        sink: &mut Option<&mut dyn RowSink>,
+        mut read: impl FnMut(&mut Lines<'p, '_, R>) -> Result<T, ParseError>,
         samples: impl Fn(&T) -> usize,
-    ) -> Result<Vec<(Ctx<'p>, T)>, ParseError> {
+    ) -> Result<Parts<'p, T>, ParseError> {
         let mut out = Vec::with_capacity(inputs.len());
-        for (reader, path) in inputs {
+        let mut counts = Vec::with_capacity(inputs.len());
+        for (part, (reader, path)) in inputs.into_iter().enumerate() {
             let mut lines = Lines::new(reader, path);
+            if let Some(sink) = sink {
+                let sink: &mut dyn RowSink = &mut **sink;
+                lines.sink = Some((sink, part));
+            }
             let raw = read(&mut lines)?;
-            if samples(&raw) == 0 {
+            let count = samples(&raw) as u64 + lines.handed;
+            if count == 0 {
                 return Err(ParseError::Empty {
                     path: path.to_path_buf(),
                 });
             }
+            counts.push(count);
             out.push((lines.ctx, raw));
         }
-        Ok(out)
+        Ok((out, counts))
     }
     match format {
         InputFormat::Libsvm => {
-            let raws = read_all(inputs, |l| libsvm::read(l, options), libsvm::Raw::samples)?;
+            let (raws, counts) = read_all(
+                inputs,
+                &mut sink,
+                |l| libsvm::read(l, options),
+                libsvm::Raw::samples,
+            )?;
             let (parsed, zero_based) = libsvm::finish(raws, options)?;
             let layout = InputLayout {
                 zero_based,
                 ..InputLayout::default()
             };
-            Ok((parsed, layout))
+            Ok((parsed, layout, counts))
         }
         InputFormat::Csv => {
-            let raws = read_all(inputs, csv::read, csv::Raw::samples)?;
+            let (raws, counts) = read_all(inputs, &mut sink, csv::read, csv::Raw::samples)?;
             let (parsed, columns) = csv::finish(raws, options)?;
             let layout = InputLayout {
                 csv_columns: Some(columns),
                 ..InputLayout::default()
             };
-            Ok((parsed, layout))
+            Ok((parsed, layout, counts))
         }
         InputFormat::Movielens => {
-            let raws = read_all(inputs, movielens::read, RatingBatch::len)?;
+            let (raws, counts) = read_all(inputs, &mut None, movielens::read, RatingBatch::len)?;
             let (parsed, ids) = movielens::finish(raws);
             let layout = InputLayout {
                 ids: Some(ids),
                 ..InputLayout::default()
             };
-            Ok((parsed, layout))
+            Ok((parsed, layout, counts))
         }
         InputFormat::Criteo => {
             let features = criteo::features(inputs.first().map(|i| i.1), options)?;
-            let raws = read_all(inputs, |l| criteo::read(l, features), Parsed::samples)?;
+            let (raws, counts) = read_all(
+                inputs,
+                &mut sink,
+                |l| criteo::read(l, features),
+                Parsed::samples,
+            )?;
             let parsed = raws.into_iter().map(|(_, parsed)| parsed).collect();
-            Ok((parsed, InputLayout::default()))
+            Ok((parsed, InputLayout::default(), counts))
         }
     }
 }
@@ -393,22 +506,63 @@ impl Ctx<'_> {
     }
 }
 
-/// Reads lines into one reused buffer, numbering them from 1.
-struct Lines<'p, R> {
+/// Reads lines into one reused buffer, numbering them from 1; hands the rows the sparse
+/// parsers read to a [`RowSink`], when there is one, a chunk at a time.
+struct Lines<'p, 's, R> {
     reader: R,
     buf: Vec<u8>,
     number: u64,
     ctx: Ctx<'p>,
+    /// Where the rows go, with the index of this input among the parts.
+    sink: Option<(&'s mut dyn RowSink, usize)>,
+    /// Rows handed to the sink so far.
+    handed: u64,
 }
 
-impl<'p, R: BufRead> Lines<'p, R> {
+/// Rows a parser holds before it hands them to a [`RowSink`].
+const SINK_CHUNK_ROWS: usize = 4096;
+
+impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
     fn new(reader: R, path: &'p Path) -> Self {
         Self {
             reader,
             buf: Vec::with_capacity(4096),
             number: 0,
             ctx: Ctx { path },
+            sink: None,
+            handed: 0,
         }
+    }
+
+    /// Closes the current row of `rows` (see [`end_row`]), read at line `line`, and hands the
+    /// rows to the sink once a chunk of them is there.
+    fn end_row(&mut self, rows: &mut SparseBatch, line: u64) -> Result<(), ParseError> {
+        end_row(rows, self.ctx, line)?;
+        if self.sink.is_some() && rows.rows() >= SINK_CHUNK_ROWS {
+            self.hand_over(rows)?;
+        }
+        Ok(())
+    }
+
+    /// Hands every row of `rows` to the sink, if there is one (at the end of the input).
+    fn hand_over(&mut self, rows: &mut SparseBatch) -> Result<(), ParseError> {
+        let Some((sink, part)) = self.sink.as_mut() else {
+            return Ok(());
+        };
+        let count = rows.rows() as u64;
+        if count == 0 {
+            return Ok(());
+        }
+        sink.take(*part, rows).map_err(|error| ParseError::Spill {
+            path: self.ctx.path.to_path_buf(),
+            error,
+        })?;
+        rows.labels.clear();
+        rows.offsets.truncate(1);
+        rows.indices.clear();
+        rows.values.clear();
+        self.handed += count;
+        Ok(())
     }
 
     /// The next line without its line terminator (`\n` or `\r\n`), with its number.
@@ -712,6 +866,7 @@ mod tests {
             ],
             InputFormat::Libsvm,
             &ParseOptions::default(),
+            None,
         )
         .unwrap()
         .0;
@@ -737,5 +892,99 @@ mod tests {
         assert_eq!(at(&range.min), (0.0, "c.svm".into(), 2));
         assert_eq!(at(&range.max), (1.0, "c.svm".into(), 1));
         assert_eq!(range.fractional, None);
+    }
+
+    /// Keeps every row it is handed, per input.
+    #[derive(Default)]
+    struct Keep(Vec<SparseBatch>);
+
+    impl RowSink for Keep {
+        fn take(&mut self, part: usize, rows: &mut SparseBatch) -> io::Result<()> {
+            if self.0.len() <= part {
+                self.0.resize_with(part + 1, SparseBatch::new);
+            }
+            for r in 0..rows.rows() {
+                let (label, indices, values) = rows.row(r);
+                self.0[part].push_row(label, indices, values);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn streamed_rows_made_final_are_the_parsed_rows() {
+        // More rows than a chunk, 1-based indices and -1/+1 labels over two parts, for each
+        // sparse format.
+        let libsvm: String = (0..10_000)
+            .map(|i| {
+                format!(
+                    "{} {}:1 {}:0.5\n",
+                    if i % 3 == 0 { "+1" } else { "-1" },
+                    i % 7 + 1,
+                    i % 7 + 3
+                )
+            })
+            .collect();
+        let csv: String = (0..9_000)
+            .map(|i| format!("{},{},0,{}\n", i % 2 * 2, i % 5, i % 3))
+            .collect();
+        let criteo = format!(
+            "1\t5{}{}\n0\t{}{}\n",
+            "\t".repeat(12),
+            "\tab".repeat(26),
+            "\t".repeat(12),
+            "\tcd".repeat(26)
+        );
+        for (format, text, test, features) in [
+            (InputFormat::Libsvm, libsvm.as_str(), "-1 2:3\n", None),
+            (InputFormat::Csv, csv.as_str(), "2,1,1,1\n", None),
+            (
+                InputFormat::Criteo,
+                criteo.as_str(),
+                criteo.as_str(),
+                Some(100),
+            ),
+        ] {
+            let options = ParseOptions { features };
+            let inputs = || {
+                vec![
+                    (text.as_bytes(), PathBuf::from("train")),
+                    (test.as_bytes(), PathBuf::from("test")),
+                ]
+            };
+            let (parsed, layout) = parse_readers_with_layout(inputs(), format, &options).unwrap();
+            let mut keep = Keep::default();
+            let (schema, streamed_layout) =
+                stream_sparse(inputs(), format, &options, &mut keep).unwrap();
+            assert_eq!(layout, streamed_layout, "{format}");
+            assert_eq!(
+                schema.samples,
+                parsed
+                    .iter()
+                    .map(|p| p.samples() as u64)
+                    .collect::<Vec<_>>()
+            );
+            // The data set's label range is the training input's (Criteo's parts keep their own).
+            assert_eq!(schema.labels.as_ref(), parsed[0].label_range(), "{format}");
+            for (part, parsed) in parsed.into_iter().enumerate() {
+                let mut rows = std::mem::take(&mut keep.0[part]);
+                schema.apply(&mut rows);
+                let expected = Parsed::Sparse {
+                    rows,
+                    features: schema.features,
+                    label_map: schema.label_map,
+                    labels: parsed.label_range().cloned(),
+                };
+                assert_eq!(parsed, expected, "{format}, input {part}");
+            }
+        }
+        let ratings = vec![("1\t2\t3\t4\n".as_bytes(), PathBuf::from("u.data"))];
+        let refused = stream_sparse(
+            ratings,
+            InputFormat::Movielens,
+            &ParseOptions::default(),
+            &mut Keep::default(),
+        );
+        assert!(matches!(refused, Err(ParseError::Invalid { .. })));
     }
 }

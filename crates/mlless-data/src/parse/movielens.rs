@@ -121,7 +121,7 @@ fn fields_of<'l>(
 /// line that is not blank) and its fields, at most 5, trimmed. Blank lines and the header are
 /// skipped.
 pub(super) fn for_each_line<R: BufRead>(
-    lines: &mut Lines<'_, R>,
+    lines: &mut Lines<'_, '_, R>,
     mut line: impl FnMut(u64, Variant, &[&str]) -> Result<(), ParseError>,
 ) -> Result<(), ParseError> {
     let ctx = lines.ctx;
@@ -152,7 +152,7 @@ pub(super) fn parse_rating(ctx: Ctx<'_>, no: u64, field: &str) -> Result<f32, Pa
 }
 
 /// Reads ratings with their original ids.
-pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<RatingBatch, ParseError> {
+pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, '_, R>) -> Result<RatingBatch, ParseError> {
     let ctx = lines.ctx;
     let mut ratings = RatingBatch::default();
     for_each_line(lines, |no, v, fields| {

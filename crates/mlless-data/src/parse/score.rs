@@ -197,7 +197,7 @@ impl State<'_> {
     /// entries; the row is then closed), or returns `false` for a line without data.
     fn sparse_rows<R: BufRead>(
         &mut self,
-        lines: &mut Lines<'_, R>,
+        lines: &mut Lines<'_, '_, R>,
         mut line: impl FnMut(&mut Self, u64, &str) -> Result<bool, ParseError>,
     ) -> Result<ScoringRows, ParseError> {
         while let Some((no, text)) = lines.next_line()? {
@@ -317,7 +317,7 @@ impl State<'_> {
 }
 
 fn movielens<R: BufRead>(
-    lines: &mut Lines<'_, R>,
+    lines: &mut Lines<'_, '_, R>,
     state: &mut State<'_>,
 ) -> Result<RatingBatch, ParseError> {
     let ctx = lines.ctx;
