@@ -1,9 +1,11 @@
 //! Shuffling sparse rows with bounded memory, whatever the input's size: an external sort.
 //!
-//! Each row of a shuffled input gets a key, a seeded hash of its position in the input (the
-//! SplitMix64 stream of the seed, at the row's ordinal). The shuffled order is the rows sorted
-//! by key, so it depends only on the seed and the input, never on the memory budget: the same
-//! rows come out in the same order whether they fitted in memory or went through disk. Keys are
+//! Each row of a shuffled input gets a key, a seeded hash of its position in the input: the
+//! byte offset at which its line starts, so that whoever reads any part of the input can tell
+//! (the SplitMix64 stream of the seed, at that offset). The shuffled order is the rows sorted
+//! by key, so it depends only on the seed and the input, never on the memory budget or on how
+//! the input is read: the same rows come out in the same order whether they fitted in memory or
+//! went through disk. Keys are
 //! uniform and independent, so the order is a uniformly random permutation (two equal keys keep
 //! their input order; at 45 million rows the chance that any two are equal is 6·10⁻⁵).
 //!
@@ -27,7 +29,8 @@
 //! for i in 0..1_000u32 {
 //!     rows.push_row(i as f32, &[i], &[1.0]);
 //! }
-//! shuffle.take(0, &mut rows)?;
+//! let starts: Vec<u64> = (0..1_000).map(|i| 10 * i).collect(); // the lines' byte offsets
+//! shuffle.take(0, &mut rows, &starts)?;
 //! let mut shuffled = shuffle.finish()?;
 //! let mut reader = shuffled.read(0);
 //! let mut labels = Vec::new();
@@ -54,9 +57,10 @@ pub const KEY_RANGES: usize = 1 << 14;
 /// Bytes of a row on disk besides its entries: key, label and number of entries.
 const ROW_HEADER: usize = 8 + 4 + 4;
 
-/// The shuffle key of the row at `ordinal` of a shuffled input, for `seed`.
-pub fn row_key(seed: u64, ordinal: u64) -> u64 {
-    mix(mix(seed).wrapping_add(ordinal.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+/// The shuffle key of the row at `position` (the byte offset of its line) of a shuffled input,
+/// for `seed`.
+pub fn row_key(seed: u64, position: u64) -> u64 {
+    mix(mix(seed).wrapping_add(position.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
 }
 
 /// SplitMix64's output function: a bijection of `u64` that mixes every bit into every bit.
@@ -233,8 +237,12 @@ impl ExternalShuffle {
     /// others stay in memory. Returns what reads the rows back.
     pub fn finish(mut self) -> io::Result<Shuffled> {
         for part in 0..self.parts.len() {
-            if !self.parts[part].runs.is_empty() && !self.parts[part].held.keys.is_empty() {
-                self.spill(part)?;
+            if !self.parts[part].runs.is_empty() {
+                if !self.parts[part].held.keys.is_empty() {
+                    self.spill(part)?;
+                }
+                // The buffers' memory goes back before the runs are read.
+                self.parts[part].held = Held::default();
             }
         }
         Ok(Shuffled {
@@ -246,7 +254,7 @@ impl ExternalShuffle {
 }
 
 impl RowSink for ExternalShuffle {
-    fn take(&mut self, part: usize, rows: &mut SparseBatch) -> io::Result<()> {
+    fn take(&mut self, part: usize, rows: &mut SparseBatch, starts: &[u64]) -> io::Result<()> {
         let Some(state) = self.parts.get_mut(part) else {
             return Err(io::Error::other(format!(
                 "input {part} was not announced to the shuffle"
@@ -257,7 +265,10 @@ impl RowSink for ExternalShuffle {
             let (label, indices, values) = rows.row(r);
             state.held.rows.push_row(label, indices, values);
             let key = if state.shuffled {
-                row_key(seed, state.rows)
+                let position = starts.get(r).copied().ok_or_else(|| {
+                    io::Error::other("a row was handed to the shuffle without its position")
+                })?;
+                row_key(seed, position)
             } else {
                 state.rows
             };
@@ -568,7 +579,8 @@ mod tests {
                     let (l, i, v) = all.row(r);
                     piece.push_row(l, i, v);
                 }
-                shuffle.take(part, &mut piece).unwrap();
+                let starts: Vec<u64> = (start as u64..end as u64).map(|r| 17 * r).collect();
+                shuffle.take(part, &mut piece, &starts).unwrap();
                 start = end;
             }
         }
@@ -635,7 +647,8 @@ mod tests {
     fn a_cut_run_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let mut shuffle = ExternalShuffle::new(1, 100, dir.path(), vec![true]);
-        shuffle.take(0, &mut rows(500)).unwrap();
+        let starts: Vec<u64> = (0..500).collect();
+        shuffle.take(0, &mut rows(500), &starts).unwrap();
         let mut shuffled = shuffle.finish().unwrap();
         let run = &shuffled.parts[0].runs[0];
         let len = std::fs::metadata(&run.path).unwrap().len();

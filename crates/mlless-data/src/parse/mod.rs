@@ -317,7 +317,9 @@ pub trait RowSink {
     /// Takes the rows of input `part` (its index among the inputs) read since the last call,
     /// in input order and as written: labels not yet mapped, LIBSVM indices in the input's own
     /// base ([`SparseSchema::apply`] makes them final). The caller clears `rows` afterwards.
-    fn take(&mut self, part: usize, rows: &mut SparseBatch) -> io::Result<()>;
+    /// `starts[r]` is the byte offset in the (decompressed) input at which row `r`'s line
+    /// starts: the row's position, which does not depend on how the input is read.
+    fn take(&mut self, part: usize, rows: &mut SparseBatch, starts: &[u64]) -> io::Result<()>;
 }
 
 /// What turns the rows a [`RowSink`] received into final rows, and what the data set's
@@ -517,6 +519,11 @@ struct Lines<'p, 's, R> {
     sink: Option<(&'s mut dyn RowSink, usize)>,
     /// Rows handed to the sink so far.
     handed: u64,
+    /// Bytes read so far, and the offset at which the last line read starts.
+    offset: u64,
+    line_start: u64,
+    /// With a sink: where the line of each row not yet handed over starts.
+    starts: Vec<u64>,
 }
 
 /// Rows a parser holds before it hands them to a [`RowSink`].
@@ -531,6 +538,9 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
             ctx: Ctx { path },
             sink: None,
             handed: 0,
+            offset: 0,
+            line_start: 0,
+            starts: Vec::new(),
         }
     }
 
@@ -538,8 +548,11 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
     /// rows to the sink once a chunk of them is there.
     fn end_row(&mut self, rows: &mut SparseBatch, line: u64) -> Result<(), ParseError> {
         end_row(rows, self.ctx, line)?;
-        if self.sink.is_some() && rows.rows() >= SINK_CHUNK_ROWS {
-            self.hand_over(rows)?;
+        if self.sink.is_some() {
+            self.starts.push(self.line_start);
+            if rows.rows() >= SINK_CHUNK_ROWS {
+                self.hand_over(rows)?;
+            }
         }
         Ok(())
     }
@@ -553,14 +566,16 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
         if count == 0 {
             return Ok(());
         }
-        sink.take(*part, rows).map_err(|error| ParseError::Spill {
-            path: self.ctx.path.to_path_buf(),
-            error,
-        })?;
+        sink.take(*part, rows, &self.starts)
+            .map_err(|error| ParseError::Spill {
+                path: self.ctx.path.to_path_buf(),
+                error,
+            })?;
         rows.labels.clear();
         rows.offsets.truncate(1);
         rows.indices.clear();
         rows.values.clear();
+        self.starts.clear();
         self.handed += count;
         Ok(())
     }
@@ -578,6 +593,8 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
         if n == 0 {
             return Ok(None);
         }
+        self.line_start = self.offset;
+        self.offset += n as u64;
         self.number += 1;
         let mut line = &self.buf[..];
         if let [rest @ .., b'\n'] = line {
@@ -894,15 +911,18 @@ mod tests {
         assert_eq!(range.fractional, None);
     }
 
-    /// Keeps every row it is handed, per input.
+    /// Keeps every row it is handed, and their positions, per input.
     #[derive(Default)]
-    struct Keep(Vec<SparseBatch>);
+    struct Keep(Vec<SparseBatch>, Vec<Vec<u64>>);
 
     impl RowSink for Keep {
-        fn take(&mut self, part: usize, rows: &mut SparseBatch) -> io::Result<()> {
+        fn take(&mut self, part: usize, rows: &mut SparseBatch, starts: &[u64]) -> io::Result<()> {
             if self.0.len() <= part {
                 self.0.resize_with(part + 1, SparseBatch::new);
+                self.1.resize_with(part + 1, Vec::new);
             }
+            assert_eq!(starts.len(), rows.rows());
+            self.1[part].extend_from_slice(starts);
             for r in 0..rows.rows() {
                 let (label, indices, values) = rows.row(r);
                 self.0[part].push_row(label, indices, values);
@@ -957,6 +977,12 @@ mod tests {
             let (schema, streamed_layout) =
                 stream_sparse(inputs(), format, &options, &mut keep).unwrap();
             assert_eq!(layout, streamed_layout, "{format}");
+            // Each row's position is where its line starts.
+            let line_starts: Vec<u64> = std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(i, _)| i as u64 + 1))
+                .take(keep.1[0].len())
+                .collect();
+            assert_eq!(keep.1[0], line_starts, "{format}");
             assert_eq!(
                 schema.samples,
                 parsed
