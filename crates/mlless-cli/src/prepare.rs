@@ -141,6 +141,9 @@ impl PrepareArgs {
     }
 }
 
+/// How often a long stage of the preparation says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
 /// Writes the line of a stage of the preparation to standard error (`prepare: …`, or a JSON
 /// line with `--log-format json`).
 fn show(stage: &PrepareStage) {
@@ -178,11 +181,18 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
         interrupts.clone(),
         first,
     ));
-    let mut shown: Option<PrepareStage> = None;
+    // A line for each new stage, and one every few seconds while a long one goes on.
+    let mut shown: Option<(PrepareStage, std::time::Instant)> = None;
     let mut observe = |stage: &PrepareStage| {
-        if shown.as_ref() != Some(stage) {
+        let due = match &shown {
+            None => true,
+            Some((last, at)) => {
+                !last.same_stage(stage) || (at.elapsed() >= PROGRESS_EVERY && last != stage)
+            }
+        };
+        if due {
             show(stage);
-            shown = Some(*stage);
+            shown = Some((*stage, std::time::Instant::now()));
         }
         match interrupts.load(Ordering::SeqCst) {
             0 => Control::Continue,

@@ -238,3 +238,60 @@ fn test_and_validation_inputs_keep_their_order_through_disk() {
     shuffled.sort_unstable();
     assert_eq!(shuffled, (0..60_000).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_preparation_cancelled_while_it_spills_removes_its_temporary_files() {
+    let dir = tempdir();
+    let input = dir.path().join("big.svm");
+    write_positions(&input, 200_000);
+    let (out, temp) = (dir.path().join("data"), dir.path().join("tmp"));
+    std::fs::create_dir_all(&temp).expect("temp dir");
+    let mut child = mlless()
+        .args(["prepare", "--format", "libsvm", "--input", &s(&input)])
+        .args([
+            "--out",
+            &s(&out),
+            "--memory-mb",
+            "16",
+            "--temp-dir",
+            &s(&temp),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    // Once a run is on disk, Ctrl-C.
+    let started = std::time::Instant::now();
+    let spilled = || {
+        std::fs::read_dir(&temp)
+            .expect("temp dir")
+            .filter_map(|e| std::fs::read_dir(e.ok()?.path()).ok())
+            .any(|mut runs| runs.next().is_some())
+    };
+    while !spilled() {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "prepare ended before it spilled"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no run spilled"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let output = child.wait_with_output().expect("mlless ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("cancelled while reading the input"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&temp).expect("temp dir").collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+    assert!(!out.join("manifest.json").exists());
+}

