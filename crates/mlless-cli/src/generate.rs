@@ -6,13 +6,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use mlless_data::{BlobsSpec, DenseLrSpec, FeatureValues, RatingsSpec, RingsSpec, SparseLrSpec};
+use mlless_data::{
+    BlobsSpec, CriteoSpec, DenseLrSpec, FeatureValues, RatingsSpec, RingsSpec, SparseLrSpec,
+};
 
 /// The generators.
 #[derive(Debug, Subcommand)]
 pub enum GenerateCommand {
     /// Sparse binary classification (LIBSVM text) from a known logistic-regression model.
     SparseLr(SparseLrArgs),
+    /// Criteo display-ads TSV (label, 13 counts, 26 hex categories, missing values) from a known
+    /// logistic model over the features `prepare --format criteo` makes of it.
+    Criteo(CriteoArgs),
     /// Ratings (MovieLens `u.data` text) from a known low-rank model plus Gaussian noise.
     Ratings(RatingsArgs),
     /// Dense binary classification (LIBSVM text, every feature) from a known logistic model,
@@ -50,6 +55,31 @@ pub struct SparseLrArgs {
     #[arg(long)]
     pub real_valued: bool,
     /// Output file (LIBSVM); the true model goes to OUT.truth.json.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Options of `generate criteo`.
+#[derive(Debug, Args)]
+pub struct CriteoArgs {
+    /// Number of rows.
+    #[arg(long, default_value_t = 100_000)]
+    pub samples: u64,
+    /// The feature space the data is for: prepare it with `--format criteo --features F`, the
+    /// space where the true model is a logistic model over the parsed features (at least 14).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub features: u32,
+    /// Expected fraction of positive rows, in (0, 1) (Criteo's is about 0.256).
+    #[arg(long, default_value_t = 0.256)]
+    pub positive_rate: f64,
+    /// Standard deviation of the true margin over rows: higher is easier.
+    #[arg(long, default_value_t = 1.5)]
+    pub margin_std: f64,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (Criteo TSV); the true model and what it scores on the rows go to
+    /// OUT.truth.json.
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -167,6 +197,23 @@ pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
                 args.out.display()
             );
         }
+        GenerateCommand::Criteo(args) => {
+            let spec = criteo_spec(&args);
+            let truth = generate(&args.out, spec.validate(), |out| {
+                mlless_data::write_criteo(&spec, out)
+            })?;
+            println!(
+                "wrote {} Criteo rows ({:.1}% positive) to {}; prepare with --format criteo \
+                 --features {} (true model: log loss {:.4}, base rate's {:.4}, AUC {:.3})",
+                args.samples,
+                100.0 * truth.positive_fraction,
+                args.out.display(),
+                args.features,
+                truth.log_loss,
+                truth.base_log_loss,
+                truth.auc
+            );
+        }
         GenerateCommand::Ratings(args) => {
             let spec = ratings_spec(&args);
             let truth = generate(&args.out, spec.validate(), |out| {
@@ -233,6 +280,16 @@ pub fn sparse_lr_spec(args: &SparseLrArgs) -> SparseLrSpec {
             FeatureValues::Binary
         },
         ..SparseLrSpec::new(args.samples, args.features, args.nnz, args.seed)
+    }
+}
+
+/// The generator spec of the arguments (Kaggle-Criteo-shaped columns).
+pub fn criteo_spec(args: &CriteoArgs) -> CriteoSpec {
+    CriteoSpec {
+        features: args.features,
+        positive_rate: args.positive_rate,
+        margin_std: args.margin_std,
+        ..CriteoSpec::new(args.samples, args.seed)
     }
 }
 
@@ -391,6 +448,43 @@ mod tests {
                 .flat_map(|c| c.as_array().unwrap())
                 .all(|x| x.as_f64().unwrap().abs() <= 5.0)
         );
+    }
+
+    #[test]
+    fn criteo_writes_data_and_truth() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("criteo.tsv");
+        run_args(&[
+            "criteo",
+            "--samples",
+            "50",
+            "--features",
+            "1000",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(text.lines().count(), 50);
+        assert!(text.lines().all(|l| l.split('\t').count() == 40));
+        let truth = truth(&out);
+        assert_eq!(truth["features"], serde_json::json!(1000));
+        assert_eq!(truth["samples"], serde_json::json!(50));
+        assert_eq!(truth["integer_weights"].as_array().unwrap().len(), 13);
+        let missing = dir.path().join("bad.tsv");
+        let err = run_args(&[
+            "criteo",
+            "--features",
+            "13",
+            "--out",
+            missing.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("at least 14 features"),
+            "{err:#}"
+        );
+        assert!(!missing.exists());
     }
 
     #[test]

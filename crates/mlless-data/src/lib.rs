@@ -9,8 +9,8 @@
 //! * [`prepare`]: shuffle, train/test split, minibatches, min-max normalisation (map-reduce).
 //! * [`codec`]: framed, checksummed binary objects ([`encode_batch`], [`decode_batch`]).
 //! * [`manifest`]: the JSON description of a prepared dataset ([`Manifest`]).
-//! * [`generate`]: synthetic data with known ground truth: sparse and dense LR, rings, blobs,
-//!   ratings.
+//! * [`generate`]: synthetic data with known ground truth: sparse and dense LR, Criteo-shaped
+//!   click data, rings, blobs, ratings.
 //!
 //! ```
 //! use std::path::Path;
@@ -58,9 +58,10 @@ pub use codec::{
 };
 pub use counts::{COUNTS_KEY, COUNTS_MAGIC, CountsInfo, decode_counts, encode_counts};
 pub use generate::{
-    BlobsSpec, BlobsTruth, DenseLrSpec, DenseLrTruth, FeatureValues, RatingsSpec, RatingsTruth,
-    RingsSpec, RingsTruth, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_blobs,
-    write_dense_lr, write_ratings, write_rings, write_sparse_lr,
+    BlobsSpec, BlobsTruth, CategoricalColumn, CriteoSpec, CriteoTruth, DenseLrSpec, DenseLrTruth,
+    FeatureValues, IntegerColumn, RatingsSpec, RatingsTruth, RingsSpec, RingsTruth, SparseLrSpec,
+    SparseLrTruth, criteo_truth, sparse_lr_truth, write_blobs, write_criteo, write_dense_lr,
+    write_ratings, write_rings, write_sparse_lr,
 };
 pub use ids::{IDS_KEY, IDS_MAGIC, IdMap};
 pub use manifest::{
