@@ -1085,9 +1085,9 @@ async fn write_batches(
                 return Ok(None);
             }
             let key = batch_key(&format!("{prefix}{}", SPLITS[split]), index);
-            put_batch(store, key, &batch)
-                .await
-                .map(|info| Some((split, info)))
+            let info = put_batch(store, key, &batch).await?;
+            requests.progress.written.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, RuntimeError>(Some((split, info)))
         })
         .buffered(UPLOAD_CONCURRENCY)
         .try_collect()
