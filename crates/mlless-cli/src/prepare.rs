@@ -39,6 +39,8 @@ impl From<Format> for InputFormat {
 pub enum Normalize {
     /// Scale each feature to [0, 1] with its training minimum and maximum (map-reduce).
     Minmax,
+    /// Keep the features as they are.
+    None,
 }
 
 /// The fraction of the training samples held out for validation when neither
@@ -81,7 +83,9 @@ pub struct PrepareArgs {
     /// Seed of the shuffle.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Normalise the features.
+    /// Normalise the features [default: minmax for criteo, whose counts (`ln(1 + count)` up to
+    /// about 15 in most rows) make sparse LR's default learning rate unstable; none for the
+    /// other formats].
     #[arg(long, value_enum)]
     pub normalize: Option<Normalize>,
     /// Size of the feature space (required for criteo: categorical values are hashed into it).
@@ -128,7 +132,11 @@ impl PrepareArgs {
                 )),
             },
             seed: self.seed,
-            normalize: self.normalize.is_some(),
+            normalize: match self.normalize {
+                Some(Normalize::Minmax) => true,
+                Some(Normalize::None) => false,
+                None => self.format == Format::Criteo,
+            },
             features: self.features,
             map_tasks: self.map_tasks,
             limits: Limits {

@@ -19,6 +19,54 @@ pub struct SparseBatch {
 }
 
 impl SparseBatch {
+    /// The largest eigenvalue of the rows' second moment `mean(x xᵀ)`, each row `x` with a
+    /// constant feature 1 appended for the bias, by `iterations` steps of power iteration over
+    /// `dimension` features: how curved a linear model's loss is along its steepest direction
+    /// on these rows (for the log loss, at most a quarter of this), which bounds the step a
+    /// gradient method can take. 0 for no rows.
+    pub fn top_second_moment(&self, dimension: usize, iterations: usize) -> f64 {
+        let n = self.rows();
+        if n == 0 {
+            return 0.0;
+        }
+        let bias = dimension;
+        let mut v = vec![1.0f64; dimension + 1];
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let mut scale = norm(&v);
+        v.iter_mut().for_each(|x| *x /= scale);
+        let mut next = vec![0.0f64; dimension + 1];
+        let mut eigenvalue = 0.0;
+        for _ in 0..iterations.max(1) {
+            next.iter_mut().for_each(|x| *x = 0.0);
+            for r in 0..n {
+                let (_, indices, values) = self.row(r);
+                let dot: f64 = v[bias]
+                    + indices
+                        .iter()
+                        .zip(values)
+                        .map(|(&j, &x)| v.get(j as usize).map_or(0.0, |w| w * f64::from(x)))
+                        .sum::<f64>();
+                next[bias] += dot;
+                for (&j, &x) in indices.iter().zip(values) {
+                    if let Some(slot) = next.get_mut(j as usize) {
+                        *slot += dot * f64::from(x);
+                    }
+                }
+            }
+            next.iter_mut().for_each(|x| *x /= n as f64);
+            scale = norm(&next);
+            if scale == 0.0 {
+                return 0.0;
+            }
+            // The Rayleigh quotient of the unit vector v.
+            eigenvalue = v.iter().zip(&next).map(|(a, b)| a * b).sum::<f64>();
+            for (a, b) in v.iter_mut().zip(&next) {
+                *a = b / scale;
+            }
+        }
+        eigenvalue
+    }
+
     /// An empty batch.
     pub fn new() -> Self {
         Self {
@@ -157,5 +205,45 @@ impl Batch {
             Batch::Sparse(b) => b.rows(),
             Batch::Ratings(b) => b.len(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_top_second_moment_is_the_steepest_curvature() {
+        // Every row the same: mean(x xᵀ) = x xᵀ, whose top eigenvalue is |x|² (with the bias 1).
+        let mut rows = SparseBatch::new();
+        for _ in 0..10 {
+            rows.push_row(1.0, &[0, 3], &[2.0, 1.0]);
+        }
+        assert!((rows.top_second_moment(4, 30) - 6.0).abs() < 1e-9);
+        // Half the rows hold feature 0 at 3, half feature 1 at 1.
+        let mut mixed = SparseBatch::new();
+        for i in 0..100 {
+            if i % 2 == 0 {
+                mixed.push_row(0.0, &[0], &[3.0]);
+            } else {
+                mixed.push_row(0.0, &[1], &[1.0]);
+            }
+        }
+        // M over (x0, x1, bias) = [[4.5, 0, 1.5], [0, 0.5, 0.5], [1.5, 0.5, 1]].
+        let top = mixed.top_second_moment(2, 200);
+        let m = [[4.5, 0.0, 1.5], [0.0, 0.5, 0.5], [1.5, 0.5, 1.0]];
+        // Its characteristic polynomial at the found root is 0.
+        let det = |l: f64| {
+            let a = [
+                [m[0][0] - l, m[0][1], m[0][2]],
+                [m[1][0], m[1][1] - l, m[1][2]],
+                [m[2][0], m[2][1], m[2][2] - l],
+            ];
+            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+                - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+                + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+        };
+        assert!(det(top).abs() < 1e-6 && top > 4.5, "{top}");
+        assert_eq!(SparseBatch::new().top_second_moment(3, 10), 0.0);
     }
 }

@@ -1,8 +1,8 @@
 //! The job spec the driver derives from the options and the data set.
 
-use mlless_core::{ModelSpec, OptimizerConfig, TunerConfig};
+use mlless_core::{ModelSpec, OptimizerConfig, OptimizerKind, TunerConfig};
 
-use super::models::{DEFAULT_TOLERANCE, Defaults, model_spec};
+use super::models::{DEFAULT_TOLERANCE, DataSample, Defaults, model_spec};
 use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
@@ -11,16 +11,20 @@ use mlless_job::config::TrainingConfig;
 use mlless_job::{JobSpec, StopCriteria, ValidationConfig};
 
 /// The job spec of `options` on `dataset`, run on `platform` (the invoker's); for LR,
-/// `positive_rate` is the training set's (estimated) fraction of positive labels.
+/// `sample` is what was estimated of the training set (its positive rate, its curvature).
 pub(super) fn job_spec(
     options: &TrainOptions,
     dataset: &Dataset,
-    positive_rate: Option<f64>,
+    sample: Option<DataSample>,
     platform: &str,
 ) -> Result<JobSpec> {
     let manifest = dataset.manifest();
     let defaults = Defaults::for_model(options.model, options.optimizer);
-    let rate = positive_rate.unwrap_or(0.5);
+    let sample = sample.unwrap_or(DataSample {
+        positive_rate: 0.5,
+        curvature: 0.0,
+    });
+    let rate = sample.positive_rate;
     let model = model_spec(options, dataset, &defaults, rate)?;
     model
         .validate()
@@ -40,6 +44,22 @@ pub(super) fn job_spec(
         None => crate::job_id::new(),
     };
     let training = &options.training;
+    let lr = options.hyper.lr.unwrap_or_else(|| {
+        defaults.lr_for(
+            options.model,
+            u64::from(training.workers) * u64::from(manifest.batch_size),
+            rate,
+        )
+    });
+    if options.model == ModelChoice::LogisticRegression
+        && matches!(
+            defaults.optimizer,
+            OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd
+        )
+        && let Some(warning) = sample.unstable_rate_warning(lr)
+    {
+        tracing::warn!("{warning}");
+    }
     Ok(JobSpec {
         run_url: absolute_location(&options.run_url(&job_id))?.into(),
         job_id,
@@ -48,13 +68,7 @@ pub(super) fn job_spec(
         optimizer: OptimizerConfig::new(defaults.optimizer),
         // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so
         // that their per-sample progress is GA's at P times the minibatch too.
-        lr: options.hyper.lr.unwrap_or_else(|| {
-            defaults.lr_for(
-                options.model,
-                u64::from(training.workers) * u64::from(manifest.batch_size),
-                rate,
-            )
-        }),
+        lr,
         train_batches,
         platform: platform.to_owned(),
         validation,

@@ -7,9 +7,9 @@ mod job_spec;
 mod models;
 
 pub use models::{
-    DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, Defaults, Hyperparameters, IMBALANCE_MAX,
-    LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, estimate_positive_rate, imbalance_factor,
-    initial_bias,
+    DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, DataSample, Defaults, Hyperparameters,
+    IMBALANCE_MAX, LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, STABLE_STEP,
+    estimate_sample, imbalance_factor, initial_bias,
 };
 
 use std::sync::Arc;
@@ -182,13 +182,13 @@ pub async fn train(
 ) -> Result<RunRecord> {
     options.validate_for(&*invoker)?;
     let dataset = Dataset::open(options.data_url.as_str()).await?;
-    let positive_rate = match (options.model, &dataset.manifest().kind) {
+    let sample = match (options.model, &dataset.manifest().kind) {
         (ModelChoice::LogisticRegression, DatasetKind::Sparse { .. }) => {
-            Some(estimate_positive_rate(&dataset).await?)
+            Some(estimate_sample(&dataset).await?)
         }
         _ => None,
     };
-    let spec = job_spec(options, &dataset, positive_rate, invoker.platform())?;
+    let spec = job_spec(options, &dataset, sample, invoker.platform())?;
     let run_store = Store::open(&spec.run_url)?;
     run_store.check_writable().await?;
     let spec_json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {

@@ -52,7 +52,7 @@ pub const DEFAULT_TOLERANCE: f64 = 1e-4;
 /// 12%) further from the optimum after 40 epochs on web-like data (3% positive, 300 binary
 /// features). On imbalanced data the rate also grows by [`imbalance_factor`] (the log loss is
 /// flatter there), and the bias starts at the training set's log-odds ([`initial_bias`],
-/// estimated by [`estimate_positive_rate`]) so that the larger step does not first overshoot
+/// estimated by [`estimate_sample`]) so that the larger step does not first overshoot
 /// from a model predicting 0.5. Momentum stays stable up to the cap of 16 times the rate.
 ///
 /// Sparse LR defaults to momentum SGD: on sparse data with a long tail of rare features,
@@ -95,6 +95,12 @@ pub const LR_REFERENCE_BATCH: u64 = 1000;
 /// step risks the stability limit (tested on the web-like, a9a-like and balanced sets with 4
 /// to 16 workers).
 pub const LR_MAX_SCALE: f64 = 16.0;
+
+/// The largest step × curvature (the rate times [`DataSample::log_loss_curvature`]) at which
+/// sparse LR's momentum was seen to converge: 10.4 on balanced binary data with 16 workers
+/// (rate 8), 11.8 on dense Higgs-like data; on Criteo-like counts 9.8 (1 worker) still
+/// converged and 19.6 (2 workers) did not. Above it [`DataSample::unstable_rate_warning`] warns.
+pub const STABLE_STEP: f64 = 12.0;
 
 /// The largest factor of [`imbalance_factor`].
 pub const IMBALANCE_MAX: f64 = 8.0;
@@ -214,28 +220,81 @@ impl Defaults {
     }
 }
 
-/// Minibatches of the training split that [`estimate_positive_rate`] reads at most.
+/// Minibatches of the training split that [`estimate_sample`] reads at most.
 const RATE_SAMPLE_BATCHES: usize = 8;
 
-/// The fraction of positive labels in up to [`RATE_SAMPLE_BATCHES`] training minibatches spread
-/// evenly over the split (the same ones every time); 0.5 for a split without rows.
-pub async fn estimate_positive_rate(dataset: &Dataset) -> Result<f64> {
+/// Power iterations of [`estimate_sample`]'s curvature.
+const CURVATURE_ITERATIONS: usize = 30;
+
+/// What sparse LR's defaults need to know of the training data, estimated on a sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DataSample {
+    /// The fraction of positive labels.
+    pub positive_rate: f64,
+    /// The largest eigenvalue of the rows' second moment, bias included
+    /// ([`mlless_core::SparseBatch::top_second_moment`]): near 10 for one-hot features, far
+    /// larger for counts or unscaled values.
+    pub curvature: f64,
+}
+
+impl DataSample {
+    /// The curvature of the mean log loss along its steepest direction at a model that
+    /// predicts the base rate: `r (1 − r)` times [`DataSample::curvature`].
+    pub fn log_loss_curvature(&self) -> f64 {
+        let r = self.positive_rate.clamp(1e-6, 1.0 - 1e-6);
+        r * (1.0 - r) * self.curvature
+    }
+
+    /// What to say when a rate of `lr` is likely to diverge on data like this (its step times
+    /// [`DataSample::log_loss_curvature`] above [`STABLE_STEP`]), `None` when it is not.
+    pub fn unstable_rate_warning(&self, lr: f32) -> Option<String> {
+        let step = f64::from(lr) * self.log_loss_curvature();
+        (step > STABLE_STEP).then(|| {
+            format!(
+                "the learning rate {lr} is likely too large for these features: their second \
+                 moment's top eigenvalue is {:.1} (one-hot features give about 5), so a step \
+                 moves the loss {step:.0} times its curvature, above the {STABLE_STEP} seen to \
+                 converge; large unscaled values (counts) do this: prepare the data with \
+                 --normalize minmax, or give a --lr below {:.3}",
+                self.curvature,
+                STABLE_STEP / self.log_loss_curvature()
+            )
+        })
+    }
+}
+
+/// The [`DataSample`] of up to [`RATE_SAMPLE_BATCHES`] training minibatches spread evenly over
+/// the split (the same ones every time); a positive rate of 0.5 and no curvature for a split
+/// without rows.
+pub async fn estimate_sample(dataset: &Dataset) -> Result<DataSample> {
     let batches = dataset.batches(crate::dataset::Split::Train);
     let take = batches.min(RATE_SAMPLE_BATCHES);
-    let (mut positives, mut rows) = (0.0_f64, 0_u64);
+    let mut sample = mlless_core::SparseBatch::new();
     for k in 0..take {
         let batch = dataset
             .read_batch(crate::dataset::Split::Train, k * batches / take)
             .await?;
         if let mlless_core::Batch::Sparse(sparse) = batch {
-            positives += sparse.labels.iter().map(|&l| f64::from(l)).sum::<f64>();
-            rows += sparse.rows() as u64;
+            for r in 0..sparse.rows() {
+                let (label, indices, values) = sparse.row(r);
+                sample.push_row(label, indices, values);
+            }
         }
     }
-    Ok(if rows == 0 {
-        0.5
-    } else {
-        positives / rows as f64
+    if sample.rows() == 0 {
+        return Ok(DataSample {
+            positive_rate: 0.5,
+            curvature: 0.0,
+        });
+    }
+    let positives: f64 = sample.labels.iter().map(|&l| f64::from(l)).sum();
+    let features = match dataset.manifest().kind {
+        DatasetKind::Sparse { features } => features as usize,
+        _ => 0,
+    };
+    Ok(DataSample {
+        positive_rate: positives / sample.rows() as f64,
+        curvature: sample.top_second_moment(features, CURVATURE_ITERATIONS),
     })
 }
 
@@ -375,6 +434,25 @@ fn check_labels(spec: &ModelSpec, dataset: &Dataset) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_rate_too_steep_for_the_features_is_warned_of() {
+        let one_hot = super::DataSample {
+            positive_rate: 0.5,
+            curvature: 5.2,
+        };
+        assert_eq!(one_hot.unstable_rate_warning(8.0), None);
+        let counts = super::DataSample {
+            positive_rate: 0.26,
+            curvature: 104.0,
+        };
+        let warning = counts.unstable_rate_warning(4.0).expect("warned");
+        assert!(
+            warning.contains("--normalize minmax") && warning.contains("below 0.600"),
+            "{warning}"
+        );
+        assert_eq!(counts.unstable_rate_warning(0.5), None);
+    }
+
     use super::*;
 
     #[test]
