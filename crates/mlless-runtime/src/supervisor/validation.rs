@@ -12,13 +12,55 @@ use crate::messages::{EVAL, Message, ReplicaMessage, ValidationProgress};
 use mlless_job::ValidationConfig;
 use mlless_job::record::{EvalPoint, TargetRecord, ValidationRecord};
 
-/// Evaluates `params` on every test minibatch.
+/// Evaluates `params` on every test minibatch, one read at a time (a large test set need not
+/// fit in the supervisor's memory).
 pub(super) async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metrics> {
-    let mut batches = Vec::with_capacity(ctx.dataset.batches(Split::Test));
+    let model = ctx.spec.model.model();
+    let mut evaluation = Evaluation::for_spec(&ctx.spec.model);
     for index in 0..ctx.dataset.batches(Split::Test) {
-        batches.push(ctx.dataset.read_batch(Split::Test, index).await?);
+        let batch = ctx.dataset.read_batch(Split::Test, index).await?;
+        evaluate_batch(
+            ctx,
+            &*model,
+            params,
+            &batch,
+            &mut evaluation,
+            Split::Test,
+            index,
+        )?;
     }
-    evaluate_on(ctx, params, &batches, Split::Test)
+    Ok(evaluation.finish_as(split_names(Split::Test).1))
+}
+
+/// The name of `split` in errors and the prefix of its metrics.
+fn split_names(split: Split) -> (&'static str, &'static str) {
+    match split {
+        Split::Test => ("test", "test_"),
+        Split::Validation => ("validation", ""),
+        Split::Train => ("training", "train_"),
+    }
+}
+
+/// Adds the evaluation of `params` on minibatch `index` of `split` to `evaluation`.
+fn evaluate_batch(
+    ctx: &JobContext,
+    model: &dyn mlless_core::Model,
+    params: &[f32],
+    batch: &Batch,
+    evaluation: &mut Evaluation,
+    split: Split,
+    index: usize,
+) -> Result<()> {
+    model
+        .evaluate(params, batch, evaluation)
+        .map_err(|source| RuntimeError::Model {
+            location: format!(
+                "{} {} minibatch {index}",
+                ctx.dataset.url(),
+                split_names(split).0
+            ),
+            source,
+        })
 }
 
 /// Evaluates `params` on `batches` of `split`: the test metrics named `test_…`, the
@@ -31,20 +73,10 @@ pub(super) fn evaluate_on(
 ) -> Result<mlless_core::Metrics> {
     let model = ctx.spec.model.model();
     let mut evaluation = Evaluation::for_spec(&ctx.spec.model);
-    let (name, prefix) = match split {
-        Split::Test => ("test", "test_"),
-        Split::Validation => ("validation", ""),
-        Split::Train => ("training", "train_"),
-    };
     for (index, batch) in batches.iter().enumerate() {
-        model
-            .evaluate(params, batch, &mut evaluation)
-            .map_err(|source| RuntimeError::Model {
-                location: format!("{} {name} minibatch {index}", ctx.dataset.url()),
-                source,
-            })?;
+        evaluate_batch(ctx, &*model, params, batch, &mut evaluation, split, index)?;
     }
-    Ok(evaluation.finish_as(prefix))
+    Ok(evaluation.finish_as(split_names(split).1))
 }
 
 /// The validation minibatches, read on first use and kept.
