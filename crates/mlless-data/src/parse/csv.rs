@@ -104,7 +104,7 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, '_, R>) -> Result<Raw, Pars
 
     lines.hand_over(&mut rows)?;
     let columns = columns.unwrap_or(0);
-    if columns < 2 && (lines.handed > 0 || rows.rows() > 0) {
+    if columns < 2 && (lines.out.handed > 0 || rows.rows() > 0) {
         return Err(ctx.invalid(format!(
             "CSV input needs a label column and at least one feature column, found {columns} column"
         )));

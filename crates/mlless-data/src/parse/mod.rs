@@ -418,10 +418,10 @@ fn parse_inputs<R: BufRead>(
             let mut lines = Lines::new(reader, path);
             if let Some(sink) = sink {
                 let sink: &mut dyn RowSink = &mut **sink;
-                lines.sink = Some((sink, part));
+                lines.out.sink = Some((sink, part));
             }
             let raw = read(&mut lines)?;
-            let count = samples(&raw) as u64 + lines.handed;
+            let count = samples(&raw) as u64 + lines.out.handed;
             if count == 0 {
                 return Err(ParseError::Empty {
                     path: path.to_path_buf(),
@@ -508,57 +508,44 @@ impl Ctx<'_> {
     }
 }
 
-/// Reads lines into one reused buffer, numbering them from 1; hands the rows the sparse
-/// parsers read to a [`RowSink`], when there is one, a chunk at a time.
-struct Lines<'p, 's, R> {
-    reader: R,
-    buf: Vec<u8>,
-    number: u64,
-    ctx: Ctx<'p>,
+/// Hands the rows a sparse parser reads to a [`RowSink`], when there is one, a chunk at a
+/// time, each with its position: the byte offset at which its record starts in the
+/// (decompressed) input. The one way rows reach the sink, whether the parser reads lines
+/// ([`Lines`]) or CSV records.
+struct Handover<'s> {
     /// Where the rows go, with the index of this input among the parts.
     sink: Option<(&'s mut dyn RowSink, usize)>,
     /// Rows handed to the sink so far.
     handed: u64,
-    /// Bytes read so far, and the offset at which the last line read starts.
-    offset: u64,
-    line_start: u64,
-    /// With a sink: where the line of each row not yet handed over starts.
+    /// With a sink: where each row not yet handed over starts.
     starts: Vec<u64>,
 }
 
 /// Rows a parser holds before it hands them to a [`RowSink`].
 const SINK_CHUNK_ROWS: usize = 4096;
 
-impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
-    fn new(reader: R, path: &'p Path) -> Self {
-        Self {
-            reader,
-            buf: Vec::with_capacity(4096),
-            number: 0,
-            ctx: Ctx { path },
-            sink: None,
-            handed: 0,
-            offset: 0,
-            line_start: 0,
-            starts: Vec::new(),
-        }
-    }
-
-    /// Closes the current row of `rows` (see [`end_row`]), read at line `line`, and hands the
-    /// rows to the sink once a chunk of them is there.
-    fn end_row(&mut self, rows: &mut SparseBatch, line: u64) -> Result<(), ParseError> {
-        end_row(rows, self.ctx, line)?;
+impl Handover<'_> {
+    /// Closes the current row of `rows` (see [`end_row`]), read at line `line` from byte
+    /// `start` on, and hands the rows to the sink once a chunk of them is there.
+    fn end_row(
+        &mut self,
+        rows: &mut SparseBatch,
+        ctx: Ctx<'_>,
+        line: u64,
+        start: u64,
+    ) -> Result<(), ParseError> {
+        end_row(rows, ctx, line)?;
         if self.sink.is_some() {
-            self.starts.push(self.line_start);
+            self.starts.push(start);
             if rows.rows() >= SINK_CHUNK_ROWS {
-                self.hand_over(rows)?;
+                self.hand_over(rows, ctx)?;
             }
         }
         Ok(())
     }
 
     /// Hands every row of `rows` to the sink, if there is one (at the end of the input).
-    fn hand_over(&mut self, rows: &mut SparseBatch) -> Result<(), ParseError> {
+    fn hand_over(&mut self, rows: &mut SparseBatch, ctx: Ctx<'_>) -> Result<(), ParseError> {
         let Some((sink, part)) = self.sink.as_mut() else {
             return Ok(());
         };
@@ -568,7 +555,7 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
         }
         sink.take(*part, rows, &self.starts)
             .map_err(|error| ParseError::Spill {
-                path: self.ctx.path.to_path_buf(),
+                path: ctx.path.to_path_buf(),
                 error,
             })?;
         rows.labels.clear();
@@ -578,6 +565,48 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
         self.starts.clear();
         self.handed += count;
         Ok(())
+    }
+}
+
+/// Reads lines into one reused buffer, numbering them from 1; the rows read go through its
+/// [`Handover`], each at the offset at which its line starts.
+struct Lines<'p, 's, R> {
+    reader: R,
+    buf: Vec<u8>,
+    number: u64,
+    ctx: Ctx<'p>,
+    out: Handover<'s>,
+    /// Bytes read so far, and the offset at which the last line read starts.
+    offset: u64,
+    line_start: u64,
+}
+
+impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
+    fn new(reader: R, path: &'p Path) -> Self {
+        Self {
+            reader,
+            buf: Vec::with_capacity(4096),
+            number: 0,
+            ctx: Ctx { path },
+            out: Handover {
+                sink: None,
+                handed: 0,
+                starts: Vec::new(),
+            },
+            offset: 0,
+            line_start: 0,
+        }
+    }
+
+    /// Closes the current row of `rows`, read from the last line (number `line`); see
+    /// [`Handover::end_row`].
+    fn end_row(&mut self, rows: &mut SparseBatch, line: u64) -> Result<(), ParseError> {
+        self.out.end_row(rows, self.ctx, line, self.line_start)
+    }
+
+    /// Hands every row of `rows` to the sink, if there is one (at the end of the input).
+    fn hand_over(&mut self, rows: &mut SparseBatch) -> Result<(), ParseError> {
+        self.out.hand_over(rows, self.ctx)
     }
 
     /// The next line without its line terminator (`\n` or `\r\n`), with its number.
