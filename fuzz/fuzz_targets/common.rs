@@ -4,7 +4,9 @@
 use std::io::Cursor;
 use std::path::Path;
 
-use mlless_data::{FORMAT_VERSION, InputFormat, ParseOptions, parse_reader};
+use mlless_data::{
+    CsvHeader, CsvOptions, FORMAT_VERSION, InputFormat, LabelColumn, ParseOptions, parse_reader,
+};
 
 /// Parses `data` as `format`; the first byte picks the `--features` option (0: none).
 pub fn parse(format: InputFormat, data: &[u8]) {
@@ -13,8 +15,30 @@ pub fn parse(format: InputFormat, data: &[u8]) {
     };
     let options = ParseOptions {
         features: (first != 0).then_some(u32::from(first) * 4),
+        ..ParseOptions::default()
     };
     let _ = parse_reader(Cursor::new(text), Path::new("fuzz input"), format, &options);
+}
+
+/// Parses `data` as CSV; the first byte picks the delimiter (`,`, `;`, tab or space), the
+/// header rule and the label column (an index from 0 to 3, or the name `y`).
+pub fn parse_csv(data: &[u8]) {
+    let Some((&first, text)) = data.split_first() else {
+        return;
+    };
+    let options = ParseOptions {
+        features: None,
+        csv: CsvOptions {
+            delimiter: [b',', b';', b'\t', b' '][usize::from(first & 3)],
+            header: [CsvHeader::Auto, CsvHeader::Present, CsvHeader::Absent, CsvHeader::Auto]
+                [usize::from((first >> 2) & 3)],
+            label_column: match first >> 4 {
+                n @ 0..=3 => LabelColumn::Index(u32::from(n)),
+                _ => LabelColumn::Name("y".into()),
+            },
+        },
+    };
+    let _ = parse_reader(Cursor::new(text), Path::new("fuzz input"), InputFormat::Csv, &options);
 }
 
 /// The bytes a framed decoder gets: with an odd first byte, the rest wrapped in a valid frame

@@ -3,4 +3,4 @@ use libfuzzer_sys::fuzz_target;
 
 mod common;
 
-fuzz_target!(|data: &[u8]| common::parse(mlless_data::InputFormat::Csv, data));
+fuzz_target!(|data: &[u8]| common::parse_csv(data));

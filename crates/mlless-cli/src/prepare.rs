@@ -138,6 +138,7 @@ impl PrepareArgs {
                 None => self.format == Format::Criteo,
             },
             features: self.features,
+            csv: mlless_data::CsvOptions::default(),
             map_tasks: self.map_tasks,
             limits: Limits {
                 memory_mb: self.memory_mb,

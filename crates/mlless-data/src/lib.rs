@@ -65,15 +65,16 @@ pub use generate::{
 };
 pub use ids::{IDS_KEY, IDS_MAGIC, IdMap};
 pub use manifest::{
-    BatchInfo, DatasetKind, IdsInfo, InputSchema, LabelAt, LabelMap, LabelRange, MANIFEST_KEY,
-    MANIFEST_VERSION, Manifest, ManifestError, Normalization, SourceInfo, SplitInfo, batch_key,
+    BatchInfo, CsvDialect, CsvHeader, DatasetKind, IdsInfo, InputSchema, LabelAt, LabelMap,
+    LabelRange, MANIFEST_KEY, MANIFEST_VERSION, Manifest, ManifestError, Normalization, SourceInfo,
+    SplitInfo, batch_key,
 };
 pub use parse::{
-    Compression, InputFormat, InputLayout, ParseError, ParseOptions, Parsed, RowSink, STDIN_NAME,
-    STDIN_PATH, ScoringInput, ScoringLayout, ScoringRows, SparseSchema, UnknownFormat,
-    decompressed, input_name, open_input, parse_file, parse_files, parse_files_with_layout,
-    parse_reader, parse_readers_with_layout, read_for_scoring, read_reader_for_scoring,
-    stream_sparse,
+    Compression, CsvOptions, InputFormat, InputLayout, LabelColumn, ParseError, ParseOptions,
+    Parsed, RowSink, STDIN_NAME, STDIN_PATH, ScoringInput, ScoringLayout, ScoringRows,
+    SparseSchema, UnknownFormat, decompressed, input_name, open_input, parse_delimiter, parse_file,
+    parse_files, parse_files_with_layout, parse_reader, parse_readers_with_layout,
+    read_for_scoring, read_reader_for_scoring, stream_sparse,
 };
 pub use prepare::{
     FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_point,

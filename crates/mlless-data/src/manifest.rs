@@ -66,13 +66,108 @@ pub struct InputSchema {
     /// were 1-based.
     #[serde(default)]
     pub zero_based: bool,
-    /// CSV: columns of a row (the label, then the feature columns).
+    /// CSV: columns of a row (the label and the feature columns).
     #[serde(default)]
     pub csv_columns: Option<u32>,
+    /// CSV: the delimiter, the header rule and the label column it was read with (absent
+    /// from data sets prepared before they were kept, and read then as the defaults: `,`,
+    /// a detected header, the label first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv: Option<CsvDialect>,
     /// Ratings: the object holding the original ids of the users and items
     /// ([`IdMap`](crate::IdMap)).
     #[serde(default)]
     pub ids: Option<IdsInfo>,
+}
+
+/// How CSV is read: what `prepare --delimiter --header --label-column` said, with the label
+/// column as an index, so that `predict` reads new CSV as `prepare` read the training input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsvDialect {
+    /// The byte between fields (`,` by default; one ASCII character, kept as a string).
+    #[serde(default = "comma", with = "delimiter_char")]
+    pub delimiter: u8,
+    /// Whether the first row that is not blank is a header.
+    #[serde(default)]
+    pub header: CsvHeader,
+    /// The label's column, from 0; the features are the other columns, in order.
+    #[serde(default)]
+    pub label_column: u32,
+}
+
+impl Default for CsvDialect {
+    /// `,`, a detected header, the label first.
+    fn default() -> Self {
+        Self {
+            delimiter: b',',
+            header: CsvHeader::Auto,
+            label_column: 0,
+        }
+    }
+}
+
+/// The default delimiter of [`CsvDialect`].
+fn comma() -> u8 {
+    b','
+}
+
+/// A delimiter byte kept as a one-character string (`";"`, `"\t"`), which is how a person
+/// reading the manifest expects it.
+mod delimiter_char {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<S: Serializer>(byte: &u8, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_char(char::from(*byte))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.as_bytes() {
+            [byte] if byte.is_ascii() => Ok(*byte),
+            _ => Err(D::Error::custom(format!(
+                "a CSV delimiter is one ASCII character, not {text:?}"
+            ))),
+        }
+    }
+}
+
+/// Whether a CSV input's first row that is not blank is a header (`--header`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CsvHeader {
+    /// It is a header if some field of it is not a number (`auto`, the default).
+    #[default]
+    Auto,
+    /// It is a header, whatever it holds (`true`).
+    Present,
+    /// There is no header: it is data (`false`).
+    Absent,
+}
+
+impl std::fmt::Display for CsvHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Present => "true",
+            Self::Absent => "false",
+        })
+    }
+}
+
+impl std::str::FromStr for CsvHeader {
+    type Err = String;
+
+    /// `auto`, `true` (or `yes`) and `false` (or `no`), in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "true" | "yes" => Ok(Self::Present),
+            "false" | "no" => Ok(Self::Absent),
+            _ => Err(format!(
+                "expected true, false or auto (detect it), not {s:?}"
+            )),
+        }
+    }
 }
 
 /// Where a ratings data set's [`IdMap`](crate::IdMap) is.
@@ -287,7 +382,7 @@ impl Manifest {
     /// cardinalities; a non-empty training split; per-split sample counts that add up, with
     /// every batch holding between 1 and `batch_size` samples; keys that are relative, unique
     /// and free of `..` components; normalisation only for sparse data, with one min and max
-    /// per feature; a label map only for sparse data.
+    /// per feature; a label map only for sparse data; a CSV label column among the columns.
     pub fn validate(&self) -> Result<(), ManifestError> {
         let invalid = |m: String| Err(ManifestError::Invalid(m));
         if self.format_version != MANIFEST_VERSION {
@@ -342,6 +437,15 @@ impl Manifest {
                 ));
             }
             check_key(&ids.key)?;
+        }
+        if let Some(schema) = &self.schema
+            && let (Some(csv), Some(columns)) = (schema.csv, schema.csv_columns)
+            && csv.label_column >= columns
+        {
+            return invalid(format!(
+                "the CSV label column {} is beyond the {columns} columns",
+                csv.label_column
+            ));
         }
         if let Some(counts) = &self.rating_counts {
             if !matches!(self.kind, DatasetKind::Ratings { .. }) {
@@ -435,6 +539,7 @@ mod tests {
             schema: Some(InputSchema {
                 zero_based: true,
                 csv_columns: None,
+                csv: None,
                 ids: None,
             }),
             rating_counts: None,

@@ -17,7 +17,11 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn parse(path: &Path, format: InputFormat, features: Option<u32>) -> Result<Parsed, ParseError> {
-    parse_file(path, format, &ParseOptions { features })
+    let options = ParseOptions {
+        features,
+        ..ParseOptions::default()
+    };
+    parse_file(path, format, &options)
 }
 
 /// Asserts that parsing fails on `line` of `path` with a message starting with `message`.

@@ -45,6 +45,7 @@ fn train_and_compare(samples: u64, epochs: usize) -> (f64, f64) {
         InputFormat::Libsvm,
         &ParseOptions {
             features: Some(spec.features),
+            ..ParseOptions::default()
         },
     )
     .unwrap();

@@ -162,6 +162,7 @@ impl TrainedModel {
             features,
             zero_based: schema.zero_based,
             csv_columns: schema.csv_columns,
+            csv: schema.csv.unwrap_or_default(),
             label_map: self.manifest.label_map,
         }
     }

@@ -305,6 +305,9 @@ pub struct PrepareOptions {
     pub normalize: bool,
     /// Feature-space size (required for Criteo's hashed features).
     pub features: Option<u32>,
+    /// How CSV input is read: its delimiter, header and label column (the defaults for other
+    /// formats).
+    pub csv: mlless_data::CsvOptions,
     /// Number of map tasks of the normalisation.
     pub map_tasks: u32,
     /// Limits of each map task; the memory limit also bounds the memory of the shuffle.
@@ -681,6 +684,7 @@ async fn prepare_body(
         schema: Some(InputSchema {
             zero_based: layout.zero_based,
             csv_columns: layout.csv_columns,
+            csv: layout.csv,
             ids,
         }),
         rating_counts,
@@ -901,6 +905,7 @@ fn read_streamed(
 ) -> Result<Input> {
     let parse_options = ParseOptions {
         features: options.features,
+        csv: options.csv.clone(),
     };
     let temp_dir = options.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
     // The input is shuffled; a test or validation file keeps its order.
@@ -993,6 +998,7 @@ fn read_streamed(
 fn read_whole(options: &PrepareOptions, inputs: Vec<(InputReader, PathBuf)>) -> Result<Input> {
     let parse_options = ParseOptions {
         features: options.features,
+        csv: options.csv.clone(),
     };
     let seed = options.seed;
     let (parsed, layout) =

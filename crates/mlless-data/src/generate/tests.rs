@@ -754,6 +754,7 @@ fn parse_criteo(bytes: &[u8], features: u32) -> SparseBatch {
         InputFormat::Criteo,
         &ParseOptions {
             features: Some(features),
+            ..ParseOptions::default()
         },
     )
     .unwrap();

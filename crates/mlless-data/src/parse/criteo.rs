@@ -188,7 +188,10 @@ mod tests {
             text.as_bytes(),
             Path::new("train.txt"),
             InputFormat::Criteo,
-            &ParseOptions { features },
+            &ParseOptions {
+                features,
+                ..ParseOptions::default()
+            },
         )
     }
 

@@ -1,22 +1,117 @@
-//! CSV: dense numeric rows, label in the first column.
+//! CSV: dense numeric rows, read with the `csv` crate.
 //!
-//! The first non-blank line is a header, and skipped, if some field of it is not a number.
-//! Fields are separated by `,` and may be padded with spaces. An empty field is a missing value
-//! and, like a zero, is left out of the sparse row; the label may not be missing. Every row has
-//! the same number of columns; features = columns - 1.
+//! Fields are separated by the delimiter (`,` unless [`CsvOptions::delimiter`] says another),
+//! may be quoted (`"1.5"`; `"a,b"` in a header) and padded with spaces. Records end with `\n`
+//! or `\r\n`; a UTF-8 BOM at the start and blank lines are skipped. The first row that is not
+//! blank is a header, and skipped, as [`CsvOptions::header`] says (by default: if some field of
+//! it is not a number). The label is one column ([`CsvOptions::label_column`]: the first by
+//! default, or another by its index or, with a header, its name); the features are the other
+//! columns, in order. An empty field is a missing value and, like a zero, is left out of the
+//! sparse row; the label may not be missing. Every row has the same number of columns;
+//! features = columns - 1.
+//!
+//! A row's line is the line its record starts on, and its position (for a
+//! [`RowSink`](super::RowSink)) the byte offset at which it starts.
 
-use std::io::BufRead;
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::{self, BufRead, Read};
+use std::str::FromStr;
 
+use ::csv::ByteRecord;
 use mlless_core::SparseBatch;
 
 use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, sparse_parts};
+use crate::manifest::{CsvDialect, CsvHeader};
+
+/// How CSV input is read (`prepare --delimiter --header --label-column`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvOptions {
+    /// The byte between fields (see [`parse_delimiter`]).
+    pub delimiter: u8,
+    /// Whether the first row that is not blank is a header.
+    pub header: CsvHeader,
+    /// Which column is the label.
+    pub label_column: LabelColumn,
+}
+
+impl Default for CsvOptions {
+    /// `,`, a detected header, the label first.
+    fn default() -> Self {
+        Self {
+            delimiter: b',',
+            header: CsvHeader::Auto,
+            label_column: LabelColumn::Index(0),
+        }
+    }
+}
+
+/// The column of a CSV input that holds the label (`--label-column`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelColumn {
+    /// By its index, from 0.
+    Index(u32),
+    /// By its name in the header (which the input must then have).
+    Name(String),
+}
+
+impl Default for LabelColumn {
+    /// The first column.
+    fn default() -> Self {
+        Self::Index(0)
+    }
+}
+
+impl FromStr for LabelColumn {
+    type Err = String;
+
+    /// Digits are an index (from 0), anything else a name.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Err("expected a column index (from 0) or a name in the header".into());
+        }
+        if s.bytes().all(|b| b.is_ascii_digit()) {
+            return s
+                .parse()
+                .map(Self::Index)
+                .map_err(|_| format!("column index {s} is too large"));
+        }
+        Ok(Self::Name(s.to_string()))
+    }
+}
+
+impl fmt::Display for LabelColumn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Index(i) => write!(f, "{i}"),
+            Self::Name(name) => write!(f, "{name:?}"),
+        }
+    }
+}
+
+/// Parses a delimiter (`--delimiter`): one ASCII character, or `\t` or `tab` for a tab. A
+/// double quote (the quote) and a line end are refused.
+pub fn parse_delimiter(s: &str) -> Result<u8, String> {
+    if s == "\\t" || s.eq_ignore_ascii_case("tab") {
+        return Ok(b'\t');
+    }
+    match s.as_bytes() {
+        [b'"' | b'\n' | b'\r'] => Err(format!("{s:?} cannot be the delimiter")),
+        [byte] if byte.is_ascii() => Ok(*byte),
+        _ => Err(format!(
+            "expected one ASCII character (or \\t or tab for a tab), not {s:?}"
+        )),
+    }
+}
 
 /// One input as read.
 pub(super) struct Raw {
     rows: SparseBatch,
     labels: LabelSet,
-    /// Columns, label included (0 if the input has no line).
+    /// Columns, label included (0 if the input has no row).
     columns: usize,
+    /// The label's column, from 0.
+    label: usize,
 }
 
 impl Raw {
@@ -25,19 +120,202 @@ impl Raw {
     }
 }
 
-/// Whether `line` is a header: some field of it is not a number.
-pub(super) fn is_header(line: &str) -> bool {
-    line.split(',')
-        .map(str::trim_ascii)
-        .any(|f| !f.is_empty() && f.parse::<f64>().is_err())
+/// A UTF-8 byte order mark, which the `csv` crate skips at the start of its input.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Bytes the `csv` reader reads from its input at a time.
+const BUFFER_BYTES: usize = 64 << 10;
+
+/// A CSV input read a record at a time into one reused [`ByteRecord`] (no allocation per
+/// record or field), skipping blank lines, with the line and byte offset each record starts
+/// at.
+pub(super) struct Records<'p, R> {
+    reader: ::csv::Reader<Marked<R>>,
+    /// The record last read by [`Records::next`]; its fields are not trimmed ([`field`]).
+    pub(super) record: ByteRecord,
+    ctx: Ctx<'p>,
 }
 
-/// The label of line `no`, its (trimmed) first field: present and a finite number.
-pub(super) fn label(ctx: Ctx<'_>, no: u64, field: &str) -> Result<f32, ParseError> {
-    if field.is_empty() {
-        return Err(ctx.line(no, "missing label in column 1"));
+impl<'p, R: Read> Records<'p, R> {
+    /// Reads `reader`, named by `ctx` in errors, with fields separated by `delimiter`.
+    pub(super) fn new(reader: R, ctx: Ctx<'p>, delimiter: u8) -> Self {
+        let reader = ::csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .delimiter(delimiter)
+            .buffer_capacity(BUFFER_BYTES)
+            .from_reader(Marked {
+                inner: reader,
+                read: 0,
+                ends: VecDeque::new(),
+                bom: false,
+            });
+        Self {
+            reader,
+            record: ByteRecord::new(),
+            ctx,
+        }
     }
-    ctx.label(no, field)
+
+    /// Reads the next record that is not blank into [`Self::record`]; returns the line it
+    /// starts on (from 1) and the byte offset it starts at, or `None` at the end of the input.
+    pub(super) fn next(&mut self) -> Result<Option<(u64, u64)>, ParseError> {
+        loop {
+            let more = self
+                .reader
+                .read_byte_record(&mut self.record)
+                .map_err(|error| self.error(error))?;
+            if !more {
+                return Ok(None);
+            }
+            let start = self.start();
+            let blank = match self.record.len() {
+                0 => true,
+                1 => field(&self.record[0]).is_empty(),
+                _ => false,
+            };
+            if !blank {
+                return Ok(Some(start));
+            }
+        }
+    }
+
+    /// The fields of the record just read (at line `no`), trimmed; an error naming the line
+    /// if it is not UTF-8. (The record is checked once, then cut at its fields' bounds, which
+    /// fall between characters: the delimiter is ASCII.)
+    pub(super) fn fields(&self, no: u64) -> Result<impl Iterator<Item = &str>, ParseError> {
+        let record = &self.record;
+        let text = std::str::from_utf8(record.as_slice())
+            .map_err(|_| self.ctx.line(no, "line is not valid UTF-8"))?;
+        Ok((0..record.len()).map(move |i| {
+            text.get(record.range(i).unwrap_or_default())
+                .unwrap_or_default()
+                .trim_ascii()
+        }))
+    }
+
+    /// The line and byte offset at which the record just read starts. The `csv` crate's
+    /// position of a record is where the record before it ended, which is before its `\n` (of
+    /// a `\r\n`) and any blank lines between them: those terminators are skipped here (and a
+    /// BOM, when a blank line follows it).
+    fn start(&mut self) -> (u64, u64) {
+        let (mut line, mut start) = self
+            .record
+            .position()
+            .map_or((1, 0), |p| (p.line(), p.byte()));
+        let marked = self.reader.get_mut();
+        let from = if start == 0 && marked.bom {
+            BOM.len() as u64
+        } else {
+            start
+        };
+        let (mut at, mut newlines) = (from, 0);
+        while let Some(&end) = marked.ends.front() {
+            let offset = end >> 1;
+            if offset > at {
+                break;
+            }
+            if offset == at {
+                at += 1;
+                newlines += end & 1;
+            }
+            marked.ends.pop_front();
+        }
+        if at != from {
+            start = at;
+            line += newlines;
+        }
+        (line, start)
+    }
+
+    /// The parse error of a failed read.
+    fn error(&self, error: ::csv::Error) -> ParseError {
+        let path = self.ctx.path.to_path_buf();
+        let message = error.to_string();
+        match error.into_kind() {
+            ::csv::ErrorKind::Io(error) => ParseError::Io { path, error },
+            // Byte records read flexibly fail only on I/O.
+            _ => ParseError::Invalid { path, message },
+        }
+    }
+}
+
+/// The input of the `csv` reader: passes its bytes on, noting the offsets of the line
+/// terminators not yet behind the record being read (those of the `csv` reader's buffer,
+/// bounded by its size) so that [`Records::start`] can tell where a record really starts.
+struct Marked<R> {
+    inner: R,
+    /// Bytes passed on so far.
+    read: u64,
+    /// The offset of each `\r` and `\n` passed on, in order, shifted left by one, with the
+    /// low bit set for a `\n`.
+    ends: VecDeque<u64>,
+    /// Whether the input starts with a BOM (which the `csv` reader skips).
+    bom: bool,
+}
+
+impl<R: Read> Read for Marked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let bytes = &buf[..n];
+        if self.read == 0 && bytes.starts_with(BOM) {
+            self.bom = true;
+        }
+        for i in memchr::memchr2_iter(b'\n', b'\r', bytes) {
+            let newline = u64::from(bytes[i] == b'\n');
+            self.ends.push_back(((self.read + i as u64) << 1) | newline);
+        }
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// A field without its padding (ASCII spaces and tabs around it).
+pub(super) fn field(raw: &[u8]) -> &[u8] {
+    raw.trim_ascii()
+}
+
+/// A field as an error message shows it: quoted, and cut after 40 characters (a stray quote
+/// can make one field of the rest of the input).
+fn shown(field: &str) -> String {
+    const MAX: usize = 40;
+    match field.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{:?}…", &field[..cut]),
+        None => format!("{field:?}"),
+    }
+}
+
+/// Whether the first row of a CSV input is a header: what `header` says, and for
+/// [`CsvHeader::Auto`], whether some field of it is not a number.
+pub(super) fn is_header(header: CsvHeader, record: &ByteRecord) -> bool {
+    match header {
+        CsvHeader::Present => true,
+        CsvHeader::Absent => false,
+        CsvHeader::Auto => record.iter().map(field).any(|f| {
+            !f.is_empty()
+                && std::str::from_utf8(f)
+                    .ok()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .is_none()
+        }),
+    }
+}
+
+/// The label of line `no`, the (trimmed) field in column `column` (from 1): present and a
+/// finite number.
+pub(super) fn label(ctx: Ctx<'_>, no: u64, column: usize, field: &str) -> Result<f32, ParseError> {
+    if field.is_empty() {
+        return Err(ctx.line(no, format!("missing label in column {column}")));
+    }
+    parse_finite(field).ok_or_else(|| {
+        ctx.line(
+            no,
+            format!(
+                "expected a numeric label in column {column}, found {}",
+                shown(field)
+            ),
+        )
+    })
 }
 
 /// The value of the (trimmed, not empty) field in column `column` (from 1) of line `no`: a
@@ -46,94 +324,196 @@ pub(super) fn value(ctx: Ctx<'_>, no: u64, column: usize, field: &str) -> Result
     parse_finite(field).ok_or_else(|| {
         ctx.line(
             no,
-            format!("expected a number in column {column}, found {field:?}"),
+            format!(
+                "expected a number in column {column}, found {}",
+                shown(field)
+            ),
         )
     })
 }
 
-pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, '_, R>) -> Result<Raw, ParseError> {
+/// The columns of the rows and the label's, from the first row of an input (line `no`), and
+/// whether that row is a header.
+fn first_row(
+    ctx: Ctx<'_>,
+    no: u64,
+    record: &ByteRecord,
+    options: &CsvOptions,
+) -> Result<(usize, usize, bool), ParseError> {
+    let header = is_header(options.header, record);
+    let columns = record.len();
+    if columns < 2 {
+        return Err(ctx.line(
+            no,
+            format!(
+                "CSV input needs a label column and at least one feature column, found \
+                 {columns} column (fields separated by {:?}: see --delimiter)",
+                char::from(options.delimiter)
+            ),
+        ));
+    }
+    let label = match &options.label_column {
+        LabelColumn::Index(index) => {
+            let index = *index as usize;
+            if index >= columns {
+                return Err(ctx.line(
+                    no,
+                    format!(
+                        "--label-column {index} is beyond the {columns} columns of the rows \
+                         (indices from 0 to {})",
+                        columns - 1
+                    ),
+                ));
+            }
+            index
+        }
+        LabelColumn::Name(name) if !header => {
+            let why = if options.header == CsvHeader::Absent {
+                "--header false says the input has none".to_string()
+            } else {
+                "its first row (this line) is all numbers; --header true reads it as one"
+                    .to_string()
+            };
+            return Err(ctx.line(
+                no,
+                format!("--label-column {name:?} names a column of the header, but {why}"),
+            ));
+        }
+        LabelColumn::Name(name) => {
+            let names: Vec<String> = record
+                .iter()
+                .map(|f| String::from_utf8_lossy(field(f)).into_owned())
+                .collect();
+            let mut at = names.iter().enumerate().filter(|(_, n)| *n == name);
+            match (at.next(), at.next()) {
+                (Some((index, _)), None) => index,
+                (Some((first, _)), Some((second, _))) => {
+                    return Err(ctx.line(
+                        no,
+                        format!(
+                            "the header names two columns {name:?} (indices {first} and \
+                             {second}): give --label-column the index of the label's"
+                        ),
+                    ));
+                }
+                (None, _) => {
+                    const SHOWN: usize = 20;
+                    let mut list: Vec<String> =
+                        names.iter().take(SHOWN).map(|n| format!("{n:?}")).collect();
+                    if names.len() > SHOWN {
+                        list.push(format!("… ({} in all)", names.len()));
+                    }
+                    return Err(ctx.line(
+                        no,
+                        format!(
+                            "--label-column {name:?} is not a column of the header, whose \
+                             columns are {}",
+                            list.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    Ok((columns, label, header))
+}
+
+pub(super) fn read<R: BufRead>(
+    lines: &mut Lines<'_, '_, R>,
+    options: &CsvOptions,
+) -> Result<Raw, ParseError> {
     let ctx = lines.ctx;
+    let (reader, out) = lines.records();
+    let mut records = Records::new(reader, ctx, options.delimiter);
     let mut rows = SparseBatch::new();
     let mut labels = LabelSet::default();
-    let mut columns: Option<usize> = None;
-    let mut first = true;
+    // The columns and the label's column, once the first row is read.
+    let mut shape: Option<(usize, usize)> = None;
 
-    while let Some((no, line)) = lines.next_line()? {
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        if first {
-            first = false;
-            if is_header(line) {
-                columns = Some(line.split(',').count());
-                continue;
+    while let Some((no, start)) = records.next()? {
+        let record = &records.record;
+        let (columns, label_at) = match shape {
+            Some(shape) => shape,
+            None => {
+                let (columns, label_at, header) = first_row(ctx, no, record, options)?;
+                shape = Some((columns, label_at));
+                if header {
+                    continue;
+                }
+                (columns, label_at)
             }
+        };
+        if record.len() != columns {
+            return Err(ctx.line(
+                no,
+                format!("expected {columns} columns, found {}", record.len()),
+            ));
         }
-        let mut count = 0usize;
-        for (column, field) in line.split(',').map(str::trim_ascii).enumerate() {
-            count += 1;
-            if columns.is_some_and(|c| column >= c) {
-                continue; // counted; reported below
-            }
-            if column == 0 {
-                let label = label(ctx, no, field)?;
+        for (column, f) in records.fields(no)?.enumerate() {
+            if column == label_at {
+                let label = label(ctx, no, column + 1, f)?;
                 labels.observe(label, no);
                 rows.labels.push(label);
                 continue;
             }
-            if field.is_empty() {
+            if f.is_empty() {
                 continue;
             }
-            let value = value(ctx, no, column + 1, field)?;
+            let value = value(ctx, no, column + 1, f)?;
             if value != 0.0 {
-                let index = u32::try_from(column - 1)
-                    .map_err(|_| ctx.line(no, "more than 2^32 columns"))?;
+                let feature = column - usize::from(column > label_at);
+                let index =
+                    u32::try_from(feature).map_err(|_| ctx.line(no, "more than 2^32 columns"))?;
                 rows.indices.push(index);
                 rows.values.push(value);
             }
         }
-        match columns {
-            None => columns = Some(count),
-            Some(c) if c != count => {
-                return Err(ctx.line(no, format!("expected {c} columns, found {count}")));
-            }
-            Some(_) => {}
-        }
-        lines.end_row(&mut rows, no)?;
+        out.end_row(&mut rows, ctx, no, start)?;
     }
 
-    lines.hand_over(&mut rows)?;
-    let columns = columns.unwrap_or(0);
-    if columns < 2 && (lines.out.handed > 0 || rows.rows() > 0) {
-        return Err(ctx.invalid(format!(
-            "CSV input needs a label column and at least one feature column, found {columns} column"
-        )));
-    }
+    out.hand_over(&mut rows, ctx)?;
+    let (columns, label) = shape.unwrap_or((0, 0));
     Ok(Raw {
         rows,
         labels,
         columns,
+        label,
     })
 }
 
-/// Checks that all inputs have the same columns and maps their labels jointly.
-/// Reconciles the parts; returns them and their number of columns.
+/// Checks that all inputs have the same columns, with the label in the same one, and maps
+/// their labels jointly. Returns the parts, their number of columns and how they were read.
 pub(super) fn finish(
     raws: Vec<(Ctx<'_>, Raw)>,
     options: &ParseOptions,
-) -> Result<(Vec<Parsed>, u32), ParseError> {
-    let first = &raws[0];
-    if let Some((ctx, raw)) = raws.iter().find(|(_, r)| r.columns != first.1.columns) {
-        return Err(ctx.invalid(format!(
-            "{} columns, but {} has {}",
-            raw.columns,
-            first.0.path.display(),
-            first.1.columns
-        )));
+) -> Result<(Vec<Parsed>, u32, CsvDialect), ParseError> {
+    let (first_ctx, first) = &raws[0];
+    for (ctx, raw) in &raws[1..] {
+        if raw.columns != first.columns {
+            return Err(ctx.invalid(format!(
+                "{} columns, but {} has {}",
+                raw.columns,
+                first_ctx.path.display(),
+                first.columns
+            )));
+        }
+        if raw.label != first.label {
+            return Err(ctx.invalid(format!(
+                "the label is column {} (from 0), but in {} it is column {}",
+                raw.label,
+                first_ctx.path.display(),
+                first.label
+            )));
+        }
     }
-    let ctx = first.0;
+    let ctx = *first_ctx;
     let columns_features =
-        u32::try_from(first.1.columns - 1).map_err(|_| ctx.invalid("more than 2^32 columns"))?;
+        u32::try_from(first.columns - 1).map_err(|_| ctx.invalid("more than 2^32 columns"))?;
+    let dialect = CsvDialect {
+        delimiter: options.csv.delimiter,
+        header: options.csv.header,
+        label_column: first.label as u32,
+    };
     let features = match options.features {
         None => columns_features,
         Some(f) if f >= columns_features => f,
@@ -148,7 +528,7 @@ pub(super) fn finish(
         .map(|(ctx, r)| (r.rows, r.labels, ctx.path))
         .collect();
     let parsed = sparse_parts(parts, features);
-    Ok((parsed, columns_features + 1))
+    Ok((parsed, columns_features + 1, dialect))
 }
 
 #[cfg(test)]
@@ -160,13 +540,42 @@ mod tests {
 
     use super::*;
 
+    fn parse_with(text: &str, csv: CsvOptions) -> Result<Parsed, ParseError> {
+        parse_reader(
+            text.as_bytes(),
+            Path::new("higgs.csv"),
+            InputFormat::Csv,
+            &ParseOptions {
+                features: None,
+                csv,
+            },
+        )
+    }
+
     fn parse_str(text: &str, features: Option<u32>) -> Result<Parsed, ParseError> {
         parse_reader(
             text.as_bytes(),
             Path::new("higgs.csv"),
             InputFormat::Csv,
-            &ParseOptions { features },
+            &ParseOptions {
+                features,
+                ..ParseOptions::default()
+            },
         )
+    }
+
+    fn rows(parsed: Parsed) -> SparseBatch {
+        match parsed {
+            Parsed::Sparse { rows, .. } => rows,
+            other => panic!("expected sparse rows, got {other:?}"),
+        }
+    }
+
+    fn label_column(s: &str) -> CsvOptions {
+        CsvOptions {
+            label_column: s.parse().unwrap(),
+            ..CsvOptions::default()
+        }
     }
 
     #[test]
@@ -227,6 +636,91 @@ mod tests {
     }
 
     #[test]
+    fn quoted_fields_crlf_bom_and_blank_lines() {
+        let plain = rows(parse_str("y,a,b\n1,1.5,2\n0,0,3\n", None).unwrap());
+        for text in [
+            "\"y\",\"a,b\",\"c\"\n\"1\",\"1.5\",2\n0,\"0\",\"3\"\n",
+            "\u{feff}y,a,b\r\n1,1.5,2\r\n\r\n0,0,3\r\n",
+            "\u{feff}\n\ny,a,b\n  \n1, 1.5 ,2\n\n0,0,3",
+            "1,1.5,2\n0,0,3\n",
+        ] {
+            assert_eq!(rows(parse_str(text, None).unwrap()), plain, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn delimiters() {
+        let plain = rows(parse_str("1,1.5,2\n0,0,3\n", None).unwrap());
+        for (text, delimiter) in [
+            ("1\t1.5\t2\n0\t0\t3\n", "\\t"),
+            ("1\t1.5\t2\n0\t0\t3\n", "tab"),
+            ("y;a;b\n1;1.5;2\n0;\"0\";3\n", ";"),
+            ("1|1.5|2\n0|0|3\n", "|"),
+        ] {
+            let csv = CsvOptions {
+                delimiter: parse_delimiter(delimiter).unwrap(),
+                ..CsvOptions::default()
+            };
+            assert_eq!(rows(parse_with(text, csv).unwrap()), plain, "{delimiter}");
+        }
+        // With the wrong delimiter, each row is one column.
+        for text in ["1;1.5;2\n", "y;a\n1;1.5\n"] {
+            let err = parse_str(text, None).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                "higgs.csv:1: CSV input needs a label column and at least one feature column, \
+                 found 1 column (fields separated by ',': see --delimiter)"
+            );
+        }
+        for bad in ["", ",,", "\"", "\n", "é"] {
+            assert!(parse_delimiter(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_label_column_by_index_or_name_gives_the_same_rows_as_first() {
+        let first = parse_str("y,a,b,c\n1,0.5,,2\n0,0,3,1\n-1,1,1,1\n", None).unwrap();
+        let last = "a,b,c,y\n0.5,,2,1\n0,3,1,0\n1,1,1,-1\n";
+        let middle = "a,y,b,c\n0.5,1,,2\n0,0,3,1\n1,-1,1,1\n";
+        assert_eq!(parse_with(last, label_column("3")).unwrap(), first);
+        assert_eq!(parse_with(last, label_column("y")).unwrap(), first);
+        assert_eq!(parse_with(middle, label_column("y")).unwrap(), first);
+        assert_eq!(parse_with(middle, label_column("1")).unwrap(), first);
+        // Without a header, by index.
+        let no_header = "0.5;;2;1\n0;3;1;0\n1;1;1;-1\n";
+        let csv = CsvOptions {
+            delimiter: b';',
+            label_column: LabelColumn::Index(3),
+            header: CsvHeader::Absent,
+        };
+        assert_eq!(rows(parse_with(no_header, csv).unwrap()), rows(first));
+    }
+
+    #[test]
+    fn the_header_option() {
+        // A numeric first row is a header when told so; a header is data when told so.
+        let numbers = "7,8,9\n1,0.5,2\n";
+        assert_eq!(rows(parse_str(numbers, None).unwrap()).rows(), 2);
+        let csv = CsvOptions {
+            header: CsvHeader::Present,
+            ..CsvOptions::default()
+        };
+        assert_eq!(rows(parse_with(numbers, csv).unwrap()).rows(), 1);
+        let csv = CsvOptions {
+            header: CsvHeader::Absent,
+            ..CsvOptions::default()
+        };
+        let err = parse_with("y,a\n1,2\n", csv).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "higgs.csv:1: expected a numeric label in column 1, found \"y\""
+        );
+        assert_eq!("TRUE".parse(), Ok(CsvHeader::Present));
+        assert_eq!("no".parse(), Ok(CsvHeader::Absent));
+        assert!("maybe".parse::<CsvHeader>().is_err());
+    }
+
+    #[test]
     fn malformed_lines_name_file_and_line() {
         let cases = [
             ("y,a,b\n1,2,3\n0,1\n", 3, "expected 3 columns, found 2"),
@@ -237,11 +731,172 @@ mod tests {
                 "expected a number in column 2, found \"x\"",
             ),
             ("1,2,3\n,1,2\n", 2, "missing label in column 1"),
+            (
+                "1,2,3\nyes,1,2\n",
+                2,
+                "expected a numeric label in column 1, found \"yes\"",
+            ),
+            (
+                "1,2,3\nnan,1,2\n",
+                2,
+                "expected a numeric label in column 1, found \"nan\"",
+            ),
+            // Lines are the lines records start on, with CRLF, blank lines and quoted newlines.
+            ("1,2,3\r\n\r\n\r\n0,x,2\r\n", 4, "expected a number"),
+            ("\"1\n\",2,3\n0,x,2\n", 3, "expected a number"),
+            (
+                "1,2,3\n0,1,\"2\n3,4,5\n",
+                2,
+                "expected a number in column 3, found \"2\\n3,4,5\"",
+            ),
         ];
         for (text, line, message) in cases {
             let shown = parse_str(text, None).unwrap_err().to_string();
-            assert_eq!(shown, format!("higgs.csv:{line}: {message}"), "{text:?}");
+            assert!(
+                shown.starts_with(&format!("higgs.csv:{line}: {message}")),
+                "{shown:?} for {text:?}"
+            );
         }
+        // A stray quote makes a field of the rest of the input: the message shows its start.
+        let long = format!("1,2,3\n0,\"1,{}\n", "2,".repeat(1000));
+        let shown = parse_str(&long, None).unwrap_err().to_string();
+        assert!(shown.len() < 120, "{shown}");
+    }
+
+    #[test]
+    fn a_bad_label_column_names_file_and_line() {
+        let cases = [
+            (
+                "\n\n1,2,3\n",
+                "5",
+                "higgs.csv:3: --label-column 5 is beyond the 3 columns of the rows (indices \
+                 from 0 to 2)",
+            ),
+            (
+                "y,a,\"b,c\"\n1,2,3\n",
+                "z",
+                "higgs.csv:1: --label-column \"z\" is not a column of the header, whose columns \
+                 are \"y\", \"a\", \"b,c\"",
+            ),
+            (
+                "1,2,3\n",
+                "y",
+                "higgs.csv:1: --label-column \"y\" names a column of the header, but its first \
+                 row (this line) is all numbers; --header true reads it as one",
+            ),
+            (
+                "y,a,y\n1,2,3\n",
+                "y",
+                "higgs.csv:1: the header names two columns \"y\" (indices 0 and 2): give \
+                 --label-column the index of the label's",
+            ),
+            (
+                "a,y\n1,2\n1,\n",
+                "y",
+                "higgs.csv:3: missing label in column 2",
+            ),
+        ];
+        for (text, column, message) in cases {
+            let err = parse_with(text, label_column(column)).unwrap_err();
+            assert_eq!(err.to_string(), message, "{text:?}");
+        }
+        assert!("".parse::<LabelColumn>().is_err());
+        assert_eq!("007".parse(), Ok(LabelColumn::Index(7)));
+        assert!("99999999999".parse::<LabelColumn>().is_err());
+    }
+
+    #[test]
+    fn parts_need_the_label_in_the_same_column() {
+        let options = ParseOptions {
+            features: None,
+            csv: label_column("y"),
+        };
+        let parts = crate::parse::parse_inputs(
+            vec![
+                ("a,y\n1,0\n".as_bytes(), Path::new("train.csv")),
+                ("y,a\n1,0\n".as_bytes(), Path::new("test.csv")),
+            ],
+            InputFormat::Csv,
+            &options,
+            None,
+        );
+        let err = parts.expect_err("refused").to_string();
+        assert_eq!(
+            err,
+            "test.csv: the label is column 0 (from 0), but in train.csv it is column 1"
+        );
+    }
+
+    #[test]
+    fn records_start_where_their_lines_start() {
+        let text = "\u{feff}y,a\r\n1,2\r\n\r\n\n\"3\n4\",5\n\r\n6,7";
+        let mut records = Records::new(
+            text.as_bytes(),
+            Ctx {
+                path: Path::new("x"),
+            },
+            b',',
+        );
+        let mut starts = Vec::new();
+        while let Some(start) = records.next().unwrap() {
+            starts.push(start);
+        }
+        let offset = |s: &str| text.find(s).unwrap() as u64;
+        assert_eq!(
+            starts,
+            vec![
+                (1, 0),
+                (2, offset("1,2")),
+                (5, offset("\"3")),
+                (8, offset("6,7"))
+            ]
+        );
+    }
+
+    #[test]
+    fn streamed_rows_carry_the_offsets_their_records_start_at() {
+        #[derive(Default)]
+        struct Starts(Vec<u64>);
+        impl crate::parse::RowSink for Starts {
+            fn take(&mut self, _: usize, _: &mut SparseBatch, starts: &[u64]) -> io::Result<()> {
+                self.0.extend_from_slice(starts);
+                Ok(())
+            }
+        }
+        let text = "y;a\r\n1;2\r\n\r\n0;\"3\n\"\r\n\n1;4";
+        let mut sink = Starts::default();
+        let csv = CsvOptions {
+            delimiter: b';',
+            ..CsvOptions::default()
+        };
+        crate::parse::stream_sparse(
+            vec![(text.as_bytes(), "s.csv".into())],
+            InputFormat::Csv,
+            &ParseOptions {
+                features: None,
+                csv,
+            },
+            &mut sink,
+        )
+        .unwrap();
+        let offset = |s: &str| text.find(s).unwrap() as u64;
+        assert_eq!(sink.0, vec![offset("1;2"), offset("0;"), offset("1;4")]);
+    }
+
+    #[test]
+    fn the_label_range_names_the_lines_labels_were_read_from() {
+        let text = "a;\"b\";y\r\n\r\n1;\"2\n\";0.5\r\n4;5;-2\r\n6;7;3\r\n";
+        let csv = CsvOptions {
+            delimiter: b';',
+            label_column: LabelColumn::Name("y".into()),
+            ..CsvOptions::default()
+        };
+        let parsed = parse_with(text, csv).unwrap();
+        let range = parsed.label_range().unwrap();
+        let at = |at: &crate::manifest::LabelAt| (at.label, at.line);
+        assert_eq!(at(&range.min), (-2.0, 5));
+        assert_eq!(at(&range.max), (3.0, 6));
+        assert_eq!(range.fractional.as_ref().map(at), Some((0.5, 3)));
     }
 
     #[test]

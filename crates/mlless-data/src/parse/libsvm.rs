@@ -179,7 +179,10 @@ mod tests {
             text.as_bytes(),
             Path::new("data.libsvm"),
             InputFormat::Libsvm,
-            &ParseOptions { features },
+            &ParseOptions {
+                features,
+                ..ParseOptions::default()
+            },
         )
     }
 

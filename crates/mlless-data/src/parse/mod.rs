@@ -1,7 +1,8 @@
 //! Input parsers: LIBSVM, CSV, MovieLens ratings and Criteo TSV into in-memory [`Parsed`] data.
 //!
-//! Every parser reads line by line through one reused buffer and parses fields by hand, so
-//! preparing millions of rows costs no allocation per field. A bad line is a [`ParseError`]
+//! Every parser reads through one reused buffer, line by line (CSV: record by record, with the
+//! `csv` crate), and parses fields in place, so preparing millions of rows costs no allocation
+//! per field. A bad line is a [`ParseError`]
 //! naming the file and the 1-based line number:
 //!
 //! ```text
@@ -30,8 +31,9 @@ use std::str::FromStr;
 use mlless_core::{RatingBatch, SparseBatch};
 
 use crate::ids::IdMap;
-use crate::manifest::{DatasetKind, LabelAt, LabelMap, LabelRange};
+use crate::manifest::{CsvDialect, DatasetKind, LabelAt, LabelMap, LabelRange};
 
+pub use self::csv::{CsvOptions, LabelColumn, parse_delimiter};
 pub use score::{
     ScoringInput, ScoringLayout, ScoringRows, read_for_scoring, read_reader_for_scoring,
 };
@@ -45,7 +47,8 @@ pub use criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, CRITEO_INTEGER, criteo_feat
 pub enum InputFormat {
     /// `label index:value ...`, sparse or dense (`libsvm`).
     Libsvm,
-    /// Dense numeric CSV, label in the first column, optional header (`csv`).
+    /// Dense numeric CSV, the label in one column (the first by default), optional header
+    /// (`csv`; see [`CsvOptions`]).
     Csv,
     /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv` (`movielens`).
     Movielens,
@@ -102,6 +105,8 @@ pub struct ParseOptions {
     /// CSV: at least the number of feature columns (default: exactly that). Criteo: required,
     /// at least 14 (13 integer features plus a hashing space). MovieLens: ignored.
     pub features: Option<u32>,
+    /// CSV: the delimiter, the header and the label column. Other formats: ignored.
+    pub csv: CsvOptions,
 }
 
 /// Parsed input: all samples, in file order.
@@ -264,8 +269,10 @@ pub fn parse_files<P: AsRef<Path>>(
 pub struct InputLayout {
     /// LIBSVM: whether the indices were 0-based (some part had an index 0).
     pub zero_based: bool,
-    /// CSV: columns of a row (the label, then the features).
+    /// CSV: columns of a row (the label and the features).
     pub csv_columns: Option<u32>,
+    /// CSV: the delimiter, the header rule and the label's column.
+    pub csv: Option<CsvDialect>,
     /// MovieLens: the original ids of the dense user and item ids.
     pub ids: Option<IdMap>,
 }
@@ -448,10 +455,16 @@ fn parse_inputs<R: BufRead>(
             Ok((parsed, layout, counts))
         }
         InputFormat::Csv => {
-            let (raws, counts) = read_all(inputs, &mut sink, csv::read, csv::Raw::samples)?;
-            let (parsed, columns) = csv::finish(raws, options)?;
+            let (raws, counts) = read_all(
+                inputs,
+                &mut sink,
+                |l| csv::read(l, &options.csv),
+                csv::Raw::samples,
+            )?;
+            let (parsed, columns, dialect) = csv::finish(raws, options)?;
             let layout = InputLayout {
                 csv_columns: Some(columns),
+                csv: Some(dialect),
                 ..InputLayout::default()
             };
             Ok((parsed, layout, counts))
@@ -607,6 +620,12 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
     /// Hands every row of `rows` to the sink, if there is one (at the end of the input).
     fn hand_over(&mut self, rows: &mut SparseBatch) -> Result<(), ParseError> {
         self.out.hand_over(rows, self.ctx)
+    }
+
+    /// The input itself, unread, and the handover of its rows: for a parser that reads records
+    /// rather than lines (CSV), and gives each row its own start.
+    fn records(&mut self) -> (&mut R, &mut Handover<'s>) {
+        (&mut self.reader, &mut self.out)
     }
 
     /// The next line without its line terminator (`\n` or `\r\n`), with its number.
@@ -994,7 +1013,10 @@ mod tests {
                 Some(100),
             ),
         ] {
-            let options = ParseOptions { features };
+            let options = ParseOptions {
+                features,
+                ..ParseOptions::default()
+            };
             let inputs = || {
                 vec![
                     (text.as_bytes(), PathBuf::from("train")),

@@ -7,11 +7,12 @@
 //! | format | labelled line | line without a label |
 //! | --- | --- | --- |
 //! | LIBSVM | `label index:value …` (a bare label: a row without features) | its first token is `index:value` (so `1:0.5 3:1` has none) |
-//! | CSV | the training file's columns (label first) | one column fewer |
+//! | CSV | the training file's columns, the label in its column | one column fewer: the features alone |
 //! | MovieLens | `user item rating [timestamp]` | `user item` |
 //! | Criteo | 40 tab-separated columns | 39 (no label column, as in Criteo's `test.txt`) |
 //!
-//! Blank lines and (LIBSVM) comments are skipped, as by the parsers.
+//! Blank lines and (LIBSVM) comments are skipped, as by the parsers. CSV is read as the data
+//! set's was ([`CsvDialect`]): with its delimiter, its header rule and its label column.
 //!
 //! Labels are mapped with the data set's [`LabelMap`] (e.g. -1/+1 → 0/1); a label that is not
 //! one of its two values is an error. Feature indices follow the data set's base (1-based
@@ -19,15 +20,16 @@
 //! counted in [`ScoringInput::ignored_features`]: the model has no weight for it. MovieLens ids
 //! stay the original ones.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 use mlless_core::{RatingBatch, SparseBatch};
 
 use super::criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, push_features};
+use super::csv::{Records, is_header};
 use super::movielens::{for_each_line, parse_id, parse_rating};
 use super::{Ctx, InputFormat, Lines, ParseError, end_row};
-use crate::manifest::LabelMap;
+use crate::manifest::{CsvDialect, LabelMap};
 
 /// How to read input to score: the data set's layout.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,6 +42,8 @@ pub struct ScoringLayout {
     pub zero_based: bool,
     /// CSV: columns of a labelled row (default: `features + 1`).
     pub csv_columns: Option<u32>,
+    /// CSV: the delimiter, header rule and label column of the data set's input.
+    pub csv: CsvDialect,
     /// How labels map to 0/1, if they were mapped.
     pub label_map: Option<LabelMap>,
 }
@@ -88,9 +92,8 @@ pub fn read_reader_for_scoring(
     path: &Path,
     layout: &ScoringLayout,
 ) -> Result<ScoringInput, ParseError> {
-    let mut lines = Lines::new(reader, path);
     let mut state = State {
-        ctx: lines.ctx,
+        ctx: Ctx { path },
         layout: *layout,
         rows: SparseBatch::new(),
         labelled: None,
@@ -98,16 +101,20 @@ pub fn read_reader_for_scoring(
         ignored: 0,
     };
     let rows = match layout.format {
-        InputFormat::Libsvm => state.sparse_rows(&mut lines, State::libsvm_line)?,
-        InputFormat::Csv => {
-            let mut first = true;
-            state.sparse_rows(&mut lines, |s, no, line| s.csv_line(no, line, &mut first))?
+        InputFormat::Csv => state.csv_rows(reader)?,
+        format => {
+            let mut lines = Lines::new(reader, path);
+            match format {
+                InputFormat::Libsvm => state.sparse_rows(&mut lines, State::libsvm_line)?,
+                InputFormat::Criteo => {
+                    let mut cats = Vec::with_capacity(CRITEO_CATEGORICAL);
+                    state
+                        .sparse_rows(&mut lines, |s, no, line| s.criteo_line(no, line, &mut cats))?
+                }
+                InputFormat::Movielens => ScoringRows::Ratings(movielens(&mut lines, &mut state)?),
+                InputFormat::Csv => unreachable!("read above"),
+            }
         }
-        InputFormat::Criteo => {
-            let mut cats = Vec::with_capacity(CRITEO_CATEGORICAL);
-            state.sparse_rows(&mut lines, |s, no, line| s.criteo_line(no, line, &mut cats))?
-        }
-        InputFormat::Movielens => ScoringRows::Ratings(movielens(&mut lines, &mut state)?),
     };
     if state.lines.is_empty() {
         return Err(ParseError::Empty {
@@ -167,14 +174,16 @@ impl State<'_> {
     }
 
     /// Whether line `no` with `count` columns has its label: `columns` with it, one fewer
-    /// without; any other count is an error naming both (`kind`: e.g. "tab-separated "). Records
-    /// the answer as [`Self::label_presence`] does.
+    /// without; any other count is an error naming both (`kind`: e.g. "tab-separated "; `at`:
+    /// where the label is, e.g. "label first"). Records the answer as
+    /// [`Self::label_presence`] does.
     fn labelled_by_columns(
         &mut self,
         no: u64,
         count: usize,
         columns: usize,
         kind: &str,
+        at: &str,
     ) -> Result<bool, ParseError> {
         let labelled = if count == columns {
             true
@@ -184,7 +193,7 @@ impl State<'_> {
             return Err(self.ctx.line(
                 no,
                 format!(
-                    "expected {columns} {kind}columns (label first) or {} (no label), found {count}",
+                    "expected {columns} {kind}columns ({at}) or {} (no label), found {count}",
                     columns - 1
                 ),
             ));
@@ -246,43 +255,59 @@ impl State<'_> {
         Ok(true)
     }
 
-    /// A CSV line; `first` is whether it is the first that is not blank, which may be a header.
-    fn csv_line(&mut self, no: u64, line: &str, first: &mut bool) -> Result<bool, ParseError> {
+    /// A CSV input's rows, read record by record as the data set's input was.
+    fn csv_rows(&mut self, reader: impl Read) -> Result<ScoringRows, ParseError> {
         let (ctx, layout) = (self.ctx, self.layout);
-        if line.trim_ascii().is_empty() || std::mem::take(first) && super::csv::is_header(line) {
-            return Ok(false);
-        }
+        let dialect = layout.csv;
         let columns = layout
             .csv_columns
             .map_or(layout.features as usize + 1, |c| c as usize);
-        let fields = || line.split(',').map(str::trim_ascii);
-        let labelled = self.labelled_by_columns(no, fields().count(), columns, "")?;
-        let mut fields = fields();
-        let label = if labelled {
-            let label = super::csv::label(ctx, no, fields.next().unwrap_or_default())?;
-            self.map_label(no, label)?
-        } else {
-            0.0
-        };
-        self.rows.labels.push(label);
-        let offset = usize::from(labelled);
-        for (i, field) in fields.enumerate() {
-            if field.is_empty() {
-                continue;
-            }
-            let value = super::csv::value(ctx, no, i + offset + 1, field)?;
-            if value == 0.0 {
-                continue;
-            }
-            match u32::try_from(i).ok().filter(|&j| j < layout.features) {
-                Some(j) => {
-                    self.rows.indices.push(j);
-                    self.rows.values.push(value);
-                }
-                None => self.ignored += 1,
-            }
+        let label_at = dialect.label_column as usize;
+        if label_at >= columns {
+            return Err(ctx.invalid(format!(
+                "the data set's CSV label column {label_at} is beyond its {columns} columns"
+            )));
         }
-        Ok(true)
+        let at = match label_at {
+            0 => "label first".to_string(),
+            n => format!("the label in column {}", n + 1),
+        };
+        let mut records = Records::new(reader, ctx, dialect.delimiter);
+        let mut first = true;
+        while let Some((no, _)) = records.next()? {
+            let record = &records.record;
+            if std::mem::take(&mut first) && is_header(dialect.header, record) {
+                continue;
+            }
+            let labelled = self.labelled_by_columns(no, record.len(), columns, "", &at)?;
+            let mut label = 0.0;
+            let mut feature = 0usize;
+            for (column, f) in records.fields(no)?.enumerate() {
+                if labelled && column == label_at {
+                    label = self.map_label(no, super::csv::label(ctx, no, column + 1, f)?)?;
+                    continue;
+                }
+                let index = feature;
+                feature += 1;
+                if f.is_empty() {
+                    continue;
+                }
+                let value = super::csv::value(ctx, no, column + 1, f)?;
+                if value == 0.0 {
+                    continue;
+                }
+                match u32::try_from(index).ok().filter(|&j| j < layout.features) {
+                    Some(j) => {
+                        self.rows.indices.push(j);
+                        self.rows.values.push(value);
+                    }
+                    None => self.ignored += 1,
+                }
+            }
+            self.rows.labels.push(label);
+            end_row(&mut self.rows, ctx, no)?;
+        }
+        Ok(ScoringRows::Sparse(std::mem::take(&mut self.rows)))
     }
 
     /// A Criteo line; `cats` is scratch for its categorical features.
@@ -297,7 +322,8 @@ impl State<'_> {
             return Ok(false);
         }
         let count = line.split('\t').count();
-        let labelled = self.labelled_by_columns(no, count, CRITEO_COLUMNS, "tab-separated ")?;
+        let labelled =
+            self.labelled_by_columns(no, count, CRITEO_COLUMNS, "tab-separated ", "label first")?;
         let mut fields = line.split('\t');
         let label = if labelled {
             match fields.next().unwrap_or_default() {
@@ -364,6 +390,7 @@ mod tests {
             features,
             zero_based: false,
             csv_columns: None,
+            csv: CsvDialect::default(),
             label_map: Some(LabelMap {
                 negative: -1.0,
                 positive: 1.0,
@@ -448,6 +475,50 @@ mod tests {
         );
         let err = read("1,2,3\n1,x,3\n", l).unwrap_err().to_string();
         assert_eq!(err, "in.txt:2: expected a number in column 2, found \"x\"");
+    }
+
+    #[test]
+    fn csv_is_read_as_the_data_set_was() {
+        let l = ScoringLayout {
+            csv_columns: Some(3),
+            csv: CsvDialect {
+                delimiter: b';',
+                header: crate::manifest::CsvHeader::Auto,
+                label_column: 2,
+            },
+            ..layout(InputFormat::Csv, 2)
+        };
+        let input = read("a;b;y\n0.5;;1\n\"0\";2;-1\n", l).unwrap();
+        assert!(input.labelled);
+        assert_eq!(input.lines, vec![2, 3]);
+        let rows = sparse(&input);
+        assert_eq!(rows.labels, vec![1.0, 0.0]);
+        assert_eq!(rows.indices, vec![0, 1]);
+        assert_eq!(rows.values, vec![0.5, 2.0]);
+        let unlabelled = read("0.5;\r\n\r\n0;2\r\n", l).unwrap();
+        assert!(!unlabelled.labelled);
+        assert_eq!(unlabelled.lines, vec![1, 3]);
+        assert_eq!(sparse(&unlabelled).indices, rows.indices);
+        assert_eq!(sparse(&unlabelled).values, rows.values);
+        let err = read("1;2;3;4\n", l).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "in.txt:1: expected 3 columns (the label in column 3) or 2 (no label), found 4"
+        );
+        let err = read("1;2;1\n1;2;x\n", l).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "in.txt:2: expected a numeric label in column 3, found \"x\""
+        );
+        // A header the data set was told it has is skipped, numbers or not.
+        let told = ScoringLayout {
+            csv: CsvDialect {
+                header: crate::manifest::CsvHeader::Present,
+                ..l.csv
+            },
+            ..l
+        };
+        assert_eq!(read("7;8;9\n0.5;;1\n", told).unwrap().lines, vec![2]);
     }
 
     #[test]
