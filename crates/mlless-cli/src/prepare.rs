@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use mlless_data::InputFormat;
+use mlless_data::{CsvHeader, CsvOptions, InputFormat, LabelColumn};
 use mlless_faas::Limits;
 use mlless_runtime::{Control, PrepareOptions, PrepareStage, RuntimeError, TestSet, ValidationSet};
 
@@ -15,7 +15,8 @@ use mlless_runtime::{Control, PrepareOptions, PrepareStage, RuntimeError, TestSe
 pub enum Format {
     /// `label index:value …` (LIBSVM; 1-based indices).
     Libsvm,
-    /// Dense numeric rows, label first; a header row is detected.
+    /// Dense numeric rows, the label in one column (--label-column: the first by default);
+    /// a header row is detected (--header), fields are separated by --delimiter.
     Csv,
     /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv`.
     Movielens,
@@ -46,6 +47,16 @@ pub enum Normalize {
 /// The fraction of the training samples held out for validation when neither
 /// `--validation-fraction` nor `--validation-input` is given.
 pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.1;
+
+/// Parses `--header` (see [`CsvHeader`]).
+fn parse_header(s: &str) -> Result<CsvHeader, String> {
+    s.parse()
+}
+
+/// Parses `--label-column` (see [`LabelColumn`]).
+fn parse_label_column(s: &str) -> Result<LabelColumn, String> {
+    s.parse()
+}
 
 /// Options of `mlless prepare`.
 #[derive(Debug, Args)]
@@ -91,6 +102,17 @@ pub struct PrepareArgs {
     /// Size of the feature space (required for criteo: categorical values are hashed into it).
     #[arg(long)]
     pub features: Option<u32>,
+    /// CSV: the character between fields (`\t` or `tab` for a tab) [default: ,].
+    #[arg(long, value_parser = mlless_data::parse_delimiter)]
+    pub delimiter: Option<u8>,
+    /// CSV: whether the first row is a header: true, false, or auto (it is if some field of
+    /// it is not a number) [default: auto].
+    #[arg(long, value_parser = parse_header)]
+    pub header: Option<CsvHeader>,
+    /// CSV: the label's column, by its index (from 0) or its name in the header; the features
+    /// are the other columns, in order [default: 0, the first].
+    #[arg(long, value_parser = parse_label_column)]
+    pub label_column: Option<LabelColumn>,
     /// Where the normalisation's map tasks run: `local` processes, or `lambda:FUNCTION` (then
     /// --out must be on S3).
     #[arg(long, default_value = "local")]
@@ -138,7 +160,11 @@ impl PrepareArgs {
                 None => self.format == Format::Criteo,
             },
             features: self.features,
-            csv: mlless_data::CsvOptions::default(),
+            csv: CsvOptions {
+                delimiter: self.delimiter.unwrap_or(b','),
+                header: self.header.unwrap_or_default(),
+                label_column: self.label_column.clone().unwrap_or_default(),
+            },
             map_tasks: self.map_tasks,
             limits: Limits {
                 memory_mb: self.memory_mb,

@@ -505,3 +505,87 @@ fn a_hostile_record_or_fleet_is_refused_by_report_and_cost_without_allocating() 
         "{output:?}"
     );
 }
+
+/// A CSV label that is not a number (or missing), a label column that the input has not and a
+/// row of the wrong width are refused by `prepare` as it reads, naming the file and line,
+/// before anything is written (no manifest, no minibatch); the CSV options of another format
+/// and a bad delimiter are refused up front.
+#[test]
+fn a_bad_csv_label_or_label_column_is_refused_at_prepare_naming_the_line() {
+    let good = "y;a;b\n1;0.5;2\n0;1;1\n".to_string() + &"1;2;3\n0;1;1\n".repeat(50);
+    let cases: [(String, &[&str], String); 7] = [
+        (
+            good.clone() + "yes;1;2\n",
+            &["--delimiter", ";"],
+            ":104: expected a numeric label in column 1, found \"yes\"".into(),
+        ),
+        (
+            good.clone() + "\n;1;2\n",
+            &["--delimiter", ";"],
+            ":105: missing label in column 1".into(),
+        ),
+        (
+            good.replace("\n0;1;1\n", "\n0;\"1;1\"\n"),
+            &["--delimiter", ";"],
+            ":3: expected 3 columns, found 2".into(),
+        ),
+        (
+            good.replace("1;2;3", "1;2;x"),
+            &["--delimiter", ";", "--label-column", "b"],
+            ":4: expected a numeric label in column 3, found \"x\"".into(),
+        ),
+        (
+            good.clone(),
+            &["--delimiter", ";", "--label-column", "label"],
+            ":1: --label-column \"label\" is not a column of the header, whose columns are \
+             \"y\", \"a\", \"b\""
+                .into(),
+        ),
+        (
+            good.clone(),
+            &["--delimiter", ";", "--label-column", "3"],
+            ":1: --label-column 3 is beyond the 3 columns of the rows (indices from 0 to 2)".into(),
+        ),
+        (
+            good.clone(),
+            &[],
+            ":1: CSV input needs a label column and at least one feature column, found 1 column \
+             (fields separated by ',': see --delimiter)"
+                .into(),
+        ),
+    ];
+    for (text, extra, expected) in &cases {
+        let dir = tempdir();
+        let input = write(dir.path(), "a.csv", text);
+        let out = dir.path().join("store");
+        let (input_s, out_s) = (s(&input), s(&out));
+        let mut args = vec![
+            "prepare", "--format", "csv", "--input", &input_s, "--out", &out_s,
+        ];
+        args.extend(*extra);
+        let stderr = fails(&args);
+        assert!(
+            stderr.contains(&format!("{input_s}{expected}")),
+            "{extra:?}: {stderr}"
+        );
+        // The store may have been opened (its directory made), but nothing is in it.
+        let written: Vec<_> = std::fs::read_dir(&out)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(
+            written.is_empty(),
+            "{extra:?}: nothing written: {written:?}"
+        );
+    }
+
+    let (stderr, _) = prepare_error("libsvm", "a.libsvm", "1 1:1\n", &["--delimiter", ";"]);
+    assert!(
+        stderr.contains("--delimiter, --header and --label-column are options of --format csv"),
+        "{stderr}"
+    );
+    let (stderr, _) = prepare_error("csv", "a.csv", "1,2\n", &["--delimiter", "ab"]);
+    assert!(stderr.contains("--delimiter"), "{stderr}");
+}

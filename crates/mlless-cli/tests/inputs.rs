@@ -157,3 +157,111 @@ fn a_cut_compressed_input_is_an_error_naming_it_and_stdin_is_read_once() {
         "{stderr}"
     );
 }
+
+/// Every row of every split of the data set at `url`, as `(label, indices, values)` with the
+/// values' bits, sorted: the data set's rows whatever their order.
+fn sorted_rows(url: &str) -> Vec<(u32, Vec<u32>, Vec<u32>)> {
+    let mut rows = Vec::new();
+    for batch in splits(url).into_iter().flatten() {
+        let mlless_core::Batch::Sparse(batch) = batch else {
+            panic!("sparse rows")
+        };
+        for r in 0..batch.rows() {
+            let (label, indices, values) = batch.row(r);
+            let values = values.iter().map(|v| v.to_bits()).collect();
+            rows.push((label.to_bits(), indices.to_vec(), values));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// `prepare --format csv` of `text` (written to `dir/NAME`) into `dir/out-NAME` with `extra`;
+/// returns the data set's location.
+fn prepare_csv(dir: &Path, name: &str, text: &str, extra: &[&str]) -> String {
+    let input = write(dir, name, text);
+    let out = dir.join(format!("out-{name}"));
+    let mut args = vec!["--batch-size", "250"];
+    args.extend(extra);
+    prepare("csv", &input, &out, &args);
+    s(&out)
+}
+
+/// CSV read with the `csv` crate: the label in another column (by index or by its name in the
+/// header), another delimiter (tab, `;`), quoted fields, CRLF and blank lines give the data set
+/// of the same rows written plainly (label first, commas). Lines of the same length give the
+/// very same data set, in the same order (the shuffle keys a row by the offset of its line).
+#[test]
+fn csv_read_with_delimiter_header_and_label_column_gives_the_rows_of_plain_csv() {
+    let dir = tempdir();
+    let dir = dir.path();
+    // 1200 rows of a label and three features, each field one character wide (so that every
+    // layout below keeps every line's offset), some zeros and missing values.
+    let rows: Vec<[String; 4]> = (0..1200)
+        .map(|i: u32| {
+            let f = |k: u32| match (i * 7 + k * 3) % 5 {
+                0 => String::new(),
+                v => v.to_string(),
+            };
+            [(i % 2).to_string(), f(1), f(2), f(3)]
+        })
+        .collect();
+    let lines = |order: [usize; 4], delimiter: &str, end: &str| -> String {
+        rows.iter()
+            .map(|r| order.map(|c| r[c].as_str()).join(delimiter) + end)
+            .collect()
+    };
+    let plain = prepare_csv(dir, "plain.csv", &lines([0, 1, 2, 3], ",", "\n"), &[]);
+    let expected = splits(&plain);
+    assert!(expected[0].len() >= 3, "a few training minibatches");
+
+    // The same offsets: the same data set.
+    let last = prepare_csv(
+        dir,
+        "last.tsv",
+        &lines([1, 2, 3, 0], "\t", "\n"),
+        &["--delimiter", "tab", "--label-column", "3"],
+    );
+    assert!(splits(&last) == expected, "label last, tab-separated");
+    let middle = prepare_csv(
+        dir,
+        "middle.csv",
+        &lines([1, 0, 2, 3], ";", "\n"),
+        &[
+            "--delimiter",
+            ";",
+            "--label-column",
+            "1",
+            "--header",
+            "false",
+        ],
+    );
+    assert!(splits(&middle) == expected, "label in the middle, ;");
+
+    // Other offsets: the same rows.
+    let expected = sorted_rows(&plain);
+    let header = "\u{feff}\"a\",\"b;c\",y,d\r\n\r\n".to_string()
+        + &rows
+            .iter()
+            .map(|r| format!("\"{}\";{};\"{}\";{}\r\n", r[1], r[2], r[0], r[3]))
+            .collect::<String>();
+    let named = prepare_csv(
+        dir,
+        "named.csv",
+        &header.replace(',', ";"),
+        &["--delimiter", ";", "--label-column", "y"],
+    );
+    assert_eq!(sorted_rows(&named), expected, "by name, quoted, CRLF");
+    let manifest = std::fs::read(Path::new(&named).join("manifest.json")).expect("manifest");
+    let manifest = mlless_data::Manifest::from_json(&manifest).expect("manifest reads");
+    let schema = manifest.schema.expect("schema");
+    assert_eq!(schema.csv_columns, Some(4));
+    assert_eq!(
+        schema.csv,
+        Some(mlless_data::CsvDialect {
+            delimiter: b';',
+            header: mlless_data::CsvHeader::Auto,
+            label_column: 2,
+        })
+    );
+}

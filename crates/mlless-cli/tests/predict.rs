@@ -614,3 +614,89 @@ fn normalised_csv_matches_the_record() {
     assert_eq!(same, out);
     assert_eq!(csv(&out).1.len(), 400);
 }
+
+/// A CSV data set prepared with `--delimiter ';'` and the label in its last column, named in
+/// the header (`--label-column target`): `predict` reads new CSV the same way, as the manifest
+/// recorded (`;`, the label last), with its label (`--evaluate` gives the record's metrics) and
+/// without it (the features alone score the same), and a row of the comma layout is refused
+/// naming its line.
+#[test]
+fn predict_reads_csv_with_the_delimiter_and_label_column_of_prepare() {
+    let dir = tempdir();
+    let dir = dir.path();
+    let mut text = Vec::new();
+    mlless_data::write_dense_lr(&mlless_data::DenseLrSpec::new(1000, 4, 5), &mut text)
+        .expect("generate");
+    // `label 1:v … 4:v` → `"v";v;v;v;label`, CRLF.
+    let rows: Vec<(String, Vec<String>)> = String::from_utf8(text)
+        .expect("utf-8")
+        .lines()
+        .map(|l| {
+            let mut f = l.split(' ');
+            let label = f.next().unwrap().to_string();
+            let values = f
+                .map(|kv| kv.split(':').nth(1).unwrap().to_string())
+                .collect();
+            (label, values)
+        })
+        .collect();
+    let labelled = |rows: &[(String, Vec<String>)]| {
+        "a;b;\"c;d\";e;target\r\n".to_string()
+            + &rows
+                .iter()
+                .map(|(y, v)| format!("\"{}\";{};{y}\r\n", v[0], v[1..].join(";")))
+                .collect::<String>()
+    };
+    let tr = write(dir, "semi.csv", &labelled(&rows[..800]));
+    let te = write(dir, "semi-test.csv", &labelled(&rows[800..]));
+    let unlabelled: String = rows[800..]
+        .iter()
+        .map(|(_, v)| format!("{}\n", v.join(";")))
+        .collect();
+    let te_unlabelled = write(dir, "semi-test-x.csv", &unlabelled);
+    let data = dir.join("store/semi");
+    ok(&[
+        "prepare",
+        "--format",
+        "csv",
+        "--input",
+        &s(&tr),
+        "--test-input",
+        &s(&te),
+        "--out",
+        &s(&data),
+        "--batch-size",
+        "100",
+        "--delimiter",
+        ";",
+        "--label-column",
+        "target",
+    ]);
+    let record = train_on(dir, "semi", &data, &["--model", "lr", "--max-epochs", "2"]);
+    let run = record.spec.run_url.as_str();
+    let (out, err) = predict(run, &te, "csv", true);
+    assert_same_metrics(&record, &err);
+    assert_eq!(csv(&out).1.len(), 200);
+    let (same, _) = predict(run, &te_unlabelled, "csv", false);
+    assert_eq!(same, out);
+
+    let commas = write(dir, "commas.csv", "a;b;c;d;target\n0.5,1,2,3,1\n");
+    let err = fails(&[
+        "predict",
+        "--model",
+        run,
+        "--input",
+        &s(&commas),
+        "--format",
+        "csv",
+        "--out",
+        "-",
+    ]);
+    assert!(
+        err.contains(&format!(
+            "{}:2: expected 5 columns (the label in column 5) or 4 (no label), found 1",
+            s(&commas)
+        )),
+        "{err}"
+    );
+}

@@ -399,6 +399,13 @@ impl PrepareOptions {
         if self.map_tasks == 0 {
             return Err(ConfigError::MapTasks.into());
         }
+        if self.format != InputFormat::Csv && self.csv != mlless_data::CsvOptions::default() {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--delimiter, --header and --label-column are options of --format csv, not \
+                 --format {}",
+                self.format
+            )));
+        }
         let stdin = Path::new(mlless_data::STDIN_PATH);
         if self.input_files().iter().filter(|p| **p == stdin).count() > 1 {
             return Err(RuntimeError::InvalidJob(
