@@ -70,11 +70,12 @@ pub use manifest::{
     SplitInfo, batch_key,
 };
 pub use parse::{
-    Compression, CsvOptions, InputFormat, InputLayout, LabelColumn, ParseError, ParseOptions,
-    Parsed, RowSink, STDIN_NAME, STDIN_PATH, ScoringInput, ScoringLayout, ScoringRows,
-    SparseSchema, UnknownFormat, decompressed, input_name, open_input, parse_delimiter, parse_file,
-    parse_files, parse_files_with_layout, parse_reader, parse_readers_with_layout,
-    read_for_scoring, read_reader_for_scoring, stream_sparse,
+    Compression, CsvOptions, InputFormat, InputLayout, LabelColumn, LineRange, ParseError,
+    ParseOptions, Parsed, RangeSchema, RowSink, STDIN_NAME, STDIN_PATH, ScoringInput,
+    ScoringLayout, ScoringRows, SparseSchema, UnknownFormat, decompressed, input_name,
+    merge_ranges, open_input, parse_delimiter, parse_file, parse_files, parse_files_with_layout,
+    parse_reader, parse_readers_with_layout, read_for_scoring, read_reader_for_scoring,
+    stream_range, stream_sparse,
 };
 pub use prepare::{
     FeatureRange, PrepareError, batches, into_batches, shuffle, shuffle_split, split_point,

@@ -622,7 +622,7 @@ fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T 
 }
 
 /// The object-store conformance suite, run below `store.child("conformance")` (left empty):
-/// put/get/get_stream/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects,
+/// put/get/get_stream (from an offset too)/size/list/delete/delete_prefix, NotFound, overwrite, zero-byte objects,
 /// invalid keys, child handles, atomic visibility under concurrent overwrite, create-if-absent
 /// (`put_if_absent`, also raced by concurrent writers), and `check_writable`.
 pub async fn store_conformance(store: &Store) {
@@ -671,6 +671,39 @@ pub async fn store_conformance(store: &Store) {
         streamed.extend_from_slice(&store_must(&s, "get_stream chunk", chunk));
     }
     assert!(streamed == big, "{}: a streamed read differs", s.url());
+    // From an offset: the rest of the object, none of it at or past its end; its size.
+    assert_eq!(
+        store_must(&s, "size", s.size("big").await),
+        big.len() as u64
+    );
+    for offset in [
+        1,
+        1_234_567,
+        big.len() as u64 - 1,
+        big.len() as u64,
+        5_000_000,
+    ] {
+        let mut stream = store_must(
+            &s,
+            "get_stream_from",
+            s.get_stream_from("big", offset).await,
+        );
+        let mut rest = Vec::new();
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            rest.extend_from_slice(&store_must(&s, "get_stream_from chunk", chunk));
+        }
+        let expected = &big[(offset as usize).min(big.len())..];
+        assert!(
+            rest == expected,
+            "{}: a read from byte {offset} differs",
+            s.url()
+        );
+    }
+    assert!(
+        matches!(s.size("a/missing").await, Err(StoreError::NotFound { .. })),
+        "{}: size of a missing key",
+        s.url()
+    );
     store_must(&s, "delete", s.delete("big").await);
     assert!(
         matches!(

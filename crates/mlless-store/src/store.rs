@@ -422,10 +422,28 @@ impl Store {
         &self,
         key: &str,
     ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, StoreError>>, StoreError> {
+        self.get_stream_from(key, 0).await
+    }
+
+    /// Reads an object from byte `offset` to its end as a stream of chunks (what a map task of
+    /// a distributed `mlless prepare` reads of its input); an offset at or past the end gives
+    /// an empty stream, a missing object is [`StoreError::NotFound`].
+    pub async fn get_stream_from(
+        &self,
+        key: &str,
+        offset: u64,
+    ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, StoreError>>, StoreError> {
         use futures::StreamExt;
         let path = self.path(key)?;
-        trace!(location = %self.location(key), "get (streamed)");
-        let result = match self.inner.get(&path).await {
+        trace!(location = %self.location(key), offset, "get (streamed)");
+        if offset > 0 && offset >= self.size(key).await? {
+            return Ok(futures::stream::empty().boxed());
+        }
+        let options = object_store::GetOptions {
+            range: (offset > 0).then_some(object_store::GetRange::Offset(offset)),
+            ..Default::default()
+        };
+        let result = match self.inner.get_opts(&path, options).await {
             Ok(result) => result,
             Err(e) if is_not_found(&e) => {
                 return Err(StoreError::NotFound {
@@ -444,6 +462,18 @@ impl Store {
                 })
             })
             .boxed())
+    }
+
+    /// The size of an object in bytes; a missing object is [`StoreError::NotFound`].
+    pub async fn size(&self, key: &str) -> Result<u64, StoreError> {
+        let path = self.path(key)?;
+        match self.inner.head(&path).await {
+            Ok(meta) => Ok(meta.size),
+            Err(e) if is_not_found(&e) => Err(StoreError::NotFound {
+                location: self.location(key),
+            }),
+            Err(e) => Err(self.backend(key, e)),
+        }
     }
 
     /// Whether an object exists.

@@ -126,12 +126,35 @@ pub(super) fn finish(
     mut raws: Vec<(Ctx<'_>, Raw)>,
     options: &ParseOptions,
 ) -> Result<(Vec<Parsed>, bool), ParseError> {
-    let limit = options.features;
     let zero_based = raws.iter().any(|(_, r)| r.saw_zero);
-    // With 0-based indices, index == limit is out of range too.
     let at_limit = raws
         .iter()
-        .find_map(|(ctx, r)| r.first_at_limit.map(|no| (ctx, no)));
+        .find_map(|(ctx, r)| r.first_at_limit.map(|no| (*ctx, no)));
+    let max_index = raws.iter().filter_map(|(_, r)| r.max_index).max();
+    let features = dimension(raws[0].0, options.features, zero_based, at_limit, max_index)?;
+    if !zero_based {
+        for (_, raw) in &mut raws {
+            raw.rows.indices.iter_mut().for_each(|i| *i -= 1);
+        }
+    }
+    let parts = raws
+        .into_iter()
+        .map(|(ctx, r)| (r.rows, r.labels, ctx.path))
+        .collect();
+    let parsed = sparse_parts(parts, features);
+    Ok((parsed, zero_based))
+}
+
+/// The dimension of LIBSVM input of the largest index `max_index` (as written), with the
+/// `--features` option `limit`, whose indices are 0-based if `zero_based`; `at_limit` is the
+/// first line with the index `limit` (out of range only if 0-based). `ctx` names the input.
+pub(super) fn dimension(
+    ctx: Ctx<'_>,
+    limit: Option<u32>,
+    zero_based: bool,
+    at_limit: Option<(Ctx<'_>, u64)>,
+    max_index: Option<u32>,
+) -> Result<u32, ParseError> {
     if let (true, Some(limit), Some((ctx, no))) = (zero_based, limit, at_limit) {
         return Err(ctx.line(
             no,
@@ -141,28 +164,22 @@ pub(super) fn finish(
             ),
         ));
     }
-    if !zero_based {
-        for (_, raw) in &mut raws {
-            raw.rows.indices.iter_mut().for_each(|i| *i -= 1);
-        }
-    }
-    let max_index = raws.iter().filter_map(|(_, r)| r.max_index).max();
-    let features = match (limit, max_index) {
-        (Some(limit), _) => limit,
-        (None, None) => 0,
+    match (limit, max_index) {
+        (Some(limit), _) => Ok(limit),
+        (None, None) => Ok(0),
         (None, Some(max)) if zero_based => max.checked_add(1).ok_or_else(|| {
-            raws[0].0.invalid(format!(
+            ctx.invalid(format!(
                 "feature index {max} leaves no room for a dimension"
             ))
-        })?,
-        (None, Some(max)) => max,
-    };
-    let parts = raws
-        .into_iter()
-        .map(|(ctx, r)| (r.rows, r.labels, ctx.path))
-        .collect();
-    let parsed = sparse_parts(parts, features);
-    Ok((parsed, zero_based))
+        }),
+        (None, Some(max)) => Ok(max),
+    }
+}
+
+/// What [`read`] learned of a part besides its rows: its labels, whether it has an index 0,
+/// its largest index and the first line at the `--features` limit.
+pub(super) fn summary(raw: Raw) -> (LabelSet, bool, Option<u32>, Option<u64>) {
+    (raw.labels, raw.saw_zero, raw.max_index, raw.first_at_limit)
 }
 
 #[cfg(test)]

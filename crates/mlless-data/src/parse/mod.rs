@@ -21,6 +21,7 @@ mod csv;
 mod input;
 mod libsvm;
 mod movielens;
+mod range;
 mod score;
 
 use std::fmt;
@@ -34,6 +35,7 @@ use crate::ids::IdMap;
 use crate::manifest::{CsvDialect, DatasetKind, LabelAt, LabelMap, LabelRange};
 
 pub use self::csv::{CsvOptions, LabelColumn, parse_delimiter};
+pub use range::{LineRange, RangeSchema, merge_ranges, stream_range};
 pub use score::{
     ScoringInput, ScoringLayout, ScoringRows, read_for_scoring, read_reader_for_scoring,
 };
@@ -668,7 +670,7 @@ fn parse_finite(s: &str) -> Option<f32> {
 
 /// The distinct label values seen, up to three, and the smallest, the largest and the first
 /// fractional label with their lines.
-#[derive(Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 struct LabelSet {
     seen: [f32; 3],
     count: usize,
@@ -696,6 +698,28 @@ impl LabelSet {
     fn merge(&mut self, other: &LabelSet) {
         for &label in &other.seen[..other.count] {
             self.note_value(label);
+        }
+    }
+
+    /// Adds another set of the same input, read after this one's `before` lines (a later byte
+    /// range): its lines count from there.
+    fn merge_later(&mut self, other: &LabelSet, before: u64) {
+        self.merge(other);
+        let shifted = |(label, line): (f32, u64)| (label, line + before);
+        if let Some(min) = other
+            .min
+            .filter(|&(l, _)| self.min.is_none_or(|(m, _)| l < m))
+        {
+            self.min = Some(shifted(min));
+        }
+        if let Some(max) = other
+            .max
+            .filter(|&(l, _)| self.max.is_none_or(|(m, _)| l > m))
+        {
+            self.max = Some(shifted(max));
+        }
+        if self.fractional.is_none() {
+            self.fractional = other.fractional.map(shifted);
         }
     }
 
