@@ -126,6 +126,7 @@ pub(crate) fn prepare_local(
         label_column: None,
         invoker: crate::InvokerChoice::Local,
         map_tasks,
+        distributed: false,
         memory_mb: 1024,
         timeout_s: 900.0,
         temp_dir: None,

@@ -117,9 +117,15 @@ pub struct PrepareArgs {
     /// --out must be on S3).
     #[arg(long, default_value = "local")]
     pub invoker: crate::InvokerChoice,
-    /// Number of map tasks of the normalisation.
+    /// Number of map tasks of the normalisation, and of each round of --distributed.
     #[arg(long, default_value_t = 4)]
     pub map_tasks: u32,
+    /// Parse and shuffle the input in --map-tasks functions (--invoker) that read byte ranges of
+    /// it from its store, rather than in this process: a large input on S3 is never pulled
+    /// through this machine. Reads uncompressed libsvm and criteo input, split by fractions;
+    /// the data set is the one the local path writes.
+    #[arg(long)]
+    pub distributed: bool,
     /// Memory cap of each map task, MB; also the bound on this command's own memory while it
     /// shuffles: a larger input is shuffled through temporary files (in --temp-dir).
     #[arg(long, default_value_t = 1024)]
@@ -166,6 +172,7 @@ impl PrepareArgs {
                 label_column: self.label_column.clone().unwrap_or_default(),
             },
             map_tasks: self.map_tasks,
+            distributed: self.distributed,
             limits: Limits {
                 memory_mb: self.memory_mb,
                 // Zero (which validation refuses) for a negative, infinite or NaN number.
@@ -202,6 +209,19 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
             "--out {} is on this machine, which Lambda function {function} cannot write: \
              use an s3:// location",
             mlless_store::redact_url(&args.out)
+        );
+    }
+    if let crate::InvokerChoice::Lambda(function) = &args.invoker
+        && args.distributed
+        && !args
+            .input
+            .to_str()
+            .is_some_and(crate::reachable_from_functions)
+    {
+        anyhow::bail!(
+            "--input {} is on this machine, which Lambda function {function} cannot read: \
+             upload it to S3 and give its s3:// location",
+            args.input.display()
         );
     }
     let invoker = args.invoker.invoker()?;

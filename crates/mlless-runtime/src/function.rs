@@ -32,6 +32,10 @@ pub enum Payload {
     RangeMap(crate::prepare::RangeMapTask),
     /// Second map step of min-max normalisation: scale some minibatches.
     ScaleMap(crate::prepare::ScaleMapTask),
+    /// Map step of a distributed preparation: parse a byte range of the input into buckets.
+    SplitMap(crate::prepare::SplitMapTask),
+    /// Reduce step of a distributed preparation: shuffle buckets into minibatches.
+    ShuffleReduce(crate::prepare::ShuffleReduceTask),
     /// One worker of the channel benchmark.
     ChannelBench(crate::bench::ChannelBenchTask),
     /// Return at once: what `mlless bench invoke` times (the invocation path alone).
@@ -86,6 +90,8 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
         }
         Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
         Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,
+        Payload::SplitMap(task) => crate::prepare::run_split_map(task).await,
+        Payload::ShuffleReduce(task) => crate::prepare::run_shuffle_reduce(task).await,
         Payload::ChannelBench(task) => crate::bench::run_channel_bench(task).await,
         Payload::Ping => Ok(()),
     }

@@ -76,5 +76,6 @@ pub use driver::{
 pub use error::{NOT_RESUMABLE, Result, RuntimeError};
 pub use function::{Payload, Start, run_function};
 pub use prepare::{
-    MapRound, PrepareOptions, PrepareStage, TestSet, ValidationSet, prepare, prepare_with,
+    MapRound, PrepareOptions, PrepareStage, ShuffleReduceTask, SplitMapTask, TestSet,
+    ValidationSet, prepare, prepare_with,
 };

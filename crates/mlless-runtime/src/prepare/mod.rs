@@ -9,6 +9,10 @@
 //! The manifest is written last, and the old one is deleted first: a data set whose preparation
 //! did not finish has no manifest, and no job will use it.
 //!
+//! With `--distributed` ([`PrepareOptions::distributed`]), the input is parsed and shuffled by
+//! function invocations instead, reading it from its object store (see [`distributed`]); the
+//! data set is the same.
+//!
 //! [`prepare_with`] asks its caller, every [`POLL`], whether to go on ([`Control`]). A cancel
 //! (the CLI's first Ctrl-C) stops at the next safe point: while the input is parsed, before
 //! anything is written; while minibatches are written, after the ones being written; while map
@@ -41,6 +45,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+mod distributed;
+
+pub use distributed::{ShuffleReduceTask, SplitMapTask, run_shuffle_reduce, run_split_map};
+
 use crate::driver::{CANCEL_GRACE, Control};
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
@@ -57,9 +65,13 @@ pub const POLL: Duration = Duration::from_millis(50);
 /// the minibatch they are at.
 pub const STOP_KEY: &str = "staging/stop";
 
-/// A round of map tasks of the min-max normalisation.
+/// A round of function tasks: of the min-max normalisation, or of a distributed preparation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapRound {
+    /// Parsing byte ranges of the input and dealing their rows into buckets ([`SplitMapTask`]).
+    Split,
+    /// Shuffling buckets into minibatches ([`ShuffleReduceTask`]).
+    Shuffle,
     /// The feature ranges of the staged training minibatches ([`RangeMapTask`]).
     Ranges,
     /// Scaling the staged minibatches into the final ones ([`ScaleMapTask`]).
@@ -67,9 +79,12 @@ pub enum MapRound {
 }
 
 impl MapRound {
-    /// The round's name, also the prefix of its tasks' names: `range-map`, `scale-map`.
+    /// The round's name, also the prefix of its tasks' names: `split-map`, `shuffle-reduce`,
+    /// `range-map`, `scale-map`.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Split => "split-map",
+            Self::Shuffle => "shuffle-reduce",
             Self::Ranges => "range-map",
             Self::Scale => "scale-map",
         }
@@ -176,11 +191,21 @@ impl fmt::Display for PrepareStage {
                 Ok(())
             }
             Self::Mapping {
+                round: MapRound::Split,
+                tasks,
+                ..
+            } => write!(
+                f,
+                "{tasks} split-map tasks parsing the input's byte ranges into buckets"
+            ),
+            Self::Mapping {
                 round,
                 tasks,
                 minibatches,
             } => {
                 let doing = match round {
+                    MapRound::Split => "parsing",
+                    MapRound::Shuffle => "shuffling buckets into",
                     MapRound::Ranges => "computing the feature ranges of",
                     MapRound::Scale => "scaling",
                 };
@@ -308,8 +333,12 @@ pub struct PrepareOptions {
     /// How CSV input is read: its delimiter, header and label column (the defaults for other
     /// formats).
     pub csv: mlless_data::CsvOptions,
-    /// Number of map tasks of the normalisation.
+    /// Number of map tasks of the normalisation (and of each round of a distributed
+    /// preparation).
     pub map_tasks: u32,
+    /// Parse and shuffle the input in function invocations, reading it from its store, rather
+    /// than here (libsvm and criteo input, split by fractions).
+    pub distributed: bool,
     /// Limits of each map task; the memory limit also bounds the memory of the shuffle.
     pub limits: Limits,
     /// Where the shuffle writes its temporary files when the input does not fit in memory
@@ -529,6 +558,52 @@ async fn prepare_body(
     options.validate()?;
     let store = Store::open(&options.out_url)?;
     store.check_writable().await?;
+    if options.distributed {
+        clear(&store).await?;
+        let mut invocations = Vec::new();
+        let shuffled =
+            distributed::shuffle(options, &store, &invoker, &mut requests, &mut invocations);
+        let done = match shuffled.await? {
+            Ok(done) => done,
+            Err((stage, killed)) => return cancelled(&store, stage, killed).await,
+        };
+        let (infos, normalization) = match done.ranges {
+            Some(ranges) => {
+                let staged = [
+                    ("train", done.infos[0].len()),
+                    ("test", done.infos[1].len()),
+                    ("validation", done.infos[2].len()),
+                ];
+                let normalized = normalize(
+                    options,
+                    &store,
+                    invoker,
+                    staged,
+                    Ranges::Known(ranges),
+                    &mut requests,
+                    &mut invocations,
+                );
+                match normalized.await? {
+                    Ok(normalized) => normalized,
+                    Err((stage, killed)) => return cancelled(&store, stage, killed).await,
+                }
+            }
+            None => (Vec::from(done.infos), None),
+        };
+        let written = Written {
+            kind: done.kind,
+            label_map: done.label_map,
+            labels: done.labels,
+            layout: done.layout,
+            samples: done.samples,
+            infos,
+            normalization,
+            ids: None,
+            rating_counts: None,
+            invocations,
+        };
+        return finish(options, &store, &requests, written, started, clock).await;
+    }
     requests.enter(PrepareStage::Reading { rows: 0 });
     let stop = Arc::new(AtomicBool::new(false));
     let reading = read_input(options, Arc::clone(&stop), Arc::clone(&requests.progress));
@@ -560,13 +635,7 @@ async fn prepare_body(
             "--normalize minmax applies to feature data, not to ratings".into(),
         ));
     }
-    let [train_samples, test_samples, validation_samples] = samples;
-
-    // An old manifest must not describe the new minibatches while they are being written.
-    store.delete(MANIFEST_KEY).await?;
-    store.delete(PREPARE_RECORD_KEY).await?;
-    store.delete(IDS_KEY).await?;
-    store.delete(COUNTS_KEY).await?;
+    clear(&store).await?;
     let ids = match &layout.ids {
         Some(ids) => Some(put_ids(&store, ids).await?),
         None => None,
@@ -577,9 +646,6 @@ async fn prepare_body(
         }
         _ => None,
     };
-    for prefix in ["train/", "test/", "validation/", "staging/"] {
-        store.delete_prefix(prefix).await?;
-    }
 
     let batch_size = u64::from(options.batch_size);
     let counts = samples.map(|n| n.div_ceil(batch_size) as usize);
@@ -632,8 +698,8 @@ async fn prepare_body(
             options,
             &store,
             invoker,
-            features,
             staged,
+            Ranges::Compute(features),
             &mut requests,
             &mut invocations,
         );
@@ -644,8 +710,74 @@ async fn prepare_body(
     } else {
         (Vec::from(written), None)
     };
+    let written = Written {
+        kind,
+        label_map,
+        labels,
+        layout,
+        samples,
+        infos,
+        normalization,
+        ids,
+        rating_counts,
+        invocations,
+    };
+    finish(options, &store, &requests, written, started, clock).await
+}
+
+/// Removes an old data set's manifest (first: it must not describe the new minibatches while
+/// they are being written), its record, id map and counts, and its minibatches.
+async fn clear(store: &Store) -> Result<()> {
+    store.delete(MANIFEST_KEY).await?;
+    store.delete(PREPARE_RECORD_KEY).await?;
+    store.delete(IDS_KEY).await?;
+    store.delete(COUNTS_KEY).await?;
+    for prefix in ["train/", "test/", "validation/", "staging/"] {
+        store.delete_prefix(prefix).await?;
+    }
+    Ok(())
+}
+
+/// What the manifest says of a data set whose minibatches are written.
+struct Written {
+    kind: DatasetKind,
+    label_map: Option<LabelMap>,
+    labels: Option<LabelRange>,
+    layout: InputLayout,
+    /// Samples of each split, in the order of [`SPLITS`].
+    samples: [u64; 3],
+    /// Each split's minibatches, in the order of [`SPLITS`].
+    infos: Vec<Vec<BatchInfo>>,
+    normalization: Option<mlless_data::Normalization>,
+    ids: Option<IdsInfo>,
+    rating_counts: Option<CountsInfo>,
+    invocations: Vec<InvocationReport>,
+}
+
+/// Writes the preparation's record and, last, the manifest.
+async fn finish(
+    options: &PrepareOptions,
+    store: &Store,
+    requests: &Requests<'_>,
+    written: Written,
+    started: std::time::SystemTime,
+    clock: Instant,
+) -> Result<Manifest> {
+    let Written {
+        kind,
+        label_map,
+        labels,
+        layout,
+        samples,
+        infos,
+        normalization,
+        ids,
+        rating_counts,
+        invocations,
+    } = written;
+    let [train_samples, test_samples, validation_samples] = samples;
     if requests.stopping() {
-        return cancelled(&store, PrepareStage::Finishing, false).await;
+        return cancelled(store, PrepareStage::Finishing, false).await;
     }
     requests.enter(PrepareStage::Finishing);
     let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] =
@@ -944,36 +1076,20 @@ fn read_streamed(
         ))
     })?;
     let n = shuffled.samples(0);
+    let (train_n, train_all) = split_sizes(options, n)?;
     let mut next_part = 1;
-    let (train_all, test_n) = match options.test {
-        TestSet::Fraction(fraction) => {
-            let train = mlless_data::split_point(n as usize, fraction)? as u64;
-            (train, n - train)
-        }
+    let test_n = match options.test {
+        TestSet::Fraction(_) => n - train_all,
         TestSet::Input(_) => {
             next_part += 1;
-            (n, shuffled.samples(1))
+            shuffled.samples(1)
         }
     };
     let validation_n = match options.validation {
-        None => 0,
-        Some(ValidationSet::Fraction(fraction)) if (train_all as f64 * fraction).round() < 1.0 => {
-            warn!(
-                samples = train_all,
-                fraction, "too few training samples to hold out a validation set"
-            );
-            0
-        }
-        Some(ValidationSet::Fraction(fraction)) => {
-            train_all - mlless_data::split_point(train_all as usize, fraction)? as u64
-        }
         Some(ValidationSet::Input(_)) => shuffled.samples(next_part),
+        _ => train_all - train_n,
     };
     let (train, test, validation) = (0, 1, 2);
-    let train_n = match options.validation {
-        Some(ValidationSet::Fraction(_)) => train_all - validation_n,
-        _ => train_all,
-    };
     // In the shuffled order: the training rows, then those held out for validation, then
     // those for the test.
     let mut segments = vec![(0, train_n, train), (0, train_all - train_n, validation)];
@@ -999,6 +1115,30 @@ fn read_streamed(
             segments,
         }),
     })
+}
+
+/// Where the training rows and the rows held out for validation end among the `n` shuffled rows
+/// of the input (`(train_n, train_all)`: the test rows, split off by `--test-fraction`, come
+/// after); a test or validation set read from its own file takes none of them.
+fn split_sizes(options: &PrepareOptions, n: u64) -> Result<(u64, u64)> {
+    let train_all = match options.test {
+        TestSet::Fraction(fraction) => mlless_data::split_point(n as usize, fraction)? as u64,
+        TestSet::Input(_) => n,
+    };
+    let validation_n = match options.validation {
+        Some(ValidationSet::Fraction(fraction)) if (train_all as f64 * fraction).round() < 1.0 => {
+            warn!(
+                samples = train_all,
+                fraction, "too few training samples to hold out a validation set"
+            );
+            0
+        }
+        Some(ValidationSet::Fraction(fraction)) => {
+            train_all - mlless_data::split_point(train_all as usize, fraction)? as u64
+        }
+        _ => 0,
+    };
+    Ok((train_all - validation_n, train_all))
 }
 
 /// [`read_input`] of ratings, whole in memory.
@@ -1131,6 +1271,14 @@ type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normalization>);
 /// Where a normalisation stopped when asked to, and whether its map tasks were killed.
 type Stopped = (PrepareStage, bool);
 
+/// The feature ranges a normalisation applies.
+enum Ranges {
+    /// To compute from the staged training minibatches, of this many features.
+    Compute(u32),
+    /// Computed already (by the shuffle-reduce tasks of a distributed preparation).
+    Known(FeatureRange),
+}
+
 /// Min-max normalisation as map-reduce over function invocations of the minibatches staged under
 /// `staging/` (`staged`: each split's name and number of minibatches), with the ranges of the
 /// first split (the training set) applied to every split, the map tasks' reports added to
@@ -1139,55 +1287,31 @@ async fn normalize<const N: usize>(
     options: &PrepareOptions,
     store: &Store,
     invoker: Arc<dyn Invoker>,
-    features: u32,
     staged: [(&str, usize); N],
+    ranges: Ranges,
     requests: &mut Requests<'_>,
     invocations: &mut Vec<InvocationReport>,
 ) -> Result<std::result::Result<Normalized, Stopped>> {
     let counts = staged;
-    let staged_train: Vec<String> = (0..counts.first().map_or(0, |&(_, c)| c))
-        .map(|i| batch_key("staging/train", i))
-        .collect();
-    let train_count = staged_train.len();
-    let tasks = (options.map_tasks.max(1) as usize).min(train_count.max(1));
-
-    // Map: feature ranges of each task's share of the training minibatches.
-    let mut map_payloads = Vec::new();
-    for (task, keys) in chunks(staged_train, tasks).into_iter().enumerate() {
-        map_payloads.push(Payload::RangeMap(RangeMapTask {
-            data_url: store.url().to_string(),
+    let tasks =
+        (options.map_tasks.max(1) as usize).min(counts.first().map_or(0, |&(_, c)| c).max(1));
+    let merged = match ranges {
+        Ranges::Known(ranges) => ranges,
+        Ranges::Compute(features) => match feature_ranges(
+            options,
+            store,
+            &invoker,
             features,
-            keys,
-            out_key: format!("staging/ranges/{task:04}.bin"),
-            stop_key: Some(STOP_KEY.to_string()),
-        }));
-    }
-    let ranges = MapRound::Ranges;
-    let round = run_map_tasks(
-        &invoker,
-        store,
-        ranges,
-        &map_payloads,
-        train_count,
-        options,
-        requests,
-    );
-    let (reports, stopped) = round.await?;
-    invocations.extend(reports);
-    if let Some(stopped) = stopped {
-        return Ok(Err(stopped));
-    }
-
-    // Reduce: merge the ranges.
-    let mut merged = FeatureRange::new(features);
-    for payload in &map_payloads {
-        let Payload::RangeMap(task) = payload else {
-            continue;
-        };
-        let bytes = store.get(&task.out_key).await?;
-        let range = RangeObject::decode(&bytes, || format!("{}/{}", store.url(), task.out_key))?;
-        merged.merge(&range.0);
-    }
+            counts,
+            requests,
+            invocations,
+        )
+        .await?
+        {
+            Ok(merged) => merged,
+            Err(stopped) => return Ok(Err(stopped)),
+        },
+    };
     let range_key = "staging/ranges/merged.bin".to_string();
     store
         .put(&range_key, RangeObject(merged.clone()).encode())
@@ -1255,6 +1379,63 @@ async fn normalize<const N: usize>(
         per_split.push(rest.by_ref().take(count).collect());
     }
     Ok(Ok((per_split, Some(merged.into_normalization()))))
+}
+
+/// The feature ranges of the training minibatches staged under `staging/train/` (the first of
+/// `counts`), computed by a round of map tasks; `Ok(Err(_))` when `requests` asked it to stop.
+async fn feature_ranges<const N: usize>(
+    options: &PrepareOptions,
+    store: &Store,
+    invoker: &Arc<dyn Invoker>,
+    features: u32,
+    counts: [(&str, usize); N],
+    requests: &mut Requests<'_>,
+    invocations: &mut Vec<InvocationReport>,
+) -> Result<std::result::Result<FeatureRange, Stopped>> {
+    let staged_train: Vec<String> = (0..counts.first().map_or(0, |&(_, c)| c))
+        .map(|i| batch_key("staging/train", i))
+        .collect();
+    let train_count = staged_train.len();
+    let tasks = (options.map_tasks.max(1) as usize).min(train_count.max(1));
+
+    // Map: feature ranges of each task's share of the training minibatches.
+    let mut map_payloads = Vec::new();
+    for (task, keys) in chunks(staged_train, tasks).into_iter().enumerate() {
+        map_payloads.push(Payload::RangeMap(RangeMapTask {
+            data_url: store.url().to_string(),
+            features,
+            keys,
+            out_key: format!("staging/ranges/{task:04}.bin"),
+            stop_key: Some(STOP_KEY.to_string()),
+        }));
+    }
+    let ranges = MapRound::Ranges;
+    let round = run_map_tasks(
+        invoker,
+        store,
+        ranges,
+        &map_payloads,
+        train_count,
+        options,
+        requests,
+    );
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
+        return Ok(Err(stopped));
+    }
+
+    // Reduce: merge the ranges.
+    let mut merged = FeatureRange::new(features);
+    for payload in &map_payloads {
+        let Payload::RangeMap(task) = payload else {
+            continue;
+        };
+        let bytes = store.get(&task.out_key).await?;
+        let range = RangeObject::decode(&bytes, || format!("{}/{}", store.url(), task.out_key))?;
+        merged.merge(&range.0);
+    }
+    Ok(Ok(merged))
 }
 
 /// Runs one round of map tasks (named `{round}-{i}`) to its end; the first failure kills the

@@ -1,0 +1,260 @@
+//! `prepare --distributed`: split-map tasks parse byte ranges of the input (on a store) into
+//! buckets, shuffle-reduce tasks cut the buckets into minibatches; the data set is the one the
+//! local path writes for the same seed, object for object, on the local store and on S3.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+
+use common::*;
+use mlless_runtime::dataset::Split;
+
+/// A LIBSVM file of `rows` rows, -1/+1 labels, 1-based indices, with blank and comment lines,
+/// rows of different lengths (so that the byte ranges cut lines anywhere).
+fn write_libsvm(path: &Path, rows: u32) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create input"));
+    writeln!(out, "# generated").expect("write");
+    for i in 0..rows {
+        let label = if i % 3 == 0 { "+1" } else { "-1" };
+        write!(out, "{label} 1:{i}").expect("write");
+        for k in 0..(i % 17) {
+            let index = 2 + (i.wrapping_mul(2_654_435_761) >> 8).wrapping_add(k * 997) % 5_000;
+            write!(out, " {}:0.{:03}", index + k * 5_000, (i + k) % 999 + 1).expect("write");
+        }
+        writeln!(out).expect("write");
+        if i % 1_000 == 7 {
+            writeln!(out).expect("write");
+        }
+    }
+    out.flush().expect("flush");
+}
+
+/// The manifest at `url` as JSON, without the time it was written.
+fn manifest(url: &str) -> serde_json::Value {
+    let mut value: serde_json::Value = block_on(async {
+        let store = mlless_store::Store::open(url).expect("store");
+        let bytes = store
+            .get(mlless_data::MANIFEST_KEY)
+            .await
+            .expect("manifest");
+        serde_json::from_slice(&bytes).expect("manifest JSON")
+    });
+    value
+        .as_object_mut()
+        .expect("an object")
+        .remove("created_unix_s");
+    value
+}
+
+/// The names of the functions the preparation at `url` invoked, from its record.
+fn invocations(url: &str) -> Vec<String> {
+    let record: serde_json::Value = block_on(async {
+        let store = mlless_store::Store::open(url).expect("store");
+        let key = mlless_job::record::PREPARE_RECORD_KEY;
+        let bytes = store.get(key).await.expect("record");
+        serde_json::from_slice(&bytes).expect("record JSON")
+    });
+    record["invocations"]
+        .as_array()
+        .expect("invocations")
+        .iter()
+        .map(|i| i["name"].as_str().expect("a name").to_string())
+        .collect()
+}
+
+/// Every minibatch object of the data set at `url`, with its bytes, in key order, and what is
+/// left under `staging/`.
+fn objects(url: &str) -> (Vec<(String, Vec<u8>)>, usize) {
+    block_on(async {
+        let store = mlless_store::Store::open(url).expect("store");
+        let mut out = Vec::new();
+        for split in ["train/", "validation/", "test/"] {
+            for key in store.list(split).await.expect("list") {
+                let bytes = store.get(&key).await.expect("get");
+                out.push((key, bytes.to_vec()));
+            }
+        }
+        (out, store.list("staging/").await.expect("list").len())
+    })
+}
+
+/// Prepares `input` with `args`, distributed or not, into `out`.
+fn prepare_into(format: &str, input: &str, out: &str, args: &[&str]) -> std::process::Output {
+    let mut all = vec![
+        "prepare", "--format", format, "--input", input, "--out", out,
+    ];
+    all.extend(args);
+    run(&all)
+}
+
+/// Asserts that the data sets at `local` and `distributed` are the same, object for object, and
+/// their manifests too if they were prepared from the same input.
+fn assert_same(local: &str, distributed: &str, same_input: bool) {
+    let (a, _) = objects(local);
+    let (b, staged) = objects(distributed);
+    assert!(a.len() > 10, "{} minibatches", a.len());
+    assert_eq!(
+        a.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        b.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        "the same minibatches"
+    );
+    for ((key, x), (_, y)) in a.iter().zip(&b) {
+        assert!(x == y, "{key} differs");
+    }
+    assert_eq!(staged, 0, "staging/ is removed");
+    if same_input {
+        assert_eq!(manifest(local), manifest(distributed));
+    }
+}
+
+#[test]
+fn distributed_prepare_gives_the_local_data_set_and_refuses_what_it_cannot_read() {
+    let dir = tempdir();
+    let input = dir.path().join("rows.svm");
+    write_libsvm(&input, 30_000);
+    let common = ["--batch-size", "700", "--seed", "5"];
+    for (name, extra) in [
+        ("plain", &[][..]),
+        ("scaled", &["--normalize", "minmax"][..]),
+    ] {
+        let local = s(&dir.path().join(format!("{name}-local")));
+        let distributed = s(&dir.path().join(format!("{name}-distributed")));
+        let mut args = common.to_vec();
+        args.extend(extra);
+        let out = prepare_into("libsvm", &s(&input), &local, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Three ranges, and a memory limit that makes several buckets of them.
+        args.extend(["--distributed", "--map-tasks", "3", "--memory-mb", "64"]);
+        let out = prepare_into("libsvm", &s(&input), &distributed, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let names = invocations(&distributed);
+        for round in ["split-map-", "shuffle-reduce-"] {
+            let count = names.iter().filter(|n| n.starts_with(round)).count();
+            assert_eq!(count, 3, "{round}: {names:?}");
+        }
+        assert_same(&local, &distributed, true);
+        let labels = manifest(&distributed)["label_map"].clone();
+        assert_eq!(labels["negative"], -1.0, "{labels}");
+    }
+
+    // What it cannot read is refused before anything is written, naming why.
+    let gz = dir.path().join("rows.svm.gz");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(b"1 1:1\n").expect("gzip");
+    std::fs::write(&gz, encoder.finish().expect("gzip")).expect("write");
+    let out = prepare_into(
+        "libsvm",
+        &s(&gz),
+        &s(&dir.path().join("x")),
+        &["--distributed"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("compressed"),
+        "{stderr}"
+    );
+    let csv = write(dir.path(), "a.csv", "1,2\n0,3\n");
+    let out = prepare_into(
+        "csv",
+        &s(&csv),
+        &s(&dir.path().join("y")),
+        &["--distributed"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--format csv"),
+        "{stderr}"
+    );
+
+    // A bad line is named with its place in the input.
+    let bad = dir.path().join("bad.svm");
+    let mut text = std::fs::read_to_string(&input).expect("input");
+    text.push_str("1 3:x\n");
+    std::fs::write(&bad, text).expect("write");
+    let out = prepare_into(
+        "libsvm",
+        &s(&bad),
+        &s(&dir.path().join("z")),
+        &["--distributed"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("bad.svm"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path()
+            .join("z")
+            .join(mlless_data::MANIFEST_KEY)
+            .exists()
+    );
+}
+
+#[test]
+fn distributed_prepare_of_criteo_on_s3_gives_the_local_data_set() {
+    let Ok(base) = std::env::var("MLLESS_TEST_S3_URL") else {
+        eprintln!("MLLESS_TEST_S3_URL not set (scripts/test.sh sets it): skipped");
+        return;
+    };
+    let dir = tempdir();
+    let input = dir.path().join("criteo.tsv");
+    ok(&[
+        "generate",
+        "criteo",
+        "--samples",
+        "8000",
+        "--out",
+        &s(&input),
+    ]);
+    let prefix = format!("{base}/distributed-{}", std::process::id());
+    block_on(async {
+        let store = mlless_store::Store::open(&prefix).expect("store");
+        let bytes = std::fs::read(&input).expect("input");
+        store.put("criteo.tsv", bytes.into()).await.expect("put");
+    });
+    let args = ["--features", "65536", "--batch-size", "300"];
+    let local = s(&dir.path().join("local"));
+    let out = prepare_into("criteo", &s(&input), &local, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let on_s3 = format!("{prefix}/data");
+    let mut distributed = args.to_vec();
+    distributed.extend(["--distributed", "--map-tasks", "2"]);
+    let out = prepare_into(
+        "criteo",
+        &format!("{prefix}/criteo.tsv"),
+        &on_s3,
+        &distributed,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The manifests differ only in where the input was.
+    let (mut a, mut b) = (manifest(&local), manifest(&on_s3));
+    for m in [&mut a, &mut b] {
+        m["source"]["input"] = serde_json::Value::Null;
+        m["labels"]["min"]["input"] = serde_json::Value::Null;
+        m["labels"]["max"]["input"] = serde_json::Value::Null;
+    }
+    assert_eq!(a, b);
+    assert_same(&local, &on_s3, false);
+    assert!(
+        manifest(&on_s3)["normalization"].is_object(),
+        "criteo is scaled"
+    );
+    assert_eq!(
+        batches_at(&on_s3, Split::Test).len(),
+        batches(Path::new(&local), Split::Test).len()
+    );
+}

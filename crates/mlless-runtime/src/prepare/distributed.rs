@@ -1,0 +1,935 @@
+//! Distributed `mlless prepare` (`--distributed`): the input, on an object store, is parsed and
+//! shuffled by function invocations, never pulled through the driver.
+//!
+//! * **Split map** ([`SplitMapTask`]): task `m` of `M` reads the lines that start in its byte
+//!   range `[m·S/M, (m+1)·S/M)` of the input (a [`LineRange`]), parses them, and deals each row
+//!   into one of `R` buckets by its shuffle key ([`row_key`] of its byte offset, the key the
+//!   local shuffle sorts by): bucket `⌊key·R/2⁶⁴⌋`, so that every key of a bucket is below
+//!   every key of the next. It writes a bucket's rows as chunks under `staging/buckets/` and
+//!   reports what its lines said of the schema ([`RangeSchema`]) and how many rows each bucket
+//!   got.
+//! * The driver merges the reports into the input's schema ([`merge_ranges`]), and so knows the
+//!   number of rows, the exact sizes of the splits, and where each bucket's rows start in the
+//!   shuffled order.
+//! * **Shuffle reduce** ([`ShuffleReduceTask`]): each task sorts its consecutive buckets by key
+//!   (an [`ExternalShuffle`], so a bucket larger than its memory goes through temporary files),
+//!   cuts the rows into minibatches of the splits they fall in, writes those wholly its own and
+//!   leaves the ones it shares with its neighbours as fragments, which the driver joins. With
+//!   `--normalize minmax` it also reports the feature ranges of its training rows, and only the
+//!   scale round of the normalisation is left.
+//!
+//! The shuffled order is the rows sorted by key, ties in input order, as in the local path: the
+//! two give the same data set, object for object, for the same seed.
+
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use mlless_core::{Batch, SparseBatch};
+use mlless_data::external_shuffle::{ExternalShuffle, row_key};
+use mlless_data::{
+    BatchInfo, Compression, DatasetKind, FeatureRange, InputFormat, LabelMap, LineRange,
+    ParseOptions, RangeSchema, RowSink, batch_key, merge_ranges, stream_range,
+};
+use mlless_faas::{InvocationReport, Invoker};
+use mlless_store::Store;
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use super::{
+    MapRound, PrepareOptions, RangeObject, Requests, SPLITS, STOP_KEY, Stopped, TestSet,
+    UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, run_map_tasks,
+    shuffle_budget, split_sizes,
+};
+use crate::error::{Result, RuntimeError};
+use crate::function::Payload;
+use crate::messages::Message;
+
+/// Buckets at most: each split-map task holds one buffer per bucket.
+const MAX_BUCKETS: u64 = 4096;
+
+/// Map task of a distributed preparation: one byte range of the input, its rows dealt into
+/// buckets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitMapTask {
+    /// The data set's location (the buckets and the report go under its `staging/`).
+    pub data_url: String,
+    /// The store the input is on, and its key there.
+    pub input_url: String,
+    /// The input's key in `input_url`.
+    pub input_key: String,
+    /// The input's format (`libsvm` or `criteo`).
+    pub format: String,
+    /// Feature-space size (`--features`).
+    pub features: Option<u32>,
+    /// The byte range whose lines this task reads: those that start in `start..end`.
+    pub start: u64,
+    /// See `start`.
+    pub end: u64,
+    /// Seed of the shuffle.
+    pub seed: u64,
+    /// Number of buckets.
+    pub buckets: u32,
+    /// Bytes of rows held before they are written as chunks.
+    pub budget: u64,
+    /// This task's index, in input order.
+    pub task: u32,
+    /// The object whose presence asks the task to stop without writing its report.
+    pub stop_key: Option<String>,
+}
+
+/// What a split-map task reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SplitReport {
+    schema: RangeSchema,
+    /// Rows dealt into each bucket.
+    rows: Vec<u64>,
+    /// Chunks written of each bucket.
+    chunks: Vec<u32>,
+}
+
+/// Reduce task of a distributed preparation: consecutive buckets shuffled and cut into
+/// minibatches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShuffleReduceTask {
+    /// The data set's location.
+    pub data_url: String,
+    /// Seed of the shuffle.
+    pub seed: u64,
+    /// Bytes of rows the shuffle holds in memory.
+    pub budget: u64,
+    /// The chunks of each of its buckets, in bucket order; a bucket's in input order.
+    pub buckets: Vec<Vec<String>>,
+    /// The place of its first row in the shuffled order.
+    pub first_row: u64,
+    /// Where the training rows end, where the validation rows end and where the test rows end
+    /// (the number of rows), in the shuffled order.
+    pub bounds: [u64; 3],
+    /// Samples per minibatch.
+    pub batch_size: u32,
+    /// How labels are mapped to 0/1, if they are.
+    pub label_map: Option<LabelMap>,
+    /// Whether the indices as read are 1-based.
+    pub one_based: bool,
+    /// Written before each minibatch's key: `staging/` when the scale round follows.
+    pub prefix: String,
+    /// With the normalisation: the number of features, and where to write the feature ranges
+    /// of its training rows.
+    pub ranges: Option<(u32, String)>,
+    /// Where to write its report (JSON).
+    pub out_key: String,
+    /// The object whose presence asks the task to stop without writing its report.
+    pub stop_key: Option<String>,
+}
+
+/// What a shuffle-reduce task reports: the minibatches it wrote, and the fragments of those it
+/// shares with its neighbours, each with its split (an index of [`SPLITS`]) and its index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ReduceReport {
+    written: Vec<(usize, usize, BatchInfo)>,
+    fragments: Vec<(usize, usize, String)>,
+}
+
+/// Rows of a bucket, with their byte offsets in the input.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct BucketChunk {
+    positions: Vec<u64>,
+    rows: SparseBatch,
+}
+
+impl Message for BucketChunk {
+    const MAGIC: [u8; 4] = *b"MLLK";
+}
+
+/// Where the input of a distributed preparation is: its store and key. A local path is read
+/// through a `file://` store (which only local functions can reach).
+fn input_object(options: &PrepareOptions) -> Result<(String, String)> {
+    let text = options.input.to_str().ok_or_else(|| {
+        RuntimeError::InvalidJob(format!(
+            "--input {} is not valid UTF-8",
+            options.input.display()
+        ))
+    })?;
+    if text == mlless_data::STDIN_PATH {
+        return Err(RuntimeError::InvalidJob(
+            "--distributed reads its input from a store: standard input (-) is read by the \
+             local path only"
+                .into(),
+        ));
+    }
+    if text.contains("://") {
+        return match text.rsplit_once('/') {
+            Some((store, key)) if !key.is_empty() => Ok((store.to_string(), key.to_string())),
+            _ => Err(RuntimeError::InvalidJob(format!(
+                "--input {text} names no object"
+            ))),
+        };
+    }
+    let path = std::fs::canonicalize(&options.input).map_err(|e| {
+        RuntimeError::InvalidJob(format!("--input {}: {e}", options.input.display()))
+    })?;
+    match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => Ok((format!("file://{}", dir.display()), name.to_string())),
+        _ => Err(RuntimeError::InvalidJob(format!(
+            "--input {} is not a file",
+            path.display()
+        ))),
+    }
+}
+
+/// Refuses what the distributed path does not do, naming the option.
+fn check_options(options: &PrepareOptions) -> Result<()> {
+    if !matches!(options.format, InputFormat::Libsvm | InputFormat::Criteo) {
+        return Err(RuntimeError::InvalidJob(format!(
+            "--distributed reads libsvm and criteo input; --format {} is read by the local path \
+             (a CSV record may span lines, ratings are read whole)",
+            options.format
+        )));
+    }
+    if matches!(options.test, TestSet::Input(_))
+        || matches!(options.validation, Some(ValidationSet::Input(_)))
+    {
+        return Err(RuntimeError::InvalidJob(
+            "--distributed splits the test and validation sets off its input: use \
+             --test-fraction and --validation-fraction, not --test-input or --validation-input"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The data set's minibatches as a distributed preparation writes them: the input's
+/// description, each split's manifest entries, and the ranges of the normalisation still to
+/// apply (`None` when there is none).
+pub(super) struct Distributed {
+    pub(super) kind: DatasetKind,
+    pub(super) label_map: Option<LabelMap>,
+    pub(super) labels: Option<mlless_data::LabelRange>,
+    pub(super) layout: mlless_data::InputLayout,
+    /// Samples of each split, in the order of [`SPLITS`].
+    pub(super) samples: [u64; 3],
+    pub(super) infos: [Vec<BatchInfo>; 3],
+    pub(super) ranges: Option<FeatureRange>,
+}
+
+/// Runs the split-map and shuffle-reduce rounds (see the module doc), the tasks' reports added
+/// to `invocations`.
+pub(super) async fn shuffle(
+    options: &PrepareOptions,
+    store: &Store,
+    invoker: &Arc<dyn Invoker>,
+    requests: &mut Requests<'_>,
+    invocations: &mut Vec<InvocationReport>,
+) -> Result<std::result::Result<Distributed, Stopped>> {
+    check_options(options)?;
+    let (input_url, input_key) = input_object(options)?;
+    let input = Store::open(&input_url)?;
+    let size = input.size(&input_key).await?;
+    let mut head = input.get_stream(&input_key).await?;
+    if let Some(first) = head.next().await.transpose()?
+        && Compression::sniff(&first) != Compression::None
+    {
+        return Err(RuntimeError::InvalidJob(format!(
+            "--distributed reads byte ranges of an uncompressed input; {} is compressed: \
+             prepare it without --distributed, or decompress it first",
+            input.location(&input_key)
+        )));
+    }
+    drop(head);
+    let budget = shuffle_budget(&options.limits) as u64;
+    let maps = u64::from(options.map_tasks).clamp(1, size.max(1));
+    // Rows take about as many bytes in memory as in text: half a budget per bucket.
+    let buckets = maps.max((2 * size).div_ceil(budget)).min(MAX_BUCKETS) as u32;
+    let name = input.location(&input_key);
+    info!(input = %name, bytes = size, maps, buckets, "distributed preparation");
+
+    let payloads: Vec<Payload> = (0..maps)
+        .map(|m| {
+            Payload::SplitMap(SplitMapTask {
+                data_url: store.url().to_string(),
+                input_url: input_url.clone(),
+                input_key: input_key.clone(),
+                format: options.format.to_string(),
+                features: options.features,
+                start: m * size / maps,
+                end: (m + 1) * size / maps,
+                seed: options.seed,
+                buckets,
+                budget,
+                task: m as u32,
+                stop_key: Some(STOP_KEY.to_string()),
+            })
+        })
+        .collect();
+    let round = run_map_tasks(
+        invoker,
+        store,
+        MapRound::Split,
+        &payloads,
+        0,
+        options,
+        requests,
+    );
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
+        return Ok(Err(stopped));
+    }
+    let mut schemas = Vec::with_capacity(maps as usize);
+    let mut bucket_rows = vec![0u64; buckets as usize];
+    let mut bucket_chunks: Vec<Vec<String>> = vec![Vec::new(); buckets as usize];
+    for m in 0..maps as u32 {
+        let key = split_report_key(m);
+        let bytes = store.get(&key).await?;
+        let report: SplitReport =
+            serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+                location: store.location(&key),
+                source,
+            })?;
+        for (b, (&rows, &count)) in report.rows.iter().zip(&report.chunks).enumerate() {
+            bucket_rows[b] += rows;
+            bucket_chunks[b].extend((0..count).map(|c| chunk_key(b, m, c)));
+        }
+        schemas.push(report.schema);
+    }
+    let parse_options = ParseOptions {
+        features: options.features,
+        csv: options.csv.clone(),
+    };
+    // Named as the user named it, as the local path names it.
+    let (schema, layout) = merge_ranges(
+        &mlless_data::input_name(&options.input),
+        options.format,
+        &parse_options,
+        &schemas,
+    )?;
+    let n = schema.samples[0];
+    let (train_n, train_all) = split_sizes(options, n)?;
+    let bounds = [train_n, train_all, n];
+    let samples = [train_n, n - train_all, train_all - train_n];
+
+    // Reduce: each task its share of the buckets, in order.
+    let batch_size = u64::from(options.batch_size);
+    let counts = [
+        train_n.div_ceil(batch_size) as usize,
+        (n - train_all).div_ceil(batch_size) as usize,
+        (train_all - train_n).div_ceil(batch_size) as usize,
+    ];
+    let prefix = if options.normalize { "staging/" } else { "" };
+    let mut first_row = 0;
+    let mut next_bucket = 0;
+    let mut reduce_payloads = Vec::new();
+    let shares = chunks((0..buckets as usize).collect::<Vec<_>>(), maps as usize);
+    for (task, share) in shares.into_iter().enumerate() {
+        let task_buckets: Vec<Vec<String>> = share
+            .iter()
+            .map(|&b| std::mem::take(&mut bucket_chunks[b]))
+            .collect();
+        reduce_payloads.push(Payload::ShuffleReduce(ShuffleReduceTask {
+            data_url: store.url().to_string(),
+            seed: options.seed,
+            budget,
+            buckets: task_buckets,
+            first_row,
+            bounds,
+            batch_size: options.batch_size,
+            label_map: schema.label_map,
+            one_based: schema.one_based,
+            prefix: prefix.to_string(),
+            ranges: options
+                .normalize
+                .then(|| (schema.features, format!("staging/reduced/{task:05}.bin"))),
+            out_key: format!("staging/reduced/{task:05}.json"),
+            stop_key: Some(STOP_KEY.to_string()),
+        }));
+        first_row += share.iter().map(|&b| bucket_rows[b]).sum::<u64>();
+        next_bucket += share.len();
+    }
+    debug_assert_eq!(next_bucket, buckets as usize);
+    let total = counts.iter().sum();
+    let round = run_map_tasks(
+        invoker,
+        store,
+        MapRound::Shuffle,
+        &reduce_payloads,
+        total,
+        options,
+        requests,
+    );
+    let (reports, stopped) = round.await?;
+    invocations.extend(reports);
+    if let Some(stopped) = stopped {
+        return Ok(Err(stopped));
+    }
+
+    let mut infos: [Vec<Option<BatchInfo>>; 3] = counts.map(|c| vec![None; c]);
+    let mut fragments: std::collections::BTreeMap<(usize, usize), Vec<String>> = Default::default();
+    let mut ranges = options
+        .normalize
+        .then(|| FeatureRange::new(schema.features));
+    for payload in &reduce_payloads {
+        let Payload::ShuffleReduce(task) = payload else {
+            continue;
+        };
+        let bytes = store.get(&task.out_key).await?;
+        let report: ReduceReport =
+            serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+                location: store.location(&task.out_key),
+                source,
+            })?;
+        for (split, index, info) in report.written {
+            place(&mut infos, split, index, info)?;
+        }
+        for (split, index, key) in report.fragments {
+            fragments.entry((split, index)).or_default().push(key);
+        }
+        if let (Some(merged), Some((_, key))) = (&mut ranges, &task.ranges) {
+            let bytes = store.get(key).await?;
+            merged.merge(&RangeObject::decode(&bytes, || store.location(key))?.0);
+        }
+    }
+    // The minibatches that span tasks: their fragments joined, in the tasks' order.
+    let joined: Vec<(usize, usize, BatchInfo)> = futures::stream::iter(fragments)
+        .map(|((split, index), keys)| async move {
+            let mut rows = SparseBatch::new();
+            for key in &keys {
+                let bytes = store.get(key).await?;
+                let chunk = BucketChunk::decode(&bytes, || store.location(key))?;
+                for (label, indices, values) in chunk.rows.iter_rows() {
+                    rows.push_row(label, indices, values);
+                }
+            }
+            let key = batch_key(&format!("{prefix}{}", SPLITS[split]), index);
+            let info = put_batch(store, key, &Batch::Sparse(rows)).await?;
+            Ok::<_, RuntimeError>((split, index, info))
+        })
+        .buffer_unordered(UPLOAD_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for (split, index, info) in joined {
+        place(&mut infos, split, index, info)?;
+    }
+    let mut complete: [Vec<BatchInfo>; 3] = Default::default();
+    for (split, entries) in infos.into_iter().enumerate() {
+        for (index, info) in entries.into_iter().enumerate() {
+            complete[split].push(info.ok_or_else(|| {
+                RuntimeError::InvalidJob(format!(
+                    "the shuffle-reduce tasks wrote no {} minibatch {index}",
+                    SPLITS[split]
+                ))
+            })?);
+        }
+    }
+    if !options.normalize {
+        store.delete_prefix("staging/").await?;
+    }
+    Ok(Ok(Distributed {
+        kind: DatasetKind::Sparse {
+            features: schema.features,
+        },
+        label_map: schema.label_map,
+        labels: schema.labels,
+        layout,
+        samples,
+        infos: complete,
+        ranges,
+    }))
+}
+
+/// Puts `info` at `index` of split `split`, refusing a second one there.
+fn place(
+    infos: &mut [Vec<Option<BatchInfo>>; 3],
+    split: usize,
+    index: usize,
+    info: BatchInfo,
+) -> Result<()> {
+    match infos.get_mut(split).and_then(|s| s.get_mut(index)) {
+        Some(slot @ None) => {
+            *slot = Some(info);
+            Ok(())
+        }
+        _ => Err(RuntimeError::InvalidJob(format!(
+            "the shuffle-reduce tasks reported {} minibatch {index} twice or out of range",
+            SPLITS.get(split).unwrap_or(&"?")
+        ))),
+    }
+}
+
+fn split_report_key(task: u32) -> String {
+    format!("staging/maps/{task:05}.json")
+}
+
+fn chunk_key(bucket: usize, task: u32, chunk: u32) -> String {
+    format!("staging/buckets/{bucket:05}/{task:05}-{chunk:05}.bin")
+}
+
+/// The bucket of `key` among `buckets`: monotone in the key.
+fn bucket_of(key: u64, buckets: u32) -> usize {
+    ((u128::from(key) * u128::from(buckets)) >> 64) as usize
+}
+
+/// Deals rows into buckets by key, handing a full set of buffers to `flush`.
+struct Dealer<F> {
+    seed: u64,
+    base: u64,
+    buckets: Vec<BucketChunk>,
+    rows: Vec<u64>,
+    held: u64,
+    budget: u64,
+    flush: F,
+}
+
+impl<F: FnMut(usize, BucketChunk) -> std::io::Result<()>> Dealer<F> {
+    fn flush_all(&mut self) -> std::io::Result<()> {
+        for b in 0..self.buckets.len() {
+            if !self.buckets[b].positions.is_empty() {
+                let chunk = std::mem::take(&mut self.buckets[b]);
+                (self.flush)(b, chunk)?;
+            }
+        }
+        self.held = 0;
+        Ok(())
+    }
+}
+
+impl<F: FnMut(usize, BucketChunk) -> std::io::Result<()>> RowSink for Dealer<F> {
+    fn take(&mut self, _: usize, rows: &mut SparseBatch, starts: &[u64]) -> std::io::Result<()> {
+        let buckets = self.buckets.len() as u32;
+        for (r, (label, indices, values)) in rows.iter_rows().enumerate() {
+            let position = self.base
+                + starts
+                    .get(r)
+                    .copied()
+                    .ok_or_else(|| std::io::Error::other("a row was dealt without its position"))?;
+            let b = bucket_of(row_key(self.seed, position), buckets);
+            self.buckets[b].positions.push(position);
+            self.buckets[b].rows.push_row(label, indices, values);
+            self.rows[b] += 1;
+            self.held += 24 + 8 * indices.len() as u64;
+        }
+        if self.held >= self.budget {
+            self.flush_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// Function body of a [`SplitMapTask`].
+pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
+    let store = Store::open(&task.data_url)?;
+    let input = Store::open(&task.input_url)?;
+    let format: InputFormat = task
+        .format
+        .parse()
+        .map_err(|e| RuntimeError::InvalidJob(format!("{e}")))?;
+    let stream = input
+        .get_stream_from(&task.input_key, task.start.saturating_sub(1))
+        .await?
+        .map_err(std::io::Error::other);
+    // The parser reads synchronously: it pulls the stream through the bridge.
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    let handle = tokio::runtime::Handle::current();
+    let location = input.location(&task.input_key);
+    let worker_store = store.clone();
+    let task_for_parse = task.clone();
+    let parsed = tokio::task::spawn_blocking(move || {
+        let task = task_for_parse;
+        let lines = LineRange::new(
+            BufReader::with_capacity(1 << 20, reader),
+            task.start,
+            task.end,
+        )
+        .map_err(|e| RuntimeError::InvalidJob(format!("reading {location}: {e}")))?;
+        let base = lines.first_line_offset();
+        let name = PathBuf::from(format!("{location} (the lines from byte {base})"));
+        let mut chunks = vec![0u32; task.buckets as usize];
+        let mut stopped = false;
+        let flush = |b: usize, chunk: BucketChunk| {
+            let stop = handle.block_on(asked_to_stop(&worker_store, task.stop_key.as_deref()));
+            if stop.map_err(std::io::Error::other)? {
+                stopped = true;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Interrupted,
+                    "asked to stop",
+                ));
+            }
+            let key = chunk_key(b, task.task, chunks[b]);
+            handle
+                .block_on(worker_store.put(&key, chunk.encode()))
+                .map_err(std::io::Error::other)?;
+            chunks[b] += 1;
+            Ok(())
+        };
+        let mut dealer = Dealer {
+            seed: task.seed,
+            base,
+            buckets: vec![BucketChunk::default(); task.buckets as usize],
+            rows: vec![0; task.buckets as usize],
+            held: 0,
+            budget: task.budget,
+            flush,
+        };
+        let options = ParseOptions {
+            features: task.features,
+            ..ParseOptions::default()
+        };
+        let result = stream_range(lines, &name, format, &options, &mut dealer)
+            .map_err(RuntimeError::from)
+            .and_then(|schema| {
+                dealer.flush_all().map(|()| schema).map_err(|e| {
+                    RuntimeError::InvalidJob(format!(
+                        "writing the buckets of {}: {e}",
+                        name.display()
+                    ))
+                })
+            });
+        let Dealer { rows, .. } = dealer;
+        match result {
+            Ok(schema) => Ok(Some(SplitReport {
+                schema,
+                rows,
+                chunks,
+            })),
+            Err(_) if stopped => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))??;
+    let Some(report) = parsed else {
+        info!("asked to stop: the report is not written");
+        return Ok(());
+    };
+    let key = split_report_key(task.task);
+    let json = serde_json::to_vec(&report).map_err(|source| RuntimeError::Json {
+        location: store.location(&key),
+        source,
+    })?;
+    store.put(&key, Bytes::from(json)).await?;
+    Ok(())
+}
+
+/// Function body of a [`ShuffleReduceTask`].
+pub async fn run_shuffle_reduce(task: ShuffleReduceTask) -> Result<()> {
+    let store = Store::open(&task.data_url)?;
+    let mut report = ReduceReport {
+        written: Vec::new(),
+        fragments: Vec::new(),
+    };
+    let mut ranges = task.ranges.as_ref().map(|&(f, _)| FeatureRange::new(f));
+    let mut cutter = Cutter::new(&task);
+    let temp = std::env::temp_dir();
+    for chunk_keys in &task.buckets {
+        if asked_to_stop(&store, task.stop_key.as_deref()).await? {
+            info!("asked to stop: the report is not written");
+            return Ok(());
+        }
+        let mut shuffle = ExternalShuffle::new(task.seed, task.budget as usize, &temp, vec![true]);
+        for key in chunk_keys {
+            let bytes = store.get(key).await?;
+            let mut chunk = BucketChunk::decode(&bytes, || store.location(key))?;
+            shuffle
+                .take(0, &mut chunk.rows, &chunk.positions)
+                .map_err(|e| spill(&temp, e))?;
+        }
+        let mut shuffled = shuffle.finish().map_err(|e| spill(&temp, e))?;
+        let mut reader = shuffled.read(0);
+        let mut cuts = Vec::new();
+        while let Some(row) = reader.next_row().map_err(|e| spill(&temp, e))? {
+            if let Some(cut) = cutter.push(row.label, row.indices, row.values) {
+                cuts.push(cut);
+                if cuts.len() >= UPLOAD_CONCURRENCY {
+                    write_cuts(
+                        &store,
+                        &task,
+                        std::mem::take(&mut cuts),
+                        &mut ranges,
+                        &mut report,
+                    )
+                    .await?;
+                }
+            }
+        }
+        write_cuts(&store, &task, cuts, &mut ranges, &mut report).await?;
+    }
+    let rest = cutter.finish().into_iter().collect();
+    write_cuts(&store, &task, rest, &mut ranges, &mut report).await?;
+    if let (Some(range), Some((_, key))) = (ranges, &task.ranges) {
+        store.put(key, RangeObject(range).encode()).await?;
+    }
+    let json = serde_json::to_vec(&report).map_err(|source| RuntimeError::Json {
+        location: store.location(&task.out_key),
+        source,
+    })?;
+    store.put(&task.out_key, Bytes::from(json)).await?;
+    Ok(())
+}
+
+fn spill(dir: &std::path::Path, error: std::io::Error) -> RuntimeError {
+    RuntimeError::InvalidJob(format!(
+        "shuffling a bucket through {}: {error}",
+        dir.display()
+    ))
+}
+
+/// A minibatch cut by a reduce task: its split, index, rows, and whether it is whole (else a
+/// fragment shared with a neighbouring task).
+type ReduceCut = (usize, usize, SparseBatch, bool);
+
+/// Writes `cuts` (a few at once): whole minibatches under their keys, fragments under
+/// `staging/fragments/`, noting them in `report` and the training rows in `ranges`.
+async fn write_cuts(
+    store: &Store,
+    task: &ShuffleReduceTask,
+    cuts: Vec<ReduceCut>,
+    ranges: &mut Option<FeatureRange>,
+    report: &mut ReduceReport,
+) -> Result<()> {
+    let schema = mlless_data::SparseSchema {
+        features: 0,
+        label_map: task.label_map,
+        labels: None,
+        one_based: task.one_based,
+        samples: Vec::new(),
+    };
+    let mut puts = Vec::with_capacity(cuts.len());
+    for (split, index, mut rows, whole) in cuts {
+        schema.apply(&mut rows);
+        if let Some(range) = ranges.as_mut()
+            && split == 0
+        {
+            range.observe(&rows);
+        }
+        if whole {
+            let key = batch_key(&format!("{}{}", task.prefix, SPLITS[split]), index);
+            puts.push(futures::future::Either::Left(async move {
+                let info = put_batch(store, key, &Batch::Sparse(rows)).await?;
+                Ok::<_, RuntimeError>((split, index, Some(info), String::new()))
+            }));
+        } else {
+            let key = format!(
+                "staging/fragments/{}-{index:07}-{:012}.bin",
+                SPLITS[split], task.first_row
+            );
+            let chunk = BucketChunk {
+                positions: Vec::new(),
+                rows,
+            };
+            puts.push(futures::future::Either::Right(async move {
+                store.put(&key, chunk.encode()).await?;
+                Ok::<_, RuntimeError>((split, index, None, key))
+            }));
+        }
+    }
+    let done: Vec<_> = futures::future::try_join_all(puts).await?;
+    for (split, index, info, key) in done {
+        match info {
+            Some(info) => report.written.push((split, index, info)),
+            None => report.fragments.push((split, index, key)),
+        }
+    }
+    Ok(())
+}
+
+/// Cuts the rows of a reduce task, in the shuffled order from its first row, into the
+/// minibatches of the splits they fall in.
+struct Cutter {
+    /// The place of the next row in the shuffled order.
+    next: u64,
+    bounds: [u64; 3],
+    batch_size: u64,
+    rows: SparseBatch,
+    /// Whether the minibatch being cut started at its first row.
+    whole: bool,
+}
+
+/// The splits in the shuffled order, as indices of [`SPLITS`]: training, validation, test.
+const SHUFFLED_SPLITS: [usize; 3] = [0, 2, 1];
+
+impl Cutter {
+    fn new(task: &ShuffleReduceTask) -> Self {
+        let mut cutter = Self {
+            next: task.first_row,
+            bounds: task.bounds,
+            batch_size: u64::from(task.batch_size.max(1)),
+            rows: SparseBatch::new(),
+            whole: true,
+        };
+        cutter.whole = cutter.place(task.first_row).2 == 0;
+        cutter
+    }
+
+    /// The split (its place in the shuffled order), its first row, and the place in its
+    /// minibatch of row `g`.
+    fn place(&self, g: u64) -> (usize, u64, u64) {
+        let segment = self.bounds.iter().position(|&end| g < end).unwrap_or(2);
+        let start = if segment == 0 {
+            0
+        } else {
+            self.bounds[segment - 1]
+        };
+        (segment, start, (g - start) % self.batch_size)
+    }
+
+    /// Adds the next row; returns the minibatch it completes.
+    fn push(&mut self, label: f32, indices: &[u32], values: &[f32]) -> Option<ReduceCut> {
+        let g = self.next;
+        self.next += 1;
+        let (segment, start, _) = self.place(g);
+        self.rows.push_row(label, indices, values);
+        let end = self.bounds[segment];
+        let ends = (g + 1 - start).is_multiple_of(self.batch_size) || g + 1 == end;
+        if !ends {
+            return None;
+        }
+        let index = ((g - start) / self.batch_size) as usize;
+        let rows = std::mem::take(&mut self.rows);
+        let cut = (SHUFFLED_SPLITS[segment], index, rows, self.whole);
+        self.whole = true;
+        Some(cut)
+    }
+
+    /// The minibatch begun and not completed: a fragment.
+    fn finish(self) -> Option<ReduceCut> {
+        if self.rows.rows() == 0 {
+            return None;
+        }
+        let g = self.next - 1;
+        let (segment, start, _) = self.place(g);
+        let index = ((g - start) / self.batch_size) as usize;
+        Some((SHUFFLED_SPLITS[segment], index, self.rows, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_keep_the_order_of_keys() {
+        let mut last = 0;
+        for key in [0, 1, u64::MAX / 3, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+            let b = bucket_of(key, 7);
+            assert!(b >= last && b < 7, "{key}: {b}");
+            last = b;
+        }
+        assert_eq!((bucket_of(0, 7), bucket_of(u64::MAX, 7)), (0, 6));
+    }
+
+    #[test]
+    fn a_dealer_writes_each_bucket_in_chunks_in_input_order() {
+        let mut written: Vec<(usize, BucketChunk)> = Vec::new();
+        let mut dealer = Dealer {
+            seed: 3,
+            base: 1_000,
+            buckets: vec![BucketChunk::default(); 5],
+            rows: vec![0; 5],
+            held: 0,
+            budget: 200,
+            flush: |b, chunk| {
+                written.push((b, chunk));
+                Ok(())
+            },
+        };
+        for part in 0..10u64 {
+            let mut rows = SparseBatch::new();
+            let mut starts = Vec::new();
+            for r in 0..7u64 {
+                rows.push_row(1.0, &[r as u32], &[1.0]);
+                starts.push(100 * (part * 7 + r));
+            }
+            dealer.take(0, &mut rows, &starts).expect("dealt");
+        }
+        dealer.flush_all().expect("flushed");
+        let Dealer { rows, .. } = dealer;
+        assert_eq!(rows.iter().sum::<u64>(), 70);
+        assert!(written.len() > 5, "several flushes: {}", written.len());
+        let mut seen = Vec::new();
+        for (b, &count) in rows.iter().enumerate() {
+            let positions: Vec<u64> = written
+                .iter()
+                .filter(|(w, _)| *w == b)
+                .flat_map(|(_, c)| c.positions.clone())
+                .collect();
+            assert_eq!(positions.len() as u64, count, "bucket {b}");
+            assert!(positions.is_sorted(), "bucket {b} in input order");
+            for &p in &positions {
+                assert_eq!(bucket_of(row_key(3, p), 5), b);
+            }
+            seen.extend(positions);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..70).map(|i| 1_000 + 100 * i).collect::<Vec<_>>());
+    }
+
+    /// The cuts of rows `first..last` of 23 rows (train 10, validation 5, test 8), batches of 4.
+    fn cuts(first: u64, last: u64) -> Vec<(usize, usize, usize, bool)> {
+        let task = ShuffleReduceTask {
+            data_url: String::new(),
+            seed: 0,
+            budget: 0,
+            buckets: Vec::new(),
+            first_row: first,
+            bounds: [10, 15, 23],
+            batch_size: 4,
+            label_map: None,
+            one_based: false,
+            prefix: String::new(),
+            ranges: None,
+            out_key: String::new(),
+            stop_key: None,
+        };
+        let mut cutter = Cutter::new(&task);
+        let mut out = Vec::new();
+        for g in first..last {
+            if let Some((s, i, rows, whole)) = cutter.push(g as f32, &[], &[]) {
+                out.push((s, i, rows.rows(), whole));
+            }
+        }
+        out.extend(
+            cutter
+                .finish()
+                .map(|(s, i, rows, whole)| (s, i, rows.rows(), whole)),
+        );
+        out
+    }
+
+    #[test]
+    fn the_cuts_of_neighbouring_tasks_join_into_the_whole_ones() {
+        let whole = cuts(0, 23);
+        // Train 4+4+2, validation 4+1, test 4+4.
+        assert_eq!(
+            whole,
+            [
+                (0, 0, 4, true),
+                (0, 1, 4, true),
+                (0, 2, 2, true),
+                (2, 0, 4, true),
+                (2, 1, 1, true),
+                (1, 0, 4, true),
+                (1, 1, 4, true)
+            ]
+        );
+        for split in [1, 6, 10, 13, 20] {
+            let (a, b) = (cuts(0, split), cuts(split, 23));
+            let mut joined: std::collections::BTreeMap<(usize, usize), (usize, usize)> =
+                Default::default();
+            for (s, i, n, w) in a.iter().chain(&b) {
+                let e = joined.entry((*s, *i)).or_default();
+                e.0 += n;
+                e.1 += usize::from(!w);
+            }
+            for (s, i, n, _) in &whole {
+                let (rows, fragments) = joined[&(*s, *i)];
+                assert_eq!(rows, *n, "split at {split}: {s}/{i}");
+                assert!(
+                    fragments == 0 || fragments == 2,
+                    "split at {split}: {s}/{i}"
+                );
+            }
+            assert_eq!(joined.len(), whole.len(), "split at {split}");
+        }
+    }
+}
