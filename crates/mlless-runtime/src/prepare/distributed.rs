@@ -312,14 +312,9 @@ pub(super) async fn shuffle(
 
     // Reduce: each task its share of the buckets, in order.
     let batch_size = u64::from(options.batch_size);
-    let counts = [
-        train_n.div_ceil(batch_size) as usize,
-        (n - train_all).div_ceil(batch_size) as usize,
-        (train_all - train_n).div_ceil(batch_size) as usize,
-    ];
+    let counts = samples.map(|rows| rows.div_ceil(batch_size) as usize);
     let prefix = if options.normalize { "staging/" } else { "" };
     let mut first_row = 0;
-    let mut next_bucket = 0;
     let mut reduce_payloads = Vec::new();
     let shares = chunks((0..buckets as usize).collect::<Vec<_>>(), maps as usize);
     for (task, share) in shares.into_iter().enumerate() {
@@ -345,9 +340,7 @@ pub(super) async fn shuffle(
             stop_key: Some(STOP_KEY.to_string()),
         }));
         first_row += share.iter().map(|&b| bucket_rows[b]).sum::<u64>();
-        next_bucket += share.len();
     }
-    debug_assert_eq!(next_bucket, buckets as usize);
     let total = counts.iter().sum();
     let round = run_map_tasks(
         invoker,
