@@ -65,8 +65,9 @@ pub struct PrepareArgs {
     #[arg(long, value_enum)]
     pub format: Format,
     /// The input: a file, `-` (standard input), or an object on a store (s3://bucket/key,
-    /// file:///…), read as a stream; gzip and zstd are decompressed (told by their first
-    /// bytes).
+    /// file:///…), read as a stream; or the part files of a directory or of a prefix on a store
+    /// (s3://bucket/day0/), read in name order as one input (names starting with _ or . are
+    /// skipped). Gzip and zstd are decompressed (told by their first bytes), part by part.
     #[arg(long)]
     pub input: PathBuf,
     /// Where to write the data set: a path, file:///…, memory://NAME or s3://bucket/prefix.

@@ -1,6 +1,7 @@
 //! `prepare --distributed`: split-map tasks parse byte ranges of the input (on a store) into
 //! buckets, shuffle-reduce tasks cut the buckets into minibatches; the data set is the one the
-//! local path writes for the same seed, object for object, on the local store and on S3.
+//! local path writes for the same seed, object for object, on the local store and on S3, for
+//! an input of one file and for a directory or prefix of part files.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use common::*;
+use mlless_core::Batch;
 use mlless_runtime::dataset::Split;
 
 /// A LIBSVM file of `rows` rows, -1/+1 labels, 1-based indices, with blank and comment lines,
@@ -196,6 +198,135 @@ fn distributed_prepare_gives_the_local_data_set_and_refuses_what_it_cannot_read(
     );
 }
 
+/// The lines of `text` cut into `parts` pieces of different sizes, each whole lines.
+fn cut_lines(text: &str, parts: usize) -> Vec<String> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    // Sizes 1 : 2 : 3 : … of the lines.
+    let weights: usize = (1..=parts).sum();
+    let mut out = Vec::new();
+    let mut start = 0;
+    for p in 1..=parts {
+        let end = if p == parts {
+            lines.len()
+        } else {
+            start + lines.len() * p / weights
+        };
+        out.push(lines[start..end].concat());
+        start = end;
+    }
+    out
+}
+
+/// Every row of every split of the data set at `data`, sorted: the data set as a multiset.
+fn all_rows(data: &Path) -> Vec<(u32, Vec<u32>, Vec<u32>)> {
+    let mut rows = Vec::new();
+    for split in [Split::Train, Split::Validation, Split::Test] {
+        for batch in batches(data, split) {
+            let Batch::Sparse(batch) = batch else {
+                panic!("sparse minibatches");
+            };
+            for (label, indices, values) in batch.iter_rows() {
+                let bits = values.iter().map(|v| v.to_bits()).collect();
+                rows.push((label.to_bits(), indices.to_vec(), bits));
+            }
+        }
+    }
+    rows.sort_unstable();
+    rows
+}
+
+#[test]
+fn a_directory_of_part_files_is_one_input_locally_and_distributed() {
+    let dir = tempdir();
+    let whole = dir.path().join("rows.svm");
+    write_libsvm(&whole, 12_000);
+    let text = std::fs::read_to_string(&whole).expect("input");
+    let parts_dir = dir.path().join("parts");
+    std::fs::create_dir(&parts_dir).expect("mkdir");
+    for (i, part) in cut_lines(&text, 3).iter().enumerate() {
+        std::fs::write(parts_dir.join(format!("part-{i:05}")), part).expect("write part");
+    }
+    // What Spark and Hadoop leave beside their parts is not read.
+    std::fs::write(parts_dir.join("_SUCCESS"), "").expect("write");
+    std::fs::write(parts_dir.join(".part-00000.crc"), "not libsvm").expect("write");
+    std::fs::write(parts_dir.join("part-00003"), "").expect("an empty partition");
+
+    let args = ["--batch-size", "500", "--seed", "9"];
+    let from_file = dir.path().join("from-file");
+    let from_parts = dir.path().join("from-parts");
+    for (input, out) in [(&whole, &from_file), (&parts_dir, &from_parts)] {
+        let output = prepare_into("libsvm", &s(input), &s(out), &args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+    }
+    // The same rows as the file they were cut from (in another order: a row's shuffle key is
+    // its place in its part).
+    let rows = all_rows(&from_file);
+    assert_eq!(rows.len(), 12_000);
+    assert_eq!(all_rows(&from_parts), rows);
+
+    // Three parts over two tasks: a task's range spans the end of one part and the start of
+    // the next. The same data set as the local path's.
+    let distributed = dir.path().join("distributed");
+    let mut flags = args.to_vec();
+    flags.extend(["--distributed", "--map-tasks", "2", "--memory-mb", "64"]);
+    let output = prepare_into("libsvm", &s(&parts_dir), &s(&distributed), &flags);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_same(&s(&from_parts), &s(&distributed), true);
+    let labels = &manifest(&s(&distributed))["labels"];
+    assert!(
+        labels["min"]["input"]
+            .as_str()
+            .is_some_and(|i| i.ends_with("part-00000")),
+        "{labels}"
+    );
+
+    // A compressed part is read by the local path (the same rows), refused by --distributed.
+    let part = parts_dir.join("part-00002");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder
+        .write_all(&std::fs::read(&part).expect("part"))
+        .expect("gzip");
+    std::fs::write(
+        parts_dir.join("part-00002.gz"),
+        encoder.finish().expect("gzip"),
+    )
+    .expect("write");
+    std::fs::remove_file(&part).expect("remove");
+    let from_gz = dir.path().join("from-gz");
+    let output = prepare_into("libsvm", &s(&parts_dir), &s(&from_gz), &args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(all_rows(&from_gz), rows);
+    let output = prepare_into("libsvm", &s(&parts_dir), &s(&dir.path().join("x")), &flags);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("part-00002.gz is compressed"),
+        "{stderr}"
+    );
+
+    // A bad line is named by its part and its line there.
+    let second = parts_dir.join("part-00001");
+    let mut bad = std::fs::read_to_string(&second).expect("part");
+    let line = bad.lines().count() + 1;
+    bad.push_str("1 3:x\n");
+    std::fs::write(&second, bad).expect("write");
+    let message = fails(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&parts_dir),
+        "--out",
+        &s(&dir.path().join("y")),
+    ]);
+    assert!(
+        message.contains(&format!("part-00001:{line}:")),
+        "{message}"
+    );
+}
+
 #[test]
 fn distributed_prepare_of_criteo_on_s3_gives_the_local_data_set() {
     let Ok(base) = std::env::var("MLLESS_TEST_S3_URL") else {
@@ -215,8 +346,13 @@ fn distributed_prepare_of_criteo_on_s3_gives_the_local_data_set() {
     let prefix = format!("{base}/distributed-{}", std::process::id());
     block_on(async {
         let store = mlless_store::Store::open(&prefix).expect("store");
-        let bytes = std::fs::read(&input).expect("input");
-        store.put("criteo.tsv", bytes.into()).await.expect("put");
+        let text = std::fs::read_to_string(&input).expect("input");
+        for (i, part) in cut_lines(&text, 3).into_iter().enumerate() {
+            let key = format!("parts/part-{i:05}");
+            store.put(&key, part.into()).await.expect("put");
+        }
+        store.put("parts/_SUCCESS", "".into()).await.expect("put");
+        store.put("criteo.tsv", text.into()).await.expect("put");
     });
     let args = ["--features", "65536", "--batch-size", "300"];
     let local = s(&dir.path().join("local"));
@@ -257,4 +393,30 @@ fn distributed_prepare_of_criteo_on_s3_gives_the_local_data_set() {
         batches_at(&on_s3, Split::Test).len(),
         batches(Path::new(&local), Split::Test).len()
     );
+
+    // A prefix of part files, read through the driver by the local path and by split-map
+    // tasks: the same data set.
+    let parts = format!("{prefix}/parts/");
+    let (local, on_s3) = (
+        s(&dir.path().join("local-parts")),
+        format!("{prefix}/data-parts"),
+    );
+    let out = prepare_into("criteo", &parts, &local, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = prepare_into("criteo", &parts, &on_s3, &distributed);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same(&local, &on_s3, true);
+    let whole = manifest(&s(&dir.path().join("local")));
+    for split in ["train", "validation", "test"] {
+        let samples = &manifest(&on_s3)[split]["samples"];
+        assert_eq!(samples, &whole[split]["samples"], "{split}");
+    }
 }

@@ -63,6 +63,13 @@ pub fn row_key(seed: u64, position: u64) -> u64 {
     mix(mix(seed).wrapping_add(position.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
 }
 
+/// The position of the row at byte `offset` of file `part` of an input of several files (the
+/// parts of a prefix, in name order): `part · 2⁴⁰ + offset`, distinct for every row as long as
+/// each file is under 1 TiB; the first file's positions are its offsets.
+pub fn part_position(part: u32, offset: u64) -> u64 {
+    (u64::from(part) << 40).wrapping_add(offset)
+}
+
 /// SplitMix64's output function: a bijection of `u64` that mixes every bit into every bit.
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

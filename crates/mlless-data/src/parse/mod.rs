@@ -488,7 +488,30 @@ fn parse_inputs<R: BufRead>(
                 |l| criteo::read(l, features),
                 Parsed::samples,
             )?;
-            let parsed = raws.into_iter().map(|(_, parsed)| parsed).collect();
+            let mut parsed: Vec<Parsed> = raws.into_iter().map(|(_, parsed)| parsed).collect();
+            // Each part knows the range of its own labels: every part gets the range of all.
+            let labels = parsed
+                .iter()
+                .filter_map(Parsed::label_range)
+                .cloned()
+                .reduce(|all, part| LabelRange {
+                    min: if part.min.label < all.min.label {
+                        part.min
+                    } else {
+                        all.min
+                    },
+                    max: if part.max.label > all.max.label {
+                        part.max
+                    } else {
+                        all.max
+                    },
+                    fractional: all.fractional.or(part.fractional),
+                });
+            for part in &mut parsed {
+                if let Parsed::Sparse { labels: range, .. } = part {
+                    range.clone_from(&labels);
+                }
+            }
             Ok((parsed, InputLayout::default(), counts))
         }
     }

@@ -82,52 +82,70 @@ pub fn stream_range<R: BufRead>(
     Ok(schema)
 }
 
-/// Merges the schemas of the consecutive byte ranges of one input (`name`, in `format`, read
-/// with `options`), in input order, into the input's: what [`stream_sparse`](super::stream_sparse)
-/// returns for it, line numbers counted over the whole input.
+/// Merges the schemas of the byte ranges of an input into the input's: what
+/// [`stream_sparse`](super::stream_sparse) returns for it, read with `options` in `format`, line
+/// numbers counted over each file. The input is one file or several (the parts of a prefix),
+/// each given in order with its name and its consecutive ranges in order.
 ///
 /// # Errors
 ///
-/// [`ParseError::Empty`] when no range has a row; the errors of the format's schema (a LIBSVM
+/// [`ParseError::Empty`] when a file has no row; the errors of the format's schema (a LIBSVM
 /// index at the `--features` limit in 0-based input, a Criteo input without `--features`).
 pub fn merge_ranges(
-    name: &Path,
     format: InputFormat,
     options: &ParseOptions,
-    ranges: &[RangeSchema],
+    parts: &[(&Path, &[RangeSchema])],
 ) -> Result<(SparseSchema, InputLayout), ParseError> {
-    let ctx = Ctx { path: name };
-    let mut labels = LabelSet::default();
-    let (mut saw_zero, mut max_index, mut at_limit) = (false, None, None);
-    let (mut before, mut rows) = (0, 0);
-    for range in ranges {
-        labels.merge_later(&range.labels, before);
-        saw_zero |= range.saw_zero;
-        max_index = max_index.max(range.max_index);
-        at_limit = at_limit.or(range.first_at_limit.map(|line| line + before));
-        before += range.lines;
-        rows += range.rows;
-    }
-    if rows == 0 {
-        return Err(ParseError::Empty {
-            path: name.to_path_buf(),
+    let Some(&(first, _)) = parts.first() else {
+        return Err(ParseError::Invalid {
+            path: Default::default(),
+            message: "an input of no file".into(),
         });
+    };
+    let mut sets = Vec::with_capacity(parts.len());
+    let mut all = LabelSet::default();
+    let (mut saw_zero, mut max_index, mut at_limit) = (false, None, None);
+    let mut samples = Vec::with_capacity(parts.len());
+    for &(name, ranges) in parts {
+        let mut labels = LabelSet::default();
+        let (mut before, mut rows) = (0, 0);
+        for range in ranges {
+            labels.merge_later(&range.labels, before);
+            saw_zero |= range.saw_zero;
+            max_index = max_index.max(range.max_index);
+            if at_limit.is_none() {
+                at_limit = range
+                    .first_at_limit
+                    .map(|line| (Ctx { path: name }, line + before));
+            }
+            before += range.lines;
+            rows += range.rows;
+        }
+        if rows == 0 {
+            return Err(ParseError::Empty {
+                path: name.to_path_buf(),
+            });
+        }
+        all.merge(&labels);
+        sets.push((labels, name));
+        samples.push(rows);
     }
     let (features, label_map) = match format {
         InputFormat::Libsvm => {
-            let at_limit = at_limit.map(|line| (ctx, line));
+            let ctx = Ctx { path: first };
             let features = libsvm::dimension(ctx, options.features, saw_zero, at_limit, max_index)?;
-            (features, labels.binary_map())
+            (features, all.binary_map())
         }
-        _ => (criteo::features(Some(name), options)?, None),
+        _ => (criteo::features(Some(first), options)?, None),
     };
     let libsvm = format == InputFormat::Libsvm;
+    let sets: Vec<(&LabelSet, &Path)> = sets.iter().map(|(set, name)| (set, *name)).collect();
     let schema = SparseSchema {
         features,
         label_map,
-        labels: label_range(&[(&labels, name)], label_map),
+        labels: label_range(&sets, label_map),
         one_based: libsvm && !saw_zero,
-        samples: vec![rows],
+        samples,
     };
     let layout = InputLayout {
         zero_based: libsvm && saw_zero,
@@ -329,7 +347,7 @@ mod tests {
                 schemas.push(schema);
             }
             let (merged, merged_layout) =
-                merge_ranges(name, InputFormat::Libsvm, &options, &schemas).expect("merge");
+                merge_ranges(InputFormat::Libsvm, &options, &[(name, &schemas)]).expect("merge");
             assert_eq!(merged, whole, "{cuts:?}");
             assert_eq!(merged_layout, layout);
             assert_eq!(
@@ -344,6 +362,52 @@ mod tests {
     }
 
     #[test]
+    fn merged_ranges_of_several_files_give_their_schema_read_together() {
+        // The smallest label is in the second file, the largest in the third; only the second
+        // file has an index 0 (so all are read 0-based) and the largest index.
+        let texts: [&[u8]; 3] = [b"1 1:1\n2 2:1\n", b"\n0 0:1 9:1\n2 1:1\n", b"5 3:1\n"];
+        let names = ["p0.svm", "p1.svm", "p2.svm"].map(Path::new);
+        let options = ParseOptions::default();
+        let inputs = texts.iter().zip(names).map(|(t, n)| (*t, n.to_path_buf()));
+        let (whole, layout) = crate::parse::stream_sparse(
+            inputs.collect(),
+            InputFormat::Libsvm,
+            &options,
+            &mut Collect::default(),
+        )
+        .expect("whole");
+        let mut parts = Vec::new();
+        for (text, name) in texts.into_iter().zip(names) {
+            // Each file cut in two at its middle byte.
+            let cuts = [0, text.len() as u64 / 2, text.len() as u64];
+            let mut schemas = Vec::new();
+            for pair in cuts.windows(2) {
+                let from = pair[0].saturating_sub(1) as usize;
+                let lines = LineRange::new(&text[from..], pair[0], pair[1]).expect("range");
+                let mut sink = Collect::default();
+                schemas.push(
+                    stream_range(lines, name, InputFormat::Libsvm, &options, &mut sink)
+                        .expect("range"),
+                );
+            }
+            parts.push(schemas);
+        }
+        let parts: Vec<(&Path, &[RangeSchema])> = names
+            .iter()
+            .zip(&parts)
+            .map(|(n, r)| (*n, &r[..]))
+            .collect();
+        let (merged, merged_layout) =
+            merge_ranges(InputFormat::Libsvm, &options, &parts).expect("merge");
+        assert_eq!(merged, whole);
+        assert_eq!(merged_layout, layout);
+        let labels = whole.labels.expect("labels");
+        assert_eq!((labels.min.input.as_str(), labels.min.line), ("p1.svm", 2));
+        assert_eq!((labels.max.input.as_str(), labels.max.line), ("p2.svm", 1));
+        assert_eq!((whole.features, &whole.samples[..]), (10, &[2, 2, 1][..]));
+    }
+
+    #[test]
     fn a_range_refuses_csv_and_an_empty_input_is_an_error() {
         let err = stream_range(
             &b"1,2\n"[..],
@@ -355,11 +419,11 @@ mod tests {
         .expect_err("csv");
         assert!(err.to_string().contains("not read in byte ranges"), "{err}");
         let empty = RangeSchema::default();
+        let ranges = [empty.clone(), empty];
         let err = merge_ranges(
-            Path::new("a.svm"),
             InputFormat::Libsvm,
             &ParseOptions::default(),
-            &[empty.clone(), empty],
+            &[(Path::new("a.svm"), &ranges)],
         )
         .expect_err("empty");
         assert!(matches!(err, ParseError::Empty { .. }), "{err}");

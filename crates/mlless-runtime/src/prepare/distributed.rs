@@ -22,13 +22,13 @@
 //! two give the same data set, object for object, for the same seed.
 
 use std::io::BufReader;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{Batch, SparseBatch};
-use mlless_data::external_shuffle::{ExternalShuffle, row_key};
+use mlless_data::external_shuffle::{ExternalShuffle, part_position, row_key};
 use mlless_data::{
     BatchInfo, Compression, DatasetKind, FeatureRange, InputFormat, LabelMap, LineRange,
     ParseOptions, RangeSchema, RowSink, batch_key, merge_ranges, stream_range,
@@ -38,6 +38,7 @@ use mlless_store::Store;
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
+use super::input::InputParts;
 use super::{
     MapRound, PrepareOptions, RangeObject, Requests, SPLITS, STOP_KEY, Stopped, TestSet,
     UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, run_map_tasks,
@@ -56,18 +57,14 @@ const MAX_BUCKETS: u64 = 4096;
 pub struct SplitMapTask {
     /// The data set's location (the buckets and the report go under its `staging/`).
     pub data_url: String,
-    /// The store the input is on, and its key there.
+    /// The store the input's part files are on.
     pub input_url: String,
-    /// The input's key in `input_url`.
-    pub input_key: String,
     /// The input's format (`libsvm` or `criteo`).
     pub format: String,
     /// Feature-space size (`--features`).
     pub features: Option<u32>,
-    /// The byte range whose lines this task reads: those that start in `start..end`.
-    pub start: u64,
-    /// See `start`.
-    pub end: u64,
+    /// The byte ranges whose lines this task reads, in input order.
+    pub segments: Vec<InputSegment>,
     /// Seed of the shuffle.
     pub seed: u64,
     /// Number of buckets.
@@ -80,10 +77,24 @@ pub struct SplitMapTask {
     pub stop_key: Option<String>,
 }
 
+/// A byte range of one part file of the input: the lines that start in `start..end` of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputSegment {
+    /// The part's place among the input's part files (0 for an input of one file).
+    pub part: u32,
+    /// The part's key in the input's store.
+    pub key: String,
+    /// The first byte of the range.
+    pub start: u64,
+    /// The byte after the range.
+    pub end: u64,
+}
+
 /// What a split-map task reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct SplitReport {
-    schema: RangeSchema,
+    /// What each of its segments said of the schema, with the segment's part.
+    schemas: Vec<(u32, RangeSchema)>,
     /// Rows dealt into each bucket.
     rows: Vec<u64>,
     /// Chunks written of each bucket.
@@ -143,40 +154,104 @@ impl Message for BucketChunk {
     const MAGIC: [u8; 4] = *b"MLLK";
 }
 
-/// Where the input of a distributed preparation is: its store and key. A local path is read
-/// through a `file://` store (which only local functions can reach).
-fn input_object(options: &PrepareOptions) -> Result<(String, String)> {
-    let text = options.input.to_str().ok_or_else(|| {
-        RuntimeError::InvalidJob(format!(
-            "--input {} is not valid UTF-8",
-            options.input.display()
-        ))
-    })?;
-    if text == mlless_data::STDIN_PATH {
-        return Err(RuntimeError::InvalidJob(
-            "--distributed reads its input from a store: standard input (-) is read by the \
-             local path only"
-                .into(),
-        ));
-    }
-    if text.contains("://") {
-        return match text.rsplit_once('/') {
-            Some((store, key)) if !key.is_empty() => Ok((store.to_string(), key.to_string())),
-            _ => Err(RuntimeError::InvalidJob(format!(
-                "--input {text} names no object"
-            ))),
-        };
-    }
-    let path = std::fs::canonicalize(&options.input).map_err(|e| {
+/// The part files of the input of a distributed preparation: the store they are on, each's
+/// key and size, and the name each goes by in errors (the local path's names). A local path is
+/// read through a `file://` store (which only local functions can reach).
+async fn input_objects(
+    options: &PrepareOptions,
+) -> Result<(String, Vec<(String, u64)>, Vec<PathBuf>)> {
+    let parts = InputParts::resolve(&options.input).await?;
+    let names = parts.names();
+    let local = |e: std::io::Error| {
         RuntimeError::InvalidJob(format!("--input {}: {e}", options.input.display()))
-    })?;
-    match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
-        (Some(dir), Some(name)) => Ok((format!("file://{}", dir.display()), name.to_string())),
-        _ => Err(RuntimeError::InvalidJob(format!(
-            "--input {} is not a file",
-            path.display()
-        ))),
-    }
+    };
+    let (url, objects) = match parts {
+        InputParts::Stdin => {
+            return Err(RuntimeError::InvalidJob(
+                "--distributed reads its input from a store: standard input (-) is read by the \
+                 local path only"
+                    .into(),
+            ));
+        }
+        InputParts::Objects(store, objects) => (store.url().to_string(), objects),
+        InputParts::Files(files) => {
+            let dir = if options.input.is_dir() {
+                std::fs::canonicalize(&options.input).map_err(local)?
+            } else {
+                let file = std::fs::canonicalize(&options.input).map_err(local)?;
+                file.parent().map(Path::to_path_buf).unwrap_or(file)
+            };
+            let mut objects = Vec::with_capacity(files.len());
+            for file in files {
+                let path = std::fs::canonicalize(&file).map_err(local)?;
+                let key = path
+                    .strip_prefix(&dir)
+                    .ok()
+                    .and_then(|key| key.to_str())
+                    .ok_or_else(|| {
+                        RuntimeError::InvalidJob(format!(
+                            "--input {}: {} is not below {}",
+                            options.input.display(),
+                            path.display(),
+                            dir.display()
+                        ))
+                    })?
+                    .to_string();
+                let size = std::fs::metadata(&path).map_err(local)?.len();
+                objects.push((key, size));
+            }
+            (format!("file://{}", dir.display()), objects)
+        }
+    };
+    Ok((url, objects, names))
+}
+
+/// Refuses a compressed part (by its first bytes): it cannot be cut into byte ranges.
+async fn refuse_compressed(input: &Store, objects: &[(String, u64)]) -> Result<()> {
+    futures::stream::iter(objects)
+        .map(|(key, _)| async move {
+            let mut head = input.get_stream(key).await?;
+            if let Some(first) = head.next().await.transpose()?
+                && Compression::sniff(&first) != Compression::None
+            {
+                return Err(RuntimeError::InvalidJob(format!(
+                    "--distributed reads byte ranges of an uncompressed input; {} is \
+                     compressed: prepare it without --distributed, or decompress it first",
+                    input.location(key)
+                )));
+            }
+            Ok(())
+        })
+        .buffer_unordered(UPLOAD_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// Cuts the part files of `sizes` (in order, as one input of their total size `S`) into the
+/// byte ranges of `maps` tasks: task `m` reads `[m·S/maps, (m+1)·S/maps)` of the whole, which
+/// is a segment of each part it meets.
+fn segments(objects: &[(String, u64)], maps: u64) -> Vec<Vec<InputSegment>> {
+    let total: u64 = objects.iter().map(|(_, size)| size).sum();
+    (0..maps)
+        .map(|m| {
+            let (from, to) = (m * total / maps, (m + 1) * total / maps);
+            let mut first = 0;
+            let mut segments = Vec::new();
+            for (part, (key, size)) in objects.iter().enumerate() {
+                let (start, end) = (from.max(first), to.min(first + size));
+                if start < end {
+                    segments.push(InputSegment {
+                        part: part as u32,
+                        key: key.clone(),
+                        start: start - first,
+                        end: end - first,
+                    });
+                }
+                first += size;
+            }
+            segments
+        })
+        .collect()
 }
 
 /// Refuses what the distributed path does not do, naming the option.
@@ -224,37 +299,33 @@ pub(super) async fn shuffle(
     invocations: &mut Vec<InvocationReport>,
 ) -> Result<std::result::Result<Distributed, Stopped>> {
     check_options(options)?;
-    let (input_url, input_key) = input_object(options)?;
+    let (input_url, objects, names) = input_objects(options).await?;
     let input = Store::open(&input_url)?;
-    let size = input.size(&input_key).await?;
-    let mut head = input.get_stream(&input_key).await?;
-    if let Some(first) = head.next().await.transpose()?
-        && Compression::sniff(&first) != Compression::None
-    {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--distributed reads byte ranges of an uncompressed input; {} is compressed: \
-             prepare it without --distributed, or decompress it first",
-            input.location(&input_key)
-        )));
-    }
-    drop(head);
+    refuse_compressed(&input, &objects).await?;
+    let size: u64 = objects.iter().map(|(_, size)| size).sum();
     let budget = shuffle_budget(&options.limits) as u64;
     let maps = u64::from(options.map_tasks).clamp(1, size.max(1));
     // Rows take about as many bytes in memory as in text: half a budget per bucket.
     let buckets = maps.max((2 * size).div_ceil(budget)).min(MAX_BUCKETS) as u32;
-    let name = input.location(&input_key);
-    info!(input = %name, bytes = size, maps, buckets, "distributed preparation");
+    info!(
+        input = %options.input.display(),
+        parts = objects.len(),
+        bytes = size,
+        maps,
+        buckets,
+        "distributed preparation"
+    );
 
-    let payloads: Vec<Payload> = (0..maps)
-        .map(|m| {
+    let payloads: Vec<Payload> = segments(&objects, maps)
+        .into_iter()
+        .enumerate()
+        .map(|(m, segments)| {
             Payload::SplitMap(SplitMapTask {
                 data_url: store.url().to_string(),
                 input_url: input_url.clone(),
-                input_key: input_key.clone(),
                 format: options.format.to_string(),
                 features: options.features,
-                start: m * size / maps,
-                end: (m + 1) * size / maps,
+                segments,
                 seed: options.seed,
                 buckets,
                 budget,
@@ -277,7 +348,7 @@ pub(super) async fn shuffle(
     if let Some(stopped) = stopped {
         return Ok(Err(stopped));
     }
-    let mut schemas = Vec::with_capacity(maps as usize);
+    let mut ranges: Vec<Vec<RangeSchema>> = vec![Vec::new(); objects.len()];
     let mut bucket_rows = vec![0u64; buckets as usize];
     let mut bucket_chunks: Vec<Vec<String>> = vec![Vec::new(); buckets as usize];
     for m in 0..maps as u32 {
@@ -292,20 +363,30 @@ pub(super) async fn shuffle(
             bucket_rows[b] += rows;
             bucket_chunks[b].extend((0..count).map(|c| chunk_key(b, m, c)));
         }
-        schemas.push(report.schema);
+        for (part, schema) in report.schemas {
+            ranges
+                .get_mut(part as usize)
+                .ok_or_else(|| {
+                    RuntimeError::InvalidJob(format!(
+                        "split-map task {m} reported part {part} of {}",
+                        objects.len()
+                    ))
+                })?
+                .push(schema);
+        }
     }
     let parse_options = ParseOptions {
         features: options.features,
         csv: options.csv.clone(),
     };
-    // Named as the user named it, as the local path names it.
-    let (schema, layout) = merge_ranges(
-        &mlless_data::input_name(&options.input),
-        options.format,
-        &parse_options,
-        &schemas,
-    )?;
-    let n = schema.samples[0];
+    // Each part named as the local path names it.
+    let parts: Vec<(&Path, &[RangeSchema])> = names
+        .iter()
+        .map(PathBuf::as_path)
+        .zip(ranges.iter().map(Vec::as_slice))
+        .collect();
+    let (schema, layout) = merge_ranges(options.format, &parse_options, &parts)?;
+    let n = schema.samples.iter().sum();
     let (train_n, train_all) = split_sizes(options, n)?;
     let bounds = [train_n, train_all, n];
     let samples = [train_n, n - train_all, train_all - train_n];
@@ -517,26 +598,29 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
         .format
         .parse()
         .map_err(|e| RuntimeError::InvalidJob(format!("{e}")))?;
-    let stream = input
-        .get_stream_from(&task.input_key, task.start.saturating_sub(1))
-        .await?
-        .map_err(std::io::Error::other);
-    // The parser reads synchronously: it pulls the stream through the bridge.
-    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
     let handle = tokio::runtime::Handle::current();
-    let location = input.location(&task.input_key);
+    // Each segment's stream, opened when its turn comes; the parser reads synchronously: it
+    // pulls the stream through the bridge.
+    let open = {
+        let handle = handle.clone();
+        move |segment: &InputSegment| -> Result<_> {
+            let stream = handle
+                .block_on(input.get_stream_from(&segment.key, segment.start.saturating_sub(1)))?
+                .map_err(std::io::Error::other);
+            let reader = tokio_util::io::SyncIoBridge::new_with_handle(
+                tokio_util::io::StreamReader::new(stream),
+                handle.clone(),
+            );
+            Ok((
+                BufReader::with_capacity(1 << 20, reader),
+                input.location(&segment.key),
+            ))
+        }
+    };
     let worker_store = store.clone();
     let task_for_parse = task.clone();
     let parsed = tokio::task::spawn_blocking(move || {
         let task = task_for_parse;
-        let lines = LineRange::new(
-            BufReader::with_capacity(1 << 20, reader),
-            task.start,
-            task.end,
-        )
-        .map_err(|e| RuntimeError::InvalidJob(format!("reading {location}: {e}")))?;
-        let base = lines.first_line_offset();
-        let name = PathBuf::from(format!("{location} (the lines from byte {base})"));
         let mut chunks = vec![0u32; task.buckets as usize];
         let mut stopped = false;
         let flush = |b: usize, chunk: BucketChunk| {
@@ -557,7 +641,7 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
         };
         let mut dealer = Dealer {
             seed: task.seed,
-            base,
+            base: 0,
             buckets: vec![BucketChunk::default(); task.buckets as usize],
             rows: vec![0; task.buckets as usize],
             held: 0,
@@ -568,20 +652,31 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
             features: task.features,
             ..ParseOptions::default()
         };
-        let result = stream_range(lines, &name, format, &options, &mut dealer)
-            .map_err(RuntimeError::from)
-            .and_then(|schema| {
-                dealer.flush_all().map(|()| schema).map_err(|e| {
-                    RuntimeError::InvalidJob(format!(
-                        "writing the buckets of {}: {e}",
-                        name.display()
-                    ))
-                })
-            });
+        let mut deal = || -> Result<Vec<(u32, RangeSchema)>> {
+            let mut schemas = Vec::with_capacity(task.segments.len());
+            for segment in &task.segments {
+                let (reader, location) = open(segment)?;
+                let lines = LineRange::new(reader, segment.start, segment.end)
+                    .map_err(|e| RuntimeError::InvalidJob(format!("reading {location}: {e}")))?;
+                let first = lines.first_line_offset();
+                dealer.base = part_position(segment.part, first);
+                let name = PathBuf::from(format!("{location} (the lines from byte {first})"));
+                let schema = stream_range(lines, &name, format, &options, &mut dealer)?;
+                schemas.push((segment.part, schema));
+            }
+            dealer.flush_all().map_err(|e| {
+                RuntimeError::InvalidJob(format!(
+                    "writing the buckets of split-map task {}: {e}",
+                    task.task
+                ))
+            })?;
+            Ok(schemas)
+        };
+        let result = deal();
         let Dealer { rows, .. } = dealer;
         match result {
-            Ok(schema) => Ok(Some(SplitReport {
-                schema,
+            Ok(schemas) => Ok(Some(SplitReport {
+                schemas,
                 rows,
                 chunks,
             })),
@@ -799,6 +894,29 @@ impl Cutter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_cover_every_byte_of_every_part_once_in_order() {
+        let objects: Vec<(String, u64)> = [7u64, 1, 30, 2]
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| (format!("part-{i}"), size))
+            .collect();
+        for maps in [1, 2, 3, 5, 40] {
+            let tasks = segments(&objects, maps);
+            assert_eq!(tasks.len(), maps as usize);
+            let mut covered: Vec<Vec<u64>> = vec![Vec::new(); objects.len()];
+            for segment in tasks.iter().flatten() {
+                assert!(segment.start < segment.end, "{maps}: an empty segment");
+                assert_eq!(segment.key, objects[segment.part as usize].0);
+                covered[segment.part as usize].extend(segment.start..segment.end);
+            }
+            for (part, bytes) in covered.iter().enumerate() {
+                let all: Vec<u64> = (0..objects[part].1).collect();
+                assert_eq!(bytes, &all, "{maps} tasks: part {part}");
+            }
+        }
+    }
 
     #[test]
     fn buckets_keep_the_order_of_keys() {

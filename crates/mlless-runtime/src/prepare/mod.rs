@@ -32,7 +32,7 @@ use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{Batch, RatingCounts};
-use mlless_data::external_shuffle::{ExternalShuffle, Shuffled};
+use mlless_data::external_shuffle::{ExternalShuffle, Shuffled, part_position};
 use mlless_data::{
     BatchInfo, COUNTS_KEY, CountsInfo, DatasetKind, FeatureRange, IDS_KEY, IdMap, IdsInfo,
     InputFormat, InputLayout, InputSchema, LabelMap, LabelRange, MANIFEST_KEY, Manifest,
@@ -46,6 +46,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 mod distributed;
+mod input;
 
 pub use distributed::{ShuffleReduceTask, SplitMapTask, run_shuffle_reduce, run_split_map};
 
@@ -53,6 +54,7 @@ use crate::driver::{CANCEL_GRACE, Control};
 use crate::error::{Result, RuntimeError};
 use crate::function::Payload;
 use crate::messages::Message;
+use input::{InputParts, InputReader};
 use mlless_job::config::{ConfigError, validate_limits};
 
 /// Objects written at once while uploading minibatches.
@@ -961,23 +963,28 @@ fn spill_error(error: std::io::Error) -> RuntimeError {
     ))
 }
 
-/// The input files opened for reading on a blocking thread, each with the name its errors give.
-async fn open_inputs(options: &PrepareOptions) -> Result<Vec<(InputReader, PathBuf)>> {
-    let mut inputs = Vec::new();
-    for file in options.input_files() {
-        inputs.push(match stream_stored_input(file).await? {
-            Some(stream) => (stream, file.to_path_buf()),
-            None => (
-                mlless_data::open_input(file)?,
-                mlless_data::input_name(file),
-            ),
-        });
+/// The parts of the input files opened for reading on a blocking thread, each with the name its
+/// errors give and the input it belongs to (an index of [`PrepareOptions::input_files`]).
+async fn open_inputs(options: &PrepareOptions) -> Result<Vec<(InputReader, PathBuf, usize)>> {
+    let mut parts = Vec::new();
+    for (input, file) in options.input_files().into_iter().enumerate() {
+        let resolved = InputParts::resolve(file).await?;
+        if options.format == InputFormat::Movielens && resolved.len() > 1 {
+            return Err(RuntimeError::InvalidJob(format!(
+                "--format movielens reads one file: {} holds {} part files",
+                file.display(),
+                resolved.len()
+            )));
+        }
+        parts.extend(
+            resolved
+                .open()?
+                .into_iter()
+                .map(|(reader, name)| (reader, name, input)),
+        );
     }
-    Ok(inputs)
+    Ok(parts)
 }
-
-/// A reader of an input, before it is decompressed.
-type InputReader = Box<dyn std::io::BufRead + Send>;
 
 /// Reads the input (and the test and validation files, if any, as parts of one data set, so
 /// that they share ids and labels), shuffles it, and splits off the test set and then the
@@ -993,14 +1000,16 @@ async fn read_input(
     let options = options.clone();
     tokio::task::spawn_blocking(move || {
         let mut decompressed = Vec::with_capacity(inputs.len());
-        for (reader, name) in inputs {
+        let mut of_input = Vec::with_capacity(inputs.len());
+        for (reader, name, input) in inputs {
             let reader = mlless_data::decompressed(reader, &name)?;
             decompressed.push((reader, name));
+            of_input.push(input);
         }
         if options.format == InputFormat::Movielens {
             read_whole(&options, decompressed)
         } else {
-            read_streamed(&options, decompressed, &stop, &progress.rows)
+            read_streamed(&options, decompressed, &of_input, &stop, &progress.rows)
         }
     })
     .await
@@ -1014,12 +1023,38 @@ fn shuffle_budget(limits: &Limits) -> usize {
     (u64::from(limits.memory_mb) << 20).div_ceil(4).max(1 << 20) as usize
 }
 
-/// A [`RowSink`] that counts the rows it passes on in `rows`, and fails once `stop` is set, so
-/// that a cancelled parse ends.
+/// A [`RowSink`] between the parser and the shuffle: hands the rows of each part file to the
+/// shuffle as rows of the input it is a part of, at their [`part_position`]s; counts the rows
+/// it passes on in `rows`, and fails once `stop` is set, so that a cancelled parse ends.
 struct Stoppable<'a, S> {
     sink: &'a mut S,
+    /// For each part file, the input it belongs to and its place among that input's parts.
+    parts: Vec<(usize, u32)>,
+    positions: Vec<u64>,
     stop: &'a AtomicBool,
     rows: &'a AtomicU64,
+}
+
+impl<'a, S> Stoppable<'a, S> {
+    /// Routes the parts of `of_input` (the input each part file belongs to, in order).
+    fn new(sink: &'a mut S, of_input: &[usize], stop: &'a AtomicBool, rows: &'a AtomicU64) -> Self {
+        let mut parts = Vec::with_capacity(of_input.len());
+        let mut seen: Vec<u32> = Vec::new();
+        for &input in of_input {
+            if seen.len() <= input {
+                seen.resize(input + 1, 0);
+            }
+            parts.push((input, seen[input]));
+            seen[input] += 1;
+        }
+        Stoppable {
+            sink,
+            parts,
+            positions: Vec::new(),
+            stop,
+            rows,
+        }
+    }
 }
 
 impl<S: RowSink> RowSink for Stoppable<'_, S> {
@@ -1031,7 +1066,14 @@ impl<S: RowSink> RowSink for Stoppable<'_, S> {
             ));
         }
         self.rows.fetch_add(rows.rows() as u64, Ordering::Relaxed);
-        self.sink.take(part, rows, starts)
+        let (input, place) = self.parts.get(part).copied().unwrap_or((part, 0));
+        if place == 0 {
+            return self.sink.take(input, rows, starts);
+        }
+        self.positions.clear();
+        self.positions
+            .extend(starts.iter().map(|&start| part_position(place, start)));
+        self.sink.take(input, rows, &self.positions)
     }
 }
 
@@ -1039,6 +1081,7 @@ impl<S: RowSink> RowSink for Stoppable<'_, S> {
 fn read_streamed(
     options: &PrepareOptions,
     inputs: Vec<(InputReader, PathBuf)>,
+    of_input: &[usize],
     stop: &AtomicBool,
     rows: &AtomicU64,
 ) -> Result<Input> {
@@ -1048,18 +1091,15 @@ fn read_streamed(
     };
     let temp_dir = options.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
     // The input is shuffled; a test or validation file keeps its order.
-    let shuffled = (0..inputs.len()).map(|part| part == 0).collect();
+    let input_count = of_input.iter().max().map_or(1, |&last| last + 1);
+    let shuffled = (0..input_count).map(|input| input == 0).collect();
     let mut shuffle = ExternalShuffle::new(
         options.seed,
         shuffle_budget(&options.limits),
         &temp_dir,
         shuffled,
     );
-    let mut sink = Stoppable {
-        sink: &mut shuffle,
-        stop,
-        rows,
-    };
+    let mut sink = Stoppable::new(&mut shuffle, of_input, stop, rows);
     let (schema, layout) =
         mlless_data::stream_sparse(inputs, options.format, &parse_options, &mut sink)?;
     if shuffle.spilled_bytes() > 0 {
@@ -1198,27 +1238,6 @@ fn read_whole(options: &PrepareOptions, inputs: Vec<(InputReader, PathBuf)>) -> 
             },
         ]),
     })
-}
-
-/// An input of `prepare` on an object store (`s3://bucket/key`, `file:///…`): its bytes, read as
-/// a stream (never whole in memory), to be read on a blocking thread; `None` for a local file
-/// or standard input (`-`).
-async fn stream_stored_input(input: &Path) -> Result<Option<Box<dyn std::io::BufRead + Send>>> {
-    let Some((store_url, key)) = input
-        .to_str()
-        .filter(|text| text.contains("://"))
-        .and_then(|url| url.rsplit_once('/'))
-    else {
-        return Ok(None);
-    };
-    let store = Store::open(store_url)?;
-    let stream = store.get_stream(key).await?.map_err(std::io::Error::other);
-    // The parser reads synchronously: it pulls the stream through the bridge, chunk by chunk.
-    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
-    Ok(Some(Box::new(std::io::BufReader::with_capacity(
-        1 << 20,
-        reader,
-    ))))
 }
 
 /// Writes minibatches as they come, a few at a time, each under `{prefix}{split}/`; returns each
