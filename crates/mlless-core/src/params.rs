@@ -55,12 +55,59 @@ pub fn apply_mean(params: &mut [f32], deltas: &[&SparseVector]) {
 /// indices.
 ///
 /// Per coordinate the deltas are summed in f64 in the given order and divided by `n` once, so
-/// the same deltas in the same order give the same bits wherever the mean is computed. Costs
-/// O(N log n) for N stored entries in total.
+/// the same deltas in the same order give the same bits wherever the mean is computed. Deltas
+/// that together cover at least a quarter of the span of their indices (the common case of
+/// models of up to a few million parameters: PMF's touched rows, sparse LR's big minibatches)
+/// are summed into a dense scratch and read back in order, O(N + span) for N stored entries;
+/// sparser ones are merged, O(N log n).
 pub fn mean_of(deltas: &[&SparseVector]) -> SparseVector {
+    let total: usize = deltas.iter().map(|d| d.nnz()).sum();
+    let span = deltas
+        .iter()
+        .filter_map(|d| d.indices().last())
+        .max()
+        .map_or(0, |&last| last as usize + 1);
+    if total > 0 && total.saturating_mul(DENSE_MEAN_RATIO) >= span {
+        dense_mean(deltas, span, total)
+    } else {
+        merged_mean(deltas)
+    }
+}
+
+/// [`mean_of`] sums in a dense scratch when the deltas hold at least `1 / DENSE_MEAN_RATIO` as
+/// many entries as their span has coordinates.
+const DENSE_MEAN_RATIO: usize = 4;
+
+/// [`mean_of`] over a dense scratch of `span` coordinates (beyond every index of `deltas`, which
+/// hold `total` entries).
+fn dense_mean(deltas: &[&SparseVector], span: usize, total: usize) -> SparseVector {
+    let n = deltas.len() as f64;
+    // -0.0 is the additive identity of every f64 (-0.0 + x is x, -0.0 included): each sum has
+    // the bits the merge's sum, which starts from the first value, has.
+    let mut sums = vec![-0.0_f64; span];
+    let mut touched = vec![false; span];
+    for delta in deltas {
+        for (&i, &v) in delta.indices().iter().zip(delta.values()) {
+            sums[i as usize] += f64::from(v);
+            touched[i as usize] = true;
+        }
+    }
+    let mut indices = Vec::with_capacity(total.min(span));
+    let mut values = Vec::with_capacity(total.min(span));
+    for (i, (&sum, &t)) in sums.iter().zip(&touched).enumerate() {
+        if t {
+            indices.push(i as u32);
+            values.push((sum / n) as f32);
+        }
+    }
+    SparseVector::from_sorted_unchecked(indices, values)
+}
+
+/// [`mean_of`] by a k-way merge of `deltas` by (index, position in `deltas`), so that equal
+/// indices pop in order.
+fn merged_mean(deltas: &[&SparseVector]) -> SparseVector {
     let n = deltas.len() as f64;
     let mut out = SparseVector::with_capacity(deltas.iter().map(|d| d.nnz()).max().unwrap_or(0));
-    // k-way merge by (index, position in `deltas`), so equal indices pop in order.
     let mut cursors = vec![0_usize; deltas.len()];
     let mut heap: BinaryHeap<Reverse<(u32, usize)>> = deltas
         .iter()
@@ -157,6 +204,41 @@ mod tests {
             .collect();
         assert_eq!(SparseVector::concat(chunks).unwrap(), whole);
         assert!(mean_of(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_dense_sum_and_the_merge_give_the_same_bits() {
+        let mut rng = StdRng::seed_from_u64(12);
+        // From far sparser than the dense threshold to denser than it, 1 to 9 deltas.
+        for (dim, nnz) in [(100_000, 20), (5_000, 300), (1_000, 400), (200, 200)] {
+            for n in [1, 2, 4, 9] {
+                let mut deltas: Vec<SparseVector> =
+                    (0..n).map(|_| random_delta(&mut rng, dim, nnz)).collect();
+                // Signed zeros and magnitudes far apart, where the order of a sum shows.
+                let (indices, mut values) = deltas[0].clone().into_parts();
+                for (k, v) in values.iter_mut().enumerate() {
+                    *v = match k % 4 {
+                        0 => -0.0,
+                        1 => 3.0e7,
+                        _ => *v,
+                    };
+                }
+                deltas[0] = SparseVector::from_parts(indices, values).expect("ascending");
+                let refs: Vec<&SparseVector> = deltas.iter().collect();
+                let total: usize = deltas.iter().map(SparseVector::nnz).sum();
+                let span = deltas
+                    .iter()
+                    .filter_map(|d| d.indices().last())
+                    .max()
+                    .map_or(0, |&i| i as usize + 1);
+                let (dense, merged) = (dense_mean(&refs, span, total), merged_mean(&refs));
+                assert_eq!(dense.indices(), merged.indices(), "{dim} {nnz} {n}");
+                let bits =
+                    |v: &SparseVector| v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&dense), bits(&merged), "{dim} {nnz} {n}");
+                assert_eq!(bits(&mean_of(&refs)), bits(&merged));
+            }
+        }
     }
 
     #[test]

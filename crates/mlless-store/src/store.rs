@@ -180,6 +180,8 @@ pub struct Store {
     prefix: Path,
     /// Full location of the handle (root URL + prefix), for messages.
     url: Arc<str>,
+    /// The directory of the store's root, for a store on the local filesystem.
+    local_root: Option<Arc<std::path::Path>>,
 }
 
 impl fmt::Debug for Store {
@@ -271,6 +273,7 @@ impl Store {
             kind: StoreKind::Other,
             prefix: Path::default(),
             url: url.trim_end_matches('/').into(),
+            local_root: None,
         }
     }
 
@@ -304,7 +307,23 @@ impl Store {
             kind: self.kind,
             url: format!("{}/{}", self.url, sub).into(),
             prefix,
+            local_root: self.local_root.clone(),
         }
+    }
+
+    /// The directory that holds the objects below `prefix` (relative to this handle), for a
+    /// store on the local filesystem; `None` for any other. For watching it, not for writing:
+    /// objects are written through the store.
+    pub fn local_dir(&self, prefix: &str) -> Option<PathBuf> {
+        let root = self.local_root.as_deref()?;
+        let mut dir = root.to_path_buf();
+        dir.extend(self.prefix.parts().map(|part| part.as_ref().to_string()));
+        dir.extend(
+            Path::from(prefix)
+                .parts()
+                .map(|part| part.as_ref().to_string()),
+        );
+        Some(dir)
     }
 
     /// The location of `key` for messages: this handle's URL + the key.
@@ -752,6 +771,7 @@ fn open_local(url: &str, path: PathBuf) -> Result<Store, StoreError> {
     let store = Store::from_object_store(Arc::new(fs), format!("file://{root}"));
     Ok(Store {
         kind: StoreKind::Local,
+        local_root: Some(canonical.into()),
         ..store
     })
 }

@@ -16,14 +16,28 @@ fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {
     }
 }
 
+/// On a local directory, woken by file notifications (the default) and polling only: the same
+/// suite, and cleanup leaves no files and no empty directories behind either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
-    conformance::run_all(&factory(store)).await;
-    // Cleanup leaves no files and no empty directories behind.
-    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read_dir").collect();
-    assert!(left.is_empty(), "left {left:?}");
+    for wake_ups in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
+        let factory = move |job: &str| -> Arc<dyn Channel> {
+            let channel = ObjectStoreChannel::new(store.clone(), job)
+                .expect("channel")
+                .with_wake_ups(wake_ups);
+            assert_eq!(
+                channel.wakes_up(),
+                wake_ups,
+                "this platform gives no watcher"
+            );
+            Arc::new(channel)
+        };
+        conformance::run_all(&factory).await;
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read_dir").collect();
+        assert!(left.is_empty(), "wake-ups {wake_ups}: left {left:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

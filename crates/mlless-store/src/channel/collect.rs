@@ -1,10 +1,11 @@
 //! The collect loop of the backends that have no blocking read (the object store, Memcached):
-//! poll what is missing, sleep with exponential backoff, until every message is there or the
-//! timeout passes. One copy, so that a fix to the deadline or the backoff lands in every backend.
+//! poll what is missing, sleep with exponential backoff (or until told a message landed), until
+//! every message is there or the timeout passes. One copy, so that a fix to the deadline or the backoff lands in every backend.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 use tracing::{debug, trace};
 
 use super::{ChannelError, WorkerId};
@@ -27,6 +28,9 @@ pub(crate) struct CollectPlan<'a> {
     pub(crate) initial_backoff: Duration,
     /// The cap of the doubling sleep.
     pub(crate) max_backoff: Duration,
+    /// Notified when a message may have landed: a sleep ends early when it is. `None`: the
+    /// collect only polls.
+    pub(crate) landed: Option<&'a Notify>,
 }
 
 /// Collects the messages of `plan.from` by calling `poll` until every slot is filled.
@@ -58,6 +62,7 @@ where
         timeout,
         initial_backoff,
         max_backoff,
+        landed,
     } = plan;
     if from.is_empty() {
         return Ok(Vec::new());
@@ -75,6 +80,13 @@ where
     };
     loop {
         polls += 1;
+        // Registered before the poll looks, so that a message landing after the look wakes the
+        // sleep after it.
+        let woken = std::pin::pin!(landed.map(Notify::notified));
+        let mut woken = woken.as_pin_mut();
+        if let Some(woken) = woken.as_mut() {
+            woken.as_mut().enable();
+        }
         // What was present before this poll: all a poll cut off at the hard deadline leaves.
         let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
         let found = match tokio::time::timeout_at(hard_deadline.into(), poll(slots)).await {
@@ -109,7 +121,15 @@ where
             backoff = ?sleep,
             "messages missing, backing off"
         );
-        backoff_sleep(sleep).await;
+        match woken {
+            Some(woken) => {
+                tokio::select! {
+                    () = woken => trace!(channel = %endpoint, topic, step, "woken"),
+                    () = backoff_sleep(sleep) => {}
+                }
+            }
+            None => backoff_sleep(sleep).await,
+        }
         backoff = (backoff * 2).min(max_backoff);
     }
 }

@@ -45,6 +45,7 @@ pub mod open;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod retry;
+mod wake;
 
 /// Identifies a worker of a job: 0, 1, …, P − 1.
 pub type WorkerId = u32;

@@ -1,5 +1,6 @@
 //! [`ObjectStoreChannel`]: the [`Channel`] on any [`Store`] (DESIGN §3, LambdaML's S3 channel).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -7,6 +8,7 @@ use futures::StreamExt;
 use tracing::{debug, trace};
 
 use super::collect::{CollectPlan, collect_with_backoff};
+use super::wake::DirWatcher;
 use super::{Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule};
 use crate::store::{Store, StoreError, check_segment};
 
@@ -17,7 +19,10 @@ use crate::store::{Store, StoreError, check_segment};
 /// (concurrently), and sleeps with exponential backoff — from 0.5 ms, doubling, up to
 /// [`with_max_backoff`](Self::with_max_backoff) — until every worker's message is there.
 /// The backoff restarts from 0.5 ms whenever a poll finds new messages, since a step's messages
-/// tend to arrive together.
+/// tend to arrive together. On a local directory (the embedded default) a collect does not
+/// sleep through its backoff once a message lands: it watches the step's directory and is woken
+/// by the platform's file notification ([`with_wake_ups`](Self::with_wake_ups)), the backoff
+/// (from 2 ms) left as the fallback.
 ///
 /// Writes are atomic ([`Store::put`]), so a collector never reads a half-written message.
 #[derive(Clone, Debug)]
@@ -26,6 +31,9 @@ pub struct ObjectStoreChannel {
     job: Store,
     job_id: String,
     max_backoff: Duration,
+    /// On a local directory: what wakes a collect when a message lands (see
+    /// [`with_wake_ups`](Self::with_wake_ups)).
+    watcher: Option<Arc<DirWatcher>>,
 }
 
 /// First sleep of a collect that finds messages missing.
@@ -37,6 +45,9 @@ pub const DEFAULT_MAX_BACKOFF_LOCAL: Duration = Duration::from_millis(20);
 pub const DEFAULT_MAX_BACKOFF_REMOTE: Duration = Duration::from_millis(100);
 /// How many GETs a collect runs at once.
 const GET_CONCURRENCY: usize = 32;
+/// First sleep of a collect woken by the landing of messages: only a fallback, in case the
+/// platform does not report one.
+const WOKEN_INITIAL_BACKOFF: Duration = Duration::from_millis(2);
 
 impl ObjectStoreChannel {
     /// A channel for job `job_id` on `store`. The job id must be one valid key segment (no `/`,
@@ -48,11 +59,34 @@ impl ObjectStoreChannel {
         } else {
             DEFAULT_MAX_BACKOFF_LOCAL
         };
+        let watcher = store
+            .local_dir("")
+            .and_then(|_| DirWatcher::new())
+            .map(Arc::new);
         Ok(Self {
             job: store.child(job_id),
             job_id: job_id.to_string(),
             max_backoff,
+            watcher,
         })
+    }
+
+    /// Whether a collect on a local directory is woken by the platform's file notifications
+    /// (inotify, FSEvents) when a message lands in the step's directory (the default), or only
+    /// polls with backoff (`false`; also what every other store does). With wake-ups, polling
+    /// stays the fallback, from 2 ms.
+    pub fn with_wake_ups(mut self, wake_ups: bool) -> Self {
+        if !wake_ups {
+            self.watcher = None;
+        } else if self.watcher.is_none() && self.job.local_dir("").is_some() {
+            self.watcher = DirWatcher::new().map(Arc::new);
+        }
+        self
+    }
+
+    /// Whether collects are woken when messages land (see [`with_wake_ups`](Self::with_wake_ups)).
+    pub fn wakes_up(&self) -> bool {
+        self.watcher.is_some()
     }
 
     /// Sets the cap of the collect backoff (default 20 ms for a local or in-memory store, 100 ms
@@ -187,14 +221,23 @@ impl Channel for ObjectStoreChannel {
         self.check_topic(topic)?;
         let prefix = Self::step_prefix(topic, step);
         let endpoint = self.describe();
+        let watching = match (&self.watcher, self.job.local_dir(&prefix)) {
+            (Some(watcher), Some(dir)) => watcher.watch(&dir).map(|w| (watcher, w)),
+            _ => None,
+        };
         let plan = CollectPlan {
             endpoint: &endpoint,
             topic,
             step,
             from,
             timeout,
-            initial_backoff: INITIAL_BACKOFF,
+            initial_backoff: if watching.is_some() {
+                WOKEN_INITIAL_BACKOFF.min(self.max_backoff)
+            } else {
+                INITIAL_BACKOFF
+            },
             max_backoff: self.max_backoff,
+            landed: watching.as_ref().map(|(watcher, _)| watcher.landed()),
         };
         collect_with_backoff(plan, |mut slots| {
             let prefix = &prefix;

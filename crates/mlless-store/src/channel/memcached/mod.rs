@@ -536,6 +536,7 @@ impl Channel for MemcachedChannel {
             timeout,
             initial_backoff: INITIAL_BACKOFF,
             max_backoff: self.max_backoff,
+            landed: None,
         };
         collect_with_backoff(plan, |mut slots| {
             let keys = &keys;
