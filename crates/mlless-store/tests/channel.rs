@@ -27,11 +27,9 @@ async fn conformance_file() {
             let channel = ObjectStoreChannel::new(store.clone(), job)
                 .expect("channel")
                 .with_wake_ups(wake_ups);
-            assert_eq!(
-                channel.wakes_up(),
-                wake_ups,
-                "this platform gives no watcher"
-            );
+            if cfg!(target_os = "linux") {
+                assert_eq!(channel.wakes_up(), wake_ups, "inotify is there on Linux");
+            }
             Arc::new(channel)
         };
         conformance::run_all(&factory).await;

@@ -38,6 +38,7 @@ use bytes::Bytes;
 use crate::store::{StoreError, check_segment};
 
 mod collect;
+mod local_files;
 #[cfg(feature = "memcached")]
 pub mod memcached;
 pub mod object_store;
@@ -45,6 +46,10 @@ pub mod open;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod retry;
+#[cfg(target_os = "linux")]
+mod wake;
+#[cfg(not(target_os = "linux"))]
+#[path = "wake_polling.rs"]
 mod wake;
 
 /// Identifies a worker of a job: 0, 1, …, P − 1.

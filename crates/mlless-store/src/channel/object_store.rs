@@ -1,5 +1,6 @@
 //! [`ObjectStoreChannel`]: the [`Channel`] on any [`Store`] (DESIGN §3, LambdaML's S3 channel).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use futures::StreamExt;
 use tracing::{debug, trace};
 
 use super::collect::{CollectPlan, collect_with_backoff};
+use super::local_files;
 use super::wake::DirWatcher;
 use super::{Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule};
 use crate::store::{Store, StoreError, check_segment};
@@ -19,10 +21,13 @@ use crate::store::{Store, StoreError, check_segment};
 /// (concurrently), and sleeps with exponential backoff — from 0.5 ms, doubling, up to
 /// [`with_max_backoff`](Self::with_max_backoff) — until every worker's message is there.
 /// The backoff restarts from 0.5 ms whenever a poll finds new messages, since a step's messages
-/// tend to arrive together. On a local directory (the embedded default) a collect does not
-/// sleep through its backoff once a message lands: it watches the step's directory and is woken
-/// by the platform's file notification ([`with_wake_ups`](Self::with_wake_ups)), the backoff
-/// (from 2 ms) left as the fallback.
+/// tend to arrive together.
+///
+/// On a local directory (the embedded default) the message files are read and written with the
+/// file system's calls on the calling thread, not through the store's blocking pool (the same
+/// files: a staging file renamed into place), and on Linux a collect does not sleep through its
+/// backoff once a message lands: it watches the step's directory and inotify wakes it
+/// ([`with_wake_ups`](Self::with_wake_ups)), the backoff (from 2 ms) left as the fallback.
 ///
 /// Writes are atomic ([`Store::put`]), so a collector never reads a half-written message.
 #[derive(Clone, Debug)]
@@ -34,6 +39,9 @@ pub struct ObjectStoreChannel {
     /// On a local directory: what wakes a collect when a message lands (see
     /// [`with_wake_ups`](Self::with_wake_ups)).
     watcher: Option<Arc<DirWatcher>>,
+    /// On a local directory: the job's directory, whose message files are read and written
+    /// directly ([`local_files`]).
+    local: Option<PathBuf>,
 }
 
 /// First sleep of a collect that finds messages missing.
@@ -63,18 +71,20 @@ impl ObjectStoreChannel {
             .local_dir("")
             .and_then(|_| DirWatcher::new())
             .map(Arc::new);
+        let job = store.child(job_id);
         Ok(Self {
-            job: store.child(job_id),
+            local: job.local_dir(""),
+            job,
             job_id: job_id.to_string(),
             max_backoff,
             watcher,
         })
     }
 
-    /// Whether a collect on a local directory is woken by the platform's file notifications
-    /// (inotify, FSEvents) when a message lands in the step's directory (the default), or only
-    /// polls with backoff (`false`; also what every other store does). With wake-ups, polling
-    /// stays the fallback, from 2 ms.
+    /// Whether a collect on a local directory is woken by inotify (on Linux; elsewhere it polls)
+    /// when a message lands in the step's directory (the default, inside a tokio runtime), or
+    /// only polls with backoff (`false`; also what every other store does). With wake-ups,
+    /// polling stays the fallback, from 2 ms.
     pub fn with_wake_ups(mut self, wake_ups: bool) -> Self {
         if !wake_ups {
             self.watcher = None;
@@ -157,15 +167,27 @@ impl ObjectStoreChannel {
             }
         }
         let job = &self.job;
-        let fetched: Vec<(WorkerId, Result<Option<Bytes>, StoreError>)> =
-            futures::stream::iter(wanted)
-                .map(|worker| async move {
+        let fetched: Vec<(WorkerId, Result<Option<Bytes>, StoreError>)> = match &self.local {
+            Some(dir) => wanted
+                .into_iter()
+                .map(|worker| {
                     let key = format!("{prefix}/{}", Self::worker_name(worker));
-                    (worker, job.get_opt(&key).await)
+                    let read = local_files::read(&dir.join(&key))
+                        .map_err(|e| local_files::store_error(job.location(&key), e));
+                    (worker, read)
                 })
-                .buffer_unordered(GET_CONCURRENCY)
-                .collect()
-                .await;
+                .collect(),
+            None => {
+                futures::stream::iter(wanted)
+                    .map(|worker| async move {
+                        let key = format!("{prefix}/{}", Self::worker_name(worker));
+                        (worker, job.get_opt(&key).await)
+                    })
+                    .buffer_unordered(GET_CONCURRENCY)
+                    .collect()
+                    .await
+            }
+        };
         let mut found = false;
         for (worker, payload) in fetched {
             // Not published yet: still missing.
@@ -192,9 +214,12 @@ impl Channel for ObjectStoreChannel {
     ) -> Result<(), ChannelError> {
         self.check_topic(topic)?;
         trace!(channel = %self.job.url(), topic, step, from, len = payload.len(), "publish");
-        self.job
-            .put(&Self::message_key(topic, step, from), payload)
-            .await?;
+        let key = Self::message_key(topic, step, from);
+        match &self.local {
+            Some(dir) => local_files::write(&dir.join(&key), &payload)
+                .map_err(|e| local_files::store_error(self.job.location(&key), e))?,
+            None => self.job.put(&key, payload).await?,
+        }
         Ok(())
     }
 
@@ -255,17 +280,36 @@ impl Channel for ObjectStoreChannel {
             .iter()
             .map(|w| Self::message_key(topic, step, *w))
             .collect();
-        self.job.delete_many(keys).await?;
+        match &self.local {
+            Some(dir) => {
+                let files: Vec<PathBuf> = keys.iter().map(|key| dir.join(key)).collect();
+                local_files::remove(&files, dir).map_err(|e| {
+                    let step = Self::step_prefix(topic, step);
+                    local_files::store_error(self.job.location(&step), e)
+                })?;
+            }
+            None => self.job.delete_many(keys).await?,
+        }
         Ok(())
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
-        self.job.put(&Self::key_key(key), value).await?;
+        let key = Self::key_key(key);
+        match &self.local {
+            Some(dir) => local_files::write(&dir.join(&key), &value)
+                .map_err(|e| local_files::store_error(self.job.location(&key), e))?,
+            None => self.job.put(&key, value).await?,
+        }
         Ok(())
     }
 
     async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
-        Ok(self.job.get_opt(&Self::key_key(key)).await?)
+        let key = Self::key_key(key);
+        Ok(match &self.local {
+            Some(dir) => local_files::read(&dir.join(&key))
+                .map_err(|e| local_files::store_error(self.job.location(&key), e))?,
+            None => self.job.get_opt(&key).await?,
+        })
     }
 
     async fn cleanup(&self) -> Result<(), ChannelError> {

@@ -1,7 +1,12 @@
 //! Waking a collect on a local directory when a message lands, instead of on a backoff timer:
 //! the embedded default channel's workers are processes of one machine, whose kernel can tell
-//! them (inotify on Linux, FSEvents on macOS, through the `notify` crate) the moment a message is
-//! renamed into the step's directory.
+//! them (inotify, on Linux) the moment a message is renamed into the step's directory.
+//!
+//! The `inotify` crate rather than the cross-platform `notify`: `notify` watches for every kind
+//! of event (each write of a message woke its own thread) and hands them over from that thread;
+//! on ML-100k-shaped PMF at P = 4 on two cores its steps were slower than polling (3.0 ms
+//! against 2.7). Here only renames into the directory are reported, read by a task on the
+//! channel's own runtime.
 //!
 //! Polling stays the fallback, and stays correct on its own: a collect registers for the
 //! wake-up before it looks, so a message that lands between its look and its sleep still wakes
@@ -11,16 +16,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use notify::event::{EventKind, ModifyKind, RenameMode};
-use notify::{RecursiveMode, Watcher};
+use futures::StreamExt;
+use inotify::{Inotify, WatchDescriptor, WatchMask, Watches};
 use tokio::sync::Notify;
 use tracing::debug;
 
 /// One watcher per channel handle: the directories its collects wait on, and the wake-up they
-/// wait for.
+/// wait for. Its events are read by a task on the runtime it was made on.
 pub(crate) struct DirWatcher {
-    watcher: Mutex<notify::RecommendedWatcher>,
+    watches: Mutex<Watches>,
     landed: Arc<Notify>,
+    reader: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for DirWatcher {
@@ -29,30 +35,49 @@ impl std::fmt::Debug for DirWatcher {
     }
 }
 
+impl Drop for DirWatcher {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Bytes of inotify events read at once.
+const EVENT_BUFFER: usize = 4096;
+
 impl DirWatcher {
-    /// A watcher, or `None` if the platform gives none (the collects then poll).
+    /// A watcher, or `None` outside a tokio runtime or where the platform gives none (the
+    /// collects then poll).
     pub(crate) fn new() -> Option<DirWatcher> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let _entered = runtime.enter();
+        let stream = Inotify::init()
+            .and_then(|inotify| inotify.into_event_stream(vec![0_u8; EVENT_BUFFER]))
+            .map_err(|error| debug!(%error, "no inotify: collects poll with backoff"))
+            .ok()?;
+        let watches = stream.watches();
         let landed = Arc::new(Notify::new());
         let wake = Arc::clone(&landed);
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|event| is_landing(&event)) {
+        let reader = runtime.spawn(async move {
+            let mut stream = stream;
+            // Only the events asked for come: a message renamed into a watched directory (and
+            // the end of a watch, which wakes a collect for one poll more).
+            while let Some(event) = stream.next().await {
+                if let Err(error) = event {
+                    debug!(%error, "inotify failed: collects poll with backoff");
+                    break;
+                }
                 wake.notify_waiters();
             }
         });
-        match watcher {
-            Ok(watcher) => Some(DirWatcher {
-                watcher: Mutex::new(watcher),
-                landed,
-            }),
-            Err(error) => {
-                debug!(%error, "no file watcher: collects poll with backoff");
-                None
-            }
-        }
+        Some(DirWatcher {
+            watches: Mutex::new(watches),
+            landed,
+            reader,
+        })
     }
 
-    /// Watches `dir` (made if missing) until the guard is dropped; `None` if it cannot be
-    /// watched (the collect then polls).
+    /// Watches `dir` (made if missing) for messages renamed into it, until the guard is
+    /// dropped; `None` if it cannot be watched (the collect then polls).
     pub(crate) fn watch(&self, dir: &Path) -> Option<Watching<'_>> {
         // The directories it makes, deepest first: removed again if they stay empty.
         let made: Vec<PathBuf> = dir
@@ -64,18 +89,23 @@ impl DirWatcher {
             debug!(dir = %dir.display(), %error, "cannot make the directory to watch");
             return None;
         }
-
-        let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(error) = watcher.watch(dir, RecursiveMode::NonRecursive) {
-            debug!(dir = %dir.display(), %error, "cannot watch: polling with backoff");
-            remove_empty(&made);
-            return None;
+        let added = self
+            .watches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(dir, WatchMask::MOVED_TO | WatchMask::ONLYDIR);
+        match added {
+            Ok(descriptor) => Some(Watching {
+                watcher: self,
+                descriptor,
+                made,
+            }),
+            Err(error) => {
+                debug!(dir = %dir.display(), %error, "cannot watch: polling with backoff");
+                remove_empty(&made);
+                None
+            }
         }
-        Some(Watching {
-            watcher: self,
-            dir: dir.to_path_buf(),
-            made,
-        })
     }
 
     /// What a collect waits on: notified whenever a message may have landed in a watched
@@ -89,13 +119,13 @@ impl DirWatcher {
 /// are removed if they are empty (a collect that gave up leaves no directory behind).
 pub(crate) struct Watching<'a> {
     watcher: &'a DirWatcher,
-    dir: PathBuf,
+    descriptor: WatchDescriptor,
     made: Vec<PathBuf>,
 }
 
 /// Removes the directories `made` for a watch, deepest first, up to the first that is not
 /// empty (once a message is in one). A publisher that finds a directory gone makes it again (the
-/// store's write creates missing parents).
+/// channel's write creates missing parents).
 fn remove_empty(made: &[PathBuf]) {
     for dir in made {
         if std::fs::remove_dir(dir).is_err() {
@@ -106,31 +136,16 @@ fn remove_empty(made: &[PathBuf]) {
 
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
-        let mut watcher = self
+        let mut watches = self
             .watcher
-            .watcher
+            .watches
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         // The directory may be gone already (the watch with it): nothing to undo then.
-        let _ = watcher.unwatch(&self.dir);
-        drop(watcher);
+        let _ = watches.remove(self.descriptor.clone());
+        drop(watches);
         remove_empty(&self.made);
     }
-}
-
-/// Whether `event` may be a message landing: an object renamed into place or created, not the
-/// store's staging file (`key#N`) that becomes it.
-fn is_landing(event: &notify::Event) -> bool {
-    let kind = matches!(
-        event.kind,
-        EventKind::Create(_)
-            | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any))
-            | EventKind::Any
-    );
-    kind && event.paths.iter().any(|path| {
-        path.file_name()
-            .is_some_and(|name| !name.to_string_lossy().contains('#'))
-    })
 }
 
 #[cfg(test)]
@@ -150,11 +165,13 @@ mod tests {
         let watching = watcher.watch(&dir).expect("watch");
         assert!(dir.is_dir(), "made");
         // A staging file is not a landing; its rename into place is.
-        let staged = dir.join("00001#1");
-        std::fs::write(&staged, b"m").expect("write");
         let notified = watcher.landed().notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
+        let staged = dir.join("00001#1");
+        std::fs::write(&staged, b"m").expect("write");
+        let early = tokio::time::timeout(Duration::from_millis(100), notified.as_mut()).await;
+        assert!(early.is_err(), "woken by a staging file");
         std::fs::rename(&staged, dir.join("00001")).expect("rename");
         tokio::time::timeout(Duration::from_secs(5), notified)
             .await
