@@ -32,7 +32,8 @@
 //! store.put("data/manifest", Bytes::from_static(b"{}")).await?;
 //! assert_eq!(store.list("data").await?, ["data/manifest"]);
 //!
-//! // The default channel lives in the run's store, below `channel/{job_id}`.
+//! // The default channel lives in the run's store, below `channel/{job_id}` (for a store on a
+//! // local directory on Linux, in shared memory: `/dev/shm/mlless-channel/{uid}/{job_id}`).
 //! let channel = open_channel(None, &store, "job-1").await?;
 //! channel.publish("updates", 0, 1, Bytes::from_static(b"from 1")).await?;
 //! channel.publish("updates", 0, 0, Bytes::from_static(b"from 0")).await?;

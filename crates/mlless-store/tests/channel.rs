@@ -82,6 +82,41 @@ async fn default_channel_lives_in_the_run_store() {
     channel.cleanup().await.expect("cleanup");
 }
 
+/// On Linux, the default channel of a run on a local directory lives in shared memory: its
+/// files are made and removed at memory speed, and the channel's cleanup removes its job's
+/// directory there.
+#[tokio::test]
+async fn the_default_channel_of_a_local_run_is_in_shared_memory() {
+    if !cfg!(target_os = "linux") || !std::path::Path::new("/dev/shm").is_dir() {
+        eprintln!("no /dev/shm: skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
+    let job = format!("job-shm-{}", std::process::id());
+    let channel = open_channel(None, &store, &job).await.expect("open");
+    let described = channel.describe();
+    assert!(
+        described.starts_with("file:///dev/shm/mlless-channel/") && described.ends_with(&job),
+        "{described}"
+    );
+    channel
+        .publish("updates", 1, 0, Bytes::from_static(b"u"))
+        .await
+        .expect("publish");
+    let path = described.trim_start_matches("file://").to_string();
+    assert!(std::path::Path::new(&path).join("updates").is_dir());
+    assert!(
+        store.list("").await.expect("list").is_empty(),
+        "nothing in the run's store"
+    );
+    channel.cleanup().await.expect("cleanup");
+    assert!(
+        !std::path::Path::new(&path).exists(),
+        "cleanup removes the job's directory"
+    );
+}
+
 #[tokio::test]
 async fn channel_on_its_own_store() {
     let run = Store::open("memory://run-store").expect("open");
@@ -205,7 +240,10 @@ async fn workers_exchange_updates_for_many_steps() {
     // collected (so nobody needs it any more), as the runtime does.
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
-    let channel: Arc<dyn Channel> = open_channel(None, &store, "many").await.expect("open");
+    let job = format!("many-{}", std::process::id());
+    let channel: Arc<dyn Channel> = open_channel(None, &store, &job).await.expect("open");
+    // Wherever the default channel is (in shared memory on Linux).
+    let messages = Store::open(&channel.describe()).expect("the channel's store");
     let workers: Vec<u32> = (0..4).collect();
     let tasks: Vec<_> = workers
         .iter()
@@ -237,12 +275,12 @@ async fn workers_exchange_updates_for_many_steps() {
         assert_eq!(task.await.expect("join").expect("worker"), expected);
     }
     // The last step's messages can go only once everyone has collected them.
-    assert_eq!(store.list("channel").await.expect("list").len(), 4);
+    assert_eq!(messages.list("").await.expect("list").len(), 4);
     channel
         .discard("updates", 29, &workers)
         .await
         .expect("discard");
-    assert!(store.list("channel").await.expect("list").is_empty());
+    assert!(messages.list("").await.expect("list").is_empty());
     channel.cleanup().await.expect("cleanup");
 }
 
@@ -252,7 +290,10 @@ async fn publishes_survive_concurrent_discards_of_neighbouring_directories() {
     // the topic's and job's) now-empty directories while other workers create them anew.
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
-    let channel: Arc<dyn Channel> = open_channel(None, &store, "race").await.expect("open");
+    let job = format!("race-{}", std::process::id());
+    // In shared memory on Linux.
+    let channel: Arc<dyn Channel> = open_channel(None, &store, &job).await.expect("open");
+    let messages = Store::open(&channel.describe()).expect("the channel's store");
     let tasks: Vec<_> = (0..4u32)
         .map(|id| {
             let channel = Arc::clone(&channel);
@@ -271,5 +312,6 @@ async fn publishes_survive_concurrent_discards_of_neighbouring_directories() {
     for task in tasks {
         task.await.expect("join").expect("publish/discard");
     }
-    assert!(store.list("").await.expect("list").is_empty());
+    assert!(messages.list("").await.expect("list").is_empty());
+    channel.cleanup().await.expect("cleanup");
 }
