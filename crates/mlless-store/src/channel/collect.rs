@@ -1,6 +1,7 @@
 //! The collect loop of the backends that have no blocking read (the object store, Memcached):
 //! poll what is missing, sleep with exponential backoff (or until told a message landed), until
-//! every message is there or the timeout passes. One copy, so that a fix to the deadline or the backoff lands in every backend.
+//! every message is there or the timeout passes. One copy, so that a fix to the deadline or the
+//! backoff lands in every backend.
 
 use std::time::{Duration, Instant};
 
