@@ -227,8 +227,8 @@ async fn refuse_compressed(input: &Store, objects: &[(String, u64)]) -> Result<(
         .await
 }
 
-/// Cuts the part files of `sizes` (in order, as one input of their total size `S`) into the
-/// byte ranges of `maps` tasks: task `m` reads `[m·S/maps, (m+1)·S/maps)` of the whole, which
+/// Cuts the part files `objects` (keys and sizes, in order, as one input of their total size
+/// `S`) into the byte ranges of `maps` tasks: task `m` reads `[m·S/maps, (m+1)·S/maps)` of the whole, which
 /// is a segment of each part it meets.
 fn segments(objects: &[(String, u64)], maps: u64) -> Vec<Vec<InputSegment>> {
     let total: u64 = objects.iter().map(|(_, size)| size).sum();

@@ -104,9 +104,14 @@ fn is_marker(key: &str) -> bool {
 
 /// The parts of an input on a store.
 async fn resolve_stored(url: &str) -> Result<InputParts> {
-    let (parent, name) = url.rsplit_once('/').unwrap_or((url, ""));
+    // The last segment after the scheme's `//`: `s3://bucket` names the whole bucket.
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (parent, name) = match rest.trim_end_matches('/').rsplit_once('/') {
+        Some((parent, name)) if !url.ends_with('/') => (format!("{scheme}://{parent}"), name),
+        _ => (String::new(), ""),
+    };
     if !name.is_empty() {
-        let store = Store::open(parent)?;
+        let store = Store::open(&parent)?;
         match store.size(name).await {
             Ok(size) => return Ok(InputParts::Objects(store, vec![(name.to_string(), size)])),
             Err(StoreError::NotFound { .. }) => {}

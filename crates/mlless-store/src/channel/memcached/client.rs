@@ -52,7 +52,7 @@ pub enum MemcachedError {
 /// the job.
 fn server_hint(reply: &str) -> &'static str {
     if reply.contains("out of memory") {
-        " (memcached is full: give it more memory with -m, or use Redis)"
+        " (memcached is full: give it more memory, memcached -m MB, or use Redis)"
     } else {
         ""
     }
