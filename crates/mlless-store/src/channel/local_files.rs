@@ -91,6 +91,20 @@ pub(crate) fn remove(paths: &[PathBuf], top: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Removes `dir` and the directories below it if they hold no file, bottom up; a directory
+/// that holds one stays, with its parents.
+pub(crate) fn remove_empty_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                remove_empty_tree(&entry.path());
+            }
+        }
+    }
+    // Fails, as it should, if something is left in it.
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// A failure of a message file, as the store reports its own.
 pub(crate) fn store_error(location: String, error: io::Error) -> StoreError {
     StoreError::Backend {
@@ -123,5 +137,16 @@ mod tests {
         remove(std::slice::from_ref(&path), &job).expect("gone already");
         assert!(!job.exists(), "the emptied directories are removed");
         assert!(root.path().is_dir(), "not above the top");
+
+        // Empty directories left by a collect that was stopped go; one with a file stays.
+        let kept = job.join("keys").join("stop");
+        std::fs::create_dir_all(job.join("stats").join("000033")).expect("mkdir");
+        write(&kept, b"s").expect("write");
+        remove_empty_tree(&job);
+        assert!(!job.join("stats").exists(), "empty directories removed");
+        assert!(kept.is_file(), "a file and its directories stay");
+        std::fs::remove_file(&kept).expect("remove");
+        remove_empty_tree(&job);
+        assert!(!job.exists());
     }
 }

@@ -315,6 +315,11 @@ impl Channel for ObjectStoreChannel {
     async fn cleanup(&self) -> Result<(), ChannelError> {
         debug!(channel = %self.job.url(), "cleanup");
         self.job.delete_prefix("").await?;
+        if let Some(dir) = &self.local {
+            // The directories a collect made to watch and could not remove (its function was
+            // stopped while it waited) hold no file, and go too.
+            local_files::remove_empty_tree(dir);
+        }
         Ok(())
     }
 
