@@ -312,8 +312,8 @@ impl Store {
     }
 
     /// The directory that holds the objects below `prefix` (relative to this handle), for a
-    /// store on the local filesystem; `None` for any other. For watching it, not for writing:
-    /// objects are written through the store.
+    /// store on the local filesystem; `None` for any other. A writer there must keep the
+    /// store's rules: a file appears whole (written beside it as `name#N`, renamed into place).
     pub fn local_dir(&self, prefix: &str) -> Option<PathBuf> {
         let root = self.local_root.as_deref()?;
         let mut dir = root.to_path_buf();

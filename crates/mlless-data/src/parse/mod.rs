@@ -494,18 +494,9 @@ fn parse_inputs<R: BufRead>(
                 .iter()
                 .filter_map(Parsed::label_range)
                 .cloned()
-                .reduce(|all, part| LabelRange {
-                    min: if part.min.label < all.min.label {
-                        part.min
-                    } else {
-                        all.min
-                    },
-                    max: if part.max.label > all.max.label {
-                        part.max
-                    } else {
-                        all.max
-                    },
-                    fractional: all.fractional.or(part.fractional),
+                .reduce(|mut all, part| {
+                    widen(&mut all, part);
+                    all
                 });
             for part in &mut parsed {
                 if let Parsed::Sparse { labels: range, .. } = part {
@@ -800,25 +791,31 @@ fn label_range(parts: &[(&LabelSet, &Path)], map: Option<LabelMap>) -> Option<La
             .fractional
             .filter(|_| map.is_none())
             .map(|f| at(f, path));
-        let Some(range) = range.as_mut() else {
-            range = Some(LabelRange {
-                min,
-                max,
-                fractional,
-            });
-            continue;
+        let part = LabelRange {
+            min,
+            max,
+            fractional,
         };
-        if min.label < range.min.label {
-            range.min = min;
-        }
-        if max.label > range.max.label {
-            range.max = max;
-        }
-        if range.fractional.is_none() {
-            range.fractional = fractional;
+        match range.as_mut() {
+            Some(range) => widen(range, part),
+            None => range = Some(part),
         }
     }
     range
+}
+
+/// Widens `range` by the labels of a later part: of equal labels the earlier stays, and so
+/// does the first fractional one.
+fn widen(range: &mut LabelRange, part: LabelRange) {
+    if part.min.label < range.min.label {
+        range.min = part.min;
+    }
+    if part.max.label > range.max.label {
+        range.max = part.max;
+    }
+    if range.fractional.is_none() {
+        range.fractional = part.fractional;
+    }
 }
 
 /// Replaces `map.negative` by 0 and every other label by 1.

@@ -67,13 +67,11 @@ impl ObjectStoreChannel {
         } else {
             DEFAULT_MAX_BACKOFF_LOCAL
         };
-        let watcher = store
-            .local_dir("")
-            .and_then(|_| DirWatcher::new())
-            .map(Arc::new);
         let job = store.child(job_id);
+        let local = job.local_dir("");
+        let watcher = local.as_ref().and_then(|_| DirWatcher::new()).map(Arc::new);
         Ok(Self {
-            local: job.local_dir(""),
+            local,
             job,
             job_id: job_id.to_string(),
             max_backoff,
@@ -88,7 +86,7 @@ impl ObjectStoreChannel {
     pub fn with_wake_ups(mut self, wake_ups: bool) -> Self {
         if !wake_ups {
             self.watcher = None;
-        } else if self.watcher.is_none() && self.job.local_dir("").is_some() {
+        } else if self.watcher.is_none() && self.local.is_some() {
             self.watcher = DirWatcher::new().map(Arc::new);
         }
         self
@@ -150,6 +148,24 @@ impl ObjectStoreChannel {
         format!("{KEYS_SEGMENT}/{}", key.trim_start_matches('/'))
     }
 
+    /// Writes the object at `key` below the job: its file, on a local directory.
+    async fn put_object(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
+        match &self.local {
+            Some(dir) => local_files::write(&dir.join(key), &bytes)
+                .map_err(|e| local_files::store_error(self.job.location(key), e)),
+            None => self.job.put(key, bytes).await,
+        }
+    }
+
+    /// The object at `key` below the job, if it is there: its file, on a local directory.
+    async fn get_object(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        match &self.local {
+            Some(dir) => local_files::read(&dir.join(key))
+                .map_err(|e| local_files::store_error(self.job.location(key), e)),
+            None => self.job.get_opt(key).await,
+        }
+    }
+
     /// One poll of a collect: lists the step and fetches the messages of the missing workers
     /// that are now present. Returns whether it found any.
     async fn poll_step(
@@ -166,28 +182,15 @@ impl ObjectStoreChannel {
                 wanted.push(*worker);
             }
         }
-        let job = &self.job;
-        let fetched: Vec<(WorkerId, Result<Option<Bytes>, StoreError>)> = match &self.local {
-            Some(dir) => wanted
-                .into_iter()
-                .map(|worker| {
+        let fetched: Vec<(WorkerId, Result<Option<Bytes>, StoreError>)> =
+            futures::stream::iter(wanted)
+                .map(|worker| async move {
                     let key = format!("{prefix}/{}", Self::worker_name(worker));
-                    let read = local_files::read(&dir.join(&key))
-                        .map_err(|e| local_files::store_error(job.location(&key), e));
-                    (worker, read)
+                    (worker, self.get_object(&key).await)
                 })
-                .collect(),
-            None => {
-                futures::stream::iter(wanted)
-                    .map(|worker| async move {
-                        let key = format!("{prefix}/{}", Self::worker_name(worker));
-                        (worker, job.get_opt(&key).await)
-                    })
-                    .buffer_unordered(GET_CONCURRENCY)
-                    .collect()
-                    .await
-            }
-        };
+                .buffer_unordered(GET_CONCURRENCY)
+                .collect()
+                .await;
         let mut found = false;
         for (worker, payload) in fetched {
             // Not published yet: still missing.
@@ -214,12 +217,8 @@ impl Channel for ObjectStoreChannel {
     ) -> Result<(), ChannelError> {
         self.check_topic(topic)?;
         trace!(channel = %self.job.url(), topic, step, from, len = payload.len(), "publish");
-        let key = Self::message_key(topic, step, from);
-        match &self.local {
-            Some(dir) => local_files::write(&dir.join(&key), &payload)
-                .map_err(|e| local_files::store_error(self.job.location(&key), e))?,
-            None => self.job.put(&key, payload).await?,
-        }
+        self.put_object(&Self::message_key(topic, step, from), payload)
+            .await?;
         Ok(())
     }
 
@@ -246,8 +245,8 @@ impl Channel for ObjectStoreChannel {
         self.check_topic(topic)?;
         let prefix = Self::step_prefix(topic, step);
         let endpoint = self.describe();
-        let watching = match (&self.watcher, self.job.local_dir(&prefix)) {
-            (Some(watcher), Some(dir)) => watcher.watch(&dir).map(|w| (watcher, w)),
+        let watching = match (&self.watcher, &self.local) {
+            (Some(watcher), Some(dir)) => watcher.watch(&dir.join(&prefix)).map(|w| (watcher, w)),
             _ => None,
         };
         let plan = CollectPlan {
@@ -294,22 +293,12 @@ impl Channel for ObjectStoreChannel {
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
-        let key = Self::key_key(key);
-        match &self.local {
-            Some(dir) => local_files::write(&dir.join(&key), &value)
-                .map_err(|e| local_files::store_error(self.job.location(&key), e))?,
-            None => self.job.put(&key, value).await?,
-        }
+        self.put_object(&Self::key_key(key), value).await?;
         Ok(())
     }
 
     async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
-        let key = Self::key_key(key);
-        Ok(match &self.local {
-            Some(dir) => local_files::read(&dir.join(&key))
-                .map_err(|e| local_files::store_error(self.job.location(&key), e))?,
-            None => self.job.get_opt(&key).await?,
-        })
+        Ok(self.get_object(&Self::key_key(key)).await?)
     }
 
     async fn cleanup(&self) -> Result<(), ChannelError> {

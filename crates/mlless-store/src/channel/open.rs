@@ -117,13 +117,13 @@ async fn default_channel_store(store: &Store) -> Store {
     {
         use std::os::unix::fs::MetadataExt;
         if let Ok(owner) = std::fs::metadata(&dir).map(|meta| meta.uid()) {
-            let url = format!("{SHARED_MEMORY_CHANNELS}/{owner}");
-            let shared = Store::open(&url);
-            match &shared {
-                Ok(memory) => match memory.check_writable().await {
-                    Ok(()) => return memory.clone(),
-                    Err(error) => debug!(%error, "no channel in shared memory: in the run's store"),
-                },
+            let shared = Store::open(&format!("{SHARED_MEMORY_CHANNELS}/{owner}"));
+            let writable = match shared {
+                Ok(memory) => memory.check_writable().await.map(|()| memory),
+                Err(error) => Err(error),
+            };
+            match writable {
+                Ok(memory) => return memory,
                 Err(error) => debug!(%error, "no channel in shared memory: in the run's store"),
             }
         }
