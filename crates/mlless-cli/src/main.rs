@@ -218,16 +218,26 @@ fn run_function() -> anyhow::Result<()> {
     std::io::stdin()
         .read_to_end(&mut payload)
         .context("reading the function payload from standard input")?;
-    runtime()?.block_on(mlless_runtime::run_function(&payload))?;
-    Ok(())
+    runtime()?.block_on(run_function_task(payload))
+}
+
+/// Runs one invocation's payload on a worker thread of the runtime rather than on the thread
+/// that blocks on it: the tasks it wakes (a Redis connection's, a prefetch) then run on the
+/// same thread, without a wake-up across threads for every request (a Redis step of `mlless
+/// bench channel` at P = 4 took 0.58 ms with them, 0.33 ms without).
+async fn run_function_task(payload: Vec<u8>) -> anyhow::Result<()> {
+    tokio::spawn(async move { mlless_runtime::run_function(&payload).await })
+        .await
+        .context("the function's task panicked")?
+        .map_err(anyhow::Error::from)
 }
 
 /// Serves Lambda invocations: each payload runs as `mlless function` would run it.
 fn serve_lambda() -> anyhow::Result<()> {
     let handler = |payload: Vec<u8>| async move {
-        mlless_runtime::run_function(&payload)
+        run_function_task(payload)
             .await
-            .map_err(|e| function_failure(&anyhow::Error::from(e)))
+            .map_err(|e| function_failure(&e))
     };
     runtime()?.block_on(mlless_faas::lambda::serve(handler))?;
     Ok(())

@@ -179,7 +179,7 @@ pub struct OptimizerState {
 }
 
 /// An optimiser: turns a sparse gradient into the sparse delta to add to the parameters.
-pub trait Optimizer: Send {
+pub trait Optimizer: Send + Sync {
     /// Returns the delta for gradient `grad` at learning rate `lr`, over the gradient's
     /// coordinates only, and updates the state of those coordinates. Counts one step, even for
     /// an empty gradient.

@@ -232,11 +232,15 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
             .iter_mut()
             .for_each(|b| *b = (step as u8) ^ (task.worker as u8));
         let started = Instant::now();
-        channel
-            .publish(TOPIC, step, task.worker, Bytes::copy_from_slice(&payload))
-            .await?;
         let messages = channel
-            .collect(TOPIC, step, &peers, Duration::from_secs(120))
+            .publish_and_collect(
+                TOPIC,
+                step,
+                task.worker,
+                Bytes::copy_from_slice(&payload),
+                &peers,
+                Duration::from_secs(120),
+            )
             .await?;
         if step > 0 {
             channel.discard(TOPIC, step - 1, &[task.worker]).await?;

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 use mlless_store::Channel;
 
@@ -98,9 +99,9 @@ impl Exchange<'_> {
         match self.pattern {
             Pattern::Broadcast => {
                 let sent = self.sent_vector(&message)?;
-                self.publish(UPDATES, step, self.worker, &message, traffic)
+                let mut messages = self
+                    .publish_and_collect(UPDATES, step, &message, self.workers, traffic)
                     .await?;
-                let mut messages = self.collect(UPDATES, step, self.workers, traffic).await?;
                 let own_slot = own.cloned().unwrap_or(sent);
                 let mut flags = Flags::new(self.expected_removal);
                 flags.take(&message);
@@ -125,13 +126,14 @@ impl Exchange<'_> {
                 let held = own.map(|own| self.held(own, &message)).transpose()?;
                 self.publish(UPDATES, step, self.worker, &message, traffic)
                     .await?;
-                if self.worker == leader {
+                let reduced = if self.worker == leader {
                     let messages = self.collect(UPDATES, step, self.workers, traffic).await?;
                     let reduced = self.reduce(step, messages)?;
-                    self.publish(REDUCED, step, self.worker, &reduced, traffic)
-                        .await?;
-                }
-                let reduced = self.collect(REDUCED, step, &[leader], traffic).await?;
+                    self.publish_and_collect(REDUCED, step, &reduced, &[leader], traffic)
+                        .await?
+                } else {
+                    self.collect(REDUCED, step, &[leader], traffic).await?
+                };
                 let mut flags = Flags::new(self.expected_removal);
                 let mut mean = SparseVector::new();
                 for update in reduced {
@@ -161,9 +163,9 @@ impl Exchange<'_> {
                     .collect::<Result<_>>()?;
                 let parts = self.collect(SCATTER, step, &from, traffic).await?;
                 let reduced = self.reduce(step, parts)?;
-                self.publish(REDUCED, step, self.worker, &reduced, traffic)
+                let chunks = self
+                    .publish_and_collect(REDUCED, step, &reduced, self.workers, traffic)
                     .await?;
-                let chunks = self.collect(REDUCED, step, self.workers, traffic).await?;
                 let mut flags = Flags::new(self.expected_removal);
                 let mut vectors = Vec::with_capacity(chunks.len());
                 for chunk in chunks {
@@ -295,13 +297,37 @@ impl Exchange<'_> {
         message: &UpdateMessage,
         traffic: &mut Traffic,
     ) -> Result<()> {
+        let bytes = Self::encode(message, traffic);
+        self.channel.publish(topic, step, id, bytes).await?;
+        Ok(())
+    }
+
+    /// Publishes this worker's `message` on `topic` and collects the step's messages of
+    /// `from` ([`Channel::publish_and_collect`]: one round trip less on Redis).
+    async fn publish_and_collect(
+        &self,
+        topic: &str,
+        step: u64,
+        message: &UpdateMessage,
+        from: &[u32],
+        traffic: &mut Traffic,
+    ) -> Result<Vec<UpdateMessage>> {
+        let bytes = Self::encode(message, traffic);
+        let payloads = self
+            .channel
+            .publish_and_collect(topic, step, self.worker, bytes, from, self.timeout)
+            .await?;
+        self.decode_all(topic, step, from, &payloads, traffic)
+    }
+
+    /// Encodes a message to publish, counting it in `traffic`.
+    fn encode(message: &UpdateMessage, traffic: &mut Traffic) -> Bytes {
         let bytes = message.encode();
         traffic.bytes_sent += bytes.len() as u64;
         traffic.messages_sent += 1;
         traffic.entries_sent += message.delta.nnz() as u64;
         traffic.published_unix_ms = now_unix_ms_f64();
-        self.channel.publish(topic, step, id, bytes).await?;
-        Ok(())
+        bytes
     }
 
     /// Collects and decodes the messages of `from` on `topic` at `step`, checking that each is
@@ -317,6 +343,19 @@ impl Exchange<'_> {
             .channel
             .collect(topic, step, from, self.timeout)
             .await?;
+        self.decode_all(topic, step, from, &payloads, traffic)
+    }
+
+    /// Decodes the `payloads` of `from` on `topic` at `step`, checking that each is the
+    /// step's, and counts what came from the peers in `traffic`.
+    fn decode_all(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[u32],
+        payloads: &[Bytes],
+        traffic: &mut Traffic,
+    ) -> Result<Vec<UpdateMessage>> {
         let mut messages = Vec::with_capacity(payloads.len());
         for (payload, &id) in payloads.iter().zip(from) {
             if id != self.worker {

@@ -192,6 +192,68 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
     must(channel, "cleanup", channel.cleanup()).await;
 }
 
+/// A step exchanged with `publish_and_collect`: 4 and 16 workers at once, each publishing its
+/// own and collecting everyone's (in the order asked); a repeat stores nothing new; a worker
+/// collecting only others; and a missing peer's timeout, after which the caller's own message
+/// is there.
+pub async fn publish_and_collect_step(channel: &dyn Channel) {
+    let topic = "exchange";
+    must(channel, "cleanup", channel.cleanup()).await;
+    for (step, workers) in [(0u64, 4u32), (1, 16)] {
+        let from: Vec<WorkerId> = (0..workers).rev().collect();
+        let exchanges = (0..workers).map(|w| {
+            let from = &from;
+            async move {
+                // Spread the arrivals, so that some wait for the others.
+                tokio::time::sleep(Duration::from_millis(u64::from(w % 3))).await;
+                channel
+                    .publish_and_collect(topic, step, w, payload(step, w), from, PATIENT)
+                    .await
+            }
+        });
+        let results = futures::future::join_all(exchanges).await;
+        let expected: Vec<Bytes> = from.iter().map(|&w| payload(step, w)).collect();
+        for (w, result) in results.into_iter().enumerate() {
+            let collected = must(channel, "publish_and_collect", async { result }).await;
+            assert!(
+                collected == expected,
+                "{}: worker {w} of {workers} collected the wrong payloads",
+                channel.describe()
+            );
+        }
+        // Again: the same messages, one each.
+        let again = must(
+            channel,
+            "publish_and_collect",
+            channel.publish_and_collect(topic, step, 0, payload(step, 0), &from, PATIENT),
+        )
+        .await;
+        assert!(again == expected, "{}: a repeat", channel.describe());
+    }
+    let others = must(
+        channel,
+        "publish_and_collect",
+        channel.publish_and_collect(topic, 0, 3, payload(0, 3), &[1, 2], PATIENT),
+    )
+    .await;
+    assert!(
+        others == vec![payload(0, 1), payload(0, 2)],
+        "{}: collecting only others",
+        channel.describe()
+    );
+    let result = channel
+        .publish_and_collect(topic, 5, 0, payload(5, 0), &[0, 1], SHORT)
+        .await;
+    assert_timeout(channel, result, topic, 5, &[1]);
+    let own = must(channel, "poll", channel.poll(topic, 5, &[0])).await;
+    assert!(
+        own == vec![Some(payload(5, 0))],
+        "{}: the own message of a timed-out exchange",
+        channel.describe()
+    );
+    must(channel, "cleanup", channel.cleanup()).await;
+}
+
 /// Zero-byte payloads are delivered (as empty payloads, not as missing messages).
 pub async fn empty_messages(channel: &dyn Channel) {
     must(channel, "cleanup", channel.cleanup()).await;
@@ -600,9 +662,27 @@ pub async fn poll_returns_what_is_there(channel: &dyn Channel) {
     must(channel, "cleanup", channel.cleanup()).await;
 }
 
-/// Runs every channel conformance test, each on its own job id.
+/// The job ids [`run_all`] asks its factory for (a factory that connects ahead of time needs
+/// them).
+pub const JOB_IDS: &[&str] = &[
+    "conformance-publish",
+    "conformance-exchange",
+    "conformance-empty",
+    "conformance-republish",
+    "conformance-large",
+    "conformance-isolated-a",
+    "conformance-isolated-b",
+    "conformance-cleanup",
+    "conformance-timeout",
+    "conformance-keys",
+    "conformance-discard",
+    "conformance-poll",
+];
+
+/// Runs every channel conformance test, each on its own job id (one of [`JOB_IDS`]).
 pub async fn run_all(factory: ChannelFactory<'_>) {
     publish_collect_step(factory("conformance-publish").as_ref()).await;
+    publish_and_collect_step(factory("conformance-exchange").as_ref()).await;
     empty_messages(factory("conformance-empty").as_ref()).await;
     republish_is_idempotent(factory("conformance-republish").as_ref()).await;
     large_values(factory("conformance-large").as_ref()).await;

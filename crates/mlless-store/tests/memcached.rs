@@ -144,19 +144,7 @@ async fn channel_conformance_memcached_single_thread_own_connections() {
     let url = server_or_skip!();
     // Connect eagerly so that the synchronous factory can hand out channels.
     let mut channels = std::collections::HashMap::new();
-    for job in [
-        "conformance-publish",
-        "conformance-empty",
-        "conformance-republish",
-        "conformance-large",
-        "conformance-isolated-a",
-        "conformance-isolated-b",
-        "conformance-cleanup",
-        "conformance-timeout",
-        "conformance-keys",
-        "conformance-discard",
-        "conformance-poll",
-    ] {
+    for job in conformance::JOB_IDS {
         let channel = connect(&url, &format!("st-{job}")).await;
         channels.insert(job.to_string(), Arc::new(channel) as Arc<dyn Channel>);
     }

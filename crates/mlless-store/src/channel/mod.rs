@@ -265,6 +265,29 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError>;
 
+    /// Publishes worker `from`'s message of `step` on `topic`, then collects the step's messages
+    /// of `peers` (which may include `from`): a synchronous step's exchange in one call, so that
+    /// a backend can save a round trip (Redis publishes and reads what is there in one script).
+    /// The default is [`publish`](Channel::publish) then [`collect`](Channel::collect), with
+    /// their contracts.
+    ///
+    /// # Cancel safety
+    ///
+    /// As a publish followed by a collect: cancelled, it may or may not have stored the message,
+    /// and calling it again stores it once.
+    async fn publish_and_collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.publish(topic, step, from, payload).await?;
+        self.collect(topic, step, peers, timeout).await
+    }
+
     /// Returns, without waiting, the messages of `step` on `topic` from the workers in `from`
     /// that are present now, in the order of `from`: `None` where a message has not arrived.
     /// For the protocols without a barrier (SSP, ASP), which apply whatever has arrived.

@@ -311,6 +311,28 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         .await
     }
 
+    async fn publish_and_collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        // As `collect`: the retries do not extend the wait; a repeated publish stores nothing.
+        let deadline = Instant::now().checked_add(timeout);
+        self.run("publish_and_collect", || {
+            let remaining = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => timeout,
+            };
+            self.inner
+                .publish_and_collect(topic, step, from, payload.clone(), peers, remaining)
+        })
+        .await
+    }
+
     async fn poll(
         &self,
         topic: &str,

@@ -98,6 +98,23 @@ return 1
     )
 });
 
+/// Publishes one message as [`PUBLISH_SCRIPT`] does, then returns every entry of the step's
+/// stream (`XRANGE - +`): the publish and the first read of a step in one round trip.
+/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds.
+static PUBLISH_AND_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then
+  local id = redis.call('XADD', KEYS[1], '*', 'w', ARGV[1], 'p', ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[1], id)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return redis.call('XRANGE', KEYS[1], '-', '+')
+",
+    )
+});
+
 /// Removes the given workers' messages of one step.
 /// KEYS: stream, index. ARGV: linger of an emptied stream in ms, then the workers.
 /// Returns how many messages were removed.
@@ -312,20 +329,24 @@ impl RedisChannel {
             .collect()
     }
 
-    /// Reads the stream `key` on shard `index` until every worker of `wanted` was seen or
-    /// `deadline` passed; returns what it found (a timeout is not an error here).
     /// Reads the messages of `from` in stream `key` from every shard concurrently, blocking
-    /// until `deadline` for the missing ones.
+    /// until `deadline` for the missing ones; `read` is what was already read of one shard's
+    /// stream (by [`PUBLISH_AND_READ_SCRIPT`]), which that shard's reads go on from.
     async fn gather(
         &self,
         key: &str,
         from: &[WorkerId],
         deadline: Instant,
+        mut read: Option<(usize, StreamRead)>,
     ) -> Result<HashMap<WorkerId, Bytes>, ChannelError> {
         let groups = self.by_shard(from);
-        let reads = groups
-            .iter()
-            .map(|(index, wanted)| self.collect_shard(*index, key, wanted, deadline));
+        let reads = groups.iter().map(|(index, wanted)| {
+            let start = match read.take_if(|(shard, _)| shard == index) {
+                Some((_, start)) => start,
+                None => StreamRead::default(),
+            };
+            self.collect_shard(*index, key, wanted, deadline, start)
+        });
         let mut found: HashMap<WorkerId, Bytes> = HashMap::with_capacity(from.len());
         for part in futures::future::try_join_all(reads).await? {
             found.extend(part);
@@ -333,16 +354,26 @@ impl RedisChannel {
         Ok(found)
     }
 
+    /// Reads the stream `key` on shard `index`, on from `start`, until every worker of
+    /// `wanted` was seen or `deadline` passed; returns what it found (a timeout is not an error
+    /// here).
     async fn collect_shard(
         &self,
         index: usize,
         key: &str,
         wanted: &[WorkerId],
         deadline: Instant,
+        start: StreamRead,
     ) -> Result<HashMap<WorkerId, Bytes>, ChannelError> {
         let shard = self.shard(index);
-        let mut found: HashMap<WorkerId, Bytes> = HashMap::with_capacity(wanted.len());
-        let mut last_id = String::from("0-0");
+        let StreamRead {
+            mut found,
+            mut last_id,
+        } = start;
+        found.retain(|w, _| wanted.contains(w));
+        if found.len() == wanted.len() {
+            return Ok(found);
+        }
         let mut conn: Option<MultiplexedConnection> = None;
         let mut delay = RETRY_DELAY;
         let mut reads = 0u32;
@@ -416,6 +447,69 @@ impl RedisChannel {
             }
         }
     }
+
+    /// The payloads of `from` in its order out of what a collect `found`, or the
+    /// [`ChannelError::Timeout`] naming the workers missing.
+    fn collected(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        found: &HashMap<WorkerId, Bytes>,
+        start: Instant,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        let mut out = Vec::with_capacity(from.len());
+        let mut missing: Vec<WorkerId> = Vec::new();
+        for w in from {
+            match found.get(w) {
+                Some(payload) => out.push(payload.clone()),
+                None if !missing.contains(w) => missing.push(*w),
+                None => {}
+            }
+        }
+        if missing.is_empty() {
+            trace!(channel = %self.describe(), topic, step, workers = from.len(), waited = ?start.elapsed(), "collected");
+            return Ok(out);
+        }
+        Err(ChannelError::Timeout {
+            topic: topic.to_string(),
+            step,
+            missing,
+            waited: start.elapsed(),
+            endpoint: self.describe(),
+        })
+    }
+}
+
+/// What a collect has read of one shard's stream: the payloads found, by worker, and the id
+/// of the last entry read, which the next read starts after.
+struct StreamRead {
+    found: HashMap<WorkerId, Bytes>,
+    last_id: String,
+}
+
+impl Default for StreamRead {
+    fn default() -> Self {
+        StreamRead {
+            found: HashMap::new(),
+            last_id: String::from("0-0"),
+        }
+    }
+}
+
+impl StreamRead {
+    /// What an `XRANGE` reply (or [`PUBLISH_AND_READ_SCRIPT`]'s) holds; the first payload of a
+    /// worker counts.
+    fn of_range(reply: Value) -> StreamRead {
+        let mut read = StreamRead::default();
+        for (id, worker, payload) in range_entries(reply) {
+            read.last_id = id;
+            if let Some(worker) = worker {
+                read.found.entry(worker).or_insert(payload);
+            }
+        }
+        read
+    }
 }
 
 /// The entries of an `XREAD` reply (RESP2 or RESP3) as (entry id, worker, payload), in order.
@@ -432,48 +526,52 @@ fn stream_entries(reply: Value) -> Vec<(String, Option<WorkerId>, Bytes)> {
         Value::Map(streams) => streams.into_iter().map(|(_, entries)| entries).collect(),
         _ => Vec::new(),
     };
-    let mut out = Vec::new();
-    for entries in streams {
-        let Value::Array(entries) = entries else {
+    streams.into_iter().flat_map(range_entries).collect()
+}
+
+/// The entries of one stream's part of a reply (an `XRANGE` reply, or one stream of an
+/// `XREAD`'s) as (entry id, worker, payload), in order.
+fn range_entries(entries: Value) -> Vec<(String, Option<WorkerId>, Bytes)> {
+    let Value::Array(entries) = entries else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(mut parts) = entry else {
             continue;
         };
-        for entry in entries {
-            let Value::Array(mut parts) = entry else {
-                continue;
-            };
-            if parts.len() != 2 {
-                continue;
-            }
-            let fields = parts.pop();
-            let id = match parts.pop() {
-                Some(Value::BulkString(id)) => String::from_utf8_lossy(&id).into_owned(),
-                Some(Value::SimpleString(id)) => id,
-                _ => continue,
-            };
-            let mut worker = None;
-            let mut payload = Bytes::new();
-            let fields: Vec<Value> = match fields {
-                Some(Value::Array(fields)) => fields,
-                Some(Value::Map(pairs)) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-                _ => Vec::new(),
-            };
-            let mut fields = fields.into_iter();
-            while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
-                let Value::BulkString(value) = value else {
-                    continue;
-                };
-                match name {
-                    Value::BulkString(n) if n == b"w" => {
-                        worker = std::str::from_utf8(&value)
-                            .ok()
-                            .and_then(|s| s.parse().ok());
-                    }
-                    Value::BulkString(n) if n == b"p" => payload = Bytes::from(value),
-                    _ => {}
-                }
-            }
-            out.push((id, worker, payload));
+        if parts.len() != 2 {
+            continue;
         }
+        let fields = parts.pop();
+        let id = match parts.pop() {
+            Some(Value::BulkString(id)) => String::from_utf8_lossy(&id).into_owned(),
+            Some(Value::SimpleString(id)) => id,
+            _ => continue,
+        };
+        let mut worker = None;
+        let mut payload = Bytes::new();
+        let fields: Vec<Value> = match fields {
+            Some(Value::Array(fields)) => fields,
+            Some(Value::Map(pairs)) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => Vec::new(),
+        };
+        let mut fields = fields.into_iter();
+        while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+            let Value::BulkString(value) = value else {
+                continue;
+            };
+            match name {
+                Value::BulkString(n) if n == b"w" => {
+                    worker = std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|s| s.parse().ok());
+                }
+                Value::BulkString(n) if n == b"p" => payload = Bytes::from(value),
+                _ => {}
+            }
+        }
+        out.push((id, worker, payload));
     }
     out
 }
@@ -536,7 +634,7 @@ impl Channel for RedisChannel {
         }
         // A deadline already passed: one non-blocking XREAD per shard.
         let key = self.stream_key(topic, step);
-        let found = self.gather(&key, from, Instant::now()).await?;
+        let found = self.gather(&key, from, Instant::now(), None).await?;
         Ok(from.iter().map(|w| found.get(w).cloned()).collect())
     }
 
@@ -554,27 +652,50 @@ impl Channel for RedisChannel {
         let start = Instant::now();
         let deadline = super::collect::deadline_after(start, timeout);
         let key = self.stream_key(topic, step);
-        let found = self.gather(&key, from, deadline).await?;
-        let mut out = Vec::with_capacity(from.len());
-        let mut missing: Vec<WorkerId> = Vec::new();
-        for w in from {
-            match found.get(w) {
-                Some(payload) => out.push(payload.clone()),
-                None if !missing.contains(w) => missing.push(*w),
-                None => {}
-            }
+        let found = self.gather(&key, from, deadline, None).await?;
+        self.collected(topic, step, from, &found, start)
+    }
+
+    async fn publish_and_collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.check_topic(topic)?;
+        let start = Instant::now();
+        let deadline = super::collect::deadline_after(start, timeout);
+        let own = self.shard_of(from);
+        let shard = self.shard(own);
+        let stream = self.stream_key(topic, step);
+        let index = self.index_key(topic, step);
+        let ttl = self.ttl.as_secs();
+        let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
+        let entries: Value = shard
+            .retry("publish", |mut conn| async move {
+                let mut invocation = PUBLISH_AND_READ_SCRIPT.prepare_invoke();
+                invocation
+                    .key(stream_ref)
+                    .key(index_ref)
+                    .arg(from)
+                    .arg(payload_ref.as_ref())
+                    .arg(ttl);
+                invocation.invoke_async(&mut conn).await
+            })
+            .await
+            .map_err(|e| self.backend_error(shard, "publish", &stream, e))?;
+        let read = StreamRead::of_range(entries);
+        trace!(channel = %self.describe(), key = stream, from, len = payload.len(), present = read.found.len(), "publish and read");
+        if peers.is_empty() {
+            return Ok(Vec::new());
         }
-        if missing.is_empty() {
-            trace!(channel = %self.describe(), key, workers = from.len(), waited = ?start.elapsed(), "collected");
-            return Ok(out);
-        }
-        Err(ChannelError::Timeout {
-            topic: topic.to_string(),
-            step,
-            missing,
-            waited: start.elapsed(),
-            endpoint: self.describe(),
-        })
+        let found = self
+            .gather(&stream, peers, deadline, Some((own, read)))
+            .await?;
+        self.collected(topic, step, peers, &found, start)
     }
 
     async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
