@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use mlless_store::RequestCounts;
 
 /// The channels to test: (name, URL); `None` is the default (the run's object store).
 fn channels() -> Vec<(&'static str, Option<String>)> {
@@ -69,7 +70,80 @@ fn sparse_lr_converges_identically_through_every_channel() {
             params == first,
             "{name}: the model differs from the file channel's"
         );
+        assert_requests_counted(name, record);
     }
+}
+
+/// The requests a run counted, against a hand count of what its protocol makes. Each worker
+/// invocation left its count in the run (`requests/worker-N-….json`): on the object-store
+/// channel a worker PUTs exactly its update and its statistics every step, its final replica,
+/// and its count (2 · steps + 2); on a server channel only its count; on both, one checkpoint
+/// every `checkpoint_every` steps but after the last. Every worker-step reads
+/// its minibatch, and on the object store also the P updates of its step (GETs). The record's
+/// total holds at least the workers' counts, and the bill charges exactly the total.
+fn assert_requests_counted(name: &str, record: &mlless_job::RunRecord) {
+    let total = record
+        .requests
+        .unwrap_or_else(|| panic!("{name}: the record has no request counts"));
+    let p = u64::from(record.spec.training.workers);
+    let on_object_store = matches!(name, "file" | "s3");
+    let run_dir = std::path::PathBuf::from(
+        record
+            .model_url
+            .strip_prefix("file://")
+            .expect("a local run"),
+    )
+    .parent()
+    .expect("the run's directory")
+    .join("requests");
+    let mut workers = RequestCounts::default();
+    for w in 0..record.spec.training.workers {
+        let steps = record
+            .steps
+            .iter()
+            .filter(|s| s.workers.iter().any(|ws| ws.worker == w))
+            .count() as u64;
+        let prefix = format!("worker-{w}-g0-r0-");
+        let files: Vec<_> = std::fs::read_dir(&run_dir)
+            .expect("the run's request counts")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .collect();
+        assert_eq!(files.len(), 1, "{name}: worker {w} left one count");
+        let counts: RequestCounts =
+            serde_json::from_slice(&std::fs::read(files[0].path()).expect("read"))
+                .expect("a count");
+        let every = record.spec.training.checkpoint_every;
+        let checkpoints = (steps - 1).checked_div(every).unwrap_or(0);
+        let puts = checkpoints + if on_object_store { 2 * steps + 2 } else { 1 };
+        assert_eq!(
+            counts.puts, puts,
+            "{name}: worker {w}, {steps} steps: {counts:?}"
+        );
+        let reads = if on_object_store {
+            steps * (1 + p)
+        } else {
+            steps
+        };
+        assert!(
+            counts.gets >= reads,
+            "{name}: worker {w}, {steps} steps: {counts:?}"
+        );
+        workers += counts;
+    }
+    assert!(
+        total.puts >= workers.puts && total.gets >= workers.gets,
+        "{name}: {total:?}"
+    );
+    let bill = record.bill.as_ref().expect("a bill");
+    let prices = mlless_cost::PriceTable::aws_lambda();
+    let storage = total.writes() as f64 / 1000.0 * prices.object_write_usd_per_1000
+        + total.reads() as f64 / 1000.0 * prices.object_read_usd_per_1000;
+    assert!(
+        (bill.storage_usd - storage).abs() <= 1e-12,
+        "{name}: billed {} for requests worth {storage}",
+        bill.storage_usd
+    );
 }
 
 /// Synthetic ratings, 2,000 users × 1,500 items, rank 10: test RMSE ≤ 1.1 σ with 4 workers.

@@ -45,6 +45,11 @@ pub struct RunRecord {
     pub invocations: Vec<InvocationReport>,
     /// What the run cost at the chosen platform's prices.
     pub bill: Option<Bill>,
+    /// The object-store requests the run made, counted (data reads, the object-store
+    /// channel's messages, checkpoints, the driver's own): what the bill charges. `None` in
+    /// records of older versions, whose bills estimated them.
+    #[serde(default)]
+    pub requests: Option<mlless_store::RequestCounts>,
     /// Location of the final model.
     pub model_url: String,
     /// Largest difference between two workers' final replicas of one parameter: 0 under BSP;

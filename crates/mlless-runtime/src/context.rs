@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use mlless_core::{Model, ModelSpec, RatingCounts};
-use mlless_store::{Channel, Store, open_channel_with};
+use mlless_store::{Channel, RequestCounter, Store, open_channel_with};
 
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
@@ -22,19 +22,26 @@ pub struct JobContext {
     pub channel: Arc<dyn Channel>,
     /// The training set's rating counts, when the model's count-aware prior needs them.
     pub rating_counts: Option<Arc<RatingCounts>>,
+    /// The object-store requests of this function (run store, data set, object-store
+    /// channel), for the bill.
+    pub requests: RequestCounter,
 }
 
 impl JobContext {
     /// Loads the job whose spec is at `run_url`.
     pub async fn load(run_url: &str) -> Result<Self> {
-        let run_store = Store::open(run_url)?;
+        let requests = RequestCounter::new();
+        let run_store = Store::open(run_url)?.with_request_counter(requests.clone());
         let bytes = run_store.get(SPEC_KEY).await?;
         let spec: JobSpec =
             serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
                 location: format!("{}/{SPEC_KEY}", run_store.url()),
                 source,
             })?;
-        let dataset = Dataset::open(spec.data_url.as_str()).await?;
+        let dataset = Dataset::open_store(
+            Store::open(spec.data_url.as_str())?.with_request_counter(requests.clone()),
+        )
+        .await?;
         let channel = open_channel_with(
             spec.training
                 .channel
@@ -57,6 +64,7 @@ impl JobContext {
             dataset,
             channel,
             rating_counts,
+            requests,
         };
         ctx.training_model()?;
         Ok(ctx)

@@ -29,7 +29,11 @@ impl Dataset {
     /// Opens the data set at `url`; fails if it has no manifest (never prepared, or its
     /// preparation did not finish) or the manifest is invalid.
     pub async fn open(url: &str) -> Result<Self> {
-        let store = Store::open(url)?;
+        Self::open_store(Store::open(url)?).await
+    }
+
+    /// Opens the data set at `store` (e.g. a store that counts its requests).
+    pub async fn open_store(store: Store) -> Result<Self> {
         let Some(bytes) = store.get_opt(MANIFEST_KEY).await? else {
             return Err(RuntimeError::NotPrepared {
                 url: store.url().to_string(),

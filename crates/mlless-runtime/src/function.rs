@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::JobContext;
 use crate::error::{Result, RuntimeError};
+use mlless_job::{SUPERVISOR_ROLE, worker_role};
 
 /// What a function invocation is asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,11 +83,17 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
             start,
         } => {
             let ctx = JobContext::load(&run_url).await?;
-            crate::worker::run_worker(ctx, worker, start).await
+            let store = ctx.run_store.clone();
+            let outcome = crate::worker::run_worker(ctx, worker, start).await;
+            crate::requests::leave(&store, &worker_role(worker), start).await;
+            outcome
         }
         Payload::Supervisor { run_url, start } => {
             let ctx = JobContext::load(&run_url).await?;
-            crate::supervisor::run_supervisor(ctx, start).await
+            let store = ctx.run_store.clone();
+            let outcome = crate::supervisor::run_supervisor(ctx, start).await;
+            crate::requests::leave(&store, SUPERVISOR_ROLE, start).await;
+            outcome
         }
         Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
         Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,

@@ -24,6 +24,7 @@ pub mod job_id;
 pub mod messages;
 pub mod predict;
 pub mod prepare;
+mod requests;
 pub mod runs;
 pub mod supervisor;
 pub mod tune;

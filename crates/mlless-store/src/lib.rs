@@ -78,6 +78,7 @@ pub mod channel;
 pub mod conformance;
 pub mod parse;
 pub mod redact;
+pub mod requests;
 pub mod store;
 
 #[cfg(feature = "memcached")]
@@ -92,4 +93,5 @@ pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingCh
 pub use channel::{Channel, ChannelError, WorkerId};
 pub use parse::{BUILT_FEATURES, ChannelScheme, StoreKind};
 pub use redact::redact_url;
+pub use requests::{RequestCounter, RequestCounts};
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError};

@@ -26,6 +26,7 @@ use tracing::{debug, trace};
 pub use crate::parse::StoreKind;
 use crate::parse::split_scheme;
 use crate::redact::{redact_url, scrub, url_secrets};
+use crate::requests::{Request, RequestCounter, pages};
 
 /// The URL schemes [`Store::open`] accepts, for error messages.
 pub const SUPPORTED_STORE_URLS: &str =
@@ -182,6 +183,8 @@ pub struct Store {
     url: Arc<str>,
     /// The directory of the store's root, for a store on the local filesystem.
     local_root: Option<Arc<std::path::Path>>,
+    /// Where this handle counts its requests, if anywhere.
+    requests: Option<RequestCounter>,
 }
 
 impl fmt::Debug for Store {
@@ -274,6 +277,7 @@ impl Store {
             prefix: Path::default(),
             url: url.trim_end_matches('/').into(),
             local_root: None,
+            requests: None,
         }
     }
 
@@ -308,6 +312,26 @@ impl Store {
             url: format!("{}/{}", self.url, sub).into(),
             prefix,
             local_root: self.local_root.clone(),
+            requests: self.requests.clone(),
+        }
+    }
+
+    /// This handle counting its requests (and those of its [`child`](Self::child)ren, and of
+    /// an [`ObjectStoreChannel`](crate::ObjectStoreChannel) on it) in `counter`.
+    pub fn with_request_counter(mut self, counter: RequestCounter) -> Store {
+        self.requests = Some(counter);
+        self
+    }
+
+    /// The counter this handle counts its requests in, if any.
+    pub fn request_counter(&self) -> Option<&RequestCounter> {
+        self.requests.as_ref()
+    }
+
+    /// Counts `n` requests of `kind`, where this handle counts.
+    pub(crate) fn count(&self, kind: Request, n: u64) {
+        if let Some(counter) = &self.requests {
+            counter.add(kind, n);
         }
     }
 
@@ -348,6 +372,7 @@ impl Store {
         let payload = PutPayload::from(bytes);
         let mut attempt = 1;
         loop {
+            self.count(Request::Put, 1);
             match self.inner.put(&path, payload.clone()).await {
                 Ok(_) => return Ok(()),
                 // The local backend removes directories that deletes leave empty; a put that
@@ -382,6 +407,7 @@ impl Store {
         let options = PutOptions::from(PutMode::Create);
         let mut attempt = 1;
         loop {
+            self.count(Request::Put, 1);
             match self
                 .inner
                 .put_opts(&path, payload.clone(), options.clone())
@@ -423,9 +449,16 @@ impl Store {
         trace!(location = %self.location(key), "get");
         let result = match self.inner.get(&path).await {
             Ok(result) => result,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => return Err(self.backend(key, e)),
+            Err(e) if is_not_found(&e) => {
+                self.count(Request::Miss, 1);
+                return Ok(None);
+            }
+            Err(e) => {
+                self.count(Request::Get, 1);
+                return Err(self.backend(key, e));
+            }
         };
+        self.count(Request::Get, 1);
         match result.bytes().await {
             Ok(bytes) => Ok(Some(bytes)),
             // Deleted between the open and the read (remote stores stream the body).
@@ -462,7 +495,12 @@ impl Store {
             range: (offset > 0).then_some(object_store::GetRange::Offset(offset)),
             ..Default::default()
         };
-        let result = match self.inner.get_opts(&path, options).await {
+        let outcome = self.inner.get_opts(&path, options).await;
+        match &outcome {
+            Err(e) if is_not_found(e) => self.count(Request::Miss, 1),
+            _ => self.count(Request::Get, 1),
+        }
+        let result = match outcome {
             Ok(result) => result,
             Err(e) if is_not_found(&e) => {
                 return Err(StoreError::NotFound {
@@ -486,6 +524,7 @@ impl Store {
     /// The size of an object in bytes; a missing object is [`StoreError::NotFound`].
     pub async fn size(&self, key: &str) -> Result<u64, StoreError> {
         let path = self.path(key)?;
+        self.count(Request::Head, 1);
         match self.inner.head(&path).await {
             Ok(meta) => Ok(meta.size),
             Err(e) if is_not_found(&e) => Err(StoreError::NotFound {
@@ -498,6 +537,7 @@ impl Store {
     /// Whether an object exists.
     pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
         let path = self.path(key)?;
+        self.count(Request::Head, 1);
         match self.inner.head(&path).await {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
@@ -529,6 +569,7 @@ impl Store {
     pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
         let path = self.path(key)?;
         trace!(location = %self.location(key), "delete");
+        self.count(Request::Delete, 1);
         match self.inner.delete(&path).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -575,6 +616,9 @@ impl Store {
             source,
         };
         let probe = Bytes::from_static(b"mlless write probe");
+        self.count(Request::Put, 1);
+        self.count(Request::Get, 1);
+        self.count(Request::Delete, 1);
         self.inner
             .put(&path, PutPayload::from(probe.clone()))
             .await
@@ -618,18 +662,22 @@ impl Store {
         } else {
             Some(&full)
         };
-        self.inner
+        let paths: Vec<Path> = self
+            .inner
             .list(root)
             .map_ok(|meta| meta.location)
             .try_collect()
             .await
-            .map_err(|source| self.backend(prefix, source))
+            .map_err(|source| self.backend(prefix, source))?;
+        self.count(Request::List, pages(paths.len()));
+        Ok(paths)
     }
 
     async fn delete_paths(&self, paths: Vec<Path>, what: &str) -> Result<(), StoreError> {
         if paths.is_empty() {
             return Ok(());
         }
+        self.count(Request::Delete, pages(paths.len()));
         let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
         let mut results = self.inner.delete_stream(locations);
         while let Some(result) = results.next().await {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mlless_store::{
-    Channel, ChannelError, ChannelScheme, ObjectStoreChannel, RetryingChannel, Store, conformance,
-    open_channel,
+    Channel, ChannelError, ChannelScheme, ObjectStoreChannel, RequestCounter, RequestCounts,
+    RetryingChannel, Store, conformance, open_channel,
 };
 
 fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {
@@ -314,4 +314,108 @@ async fn publishes_survive_concurrent_discards_of_neighbouring_directories() {
     }
     assert!(messages.list("").await.expect("list").is_empty());
     channel.cleanup().await.expect("cleanup");
+}
+
+/// The requests of a small exchange, counted by hand: on the memory store (through the store's
+/// requests) and on a local directory (through the channel's own files), each counts what S3
+/// would bill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_counted_as_a_cloud_store_bills_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for url in ["memory://counted", dir.path().to_str().expect("utf-8")] {
+        let counter = RequestCounter::new();
+        let store = Store::open(url)
+            .expect("open")
+            .with_request_counter(counter.clone());
+        let channel = ObjectStoreChannel::new(store.clone(), "counted").expect("channel");
+        let workers = [0, 1, 2];
+        for w in workers {
+            channel
+                .publish("updates", 0, w, Bytes::from(vec![w as u8; 10]))
+                .await
+                .expect("publish");
+        }
+        let got = channel
+            .collect("updates", 0, &workers, Duration::from_secs(10))
+            .await
+            .expect("collect");
+        assert_eq!(got.len(), 3);
+        let after_collect = counter.counts();
+        assert_eq!(
+            after_collect,
+            RequestCounts {
+                puts: 3,
+                gets: 3,
+                ..RequestCounts::default()
+            },
+            "{url}: 3 publishes and a collect of 3 present messages"
+        );
+        // A worker that never publishes: every look for it is a miss, nothing else.
+        let missing = channel
+            .collect("updates", 0, &[0, 7], Duration::from_millis(50))
+            .await;
+        assert!(matches!(missing, Err(ChannelError::Timeout { .. })));
+        let looked = counter.counts().since(&after_collect);
+        assert!(looked.misses >= 1, "{url}: {looked:?}");
+        assert_eq!(looked.gets, 1, "{url}: worker 0 read again: {looked:?}");
+        assert_eq!(looked.puts + looked.lists + looked.deletes, 0, "{url}");
+        let before = counter.counts();
+        for w in workers {
+            channel.discard("updates", 0, &[w]).await.expect("discard");
+        }
+        channel
+            .put_key("stop", Bytes::from_static(b"1"))
+            .await
+            .expect("put_key");
+        assert!(channel.get_key("stop").await.expect("get_key").is_some());
+        assert!(channel.get_key("absent").await.expect("get_key").is_none());
+        assert_eq!(
+            counter.counts().since(&before),
+            RequestCounts {
+                puts: 1,
+                gets: 1,
+                misses: 1,
+                deletes: 3,
+                ..RequestCounts::default()
+            },
+            "{url}: 3 discards, a key written, read, and one absent"
+        );
+        channel.cleanup().await.expect("cleanup");
+    }
+}
+
+/// A listing counts one LIST a started 1,000 keys, a bulk delete one DELETE a started 1,000,
+/// a HEAD and a streamed read one request each; a store without a counter counts nowhere.
+#[tokio::test]
+async fn store_requests_are_counted_by_page() {
+    let counter = RequestCounter::new();
+    let plain = Store::open("memory://pages").expect("open");
+    let store = plain.clone().with_request_counter(counter.clone());
+    for i in 0..2500 {
+        plain
+            .put(&format!("many/{i:05}"), Bytes::from_static(b"x"))
+            .await
+            .expect("put");
+    }
+    assert_eq!(counter.counts(), RequestCounts::default());
+    assert_eq!(
+        store.child("many").list("").await.expect("list").len(),
+        2500
+    );
+    assert_eq!(counter.counts().lists, 3);
+    assert_eq!(store.size("many/00001").await.expect("size"), 1);
+    assert!(!store.exists("many/x").await.expect("exists"));
+    let _stream = store.get_stream("many/00002").await.expect("stream");
+    store.delete_prefix("many").await.expect("delete_prefix");
+    assert_eq!(
+        counter.counts(),
+        RequestCounts {
+            gets: 1,
+            heads: 2,
+            lists: 6,
+            deletes: 3,
+            ..RequestCounts::default()
+        }
+    );
+    assert!(plain.list("many").await.expect("list").is_empty());
 }

@@ -116,6 +116,7 @@ pub fn record() -> RunRecord {
         .collect(),
         invocations,
         bill: Some(bill),
+        requests: None,
         model_url: "file:///tmp/data/runs/job/model.bin".into(),
         replica_spread: 0.0,
         rounds: 0,

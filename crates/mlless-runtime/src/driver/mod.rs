@@ -20,7 +20,8 @@ use mlless_core::OptimizerKind;
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_data::DatasetKind;
 use mlless_faas::Invoker;
-use mlless_store::{Store, StoreError, open_channel_with};
+use mlless_store::requests::Request;
+use mlless_store::{RequestCounter, RequestCounts, Store, StoreError, open_channel_with};
 use tracing::{info, warn};
 
 use mlless_faas::clock::unix_ms;
@@ -191,6 +192,7 @@ pub async fn train(
     let spec = job_spec(options, &dataset, sample, invoker.platform())?;
     let run_store = Store::open(&spec.run_url)?;
     run_store.check_writable().await?;
+    let run_store = run_store.with_request_counter(RequestCounter::new());
     let spec_json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
         location: format!("{}/{SPEC_KEY}", run_store.url()),
         source,
@@ -331,7 +333,7 @@ pub async fn resume(
     invoker: Arc<dyn Invoker>,
     observe: &mut dyn FnMut(&LiveProgress) -> Control,
 ) -> Result<RunRecord> {
-    let run_store = Store::open(run_url)?;
+    let run_store = Store::open(run_url)?.with_request_counter(RequestCounter::new());
     let bytes = run_store.get(SPEC_KEY).await?;
     let mut spec: JobSpec =
         serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
@@ -618,15 +620,30 @@ async fn run_job(
             memory_mb: r.memory_mb,
         })
         .collect();
-    // The channel's servers are billed for the wall time; its object-store requests are
-    // estimated from the steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
+    // The channel's servers are billed for the wall time; the object-store requests are
+    // those the functions counted and left, with the driver's own (this record's PUT
+    // included). Where no function left its count (all killed), they are estimated from the
+    // steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
     let channel = mlless_job::record::channel_kind(record.spec.training.channel.as_deref());
-    let mut requests = ObjectRequests::default();
-    for step in &record.steps {
-        let r = ObjectRequests::estimate(channel, step.workers.len() as u32, 1);
-        requests.writes += r.writes;
-        requests.reads += r.reads;
-    }
+    let by_functions = crate::requests::left_by_functions(run_store).await?;
+    let requests = if by_functions == RequestCounts::default() {
+        let mut estimate = ObjectRequests::default();
+        for step in &record.steps {
+            estimate += ObjectRequests::estimate(channel, step.workers.len() as u32, 1);
+        }
+        estimate
+    } else {
+        let mut counted = by_functions;
+        if let Some(driver) = run_store.request_counter() {
+            driver.add(Request::Put, 1);
+            counted += driver.counts();
+        }
+        record.requests = Some(counted);
+        ObjectRequests {
+            writes: counted.writes(),
+            reads: counted.reads(),
+        }
+    };
     record.bill = Some(
         prices
             .clone()

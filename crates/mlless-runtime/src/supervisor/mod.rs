@@ -522,6 +522,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         metrics,
         invocations: Vec::new(),
         bill: None,
+        requests: None,
         model_url: format!("{}/{MODEL_KEY}", ctx.run_store.url()),
         replica_spread,
         rounds,

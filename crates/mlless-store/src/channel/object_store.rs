@@ -12,6 +12,7 @@ use super::collect::{CollectPlan, collect_with_backoff};
 use super::local_files;
 use super::wake::DirWatcher;
 use super::{Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule};
+use crate::requests::{Request, pages};
 use crate::store::{Store, StoreError, check_segment};
 
 /// The object-store channel (DESIGN §3, LambdaML's S3 channel): every message is an object.
@@ -148,20 +149,33 @@ impl ObjectStoreChannel {
         format!("{KEYS_SEGMENT}/{}", key.trim_start_matches('/'))
     }
 
-    /// Writes the object at `key` below the job: its file, on a local directory.
+    /// Writes the object at `key` below the job: its file, on a local directory (counted as
+    /// the PUT it stands for, in the store's [`RequestCounter`](crate::RequestCounter)).
     async fn put_object(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
         match &self.local {
-            Some(dir) => local_files::write(&dir.join(key), &bytes)
-                .map_err(|e| local_files::store_error(self.job.location(key), e)),
+            Some(dir) => {
+                self.job.count(Request::Put, 1);
+                local_files::write(&dir.join(key), &bytes)
+                    .map_err(|e| local_files::store_error(self.job.location(key), e))
+            }
             None => self.job.put(key, bytes).await,
         }
     }
 
-    /// The object at `key` below the job, if it is there: its file, on a local directory.
+    /// The object at `key` below the job, if it is there: its file, on a local directory
+    /// (counted as the GET it stands for, or the miss).
     async fn get_object(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
         match &self.local {
-            Some(dir) => local_files::read(&dir.join(key))
-                .map_err(|e| local_files::store_error(self.job.location(key), e)),
+            Some(dir) => {
+                let read = local_files::read(&dir.join(key))
+                    .map_err(|e| local_files::store_error(self.job.location(key), e));
+                let kind = match &read {
+                    Ok(None) => Request::Miss,
+                    _ => Request::Get,
+                };
+                self.job.count(kind, 1);
+                read
+            }
             None => self.job.get_opt(key).await,
         }
     }
@@ -282,6 +296,10 @@ impl Channel for ObjectStoreChannel {
         match &self.local {
             Some(dir) => {
                 let files: Vec<PathBuf> = keys.iter().map(|key| dir.join(key)).collect();
+                if !files.is_empty() {
+                    // The bulk delete it stands for.
+                    self.job.count(Request::Delete, pages(files.len()));
+                }
                 local_files::remove(&files, dir).map_err(|e| {
                     let step = Self::step_prefix(topic, step);
                     local_files::store_error(self.job.location(&step), e)

@@ -168,6 +168,9 @@ pub async fn open_channel(
 /// Local and in-memory channels are not wrapped. Connecting itself is not retried: a server that
 /// cannot be reached when the channel is opened is [`ChannelError::InvalidUrl`] at once.
 ///
+/// An object-store channel counts its requests in `store`'s
+/// [`RequestCounter`](crate::RequestCounter), if it has one.
+///
 /// # Cancel safety
 ///
 /// Cancel-safe: opening writes nothing; a cancelled open drops its connections.
@@ -189,6 +192,11 @@ pub async fn open_channel_with(
         ChannelScheme::ObjectStore(_) => Store::open(url)?,
         ChannelScheme::Redis { .. } => return connect_redis(url, job_id, options).await,
         ChannelScheme::Memcached => return connect_memcached(url, job_id, options).await,
+    };
+    // Its requests count where the run store's do.
+    let channel_store = match store.request_counter() {
+        Some(counter) => channel_store.with_request_counter(counter.clone()),
+        None => channel_store,
     };
     let channel = ObjectStoreChannel::new(channel_store, job_id)?;
     debug!(channel = %channel.describe(), kind = ?channel.store().kind(), "channel opened");
