@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use mlless_core::{
     Batch, GradientAccumulator, ModelSpec, OptimizerConfig, OptimizerKind, RatingBatch, SparseBatch,
 };
+use mlless_store::CloudLatency;
 use rand::{Rng, SeedableRng};
 
 /// What to measure.
@@ -66,6 +67,21 @@ pub struct BenchArgs {
     /// Parameters of each update, with --pattern.
     #[arg(long, default_value_t = 1_000_000)]
     pub params: usize,
+    /// Clouds whose latency to add to every channel request, comma-separated: `s3` (20 ms a
+    /// request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s), `none`, or a TOML file with
+    /// `name`, `request_ms` and `mb_per_s`. The channel benchmark runs once per cloud.
+    #[arg(long, value_delimiter = ',', value_parser = parse_cloud)]
+    pub emulate: Vec<Option<CloudLatency>>,
+}
+
+/// Parses a cloud of `--emulate`: `none`, a built-in, or a latency file.
+fn parse_cloud(text: &str) -> Result<Option<CloudLatency>, String> {
+    if text == "none" {
+        return Ok(None);
+    }
+    CloudLatency::by_name_or_file(text)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 use mlless_runtime::bench::BenchLoad;
@@ -302,26 +318,34 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    for &workers in &args.workers {
-        for &load in &loads {
-            let report = runtime.block_on(mlless_runtime::bench::channel_bench(
-                args.invoker.invoker()?,
-                args.channel.clone(),
-                &store.display().to_string(),
-                workers,
-                load,
-                args.steps,
-            ))?;
-            println!(
-                "{:<64} {:<15} {:>3} {:>10} {:>11.3} {:>11.3} {:>12.1}",
-                report.channel,
-                report.pattern.map_or("raw", |p| p.name()),
-                report.workers,
-                report.update_bytes,
-                report.median_ms,
-                report.p95_ms,
-                report.received_mb_per_s
-            );
+    let clouds = if args.emulate.is_empty() {
+        vec![None]
+    } else {
+        args.emulate.clone()
+    };
+    for cloud in &clouds {
+        for &workers in &args.workers {
+            for &load in &loads {
+                let report = runtime.block_on(mlless_runtime::bench::channel_bench(
+                    args.invoker.invoker()?,
+                    args.channel.clone(),
+                    &store.display().to_string(),
+                    workers,
+                    load,
+                    args.steps,
+                    cloud.clone(),
+                ))?;
+                println!(
+                    "{:<64} {:<15} {:>3} {:>10} {:>11.3} {:>11.3} {:>12.1}",
+                    report.channel,
+                    report.pattern.map_or("raw", |p| p.name()),
+                    report.workers,
+                    report.update_bytes,
+                    report.median_ms,
+                    report.p95_ms,
+                    report.received_mb_per_s
+                );
+            }
         }
     }
     Ok(())

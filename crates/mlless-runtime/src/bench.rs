@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta};
 use mlless_faas::{Invoker, Limits};
-use mlless_store::{Channel, Store, open_channel};
+use mlless_store::{Channel, CloudLatency, EmulatedChannel, Store, open_channel};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
@@ -45,6 +45,10 @@ pub struct ChannelBenchTask {
     /// Parameters of each update, with a pattern.
     #[serde(default)]
     pub params: usize,
+    /// A cloud's latency added to every request of the channel
+    /// ([`EmulatedChannel`](mlless_store::EmulatedChannel)).
+    #[serde(default)]
+    pub emulate: Option<CloudLatency>,
 }
 
 /// What the channel benchmark measured.
@@ -87,7 +91,8 @@ pub enum BenchLoad {
     },
 }
 
-/// Runs the channel benchmark with `workers` function workers.
+/// Runs the channel benchmark with `workers` function workers, with `emulate`'s latency added
+/// to every request of theirs.
 pub async fn channel_bench(
     invoker: Arc<dyn Invoker>,
     channel: Option<String>,
@@ -95,6 +100,7 @@ pub async fn channel_bench(
     workers: u32,
     load: BenchLoad,
     steps: u64,
+    emulate: Option<CloudLatency>,
 ) -> Result<ChannelBenchReport> {
     let (update_bytes, pattern, params) = match load {
         BenchLoad::Bytes(bytes) => (bytes, None, 0),
@@ -136,6 +142,7 @@ pub async fn channel_bench(
                 steps: steps + WARM_UP_STEPS,
                 pattern,
                 params,
+                emulate: emulate.clone(),
             })
         })
         .collect();
@@ -161,12 +168,16 @@ pub async fn channel_bench(
         times.extend(mine);
     }
     ch.cleanup().await?;
+    let mut described = ch.describe();
+    if let Some(latency) = &emulate {
+        described = EmulatedChannel::new(ch, latency.clone()).describe();
+    }
     times.sort_by(f64::total_cmp);
     let quantile = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
     let total_s: f64 = times.iter().sum::<f64>() / 1000.0;
     let received = (times.len() * workers as usize * update_bytes) as f64;
     Ok(ChannelBenchReport {
-        channel: ch.describe(),
+        channel: described,
         workers,
         update_bytes,
         pattern,
@@ -185,12 +196,15 @@ pub async fn channel_bench(
 /// exchange times of the measured steps under the key `timings-{worker}`.
 pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
     let store = Store::open(task.store_url.as_str())?;
-    let channel = open_channel(
+    let mut channel = open_channel(
         task.channel.as_ref().map(SecretUrl::as_str),
         &store,
         &task.job_id,
     )
     .await?;
+    if let Some(latency) = task.emulate {
+        channel = Arc::new(EmulatedChannel::new(channel, latency));
+    }
     let peers: Vec<u32> = (0..task.workers).collect();
     let mut payload = vec![0u8; task.update_bytes];
     let mut times = Vec::with_capacity(task.steps as usize);

@@ -11,7 +11,8 @@
 //! - [`Channel`]: publish a message per (topic, step, worker), collect a step's messages from a
 //!   set of workers (blocking, with backoff, up to a timeout), plus last-write-wins keys; all
 //!   namespaced by job id. [`ObjectStoreChannel`] implements it on any [`Store`] (LambdaML's S3
-//!   channel); [`open_channel`] picks a backend from a URL.
+//!   channel); [`open_channel`] picks a backend from a URL. [`InProcessChannel`] is the channel
+//!   of functions that are tasks of one process (the cloud benchmark's), and has no URL.
 //! - [`ChannelScheme`]: which backend a channel URL names, parsed once ([`ChannelScheme::parse`])
 //!   and used to open, redact, bill and check it; [`parse`] is the one place a URL scheme is
 //!   matched.
@@ -19,6 +20,9 @@
 //!   (`--channel-grace`); [`open_channel_with`] wraps every remote channel in it. It retries
 //!   what [`ChannelError::is_transient`] says is worth it, which each backend decides for its
 //!   own errors.
+//! - [`EmulatedChannel`] and [`Store::with_latency`]: a cloud's request latency and bandwidth
+//!   ([`CloudLatency`]: S3, ElastiCache or a file) added to any channel or store, to see on one
+//!   machine what a protocol would take in a cloud ([`emulate`]).
 //! - [`conformance`]: the suites every backend's tests run.
 //!
 //! ```
@@ -76,11 +80,13 @@
 
 pub mod channel;
 pub mod conformance;
+pub mod emulate;
 pub mod parse;
 pub mod redact;
 pub mod requests;
 pub mod store;
 
+pub use channel::in_process::InProcessChannel;
 #[cfg(feature = "memcached")]
 pub use channel::memcached::{self, MemcachedChannel};
 pub use channel::object_store::{
@@ -91,6 +97,7 @@ pub use channel::open::{SUPPORTED_CHANNEL_URLS, open_channel, open_channel_with}
 pub use channel::redis::{self, RedisChannel};
 pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};
 pub use channel::{Channel, ChannelError, WorkerId};
+pub use emulate::{CloudLatency, EmulatedChannel};
 pub use parse::{BUILT_FEATURES, ChannelScheme, StoreKind};
 pub use redact::redact_url;
 pub use requests::{RequestCounter, RequestCounts};

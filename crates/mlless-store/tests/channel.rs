@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mlless_store::{
-    Channel, ChannelError, ChannelScheme, ObjectStoreChannel, RequestCounter, RequestCounts,
-    RetryingChannel, Store, conformance, open_channel,
+    Channel, ChannelError, ChannelScheme, CloudLatency, EmulatedChannel, InProcessChannel,
+    ObjectStoreChannel, RequestCounter, RequestCounts, RetryingChannel, Store, conformance,
+    open_channel,
 };
 
 fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {
@@ -45,6 +46,20 @@ async fn conformance_memory() {
     assert!(store.list("").await.expect("list").is_empty());
 }
 
+/// The in-process channel, on both kinds of runtime: a fresh one per job, as its functions
+/// would share one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_in_process() {
+    let factory = |job: &str| -> Arc<dyn Channel> { Arc::new(InProcessChannel::new(job)) };
+    conformance::run_all(&factory).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn conformance_in_process_single_thread() {
+    let factory = |job: &str| -> Arc<dyn Channel> { Arc::new(InProcessChannel::new(job)) };
+    conformance::run_all(&factory).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn conformance_memory_single_thread() {
     let store = Store::open("memory://channel-conformance-st").expect("open");
@@ -60,6 +75,72 @@ async fn conformance_through_the_decorator() {
         Arc::new(RetryingChannel::new(inner, Duration::from_secs(1)))
     };
     conformance::run_all(&factory).await;
+}
+
+/// The latency decorator changes what a channel takes, not what it does: the suite through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_through_the_latency_decorator() {
+    let store = Store::open("memory://emulated-conformance").expect("open");
+    let latency = CloudLatency {
+        name: "test".into(),
+        request_ms: 0.1,
+        mb_per_s: 1_000.0,
+    };
+    let factory = move |job: &str| -> Arc<dyn Channel> {
+        let inner = ObjectStoreChannel::new(store.clone(), job).expect("channel");
+        Arc::new(EmulatedChannel::new(Arc::new(inner), latency.clone()))
+    };
+    conformance::run_all(&factory).await;
+}
+
+/// The decorators add what they are configured to add: a publish of 200 kB at 40 ms a request
+/// and 10 MB/s takes 40 + 20 ms; a collect of two such messages 40 + 40 ms; a store GET of the
+/// same 200 kB 40 + 20 ms. The sleeps are floors; the bound above (3x) catches a model that
+/// pays twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_latency_decorators_add_what_they_are_configured_to_add() {
+    let latency = CloudLatency {
+        name: "test".into(),
+        request_ms: 40.0,
+        mb_per_s: 10.0,
+    };
+    let store = Store::open("memory://emulated-timing").expect("open");
+    let inner = ObjectStoreChannel::new(store.clone(), "timing").expect("channel");
+    let channel = EmulatedChannel::new(Arc::new(inner), latency.clone());
+    assert!(channel.describe().ends_with("(emulating test)"));
+    let payload = Bytes::from(vec![7u8; 200_000]);
+    let within = |took: Duration, ms: u64, what: &str| {
+        let want = Duration::from_millis(ms);
+        assert!(
+            took >= want && took < want * 3,
+            "{what} took {took:?}, configured {want:?}"
+        );
+    };
+    let started = std::time::Instant::now();
+    channel
+        .publish("u", 0, 0, payload.clone())
+        .await
+        .expect("publish");
+    within(started.elapsed(), 60, "a publish");
+    channel
+        .publish("u", 0, 1, payload.clone())
+        .await
+        .expect("publish");
+    let started = std::time::Instant::now();
+    let got = channel
+        .collect("u", 0, &[0, 1], Duration::from_secs(5))
+        .await
+        .expect("collect");
+    within(started.elapsed(), 80, "a collect of two");
+    assert_eq!(got, [payload.clone(), payload.clone()]);
+    channel.cleanup().await.expect("cleanup");
+
+    let slow = store.with_latency(&latency);
+    slow.put("blob", payload.clone()).await.expect("put");
+    let started = std::time::Instant::now();
+    assert_eq!(slow.get("blob").await.expect("get"), payload);
+    within(started.elapsed(), 60, "a store GET");
+    slow.delete("blob").await.expect("delete");
 }
 
 #[tokio::test]

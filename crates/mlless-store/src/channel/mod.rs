@@ -20,6 +20,7 @@
 //! | [`object_store`] | [`ObjectStoreChannel`](object_store::ObjectStoreChannel) on any [`Store`](crate::Store) |
 //! | [`redis`] | [`RedisChannel`](redis::RedisChannel) (feature `redis`) |
 //! | [`memcached`] | [`MemcachedChannel`](memcached::MemcachedChannel) (feature `memcached`) |
+//! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
 //! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
 //!
@@ -38,6 +39,7 @@ use bytes::Bytes;
 use crate::store::{StoreError, check_segment};
 
 mod collect;
+pub mod in_process;
 mod local_files;
 #[cfg(feature = "memcached")]
 pub mod memcached;

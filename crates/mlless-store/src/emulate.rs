@@ -1,0 +1,360 @@
+//! Emulated cloud latency: [`CloudLatency`], the latency and bandwidth of a cloud service as a
+//! function sees them, and the decorators that add it to what runs on one machine —
+//! [`EmulatedChannel`] around any [`Channel`] and [`Store::with_latency`] around any store (an
+//! `object_store` [`ThrottledStore`]) — so that a benchmark on a laptop shows what the same
+//! protocol would take on S3 or ElastiCache (`mlless bench channel --emulate s3`).
+//!
+//! # The model
+//!
+//! Every request pays the service's time to first byte, [`CloudLatency::request_ms`], and its
+//! bytes at the function's bandwidth, [`CloudLatency::mb_per_s`]:
+//!
+//! - [`publish`](Channel::publish): one request carrying the payload; the message becomes
+//!   visible to the peers when it is over (the decorator waits, then publishes).
+//! - [`collect`](Channel::collect): waits for the messages on the inner channel, then one
+//!   request's latency plus all the collected bytes: the reads are issued together once the last
+//!   message is visible. The gap a poller leaves between a message landing and its next look is
+//!   not added, so for a polled service (S3) this is a lower bound.
+//! - [`publish_and_collect`](Channel::publish_and_collect): a publish, then a collect (two
+//!   requests: even where a server does both in one script, the last peer's message usually
+//!   lands after the first read).
+//! - [`poll`](Channel::poll): one request plus the bytes found. [`discard`](Channel::discard),
+//!   [`put_key`](Channel::put_key), [`get_key`](Channel::get_key): one request each (plus their
+//!   bytes). [`cleanup`](Channel::cleanup) and [`describe`](Channel::describe) add nothing.
+//!
+//! The store's decorator maps the same two figures onto [`ThrottleConfig`]: a wait per call of
+//! every kind, and a wait per byte of what is read.
+//!
+//! # Defaults, from public figures
+//!
+//! | name | request | bandwidth | source |
+//! | --- | --- | --- | --- |
+//! | `s3` | 20 ms | 75 MB/s | small-object GET/PUT from Lambda in the same region: 10–30 ms (Pu et al., *Shuffling, Fast and Slow*, NSDI 2019; Klimovic et al., *Pocket*, OSDI 2018); a Lambda function's network ≈ 600 Mbit/s (Pocket) |
+//! | `elasticache` | 0.3 ms | 75 MB/s | a Redis round trip from Lambda to ElastiCache in the same AZ: 0.2–0.5 ms (AWS ElastiCache documentation, Pocket); the same function network |
+//!
+//! A file of the same shape gives other figures (`--emulate my-cloud.toml`):
+//!
+//! ```toml
+//! name = "my-cloud"
+//! request_ms = 5.0
+//! mb_per_s = 100.0
+//! ```
+//!
+//! [`ThrottledStore`]: object_store::throttle::ThrottledStore
+//! [`ThrottleConfig`]: object_store::throttle::ThrottleConfig
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use object_store::throttle::{ThrottleConfig, ThrottledStore};
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::store::Store;
+
+/// The latency and bandwidth of a cloud service, as one function sees them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudLatency {
+    /// A name for tables and messages (`s3`, `elasticache`, a file's own).
+    pub name: String,
+    /// Time to first byte of one request, in milliseconds.
+    pub request_ms: f64,
+    /// Bandwidth between a function and the service, in MB/s (10⁶ bytes per second).
+    pub mb_per_s: f64,
+}
+
+/// Why a [`CloudLatency`] could not be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmulateError {
+    /// The name is no built-in and no readable file.
+    #[error("cannot read the latency file {path}: {source} (built-in: s3, elasticache)")]
+    Read {
+        /// The file tried.
+        path: String,
+        /// Why it could not be read.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a latency table.
+    #[error("{path} is not a latency table (name, request_ms, mb_per_s): {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl CloudLatency {
+    /// S3 as a Lambda function in the same region sees it: 20 ms a request, 75 MB/s.
+    pub fn s3() -> CloudLatency {
+        CloudLatency {
+            name: "s3".into(),
+            request_ms: 20.0,
+            mb_per_s: 75.0,
+        }
+    }
+
+    /// ElastiCache (Redis) in the same availability zone: 0.3 ms a request, 75 MB/s.
+    pub fn elasticache() -> CloudLatency {
+        CloudLatency {
+            name: "elasticache".into(),
+            request_ms: 0.3,
+            mb_per_s: 75.0,
+        }
+    }
+
+    /// A built-in (`s3`, `elasticache`) or a TOML file of the same fields.
+    pub fn by_name_or_file(name: &str) -> Result<CloudLatency, EmulateError> {
+        match name {
+            "s3" => return Ok(CloudLatency::s3()),
+            "elasticache" => return Ok(CloudLatency::elasticache()),
+            _ => {}
+        }
+        let text = std::fs::read_to_string(name).map_err(|source| EmulateError::Read {
+            path: name.into(),
+            source,
+        })?;
+        CloudLatency::from_toml_str(&text).map_err(|reason| EmulateError::Parse {
+            path: name.into(),
+            reason,
+        })
+    }
+
+    /// Parses and checks a latency table in TOML.
+    pub fn from_toml_str(text: &str) -> Result<CloudLatency, String> {
+        let latency: CloudLatency = toml::from_str(text).map_err(|e| e.to_string())?;
+        if !(latency.request_ms.is_finite() && latency.request_ms >= 0.0) {
+            return Err(format!(
+                "request_ms must be 0 or more, got {}",
+                latency.request_ms
+            ));
+        }
+        if !(latency.mb_per_s.is_finite() && latency.mb_per_s > 0.0) {
+            return Err(format!(
+                "mb_per_s must be more than 0, got {}",
+                latency.mb_per_s
+            ));
+        }
+        Ok(latency)
+    }
+
+    /// The time of one request that moves `bytes`.
+    pub fn request(&self, bytes: usize) -> Duration {
+        Duration::from_secs_f64(self.request_ms / 1e3 + bytes as f64 / (self.mb_per_s * 1e6))
+    }
+
+    /// The same figures as an `object_store` throttle: a wait per call of every kind, and per
+    /// byte read.
+    pub fn throttle_config(&self) -> ThrottleConfig {
+        let call = Duration::from_secs_f64(self.request_ms / 1e3);
+        ThrottleConfig {
+            wait_delete_per_call: call,
+            wait_get_per_byte: Duration::from_secs_f64(1.0 / (self.mb_per_s * 1e6)),
+            wait_get_per_call: call,
+            wait_list_per_call: call,
+            wait_list_per_entry: Duration::ZERO,
+            wait_list_with_delimiter_per_call: call,
+            wait_list_with_delimiter_per_entry: Duration::ZERO,
+            wait_put_per_call: call,
+        }
+    }
+}
+
+impl Store {
+    /// This store with `latency` added to every request (an `object_store` `ThrottledStore`
+    /// around its backend). The result is a store of kind
+    /// [`StoreKind::Other`](crate::StoreKind::Other): it never takes the local directory's
+    /// shortcuts, which would skip the latency.
+    pub fn with_latency(&self, latency: &CloudLatency) -> Store {
+        let throttled = ThrottledStore::new(self.object_store(), latency.throttle_config());
+        let url = format!("{} (emulating {})", self.url(), latency.name);
+        let mut store = Store::from_object_store(Arc::new(throttled), url);
+        if let Some(counter) = self.request_counter() {
+            store = store.with_request_counter(counter.clone());
+        }
+        store
+    }
+}
+
+/// A [`Channel`] with a cloud's latency added to every request of the channel it wraps (see the
+/// [module docs](self) for what each operation pays).
+#[derive(Debug)]
+pub struct EmulatedChannel {
+    inner: Arc<dyn Channel>,
+    latency: CloudLatency,
+    on_timer: bool,
+}
+
+impl EmulatedChannel {
+    /// `inner` as if it were behind `latency`. Its waits are thread sleeps on the runtime's
+    /// blocking pool, precise to tens of microseconds: tokio's timer rounds a sleep up to whole
+    /// milliseconds, more than an ElastiCache request takes.
+    pub fn new(inner: Arc<dyn Channel>, latency: CloudLatency) -> EmulatedChannel {
+        EmulatedChannel {
+            inner,
+            latency,
+            on_timer: false,
+        }
+    }
+
+    /// Waits on tokio's timer instead: for a simulation whose clock is tokio's (paused, so
+    /// that it moves from timer to timer, and slowed so that its milliseconds stand for
+    /// microseconds).
+    pub fn on_tokio_timer(mut self) -> EmulatedChannel {
+        self.on_timer = true;
+        self
+    }
+
+    /// Waits for one request moving `bytes`.
+    async fn request(&self, bytes: usize) {
+        let duration = self.latency.request(bytes);
+        if self.on_timer {
+            tokio::time::sleep(duration).await;
+            return;
+        }
+        let sleeper = tokio::task::spawn_blocking(move || std::thread::sleep(duration));
+        if sleeper.await.is_err() {
+            // The blocking pool is shutting down: the timer will do.
+            tokio::time::sleep(duration).await;
+        }
+    }
+}
+
+/// The bytes of some messages.
+fn total_len<'a>(messages: impl IntoIterator<Item = &'a Bytes>) -> usize {
+    messages.into_iter().map(Bytes::len).sum()
+}
+
+#[async_trait::async_trait]
+impl Channel for EmulatedChannel {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        self.request(payload.len()).await;
+        self.inner.publish(topic, step, from, payload).await
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        let messages = match self.inner.collect(topic, step, from, timeout).await {
+            Ok(messages) => messages,
+            // The timeout names this channel, emulation and all.
+            Err(ChannelError::Timeout {
+                topic,
+                step,
+                missing,
+                waited,
+                endpoint: _,
+            }) => {
+                return Err(ChannelError::Timeout {
+                    topic,
+                    step,
+                    missing,
+                    waited,
+                    endpoint: self.describe(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        self.request(total_len(&messages)).await;
+        Ok(messages)
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let found = self.inner.poll(topic, step, from).await?;
+        self.request(total_len(found.iter().flatten())).await;
+        Ok(found)
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.request(0).await;
+        self.inner.discard(topic, step, from).await
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.request(value.len()).await;
+        self.inner.put_key(key, value).await
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        let value = self.inner.get_key(key).await?;
+        self.request(value.as_ref().map_or(0, Bytes::len)).await;
+        Ok(value)
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        self.inner.cleanup().await
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (emulating {})",
+            self.inner.describe(),
+            self.latency.name
+        )
+    }
+
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        self.inner.explain_missing().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_pays_its_latency_and_its_bytes() {
+        let latency = CloudLatency {
+            name: "t".into(),
+            request_ms: 2.0,
+            mb_per_s: 1.0,
+        };
+        assert_eq!(latency.request(0), Duration::from_millis(2));
+        assert_eq!(latency.request(1_000), Duration::from_millis(3));
+        let config = latency.throttle_config();
+        assert_eq!(config.wait_get_per_call, Duration::from_millis(2));
+        assert_eq!(config.wait_get_per_byte, Duration::from_micros(1));
+    }
+
+    #[test]
+    fn latency_files_are_checked() {
+        let ok = CloudLatency::from_toml_str("name = \"x\"\nrequest_ms = 5\nmb_per_s = 100\n");
+        assert_eq!(
+            ok,
+            Ok(CloudLatency {
+                name: "x".into(),
+                request_ms: 5.0,
+                mb_per_s: 100.0
+            })
+        );
+        let zero = CloudLatency::from_toml_str("name = \"x\"\nrequest_ms = 5\nmb_per_s = 0\n");
+        assert!(zero.unwrap_err().contains("mb_per_s"));
+        let unknown = CloudLatency::from_toml_str("name = \"x\"\nrequest = 5\nmb_per_s = 1\n");
+        assert!(unknown.is_err());
+        let missing = CloudLatency::by_name_or_file("/nonexistent/cloud.toml").unwrap_err();
+        assert!(missing.to_string().contains("/nonexistent/cloud.toml"));
+        assert_eq!(
+            CloudLatency::by_name_or_file("s3").ok(),
+            Some(CloudLatency::s3())
+        );
+    }
+}
