@@ -28,6 +28,10 @@ pub enum Bench {
     /// Round-trip latency of invocations that do no work, one at a time, through --invoker
     /// (--steps of them): the first shows a cold start where the platform has no instance yet.
     Invoke,
+    /// Step time and bill of sparse LR and PMF on a cloud's latencies for P up to hundreds,
+    /// simulated on this machine (--job, --emulate, --workers, --pattern, --update, --steps,
+    /// --memory-mb).
+    Cloud,
 }
 
 /// Options of `mlless bench`.
@@ -45,19 +49,20 @@ pub struct BenchArgs {
     /// Channel of the channel benchmark [default: a directory below --dir].
     #[arg(long)]
     pub channel: Option<String>,
-    /// Worker counts of the channel benchmark, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "4")]
+    /// Worker counts, comma-separated [default: 4; cloud: 4,16,64,256].
+    #[arg(long, value_delimiter = ',')]
     pub workers: Vec<u32>,
     /// Update sizes of the channel benchmark, comma-separated: bytes, or with KB / MB
     /// (1000-based).
     #[arg(long, value_delimiter = ',', default_value = "1KB", value_parser = parse_bytes)]
     pub update_bytes: Vec<usize>,
-    /// Steps per channel-benchmark run.
-    #[arg(long, default_value_t = 100)]
-    pub steps: u64,
-    /// Patterns of the channel benchmark, comma-separated (broadcast, allreduce,
-    /// scatter-reduce): exchange dense model updates of --params parameters through the
-    /// training exchange instead of raw messages of --update-bytes.
+    /// Steps per channel-benchmark run, invocations of the invoke benchmark, or steps measured
+    /// per case of the cloud benchmark [default: 100; cloud: 5].
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Patterns, comma-separated (broadcast, allreduce, scatter-reduce). Channel benchmark:
+    /// exchange dense model updates of --params parameters through the training exchange
+    /// instead of raw messages of --update-bytes. Cloud benchmark [default: all three].
     #[arg(long, value_delimiter = ',', value_enum)]
     pub pattern: Vec<crate::train::CommPattern>,
     /// Where the functions of the invoke and channel benchmarks run (`local` or
@@ -68,10 +73,22 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub params: usize,
     /// Clouds whose latency to add to every channel request, comma-separated: `s3` (20 ms a
-    /// request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s), `none`, or a TOML file with
-    /// `name`, `request_ms` and `mb_per_s`. The channel benchmark runs once per cloud.
+    /// request, 75 MB/s, 32 reads at once), `elasticache` (0.3 ms, 75 MB/s), `none`, or a TOML
+    /// file with `name`, `request_ms`, `mb_per_s` and optionally `reads_at_once`. The channel
+    /// benchmark runs once per cloud [default: none]; the cloud benchmark [default:
+    /// s3,elasticache].
     #[arg(long, value_delimiter = ',', value_parser = parse_cloud)]
     pub emulate: Vec<Option<CloudLatency>>,
+    /// Jobs of the cloud benchmark, comma-separated [default: lr,pmf].
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub job: Vec<cloud::CloudJobArg>,
+    /// What the workers of the cloud benchmark send, comma-separated: bsp, isp (threshold 0.7),
+    /// isp:V, topk:K, topk:F, onebit [default: bsp,isp,topk:0.01].
+    #[arg(long, value_delimiter = ',', value_parser = UpdateRule::parse)]
+    pub update: Vec<UpdateRule>,
+    /// Memory of each simulated function, MB (what its time is billed at).
+    #[arg(long, default_value_t = 1024)]
+    pub memory_mb: u32,
 }
 
 /// Parses a cloud of `--emulate`: `none`, a built-in, or a latency file.
@@ -85,6 +102,9 @@ fn parse_cloud(text: &str) -> Result<Option<CloudLatency>, String> {
 }
 
 use mlless_runtime::bench::BenchLoad;
+use mlless_runtime::bench::cloud::UpdateRule;
+
+mod cloud;
 
 /// Parses `4096`, `1KB`, `100KB`, `4MB`.
 fn parse_bytes(text: &str) -> Result<usize, String> {
@@ -112,6 +132,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.what == Bench::Invoke {
         return invoke_latency(&args);
+    }
+    if args.what == Bench::Cloud {
+        return cloud::run(&args);
     }
     let budget = Duration::from_secs_f64(args.seconds.max(0.1));
     let all = args.what == Bench::All;
@@ -153,7 +176,7 @@ fn invoke_latency(args: &BenchArgs) -> anyhow::Result<()> {
     let limits = Limits::new(1024, Duration::from_secs(60));
     let mut times = Vec::new();
     crate::runtime()?.block_on(async {
-        for i in 0..args.steps.max(2) {
+        for i in 0..args.steps.unwrap_or(100).max(2) {
             let started = Instant::now();
             let request = FunctionRequest::new(format!("ping-{i}"), payload.clone(), limits);
             let report = invoker.invoke(request).await?.wait().await?;
@@ -323,8 +346,13 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         args.emulate.clone()
     };
+    let worker_counts = if args.workers.is_empty() {
+        vec![4]
+    } else {
+        args.workers.clone()
+    };
     for cloud in &clouds {
-        for &workers in &args.workers {
+        for &workers in &worker_counts {
             for &load in &loads {
                 let report = runtime.block_on(mlless_runtime::bench::channel_bench(
                     args.invoker.invoker()?,
@@ -332,7 +360,7 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
                     &store.display().to_string(),
                     workers,
                     load,
-                    args.steps,
+                    args.steps.unwrap_or(100),
                     cloud.clone(),
                 ))?;
                 println!(

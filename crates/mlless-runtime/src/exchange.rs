@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use mlless_core::{SparseVector, WireDelta, mean_of};
 use mlless_store::Channel;
 
@@ -28,6 +29,9 @@ use mlless_job::Pattern;
 /// Topic of the chunks a scatter-reduce sends to their owners; the message of worker `w` for
 /// the owner in position `c` has the id `w · N + c`, `N` being the job's worker count.
 pub const SCATTER: &str = "scatter";
+/// How many messages a worker publishes at once (a scatter-reduce's chunks): as many as the
+/// object-store channel reads at once.
+const PUBLISH_CONCURRENCY: usize = 32;
 /// Topic of the means an all-reduce leader or a scatter-reduce chunk owner publishes.
 pub const REDUCED: &str = "reduced";
 
@@ -148,14 +152,15 @@ impl Exchange<'_> {
                 let sent = self.sent_vector(&message)?;
                 let bounds = self.bounds();
                 let n = u64::from(self.job_workers);
+                let mut parts = Vec::with_capacity(bounds.len());
                 for (c, chunk) in sent.split_at_bounds(&bounds).into_iter().enumerate() {
                     let part = UpdateMessage {
                         delta: WireDelta::Sparse(chunk),
                         ..message.clone()
                     };
-                    let id = scatter_id(self.worker, c, n)?;
-                    self.publish(SCATTER, step, id, &part, traffic).await?;
+                    parts.push((scatter_id(self.worker, c, n)?, Self::encode(&part, traffic)));
                 }
+                self.publish_all(SCATTER, step, parts).await?;
                 let from: Vec<u32> = self
                     .workers
                     .iter()
@@ -299,6 +304,18 @@ impl Exchange<'_> {
     ) -> Result<()> {
         let bytes = Self::encode(message, traffic);
         self.channel.publish(topic, step, id, bytes).await?;
+        Ok(())
+    }
+
+    /// Publishes encoded messages under their ids, [`PUBLISH_CONCURRENCY`] at a time: on S3 a
+    /// scatter-reduce's P chunks one after the other took P request latencies (`mlless bench
+    /// cloud`: 420 ms a step at P = 16 on 20 ms requests, 120 ms at once).
+    async fn publish_all(&self, topic: &str, step: u64, messages: Vec<(u32, Bytes)>) -> Result<()> {
+        futures::stream::iter(messages)
+            .map(|(id, bytes)| self.channel.publish(topic, step, id, bytes))
+            .buffer_unordered(PUBLISH_CONCURRENCY)
+            .try_for_each(|()| std::future::ready(Ok(())))
+            .await?;
         Ok(())
     }
 

@@ -11,10 +11,13 @@
 //!
 //! - [`publish`](Channel::publish): one request carrying the payload; the message becomes
 //!   visible to the peers when it is over (the decorator waits, then publishes).
-//! - [`collect`](Channel::collect): waits for the messages on the inner channel, then one
-//!   request's latency plus all the collected bytes: the reads are issued together once the last
-//!   message is visible. The gap a poller leaves between a message landing and its next look is
-//!   not added, so for a polled service (S3) this is a lower bound.
+//! - [`collect`](Channel::collect): waits for the messages on the inner channel, then the
+//!   latency of the requests that read them plus all the collected bytes: one request where
+//!   one read returns them all (a Redis stream), `⌈n / k⌉` one after the other where a
+//!   function reads `k` objects at once ([`CloudLatency::reads_at_once`]: the object-store
+//!   channel's 32 concurrent GETs). The reads are issued once the last message is visible: the
+//!   gap a poller leaves between a message landing and its next look is not added, so for a
+//!   polled service (S3) this is a lower bound.
 //! - [`publish_and_collect`](Channel::publish_and_collect): a publish, then a collect (two
 //!   requests: even where a server does both in one script, the last peer's message usually
 //!   lands after the first read).
@@ -27,10 +30,10 @@
 //!
 //! # Defaults, from public figures
 //!
-//! | name | request | bandwidth | source |
-//! | --- | --- | --- | --- |
-//! | `s3` | 20 ms | 75 MB/s | small-object GET/PUT from Lambda in the same region: 10–30 ms (Pu et al., *Shuffling, Fast and Slow*, NSDI 2019; Klimovic et al., *Pocket*, OSDI 2018); a Lambda function's network ≈ 600 Mbit/s (Pocket) |
-//! | `elasticache` | 0.3 ms | 75 MB/s | a Redis round trip from Lambda to ElastiCache in the same AZ: 0.2–0.5 ms (AWS ElastiCache documentation, Pocket); the same function network |
+//! | name | request | bandwidth | reads at once | source |
+//! | --- | --- | --- | --- | --- |
+//! | `s3` | 20 ms | 75 MB/s | 32 | small-object GET/PUT from Lambda in the same region: 10–30 ms (Pu et al., *Shuffling, Fast and Slow*, NSDI 2019; Klimovic et al., *Pocket*, OSDI 2018); a Lambda function's network ≈ 600 Mbit/s (Pocket); the object-store channel's concurrent GETs |
+//! | `elasticache` | 0.3 ms | 75 MB/s | all | a Redis round trip from Lambda to ElastiCache in the same AZ: 0.2–0.5 ms (AWS ElastiCache documentation, Pocket); the same function network; one `XREAD` returns a step's messages |
 //!
 //! A file of the same shape gives other figures (`--emulate my-cloud.toml`):
 //!
@@ -38,6 +41,7 @@
 //! name = "my-cloud"
 //! request_ms = 5.0
 //! mb_per_s = 100.0
+//! reads_at_once = 32   # optional: without it one request reads all of a collect's messages
 //! ```
 //!
 //! [`ThrottledStore`]: object_store::throttle::ThrottledStore
@@ -63,6 +67,10 @@ pub struct CloudLatency {
     pub request_ms: f64,
     /// Bandwidth between a function and the service, in MB/s (10⁶ bytes per second).
     pub mb_per_s: f64,
+    /// How many messages a function reads with one request's latency when it collects several
+    /// (requests in flight at once); `None`: one request reads them all.
+    #[serde(default)]
+    pub reads_at_once: Option<u32>,
 }
 
 /// Why a [`CloudLatency`] could not be had.
@@ -95,6 +103,7 @@ impl CloudLatency {
             name: "s3".into(),
             request_ms: 20.0,
             mb_per_s: 75.0,
+            reads_at_once: Some(32),
         }
     }
 
@@ -104,6 +113,7 @@ impl CloudLatency {
             name: "elasticache".into(),
             request_ms: 0.3,
             mb_per_s: 75.0,
+            reads_at_once: None,
         }
     }
 
@@ -139,12 +149,42 @@ impl CloudLatency {
                 latency.mb_per_s
             ));
         }
+        if latency.reads_at_once == Some(0) {
+            return Err("reads_at_once must be 1 or more".into());
+        }
         Ok(latency)
     }
 
     /// The time of one request that moves `bytes`.
     pub fn request(&self, bytes: usize) -> Duration {
-        Duration::from_secs_f64(self.request_ms / 1e3 + bytes as f64 / (self.mb_per_s * 1e6))
+        self.requests(1, bytes)
+    }
+
+    /// The time of a read of `messages` messages of `bytes` in all: the requests one after the
+    /// other that [`reads_at_once`](Self::reads_at_once) makes of them, and the bytes.
+    pub fn read(&self, messages: usize, bytes: usize) -> Duration {
+        let rounds = match self.reads_at_once {
+            Some(k) => messages.div_ceil(k.max(1) as usize).max(1),
+            None => 1,
+        };
+        self.requests(rounds, bytes)
+    }
+
+    fn requests(&self, rounds: usize, bytes: usize) -> Duration {
+        Duration::from_secs_f64(
+            rounds as f64 * self.request_ms / 1e3 + bytes as f64 / (self.mb_per_s * 1e6),
+        )
+    }
+
+    /// The same cloud on a clock `factor` times slower: every wait `factor` times longer. A
+    /// simulation on tokio's timer, which counts whole milliseconds, runs on such a clock so
+    /// that its milliseconds stand for microseconds.
+    pub fn slowed(&self, factor: f64) -> CloudLatency {
+        CloudLatency {
+            request_ms: self.request_ms * factor,
+            mb_per_s: self.mb_per_s / factor,
+            ..self.clone()
+        }
     }
 
     /// The same figures as an `object_store` throttle: a wait per call of every kind, and per
@@ -211,7 +251,11 @@ impl EmulatedChannel {
 
     /// Waits for one request moving `bytes`.
     async fn request(&self, bytes: usize) {
-        let duration = self.latency.request(bytes);
+        self.wait(self.latency.request(bytes)).await;
+    }
+
+    /// Waits for `duration`.
+    async fn wait(&self, duration: Duration) {
         if self.on_timer {
             tokio::time::sleep(duration).await;
             return;
@@ -269,7 +313,8 @@ impl Channel for EmulatedChannel {
             }
             Err(e) => return Err(e),
         };
-        self.request(total_len(&messages)).await;
+        self.wait(self.latency.read(messages.len(), total_len(&messages)))
+            .await;
         Ok(messages)
     }
 
@@ -280,7 +325,11 @@ impl Channel for EmulatedChannel {
         from: &[WorkerId],
     ) -> Result<Vec<Option<Bytes>>, ChannelError> {
         let found = self.inner.poll(topic, step, from).await?;
-        self.request(total_len(found.iter().flatten())).await;
+        self.wait(
+            self.latency
+                .read(from.len(), total_len(found.iter().flatten())),
+        )
+        .await;
         Ok(found)
     }
 
@@ -327,9 +376,19 @@ mod tests {
             name: "t".into(),
             request_ms: 2.0,
             mb_per_s: 1.0,
+            reads_at_once: Some(32),
         };
         assert_eq!(latency.request(0), Duration::from_millis(2));
         assert_eq!(latency.request(1_000), Duration::from_millis(3));
+        assert_eq!(latency.read(32, 0), Duration::from_millis(2));
+        assert_eq!(latency.read(33, 1_000), Duration::from_millis(5));
+        let all_at_once = CloudLatency {
+            reads_at_once: None,
+            ..latency.clone()
+        };
+        assert_eq!(all_at_once.read(255, 0), Duration::from_millis(2));
+        let slowed = latency.slowed(1000.0);
+        assert_eq!(slowed.request(1_000), Duration::from_secs(3));
         let config = latency.throttle_config();
         assert_eq!(config.wait_get_per_call, Duration::from_millis(2));
         assert_eq!(config.wait_get_per_byte, Duration::from_micros(1));
@@ -343,12 +402,17 @@ mod tests {
             Ok(CloudLatency {
                 name: "x".into(),
                 request_ms: 5.0,
-                mb_per_s: 100.0
+                mb_per_s: 100.0,
+                reads_at_once: None,
             })
         );
         let zero = CloudLatency::from_toml_str("name = \"x\"\nrequest_ms = 5\nmb_per_s = 0\n");
         assert!(zero.unwrap_err().contains("mb_per_s"));
         let unknown = CloudLatency::from_toml_str("name = \"x\"\nrequest = 5\nmb_per_s = 1\n");
+        let none_at_once = CloudLatency::from_toml_str(
+            "name = \"x\"\nrequest_ms = 5\nmb_per_s = 1\nreads_at_once = 0\n",
+        );
+        assert!(none_at_once.unwrap_err().contains("reads_at_once"));
         assert!(unknown.is_err());
         let missing = CloudLatency::by_name_or_file("/nonexistent/cloud.toml").unwrap_err();
         assert!(missing.to_string().contains("/nonexistent/cloud.toml"));

@@ -85,6 +85,7 @@ async fn conformance_through_the_latency_decorator() {
         name: "test".into(),
         request_ms: 0.1,
         mb_per_s: 1_000.0,
+        reads_at_once: Some(2),
     };
     let factory = move |job: &str| -> Arc<dyn Channel> {
         let inner = ObjectStoreChannel::new(store.clone(), job).expect("channel");
@@ -103,6 +104,7 @@ async fn the_latency_decorators_add_what_they_are_configured_to_add() {
         name: "test".into(),
         request_ms: 40.0,
         mb_per_s: 10.0,
+        reads_at_once: None,
     };
     let store = Store::open("memory://emulated-timing").expect("open");
     let inner = ObjectStoreChannel::new(store.clone(), "timing").expect("channel");

@@ -1,5 +1,8 @@
 //! The channel benchmark: P function workers exchange updates of a given size through a
-//! channel for some steps, as a BSP job would, and report each step's exchange time.
+//! channel for some steps, as a BSP job would, and report each step's exchange time; and
+//! [`cloud`], training steps of hundreds of functions simulated on a cloud's latencies.
+
+pub mod cloud;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

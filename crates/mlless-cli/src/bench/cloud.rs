@@ -1,0 +1,140 @@
+//! `mlless bench cloud`: the step time and bill of training jobs for fleets of up to hundreds of
+//! functions on a cloud's latencies, simulated on this machine
+//! ([`mlless_runtime::bench::cloud`]).
+
+use mlless_cost::PriceTable;
+use mlless_job::Pattern;
+use mlless_runtime::bench::cloud::{CloudCase, CloudData, CloudJob, UpdateRule, simulate};
+use mlless_store::CloudLatency;
+
+use super::BenchArgs;
+use crate::train::CommPattern;
+
+/// Steps measured per case when `--steps` is not given.
+const DEFAULT_STEPS: u64 = 5;
+
+/// Runs every case of the sweep the options name and prints a row per case as it is done.
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let jobs = if args.job.is_empty() {
+        vec![CloudJobArg::Lr, CloudJobArg::Pmf]
+    } else {
+        args.job.clone()
+    };
+    let clouds: Vec<CloudLatency> = if args.emulate.is_empty() {
+        vec![CloudLatency::s3(), CloudLatency::elasticache()]
+    } else {
+        args.emulate.iter().flatten().cloned().collect()
+    };
+    anyhow::ensure!(
+        !clouds.is_empty(),
+        "bench cloud needs a cloud to emulate: --emulate s3, elasticache or a file, not none"
+    );
+    let workers = if args.workers.is_empty() {
+        vec![4, 16, 64, 256]
+    } else {
+        args.workers.clone()
+    };
+    let patterns: Vec<Pattern> = if args.pattern.is_empty() {
+        vec![
+            CommPattern::Broadcast,
+            CommPattern::Allreduce,
+            CommPattern::ScatterReduce,
+        ]
+    } else {
+        args.pattern.clone()
+    }
+    .into_iter()
+    .map(Pattern::from)
+    .collect();
+    let rules = if args.update.is_empty() {
+        vec![
+            UpdateRule::Bsp,
+            UpdateRule::Isp(0.7),
+            UpdateRule::Compressed(mlless_core::Compression::TopKFraction(0.01)),
+        ]
+    } else {
+        args.update.clone()
+    };
+    let prices = PriceTable::aws_lambda();
+    println!(
+        "simulated: each worker a function of {} MB at {} prices; {} steps measured per case \
+         after {} of warm-up; epoch = a pass over the training minibatches",
+        args.memory_mb,
+        prices.name,
+        args.steps.unwrap_or(DEFAULT_STEPS),
+        mlless_runtime::bench::cloud::WARM_UP_STEPS
+    );
+    println!(
+        "{:<4} {:<12} {:>4} {:<15} {:<11} {:>9} {:>8} {:>9} {:>9} {:>8} {:>11} {:>9} {:>11} {:>7}",
+        "job",
+        "cloud",
+        "P",
+        "pattern",
+        "update",
+        "step ms",
+        "compute",
+        "sent KB",
+        "recv KB",
+        "req/step",
+        "$/1k steps",
+        "epoch s",
+        "$/epoch",
+        "loss"
+    );
+    for job in jobs {
+        let data = CloudData::generate(job.into(), 1)?;
+        for cloud in &clouds {
+            for &p in &workers {
+                for &pattern in &patterns {
+                    for rule in &rules {
+                        let case = CloudCase {
+                            cloud: cloud.clone(),
+                            workers: p,
+                            pattern,
+                            rule: *rule,
+                            steps: args.steps.unwrap_or(DEFAULT_STEPS),
+                            memory_mb: args.memory_mb,
+                        };
+                        let report = simulate(&data, &case, &prices)?;
+                        println!(
+                            "{:<4} {:<12} {:>4} {:<15} {:<11} {:>9.2} {:>8.3} {:>9.1} {:>9.1} {:>8.0} {:>11.5} {:>9.2} {:>11.6} {:>7.4}",
+                            data.job.name(),
+                            cloud.name,
+                            p,
+                            pattern.name(),
+                            rule.name(),
+                            report.step_ms,
+                            report.compute_ms,
+                            report.sent_bytes / 1e3,
+                            report.received_bytes / 1e3,
+                            report.requests_per_step,
+                            report.usd_per_step * 1e3,
+                            report.epoch_s,
+                            report.usd_per_epoch,
+                            report.loss
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The jobs of `--job`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudJobArg {
+    /// a9a-shaped sparse logistic regression (32,561 rows, 123 features, minibatch 256).
+    Lr,
+    /// MovieLens-100k-shaped matrix factorisation (943 × 1,682, 100k ratings, minibatch 1,000).
+    Pmf,
+}
+
+impl From<CloudJobArg> for CloudJob {
+    fn from(job: CloudJobArg) -> CloudJob {
+        match job {
+            CloudJobArg::Lr => CloudJob::SparseLr,
+            CloudJobArg::Pmf => CloudJob::Pmf,
+        }
+    }
+}

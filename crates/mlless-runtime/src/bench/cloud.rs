@@ -1,0 +1,788 @@
+//! `mlless bench cloud`: what a training step would take and cost in a cloud, for fleets of up
+//! to hundreds of functions, simulated on one machine.
+//!
+//! # How
+//!
+//! P workers run as tasks of one thread, each with its own replica, optimiser and update
+//! filter, training a real model on real minibatches and exchanging real updates through the
+//! runtime's own [`Exchange`] (broadcast, all-reduce, scatter-reduce) over an
+//! [`InProcessChannel`] behind an [`EmulatedChannel`]: every request pays the cloud's latency
+//! and bandwidth ([`CloudLatency`]). Time is simulated: tokio's clock is paused and moves from
+//! timer to timer, so the waits of hundreds of functions cost no real time, and every task's
+//! CPU time (measured around each of its polls) is charged to its own clock before each
+//! request it makes and at the end of its step, as if each function had a core of its own.
+//! Tokio's timer counts whole milliseconds, so the simulated clock runs [`SLOWDOWN`] times
+//! slower than the one reported: its milliseconds stand for microseconds.
+//!
+//! What a step is billed: every worker's GB-seconds at the function's memory, the channel's
+//! requests (S3: a PUT per message, a GET per message read, a DELETE per discard, priced at the
+//! platform's object-store rates) or its server's hours (ElastiCache: one Redis instance), and
+//! one GET of the worker's minibatch (prefetched during the step before, so off its critical
+//! path).
+//!
+//! What it leaves out: the gap a real poller of S3 leaves between a message landing and its
+//! next look (the emulated collect reads the moment the last message lands: a lower bound for
+//! S3), function start-up, stragglers, and the supervisor.
+
+use std::future::Future;
+use std::io::Cursor;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlless_core::{
+    Batch, Compression, FilterConfig, GradientAccumulator, ModelSpec, OptimizerConfig,
+    OptimizerKind, RatingBatch, SignificanceScale, SparseBatch, UpdateFilter, WireDelta,
+    build_optimizer,
+};
+use mlless_cost::PriceTable;
+use mlless_data::{InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
+use mlless_job::{ModelChoice, Pattern};
+use mlless_store::{
+    Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel, RequestCounts, WorkerId,
+};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+use crate::driver::{Defaults, PMF_L2, initial_bias};
+use crate::error::{Result, RuntimeError};
+use crate::exchange::{Exchange, Traffic};
+use crate::messages::UpdateMessage;
+
+/// How much slower the simulated clock runs than the one reported (see the module docs).
+pub const SLOWDOWN: u32 = 1000;
+
+/// Steps of each worker that are run but not measured: the first exchanges, whose updates are
+/// unlike the later ones (an optimiser's first steps, filters with nothing held back yet).
+pub const WARM_UP_STEPS: u64 = 2;
+
+/// The jobs of the cloud benchmark: the shapes of two classic data sets, generated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloudJob {
+    /// a9a-shaped sparse logistic regression: 32,561 rows, 123 binary features, 14 a row,
+    /// minibatches of 256.
+    SparseLr,
+    /// MovieLens-100k-shaped matrix factorisation: 943 users, 1,682 items, about 100,000
+    /// ratings, rank 10, minibatches of 1,000.
+    Pmf,
+}
+
+impl CloudJob {
+    /// Its name in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CloudJob::SparseLr => "lr",
+            CloudJob::Pmf => "pmf",
+        }
+    }
+}
+
+/// What a worker sends of its update.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UpdateRule {
+    /// Everything (BSP).
+    Bsp,
+    /// ISP's significant entries, at the threshold `V` of `--significance` (0.7 by default).
+    Isp(f32),
+    /// A compression of everything, with error feedback (`topk:K`, `topk:F`, `onebit`).
+    Compressed(Compression),
+}
+
+impl UpdateRule {
+    /// Parses `bsp`, `isp`, `isp:V`, or a compression as `--compress` takes it.
+    pub fn parse(text: &str) -> std::result::Result<UpdateRule, String> {
+        match text {
+            "bsp" => return Ok(UpdateRule::Bsp),
+            "isp" => return Ok(UpdateRule::Isp(0.7)),
+            _ => {}
+        }
+        if let Some(v) = text.strip_prefix("isp:") {
+            return match v.parse::<f32>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(UpdateRule::Isp(v)),
+                _ => Err(format!("not a significance threshold: {v:?}")),
+            };
+        }
+        text.parse::<Compression>()
+            .map(UpdateRule::Compressed)
+            .map_err(|e| format!("{e}, or bsp, isp, isp:V"))
+    }
+
+    /// Its name in tables.
+    pub fn name(&self) -> String {
+        match self {
+            UpdateRule::Bsp => "bsp".into(),
+            UpdateRule::Isp(v) => format!("isp:{v}"),
+            UpdateRule::Compressed(c) => c.to_string(),
+        }
+    }
+
+    fn filter(&self) -> FilterConfig {
+        match *self {
+            UpdateRule::Bsp => FilterConfig::default(),
+            UpdateRule::Isp(v) => FilterConfig {
+                significance: Some(v),
+                significance_scale: SignificanceScale::Parameter,
+                compression: Compression::None,
+            },
+            UpdateRule::Compressed(compression) => FilterConfig {
+                compression,
+                ..FilterConfig::default()
+            },
+        }
+    }
+}
+
+/// A job's data and model, made once for every case of the benchmark.
+#[derive(Debug)]
+pub struct CloudData {
+    /// The job.
+    pub job: CloudJob,
+    spec: ModelSpec,
+    batches: Vec<Batch>,
+    /// The model's default optimiser and learning rate for a global batch of one worker's;
+    /// sparse LR's is scaled per case by [`Defaults::lr_for`].
+    defaults: Defaults,
+    positive_rate: f64,
+    batch_size: u64,
+}
+
+impl CloudData {
+    /// Generates the job's data (seeded) and cuts it into shuffled minibatches.
+    pub fn generate(job: CloudJob, seed: u64) -> Result<CloudData> {
+        let generated = |what: &str, e: std::io::Error| {
+            RuntimeError::InvalidJob(format!("cannot generate the {what} data: {e}"))
+        };
+        let mut text = Vec::new();
+        let (format, name, model) = match job {
+            CloudJob::SparseLr => {
+                let spec = SparseLrSpec::new(32_561, 123, 14, seed);
+                mlless_data::write_sparse_lr(&spec, &mut text)
+                    .map_err(|e| generated("a9a-shaped", e))?;
+                (
+                    InputFormat::Libsvm,
+                    "a9a-shaped",
+                    ModelChoice::LogisticRegression,
+                )
+            }
+            CloudJob::Pmf => {
+                let spec = RatingsSpec {
+                    users: 943,
+                    items: 1_682,
+                    rank: 10,
+                    density: 100_000.0 / (943.0 * 1_682.0),
+                    noise: 0.9,
+                    seed,
+                };
+                mlless_data::write_ratings(&spec, &mut text)
+                    .map_err(|e| generated("ML-100k-shaped", e))?;
+                (
+                    InputFormat::Movielens,
+                    "ML-100k-shaped",
+                    ModelChoice::MatrixFactorization,
+                )
+            }
+        };
+        let parsed = mlless_data::parse_reader(
+            Cursor::new(text),
+            Path::new(name),
+            format,
+            &ParseOptions::default(),
+        )
+        .map_err(|e| RuntimeError::InvalidJob(format!("cannot read the {name} data: {e}")))?;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let defaults = Defaults::for_model(model, None);
+        let (spec, batches, positive_rate, batch_size) = match parsed {
+            Parsed::Sparse { rows, features, .. } => {
+                let mut order: Vec<usize> = (0..rows.rows()).collect();
+                order.shuffle(&mut rng);
+                let positives = rows.labels.iter().filter(|&&y| y > 0.5).count();
+                let positive_rate = positives as f64 / rows.rows().max(1) as f64;
+                let batches = order
+                    .chunks(256)
+                    .map(|chunk| {
+                        let mut batch = SparseBatch::new();
+                        for &r in chunk {
+                            let (label, indices, values) = rows.row(r);
+                            batch.push_row(label, indices, values);
+                        }
+                        Batch::Sparse(batch)
+                    })
+                    .collect();
+                let spec = ModelSpec::LogisticRegression {
+                    features,
+                    l2: defaults.l2,
+                    init_bias: initial_bias(positive_rate),
+                };
+                (spec, batches, positive_rate, 256)
+            }
+            Parsed::Ratings {
+                ratings,
+                users,
+                items,
+            } => {
+                let all: Vec<(u32, u32, f32)> = ratings.iter().collect();
+                let mean =
+                    all.iter().map(|r| f64::from(r.2)).sum::<f64>() / all.len().max(1) as f64;
+                let mut order: Vec<usize> = (0..all.len()).collect();
+                order.shuffle(&mut rng);
+                let batches = order
+                    .chunks(1_000)
+                    .map(|chunk| {
+                        let mut batch = RatingBatch::default();
+                        for &r in chunk {
+                            let (user, item, rating) = all[r];
+                            batch.push(user, item, rating);
+                        }
+                        Batch::Ratings(batch)
+                    })
+                    .collect();
+                // No count-aware prior: it needs the training counts the driver stores.
+                let spec = ModelSpec::MatrixFactorization {
+                    users,
+                    items,
+                    factors: defaults.factors,
+                    l2: PMF_L2,
+                    mean: mean as f32,
+                    init_std: 0.1,
+                    prior: 0.0,
+                };
+                (spec, batches, 0.5, 1_000)
+            }
+        };
+        Ok(CloudData {
+            job,
+            spec,
+            batches,
+            defaults,
+            positive_rate,
+            batch_size,
+        })
+    }
+
+    /// Minibatches in an epoch.
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// The learning rate of a step of `workers` workers.
+    fn lr(&self, workers: u32) -> f32 {
+        let model = match self.job {
+            CloudJob::SparseLr => ModelChoice::LogisticRegression,
+            CloudJob::Pmf => ModelChoice::MatrixFactorization,
+        };
+        self.defaults.lr_for(
+            model,
+            u64::from(workers) * self.batch_size,
+            self.positive_rate,
+        )
+    }
+
+    fn optimizer(&self) -> OptimizerKind {
+        self.defaults.optimizer
+    }
+}
+
+/// One configuration to simulate.
+#[derive(Debug, Clone)]
+pub struct CloudCase {
+    /// The cloud whose latency the channel has.
+    pub cloud: CloudLatency,
+    /// Workers.
+    pub workers: u32,
+    /// The exchange's pattern.
+    pub pattern: Pattern,
+    /// What the workers send.
+    pub rule: UpdateRule,
+    /// Steps measured (after [`WARM_UP_STEPS`]).
+    pub steps: u64,
+    /// Each function's memory, MB (what is billed).
+    pub memory_mb: u32,
+}
+
+/// What a case came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudReport {
+    /// Median step time over workers and measured steps, in ms.
+    pub step_ms: f64,
+    /// Mean time of a worker's gradient, optimiser and filter per step, in ms.
+    pub compute_ms: f64,
+    /// Mean bytes a worker sent per step.
+    pub sent_bytes: f64,
+    /// Mean bytes a worker received per step.
+    pub received_bytes: f64,
+    /// The fleet's requests to the channel and for minibatches, per step.
+    pub requests_per_step: f64,
+    /// What a step of the whole fleet costs, in USD.
+    pub usd_per_step: f64,
+    /// Seconds for a pass over the training data (`batches / P` steps; less than one step
+    /// where the fleet is larger than an epoch's minibatches).
+    pub epoch_s: f64,
+    /// What a pass over the training data costs, in USD.
+    pub usd_per_epoch: f64,
+    /// The workers' mean training loss over the last measured step.
+    pub loss: f64,
+}
+
+/// Simulates `case` on `data` and bills it at `prices`.
+pub fn simulate(data: &CloudData, case: &CloudCase, prices: &PriceTable) -> Result<CloudReport> {
+    if case.workers == 0 || case.steps == 0 {
+        return Err(RuntimeError::InvalidJob(
+            "the cloud benchmark needs at least one worker and one step".into(),
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| RuntimeError::InvalidJob(format!("cannot start a runtime: {e}")))?;
+    let slowed = case.cloud.slowed(f64::from(SLOWDOWN));
+    let shared: Arc<dyn Channel> = Arc::new(
+        EmulatedChannel::new(Arc::new(InProcessChannel::new("cloud-bench")), slowed)
+            .on_tokio_timer(),
+    );
+    let workers: Vec<WorkerId> = (0..case.workers).collect();
+    let results = runtime.block_on(async {
+        let runs = workers.iter().map(|&w| {
+            let account = Arc::new(CpuAccount::default());
+            let channel = MeteredChannel {
+                inner: shared.clone(),
+                account: account.clone(),
+                requests: Mutex::default(),
+            };
+            Metered {
+                account,
+                inner: Box::pin(run_worker(data, case, w, &workers, channel)),
+            }
+        });
+        futures::future::try_join_all(runs).await
+    })?;
+    Ok(summarise(data, case, prices, &results))
+}
+
+/// What one worker measured.
+#[derive(Debug, Default)]
+struct WorkerRun {
+    step_ms: Vec<f64>,
+    compute_ms: f64,
+    sent: u64,
+    received: u64,
+    requests: RequestCounts,
+    last_loss: f64,
+}
+
+/// One simulated worker: the synchronous GA-SGD step of `worker::synchronous`, without the
+/// supervisor, faults and scale-in.
+async fn run_worker(
+    data: &CloudData,
+    case: &CloudCase,
+    me: WorkerId,
+    workers: &[WorkerId],
+    channel: MeteredChannel,
+) -> Result<WorkerRun> {
+    let spec = &data.spec;
+    let model = spec.model();
+    let dim = spec.num_params();
+    let mut params = spec.init_params(1);
+    let mut optimizer = build_optimizer(&OptimizerConfig::new(data.optimizer()), dim);
+    let mut accumulator = GradientAccumulator::new(dim);
+    let config = case.rule.filter();
+    let mut filter = (!config.is_identity()).then(|| UpdateFilter::new(dim, config));
+    let lr = data.lr(case.workers);
+    let exchange = Exchange {
+        channel: &channel,
+        job_workers: case.workers,
+        timeout: Duration::from_secs(3_600) * SLOWDOWN,
+        pattern: case.pattern,
+        worker: me,
+        workers,
+        dim,
+        expected_removal: 1,
+    };
+    let p = u64::from(case.workers);
+    let mut run = WorkerRun::default();
+    for step in 0..case.steps + WARM_UP_STEPS {
+        let started = tokio::time::Instant::now();
+        let batch =
+            &data.batches[((u64::from(me) + step * p) % data.batches.len() as u64) as usize];
+        let loss = model
+            .gradient(&params, batch, &mut accumulator)
+            .map_err(|source| RuntimeError::Model {
+                location: format!("simulated worker {me}, step {step}"),
+                source,
+            })?;
+        let gradient = accumulator.take();
+        let own = optimizer.step(&params, &gradient, lr);
+        let sent = match &mut filter {
+            Some(filter) => filter.filter(&own, &params, step).0,
+            None => WireDelta::Sparse(own.clone()),
+        };
+        let compute = channel.account.take();
+        sleep_cpu(compute).await;
+        let message = UpdateMessage {
+            step,
+            worker: me,
+            loss,
+            stop: false,
+            last: false,
+            applied_through: step,
+            removal: None,
+            delta: sent,
+        };
+        let mut traffic = Traffic::default();
+        let exchanged = exchange
+            .run(message, filter.as_ref().map(|_| &own), &mut traffic)
+            .await?;
+        exchanged.mean.scaled_add_to(&mut params, 1.0);
+        if step > 0 {
+            exchange.discard(step - 1).await?;
+        }
+        sleep_cpu(channel.account.take()).await;
+        if step >= WARM_UP_STEPS {
+            let took = started.elapsed().as_secs_f64() * 1e3 / f64::from(SLOWDOWN);
+            run.step_ms.push(took);
+            run.compute_ms += compute.as_secs_f64() * 1e3;
+            run.sent += traffic.bytes_sent;
+            run.received += traffic.bytes_received;
+            run.last_loss = loss.mean();
+        }
+    }
+    run.requests = channel.requests();
+    Ok(run)
+}
+
+fn summarise(
+    data: &CloudData,
+    case: &CloudCase,
+    prices: &PriceTable,
+    runs: &[WorkerRun],
+) -> CloudReport {
+    let steps = case.steps as f64;
+    let p = f64::from(case.workers);
+    let mut times: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.step_ms.iter().copied())
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let step_ms = times.get(times.len() / 2).copied().unwrap_or(0.0);
+    let per_worker_step =
+        |f: &dyn Fn(&WorkerRun) -> f64| runs.iter().map(f).sum::<f64>() / p / steps;
+    let mut requests = RequestCounts::default();
+    for run in runs {
+        requests.puts += run.requests.puts;
+        requests.gets += run.requests.gets;
+        requests.misses += run.requests.misses;
+        requests.deletes += run.requests.deletes;
+    }
+    // Every worker's minibatch GET of every step (measured or not).
+    let all_steps = (case.steps + WARM_UP_STEPS) as f64;
+    let minibatch_gets = p * all_steps;
+    let step_s = step_ms / 1e3;
+    let (channel_writes, channel_reads, services_per_hour) = if case.cloud.reads_at_once.is_some() {
+        // An object store: its requests are billed.
+        (requests.writes() as f64, requests.reads() as f64, 0.0)
+    } else {
+        // A server: its hours are.
+        (0.0, 0.0, prices.redis_usd_per_hour)
+    };
+    let writes_per_step = channel_writes / all_steps;
+    let reads_per_step = (channel_reads + minibatch_gets) / all_steps;
+    let usd_per_step = p * step_s * f64::from(case.memory_mb) / 1024.0 * prices.gb_second_usd
+        + writes_per_step / 1000.0 * prices.object_write_usd_per_1000
+        + reads_per_step / 1000.0 * prices.object_read_usd_per_1000
+        + (services_per_hour + prices.services_usd_per_hour) * step_s / 3600.0;
+    let steps_per_epoch = data.batches() as f64 / p;
+    CloudReport {
+        step_ms,
+        compute_ms: per_worker_step(&|r| r.compute_ms),
+        sent_bytes: per_worker_step(&|r| r.sent as f64),
+        received_bytes: per_worker_step(&|r| r.received as f64),
+        requests_per_step: (requests.puts + requests.gets + requests.misses + requests.deletes)
+            as f64
+            / all_steps
+            + p,
+        usd_per_step,
+        epoch_s: steps_per_epoch * step_s,
+        usd_per_epoch: steps_per_epoch * usd_per_step,
+        loss: runs.iter().map(|r| r.last_loss).sum::<f64>() / p,
+    }
+}
+
+/// Waits for `cpu` of one function's CPU time on the simulated clock.
+async fn sleep_cpu(cpu: Duration) {
+    if !cpu.is_zero() {
+        tokio::time::sleep(cpu * SLOWDOWN).await;
+    }
+}
+
+/// The CPU time one task has used and not yet been charged for: the real time of its polls
+/// (every task runs on the one thread, so a poll's time is its own).
+#[derive(Debug, Default)]
+struct CpuAccount {
+    state: Mutex<CpuState>,
+}
+
+#[derive(Debug, Default)]
+struct CpuState {
+    /// Used and not yet charged.
+    owed: Duration,
+    /// When the poll under way began (or was last charged).
+    since: Option<Instant>,
+}
+
+impl CpuAccount {
+    fn state(&self) -> std::sync::MutexGuard<'_, CpuState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn begin_poll(&self) {
+        self.state().since = Some(Instant::now());
+    }
+
+    fn end_poll(&self) {
+        let mut state = self.state();
+        if let Some(since) = state.since.take() {
+            state.owed += since.elapsed();
+        }
+    }
+
+    /// What is owed up to now, which is then settled.
+    fn take(&self) -> Duration {
+        let mut state = self.state();
+        let now = Instant::now();
+        let mut owed = std::mem::take(&mut state.owed);
+        if let Some(since) = state.since.as_mut() {
+            owed += now - *since;
+            *since = now;
+        }
+        owed
+    }
+}
+
+/// A task's future whose polls are timed into its [`CpuAccount`].
+struct Metered<F> {
+    account: Arc<CpuAccount>,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Metered<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.account.begin_poll();
+        let polled = self.inner.as_mut().poll(cx);
+        self.account.end_poll();
+        polled
+    }
+}
+
+/// One worker's handle on the shared channel: charges the worker's CPU time to the simulated
+/// clock before each request, and counts the requests an object-store channel would make.
+#[derive(Debug)]
+struct MeteredChannel {
+    inner: Arc<dyn Channel>,
+    account: Arc<CpuAccount>,
+    requests: Mutex<RequestCounts>,
+}
+
+impl MeteredChannel {
+    async fn charge(&self, count: impl FnOnce(&mut RequestCounts)) {
+        count(&mut self.requests.lock().unwrap_or_else(PoisonError::into_inner));
+        sleep_cpu(self.account.take()).await;
+    }
+
+    fn requests(&self) -> RequestCounts {
+        *self.requests.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl Channel for MeteredChannel {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> std::result::Result<(), ChannelError> {
+        self.charge(|r| r.puts += 1).await;
+        self.inner.publish(topic, step, from, payload).await
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> std::result::Result<Vec<Bytes>, ChannelError> {
+        self.charge(|r| r.gets += from.len() as u64).await;
+        self.inner.collect(topic, step, from, timeout).await
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> std::result::Result<Vec<Option<Bytes>>, ChannelError> {
+        self.charge(|_| {}).await;
+        let found = self.inner.poll(topic, step, from).await?;
+        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        for message in &found {
+            match message {
+                Some(_) => requests.gets += 1,
+                None => requests.misses += 1,
+            }
+        }
+        Ok(found)
+    }
+
+    async fn discard(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> std::result::Result<(), ChannelError> {
+        // One bulk delete per 1,000 keys.
+        let pages = (from.len() as u64).div_ceil(1_000).max(1);
+        self.charge(|r| r.deletes += pages).await;
+        self.inner.discard(topic, step, from).await
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> std::result::Result<(), ChannelError> {
+        self.charge(|r| r.puts += 1).await;
+        self.inner.put_key(key, value).await
+    }
+
+    async fn get_key(&self, key: &str) -> std::result::Result<Option<Bytes>, ChannelError> {
+        self.charge(|r| r.gets += 1).await;
+        self.inner.get_key(key).await
+    }
+
+    async fn cleanup(&self) -> std::result::Result<(), ChannelError> {
+        self.inner.cleanup().await
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn explain_missing(&self) -> std::result::Result<Option<String>, ChannelError> {
+        self.inner.explain_missing().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(cloud: CloudLatency, workers: u32, pattern: Pattern, rule: UpdateRule) -> CloudCase {
+        CloudCase {
+            cloud,
+            workers,
+            pattern,
+            rule,
+            steps: 3,
+            memory_mb: 1024,
+        }
+    }
+
+    #[test]
+    fn update_rules_parse() {
+        assert_eq!(UpdateRule::parse("bsp"), Ok(UpdateRule::Bsp));
+        assert_eq!(UpdateRule::parse("isp"), Ok(UpdateRule::Isp(0.7)));
+        assert_eq!(UpdateRule::parse("isp:0.1"), Ok(UpdateRule::Isp(0.1)));
+        assert_eq!(
+            UpdateRule::parse("topk:0.01"),
+            Ok(UpdateRule::Compressed(Compression::TopKFraction(0.01)))
+        );
+        assert!(UpdateRule::parse("isp:-1").is_err());
+        assert!(UpdateRule::parse("fast").unwrap_err().contains("bsp, isp"));
+    }
+
+    /// The simulated step is the cloud's latency of the requests the protocol makes, plus
+    /// compute: a broadcast step is a publish, a collect and a discard (three requests) as long
+    /// as a collect's reads fit one round; an all-reduce step adds the leader's round (collect,
+    /// and publish of the mean) to everyone's wait, and discards two messages.
+    #[test]
+    fn a_step_takes_the_requests_of_its_protocol() {
+        let data = CloudData::generate(CloudJob::SparseLr, 1).expect("data");
+        let slow = CloudLatency {
+            name: "slow".into(),
+            request_ms: 50.0,
+            mb_per_s: 1e6,
+            reads_at_once: Some(32),
+        };
+        let prices = PriceTable::aws_lambda();
+        let bsp = simulate(
+            &data,
+            &case(slow.clone(), 4, Pattern::Broadcast, UpdateRule::Bsp),
+            &prices,
+        )
+        .expect("simulate");
+        assert!(
+            bsp.step_ms >= 150.0 && bsp.step_ms < 160.0,
+            "a broadcast step of 3 requests of 50 ms took {} ms",
+            bsp.step_ms
+        );
+        let wide = simulate(
+            &data,
+            &case(slow.clone(), 40, Pattern::Broadcast, UpdateRule::Bsp),
+            &prices,
+        )
+        .expect("simulate");
+        assert!(
+            wide.step_ms >= 200.0 && wide.step_ms < 215.0,
+            "40 messages are read in 2 rounds of 32: 4 requests, took {} ms",
+            wide.step_ms
+        );
+        let reduce = simulate(
+            &data,
+            &case(slow, 4, Pattern::AllReduce, UpdateRule::Bsp),
+            &prices,
+        )
+        .expect("simulate");
+        assert!(
+            reduce.step_ms >= 300.0 && reduce.step_ms < 315.0,
+            "all-reduce: publish, the leader's collect and publish, everyone's collect, \
+             the discards of the update and of the mean: 6 requests, took {} ms",
+            reduce.step_ms
+        );
+        // A step of P workers is billed P workers' time and the protocol's requests: broadcast
+        // reads every message, P² GETs a step, plus P minibatch GETs.
+        assert!(wide.requests_per_step >= 40.0 * 40.0 + 40.0);
+        assert!(wide.usd_per_step > 9.0 * bsp.usd_per_step);
+    }
+
+    /// Top-k sends less than BSP; under ISP sparse LR's workers still learn: the loss falls
+    /// below the log loss of a coin (0.693) within a few steps.
+    #[test]
+    fn filters_send_less_and_still_learn() {
+        let data = CloudData::generate(CloudJob::Pmf, 2).expect("data");
+        let cloud = CloudLatency::elasticache();
+        let prices = PriceTable::aws_lambda();
+        let run = |rule| {
+            let mut case = case(cloud.clone(), 4, Pattern::Broadcast, rule);
+            case.steps = 10;
+            simulate(&data, &case, &prices).expect("simulate")
+        };
+        let bsp = run(UpdateRule::Bsp);
+        let topk = run(UpdateRule::Compressed(Compression::TopKFraction(0.1)));
+        assert!(
+            topk.sent_bytes < 0.3 * bsp.sent_bytes,
+            "top-10% sent {} bytes a step against BSP's {}",
+            topk.sent_bytes,
+            bsp.sent_bytes
+        );
+        assert!(bsp.loss.is_finite() && topk.loss.is_finite());
+        // ElastiCache is billed by the hour, not by request.
+        let lr = CloudData::generate(CloudJob::SparseLr, 2).expect("data");
+        let mut lr_case = case(cloud, 4, Pattern::Broadcast, UpdateRule::Isp(0.7));
+        lr_case.steps = 10;
+        let isp = simulate(&lr, &lr_case, &prices).expect("simulate");
+        assert!(isp.loss < 0.693, "ISP's loss after 12 steps: {}", isp.loss);
+    }
+}
