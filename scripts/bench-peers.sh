@@ -65,6 +65,16 @@ if ! has sklearn; then
     echo "bench-peers: $py has no scikit-learn: its peer is skipped (run with --install-torch)" >&2
 fi
 
+peer() { # OUT SCRIPT ARGS...: runs a peer; OUT.json holds its JSON line, OUT.log its stderr
+    local out=$1
+    shift
+    if (cd "$peers" && "$py" "$@") >"$out.json" 2>"$out.log" && grep -q '"peer"' "$out.json"; then
+        return 0
+    fi
+    rm -f "$out.json"
+    return 1
+}
+
 # job name, data file, minibatch per worker, epochs, prepare format, model
 jobs=("pmf ratings.tsv 1000 ${PMF_EPOCHS:-40} movielens pmf"
     "lr a9a.libsvm 256 ${LR_EPOCHS:-10} libsvm lr")
@@ -80,7 +90,8 @@ for job in "${jobs[@]}"; do
     python3 "$peers/common.py" split "$data" --test-fraction 0.2 --seed 1
     rm -rf "$dir/store-$name"
     "$MLLESS" prepare --format "$format" --input "$data.train" --test-input "$data.test" \
-        --validation-fraction 0 --batch-size "$batch" --out "$dir/store-$name" >/dev/null 2>&1
+        --validation-fraction 0 --batch-size "$batch" --out "$dir/store-$name" >/dev/null \
+        2>"$dir/prepare-$name.log" || { cat "$dir/prepare-$name.log" >&2; exit 1; }
     echo "bench-peers: $name: mlless, $workers workers, $epochs epochs" >&2
     "$MLLESS" train --data "$dir/store-$name" --model "$model" --workers "$workers" \
         --max-epochs "$epochs" --quiet --json --record "$dir/mlless-$name.json" \
@@ -90,13 +101,18 @@ for job in "${jobs[@]}"; do
     peer_args=(--job "$name" --data "$data" --batch "$batch" --epochs "$epochs")
     if has torch; then
         echo "bench-peers: $name: DDP, $workers processes" >&2
-        (cd "$peers" && "$py" ddp.py "${peer_args[@]}" --workers "$workers" --lr "$rate") \
-            >"$dir/ddp-$name.json" || { echo "bench-peers: the DDP peer failed" >&2; rm -f "$dir/ddp-$name.json"; }
+        # A rank of gloo on a loaded machine now and then aborts ("terminate called without an
+        # active exception", about 1 run in 25 here): a second try, said so.
+        for try in 1 2; do
+            peer "$dir/ddp-$name" ddp.py "${peer_args[@]}" --workers "$workers" --lr "$rate" && break
+            echo "bench-peers: the DDP peer failed (try $try):" >&2
+            tail -n 3 "$dir/ddp-$name.log" >&2
+        done
     fi
     if has sklearn; then
         echo "bench-peers: $name: scikit-learn" >&2
-        (cd "$peers" && "$py" sklearn_peer.py "${peer_args[@]}" --workers "$workers") \
-            >"$dir/sklearn-$name.json" || { echo "bench-peers: the scikit-learn peer failed" >&2; rm -f "$dir/sklearn-$name.json"; }
+        peer "$dir/sklearn-$name" sklearn_peer.py "${peer_args[@]}" --workers "$workers" ||
+            { echo "bench-peers: the scikit-learn peer failed:" >&2; tail -n 3 "$dir/sklearn-$name.log" >&2; }
     fi
 done
 

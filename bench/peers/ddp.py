@@ -162,6 +162,7 @@ def run(rank, args):
         common.report("ddp", args.job, gathered, metrics, lr=rate, wall_s=wall,
                       workers=args.workers, batch=args.batch,
                       torch=torch.__version__)
+    dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
 
 
