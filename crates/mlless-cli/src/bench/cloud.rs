@@ -56,6 +56,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         args.update.clone()
     };
     let prices = PriceTable::aws_lambda();
+    let mut diverging = 0;
     println!(
         "simulated: each worker a function of {} MB at {} prices; {} steps measured per case \
          after {} of warm-up; epoch = a pass over the training minibatches",
@@ -113,10 +114,23 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                             report.usd_per_epoch,
                             report.loss
                         );
+                        if !(report.loss < report.first_loss) {
+                            diverging += 1;
+                            println!(
+                                "     ^ diverging: the loss rose from {:.4} at the first step",
+                                report.first_loss
+                            );
+                        }
                     }
                 }
             }
         }
+    }
+    if diverging > 0 {
+        println!(
+            "{diverging} case(s) diverged with the default learning rate of their fleet: their \
+             step times stand, their training would not"
+        );
     }
     Ok(())
 }

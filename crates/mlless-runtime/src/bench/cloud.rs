@@ -324,6 +324,9 @@ pub struct CloudReport {
     pub usd_per_epoch: f64,
     /// The workers' mean training loss over the last measured step.
     pub loss: f64,
+    /// The workers' mean training loss over the first step, before any exchange: a `loss`
+    /// above it says the run diverges.
+    pub first_loss: f64,
 }
 
 /// Simulates `case` on `data` and bills it at `prices`.
@@ -370,6 +373,7 @@ struct WorkerRun {
     sent: u64,
     received: u64,
     requests: RequestCounts,
+    first_loss: f64,
     last_loss: f64,
 }
 
@@ -413,6 +417,9 @@ async fn run_worker(
                 location: format!("simulated worker {me}, step {step}"),
                 source,
             })?;
+        if step == 0 {
+            run.first_loss = loss.mean();
+        }
         let gradient = accumulator.take();
         let own = optimizer.step(&params, &gradient, lr);
         let sent = match &mut filter {
@@ -507,6 +514,7 @@ fn summarise(
         epoch_s: steps_per_epoch * step_s,
         usd_per_epoch: steps_per_epoch * usd_per_step,
         loss: runs.iter().map(|r| r.last_loss).sum::<f64>() / p,
+        first_loss: runs.iter().map(|r| r.first_loss).sum::<f64>() / p,
     }
 }
 
@@ -783,6 +791,11 @@ mod tests {
         let mut lr_case = case(cloud, 4, Pattern::Broadcast, UpdateRule::Isp(0.7));
         lr_case.steps = 10;
         let isp = simulate(&lr, &lr_case, &prices).expect("simulate");
-        assert!(isp.loss < 0.693, "ISP's loss after 12 steps: {}", isp.loss);
+        assert!(
+            isp.loss < 0.693 && isp.loss < isp.first_loss,
+            "ISP's loss after 12 steps: {}, at the first {}",
+            isp.loss,
+            isp.first_loss
+        );
     }
 }
