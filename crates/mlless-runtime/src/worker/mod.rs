@@ -108,6 +108,7 @@ pub async fn run_worker(ctx: JobContext, id: u32, start: Start) -> Result<()> {
         Protocol::Stale => worker.run_stale().await?,
         Protocol::Lloyd { k, features } => worker.run_kmeans(k, features).await?,
     };
+    worker.discarded().await?;
     match end {
         End::Last(step) => worker.finish(step).await,
         End::HandOff => worker.hand_off(generation + 1).await,
@@ -195,6 +196,10 @@ struct Worker {
     exchange_channel: Arc<dyn Channel>,
     /// When this worker last published its model for validation (or started).
     last_snapshot: Instant,
+    /// The deletion of this worker's messages of the step before, running while the next step
+    /// computes and exchanges (on S3 a request, on Redis a round trip, off the step's path);
+    /// awaited before the next one starts and before the worker ends.
+    discarding: Option<tokio::task::JoinHandle<Result<()>>>,
 }
 
 /// What MA-SGD and ADMM keep between two exchanges.
@@ -276,6 +281,7 @@ impl Worker {
             faults: Vec::new(),
             exchange_channel,
             last_snapshot: Instant::now(),
+            discarding: None,
         }
     }
 
@@ -316,11 +322,10 @@ impl Worker {
         last: bool,
     ) -> Result<()> {
         let every = self.ctx.spec.training.checkpoint_every;
+        self.discarded().await?;
         if every == 0 {
             if exchanged && let Some(previous) = step.checked_sub(round) {
-                self.exchange(self.fleet.workers(previous))
-                    .discard(previous)
-                    .await?;
+                self.discard_in_background(previous);
             }
             return Ok(());
         }
@@ -342,6 +347,41 @@ impl Worker {
             self.retained_from = self.retained_from.max(keep);
         }
         Ok(())
+    }
+
+    /// Starts deleting this worker's messages of `step` on a task of its own: every peer has
+    /// read them once this worker's exchange of a later step is over, which is when it is
+    /// called.
+    fn discard_in_background(&mut self, step: u64) {
+        let channel = self.exchange_channel.clone();
+        let workers = self.fleet.workers(step).to_vec();
+        let training = &self.ctx.spec.training;
+        let (job_workers, pattern, worker) = (training.workers, training.pattern, self.id);
+        self.discarding = Some(tokio::spawn(async move {
+            // A discard reads the channel, the pattern, the worker and the fleet, nothing else.
+            let exchange = Exchange {
+                channel: &*channel,
+                job_workers,
+                timeout: std::time::Duration::ZERO,
+                pattern,
+                worker,
+                workers: &workers,
+                dim: 0,
+                expected_removal: 0,
+            };
+            exchange.discard(step).await
+        }));
+    }
+
+    /// Waits for the deletion [`discard_in_background`](Self::discard_in_background) started,
+    /// if one is under way, and returns its error.
+    async fn discarded(&mut self) -> Result<()> {
+        match self.discarding.take() {
+            None => Ok(()),
+            Some(task) => task.await.map_err(|e| {
+                RuntimeError::FunctionFailed(format!("the deletion of old messages failed: {e}"))
+            })?,
+        }
     }
 
     /// After `step`: whether to hand off to a new invocation before the lifetime runs out
