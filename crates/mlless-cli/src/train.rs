@@ -15,6 +15,7 @@ use mlless_runtime::{
     Control, Hyperparameters, LiveProgress, ResumeOptions, RuntimeError, TrainOptions,
     ValidationOptions,
 };
+use mlless_store::CloudLatency;
 
 /// `--model`: the names of [`ModelChoice`], each with its description in `--help`.
 fn model_parser() -> impl clap::builder::TypedValueParser<Value = ModelChoice> {
@@ -295,6 +296,12 @@ pub struct TrainArgs {
     /// with an error naming it; operations are retried with backoff meanwhile.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub channel_grace: f64,
+    /// Add a cloud's latency to every request of the functions' channel (and S3's to their
+    /// data reads), to see on this machine what the run's steps would take there: `s3` (20 ms
+    /// a request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s) or a TOML file (see `mlless
+    /// bench`).
+    #[arg(long, value_name = "CLOUD", value_parser = parse_cloud)]
+    pub emulate: Option<CloudLatency>,
     /// Continue the failed run at this location (`{runs}/{job}`) from its last checkpoint.
     /// Options that do not change the mathematics may be given again with new values
     /// (--memory-mb, --timeout-s, --worker-deadline, --channel-grace, --max-epochs,
@@ -536,6 +543,7 @@ impl TrainArgs {
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),
             channel_grace_s: self.channel_grace,
+            emulate: self.emulate.clone(),
         }
     }
 }
@@ -752,4 +760,9 @@ mod tests {
                 .is_err()
         );
     }
+}
+
+/// Parses `--emulate`: a built-in cloud or a latency file.
+fn parse_cloud(text: &str) -> Result<CloudLatency, String> {
+    CloudLatency::by_name_or_file(text).map_err(|e| e.to_string())
 }

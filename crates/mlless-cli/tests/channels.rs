@@ -166,3 +166,57 @@ fn ratings_converge_identically_through_every_channel() {
         );
     }
 }
+
+/// `--emulate` puts a cloud's latency on every request of the functions' channel: at 25 ms a
+/// request each worker's exchange (a publish, then a collect) takes at least 50 ms, where the
+/// bare channel takes a few; and the run trains the bare run's model (the latency changes when
+/// messages arrive, not what they are).
+#[test]
+fn emulated_latency_slows_every_exchange_and_changes_nothing_else() {
+    let dir = tempdir();
+    let spec = mlless_data::SparseLrSpec::new(6_000, 1_000, 10, 3);
+    let data = sparse_lr_prepared(dir.path(), &spec, &["--validation-fraction", "0"]);
+    let cloud = write(
+        dir.path(),
+        "cloud.toml",
+        "name = \"slow\"\nrequest_ms = 25\nmb_per_s = 100\n",
+    );
+    let data = s(&data);
+    let args = [
+        "--data",
+        data.as_str(),
+        "--model",
+        "lr",
+        "--workers",
+        "2",
+        "--max-epochs",
+        "1",
+    ];
+    let bare = train(dir.path(), "bare", &args);
+    let mut slow_args = args.to_vec();
+    let cloud = s(&cloud);
+    slow_args.extend(["--emulate", cloud.as_str()]);
+    let slow = train(dir.path(), "slow", &slow_args);
+    let exchanges = |record: &mlless_job::RunRecord| -> Vec<f64> {
+        let mut ms: Vec<f64> = record
+            .steps
+            .iter()
+            .flat_map(|s| s.workers.iter().map(|w| w.exchange_ms))
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms
+    };
+    let (bare_ms, slow_ms) = (exchanges(&bare), exchanges(&slow));
+    assert!(!slow_ms.is_empty() && slow_ms.len() == bare_ms.len());
+    assert!(
+        slow_ms[0] >= 50.0,
+        "an emulated exchange took {} ms, under its two requests of 25 ms",
+        slow_ms[0]
+    );
+    assert!(
+        bare_ms[bare_ms.len() / 2] < 25.0,
+        "the bare channel's median exchange took {} ms",
+        bare_ms[bare_ms.len() / 2]
+    );
+    assert_eq!(stored_params(&bare), stored_params(&slow));
+}

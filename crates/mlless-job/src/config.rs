@@ -121,6 +121,11 @@ pub struct TrainingConfig {
     /// How long a channel may be unreachable before a function gives up, in seconds.
     #[serde(default = "default_channel_grace_s")]
     pub channel_grace_s: f64,
+    /// A cloud's latency that every function adds to each request of its channel (`--emulate`),
+    /// and S3's to each of its reads of the data set: a run on this machine whose steps take
+    /// what they would there.
+    #[serde(default)]
+    pub emulate: Option<mlless_store::CloudLatency>,
 }
 
 fn default_channel_grace_s() -> f64 {
@@ -440,6 +445,7 @@ mod tests {
             worker_deadline_s: None,
             faults: Vec::new(),
             channel_grace_s: 30.0,
+            emulate: None,
         };
         assert_eq!(config.validate(ModelChoice::LogisticRegression), Ok(()));
         // 8 workers and the supervisor: 9 functions.

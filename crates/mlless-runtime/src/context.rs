@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use mlless_core::{Model, ModelSpec, RatingCounts};
-use mlless_store::{Channel, RequestCounter, Store, open_channel_with};
+use mlless_store::{Channel, EmulatedChannel, RequestCounter, Store, open_channel_with};
 
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
@@ -38,11 +38,14 @@ impl JobContext {
                 location: format!("{}/{SPEC_KEY}", run_store.url()),
                 source,
             })?;
-        let dataset = Dataset::open_store(
-            Store::open(spec.data_url.as_str())?.with_request_counter(requests.clone()),
-        )
-        .await?;
-        let channel = open_channel_with(
+        let mut data_store =
+            Store::open(spec.data_url.as_str())?.with_request_counter(requests.clone());
+        if spec.training.emulate.is_some() {
+            // In a cloud the data set is in its object store, whatever carries the exchange.
+            data_store = data_store.with_latency(&mlless_store::CloudLatency::s3());
+        }
+        let dataset = Dataset::open_store(data_store).await?;
+        let mut channel = open_channel_with(
             spec.training
                 .channel
                 .as_ref()
@@ -52,6 +55,9 @@ impl JobContext {
             spec.training.channel_options(),
         )
         .await?;
+        if let Some(latency) = &spec.training.emulate {
+            channel = Arc::new(EmulatedChannel::new(channel, latency.clone()));
+        }
         let rating_counts = match spec.model {
             ModelSpec::MatrixFactorization { prior, .. } if prior > 0.0 => {
                 dataset.rating_counts().await?.map(Arc::new)

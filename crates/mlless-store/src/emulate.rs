@@ -51,7 +51,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::stream::BoxStream;
+use object_store::path::Path;
 use object_store::throttle::{ThrottleConfig, ThrottledStore};
+use object_store::{
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::channel::{Channel, ChannelError, WorkerId};
@@ -210,13 +216,93 @@ impl Store {
     /// [`StoreKind::Other`](crate::StoreKind::Other): it never takes the local directory's
     /// shortcuts, which would skip the latency.
     pub fn with_latency(&self, latency: &CloudLatency) -> Store {
-        let throttled = ThrottledStore::new(self.object_store(), latency.throttle_config());
+        let streamed = StreamedReads(self.object_store());
+        let throttled = ThrottledStore::new(streamed, latency.throttle_config());
         let url = format!("{} (emulating {})", self.url(), latency.name);
         let mut store = Store::from_object_store(Arc::new(throttled), url);
         if let Some(counter) = self.request_counter() {
             store = store.with_request_counter(counter.clone());
         }
         store
+    }
+}
+
+/// An object store whose reads hand their bytes over as a stream: a local file system's read
+/// returns a file handle, which [`ThrottledStore`] cannot meter (it panics on one).
+#[derive(Debug)]
+struct StreamedReads(Arc<dyn ObjectStore>);
+
+impl std::fmt::Display for StreamedReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StreamedReads({})", self.0)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for StreamedReads {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.0.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let result = self.0.get_opts(location, options).await?;
+        if matches!(result.payload, GetResultPayload::Stream(_)) {
+            return Ok(result);
+        }
+        let (meta, range, attributes, extensions) = (
+            result.meta.clone(),
+            result.range.clone(),
+            result.attributes.clone(),
+            result.extensions.clone(),
+        );
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(result.into_stream()),
+            meta,
+            range,
+            attributes,
+            extensions,
+        })
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.0.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.0.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
     }
 }
 

@@ -137,12 +137,17 @@ async fn the_latency_decorators_add_what_they_are_configured_to_add() {
     assert_eq!(got, [payload.clone(), payload.clone()]);
     channel.cleanup().await.expect("cleanup");
 
-    let slow = store.with_latency(&latency);
-    slow.put("blob", payload.clone()).await.expect("put");
-    let started = std::time::Instant::now();
-    assert_eq!(slow.get("blob").await.expect("get"), payload);
-    within(started.elapsed(), 60, "a store GET");
-    slow.delete("blob").await.expect("delete");
+    // In memory and on a local directory (whose reads are files, not streams).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = Store::open(dir.path().to_str().expect("utf-8")).expect("open");
+    for store in [store, local] {
+        let slow = store.with_latency(&latency);
+        slow.put("blob", payload.clone()).await.expect("put");
+        let started = std::time::Instant::now();
+        assert_eq!(slow.get("blob").await.expect("get"), payload);
+        within(started.elapsed(), 60, "a store GET");
+        slow.delete("blob").await.expect("delete");
+    }
 }
 
 #[tokio::test]
