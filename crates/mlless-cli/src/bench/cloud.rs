@@ -114,7 +114,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                             report.usd_per_epoch,
                             report.loss
                         );
-                        if !(report.loss < report.first_loss) {
+                        if report.loss.partial_cmp(&report.first_loss)
+                            != Some(std::cmp::Ordering::Less)
+                        {
                             diverging += 1;
                             println!(
                                 "     ^ diverging: the loss rose from {:.4} at the first step",
