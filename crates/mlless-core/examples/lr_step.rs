@@ -1,8 +1,10 @@
 //! One worker's compute of a real sparse-LR training step, timed part by part: the gradient of
 //! a 10,000-row minibatch (30 distinct features a row, drawn by a Zipf(1) law over 1M features
 //! scattered by a random permutation, as `mlless generate sparse-lr` draws them) into a
-//! [`GradientAccumulator`], its `take()`, the default optimiser's step (momentum) and applying the delta; then PMF on
-//! an ML-100k-shaped batch (943 × 1,682, rank 10, 1,000 ratings) with its default, lazy Adam. A focused target for `perf`:
+//! [`GradientAccumulator`], its `take()`, the default optimiser's step (momentum) and applying
+//! the delta, and the mean of four such deltas (a P = 4 exchange); then PMF on an
+//! ML-100k-shaped batch (943 × 1,682, rank 10, 1,000 ratings) with its default, lazy Adam. A
+//! focused target for `perf`:
 //!
 //! ```text
 //! cargo run --release -p mlless-core --example lr_step -- [STEPS] [cold]
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use mlless_core::{
     Batch, GradientAccumulator, ModelSpec, OptimizerConfig, OptimizerKind, RatingBatch,
-    SparseBatch, build_optimizer,
+    SparseBatch, SparseVector, build_optimizer, mean_of,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -99,6 +101,7 @@ fn lr(steps: usize, between: &mut dyn FnMut()) {
     let mut acc = GradientAccumulator::new(params.len());
     let (mut gradient, mut take, mut momentum, mut apply) = (0.0, 0.0, 0.0, 0.0);
     let mut touched = 0;
+    let mut last_deltas = Vec::new();
     for step in 0..steps + 2 {
         let batch = &batches[step % batches.len()];
         between();
@@ -120,6 +123,10 @@ fn lr(steps: usize, between: &mut dyn FnMut()) {
             apply += ms(t4 - t3);
             touched += grad.nnz();
         }
+        last_deltas.push(delta);
+        if last_deltas.len() > 4 {
+            last_deltas.remove(0);
+        }
     }
     let n = steps as f64;
     let compute = (gradient + take + momentum) / n;
@@ -132,6 +139,20 @@ fn lr(steps: usize, between: &mut dyn FnMut()) {
         take / n,
         momentum / n,
         apply / n
+    );
+    // A P = 4 exchange's average of the last four steps' deltas, as every worker computes it.
+    let refs: Vec<&SparseVector> = last_deltas.iter().collect();
+    let mut mean = 0.0;
+    for _ in 0..steps {
+        between();
+        let t = Instant::now();
+        std::hint::black_box(mean_of(&refs));
+        mean += ms(t.elapsed());
+    }
+    println!(
+        "mean_of 4 deltas of {:.0} entries: {:.2} ms",
+        touched as f64 / n,
+        mean / n
     );
 }
 
