@@ -18,6 +18,13 @@ const WORD: usize = u64::BITS as usize;
 /// zeros included), so a coordinate's sum has the bits of its values added in the order they
 /// came, starting from the first.
 ///
+/// A model that knows beforehand every coordinate its batch will add to (sparse LR: the
+/// batch's features and the bias) sums into an empty accumulator with
+/// [`sum_on_support`](Self::sum_on_support) instead: one entry per coordinate of the support,
+/// found by its rank in the bitmap, so the sums of a 10,000-row batch over a million features
+/// (100k coordinates, 400 KB) stay in the L2 cache instead of being spread over 4 MB, and
+/// `take` hands them over as they are. The sums have the same bits either way.
+///
 /// ```
 /// use mlless_core::GradientAccumulator;
 /// let mut acc = GradientAccumulator::new(10);
@@ -37,6 +44,11 @@ pub struct GradientAccumulator {
     touched: Vec<u64>,
     /// Bit `w % 64` of word `w / 64` is set iff word `w` of `touched` may be non-zero.
     summary: Vec<u64>,
+    /// The sums of a [`sum_on_support`](Self::sum_on_support), until `take` or an `add`;
+    /// while it is there, the dense sums and the bitmap are empty.
+    pending: Option<SparseVector>,
+    /// Scratch of `sum_on_support`: per word of `touched`, the set bits of the words before it.
+    ranks: Vec<u32>,
 }
 
 impl std::fmt::Debug for GradientAccumulator {
@@ -57,6 +69,8 @@ impl GradientAccumulator {
             sums: vec![-0.0; dim],
             touched: vec![0; words],
             summary: vec![0; words.div_ceil(WORD)],
+            pending: None,
+            ranks: Vec::new(),
         }
     }
 
@@ -68,6 +82,9 @@ impl GradientAccumulator {
     /// Number of coordinates touched since the last [`take`](Self::take) or
     /// [`clear`](Self::clear), in O(touched + dim / 4096).
     pub fn nnz(&self) -> usize {
+        if let Some(pending) = &self.pending {
+            return pending.nnz();
+        }
         self.touched_words()
             .map(|w| self.touched[w].count_ones() as usize)
             .sum()
@@ -76,7 +93,8 @@ impl GradientAccumulator {
     /// Whether no coordinate has been touched since the last [`take`](Self::take), in
     /// O(dim / 4096).
     pub fn is_empty(&self) -> bool {
-        self.summary.iter().all(|&s| s == 0)
+        self.pending.as_ref().is_none_or(SparseVector::is_empty)
+            && self.summary.iter().all(|&s| s == 0)
     }
 
     /// Adds `value` to coordinate `index`.
@@ -85,6 +103,9 @@ impl GradientAccumulator {
     /// Panics if `index >= dim()`; models validate their batches before they accumulate.
     #[inline]
     pub fn add(&mut self, index: u32, value: f32) {
+        if self.pending.is_some() {
+            self.spill();
+        }
         let j = index as usize;
         self.sums[j] += value;
         let w = j / WORD;
@@ -96,6 +117,9 @@ impl GradientAccumulator {
     /// including those whose sum is exactly zero) and resets the accumulator, in
     /// O(touched + dim / 4096).
     pub fn take(&mut self) -> SparseVector {
+        if let Some(pending) = self.pending.take() {
+            return pending;
+        }
         let n = self.nnz();
         let mut indices = Vec::with_capacity(n);
         let mut values = Vec::with_capacity(n);
@@ -108,7 +132,85 @@ impl GradientAccumulator {
 
     /// Discards the accumulated values, in O(touched + dim / 4096).
     pub fn clear(&mut self) {
+        self.pending = None;
         self.drain(|_, _| {});
+    }
+
+    /// Sums what `fill` adds, at coordinates that `support` lists (in any order, repeated or
+    /// not), in one compact entry per coordinate of the support, and keeps the sums for
+    /// [`take`](Self::take); returns what `fill` returns. The accumulator must be empty, or
+    /// this does nothing and returns `None` (the caller then adds as usual).
+    ///
+    /// The sums are the ones [`add`](Self::add) would give, to the bit: each starts from
+    /// `-0.0` and adds its values in the order `fill` gives them. Every coordinate of the
+    /// support is in the result, whether `fill` adds to it or not.
+    ///
+    /// # Panics
+    /// Panics if a coordinate of `support` is not below [`dim`](Self::dim), or if `fill` adds
+    /// to a coordinate not in `support`.
+    pub(crate) fn sum_on_support<R>(
+        &mut self,
+        support: impl IntoIterator<Item = u32>,
+        fill: impl FnOnce(&mut SupportSums<'_>) -> R,
+    ) -> Option<R> {
+        if !self.is_empty() {
+            return None;
+        }
+        self.pending = None;
+        let dim = self.sums.len();
+        for index in support {
+            let j = index as usize;
+            assert!(
+                j < dim,
+                "support index {index} out of range for dimension {dim}"
+            );
+            let w = j / WORD;
+            self.touched[w] |= 1 << (j % WORD);
+            self.summary[w / WORD] |= 1 << (w % WORD);
+        }
+        self.ranks.resize(self.touched.len(), 0);
+        let mut n = 0_u32;
+        for (s, &bits) in self.summary.iter().enumerate() {
+            for b in set_bits(bits) {
+                let w = s * WORD + b;
+                self.ranks[w] = n;
+                n += self.touched[w].count_ones();
+            }
+        }
+        let mut sums = SupportSums {
+            touched: &self.touched,
+            ranks: &self.ranks,
+            values: vec![-0.0; n as usize],
+        };
+        let result = fill(&mut sums);
+        let values = sums.values;
+        let mut indices = Vec::with_capacity(values.len());
+        for (s, summary) in self.summary.iter_mut().enumerate() {
+            for b in set_bits(std::mem::take(summary)) {
+                let w = s * WORD + b;
+                for bit in set_bits(std::mem::take(&mut self.touched[w])) {
+                    indices.push((w * WORD + bit) as u32);
+                }
+            }
+        }
+        self.pending = Some(SparseVector::from_sorted_unchecked(indices, values));
+        Some(result)
+    }
+
+    /// Moves the sums of a [`sum_on_support`](Self::sum_on_support) into the dense sums and the
+    /// bitmap, where `add` goes on from them.
+    #[cold]
+    fn spill(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            for (index, value) in pending.iter() {
+                let j = index as usize;
+                // The dense sum is -0.0, and -0.0 + value is value.
+                self.sums[j] = value;
+                let w = j / WORD;
+                self.touched[w] |= 1 << (j % WORD);
+                self.summary[w / WORD] |= 1 << (w % WORD);
+            }
+        }
     }
 
     /// The words of `touched` that the summary marks, ascending.
@@ -131,6 +233,41 @@ impl GradientAccumulator {
                 }
             }
         }
+    }
+}
+
+/// Where a gradient loop adds its values: a [`GradientAccumulator`], or the compact sums of
+/// its [`sum_on_support`](GradientAccumulator::sum_on_support).
+pub(crate) trait Accumulate {
+    /// Adds `value` to coordinate `index`.
+    fn add(&mut self, index: u32, value: f32);
+}
+
+impl Accumulate for GradientAccumulator {
+    #[inline]
+    fn add(&mut self, index: u32, value: f32) {
+        GradientAccumulator::add(self, index, value);
+    }
+}
+
+/// The compact sums of [`GradientAccumulator::sum_on_support`]: coordinate `j` of the support
+/// has the entry of its rank among the support's coordinates, the set bits of the bitmap below
+/// it (the count of the words before its word, and of its word's bits below it).
+pub(crate) struct SupportSums<'a> {
+    touched: &'a [u64],
+    ranks: &'a [u32],
+    values: Vec<f32>,
+}
+
+impl Accumulate for SupportSums<'_> {
+    #[inline]
+    fn add(&mut self, index: u32, value: f32) {
+        let j = index as usize;
+        let (w, bit) = (j / WORD, 1_u64 << (j % WORD));
+        let word = self.touched[w];
+        assert!(word & bit != 0, "index {index} is not in the support");
+        let rank = self.ranks[w] as usize + (word & (bit - 1)).count_ones() as usize;
+        self.values[rank] += value;
     }
 }
 
