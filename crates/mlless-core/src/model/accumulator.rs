@@ -136,9 +136,9 @@ impl GradientAccumulator {
         self.drain(|_, _| {});
     }
 
-    /// Sums what `fill` adds, at coordinates that `support` lists (in any order, repeated or
-    /// not), in one compact entry per coordinate of the support, and keeps the sums for
-    /// [`take`](Self::take); returns what `fill` returns. The accumulator must be empty, or
+    /// Sums what `fill` adds, at coordinates that the slices of `support` list (in any order,
+    /// repeated or not), in one compact entry per coordinate of the support, and keeps the sums
+    /// for [`take`](Self::take); returns what `fill` returns. The accumulator must be empty, or
     /// this does nothing and returns `None` (the caller then adds as usual).
     ///
     /// The sums are the ones [`add`](Self::add) would give, to the bit: each starts from
@@ -150,7 +150,7 @@ impl GradientAccumulator {
     /// to a coordinate not in `support`.
     pub(crate) fn sum_on_support<R>(
         &mut self,
-        support: impl IntoIterator<Item = u32>,
+        support: &[&[u32]],
         fill: impl FnOnce(&mut SupportSums<'_>) -> R,
     ) -> Option<R> {
         if !self.is_empty() {
@@ -158,24 +158,27 @@ impl GradientAccumulator {
         }
         self.pending = None;
         let dim = self.sums.len();
-        for index in support {
+        for &index in support.iter().copied().flatten() {
             let j = index as usize;
             assert!(
                 j < dim,
                 "support index {index} out of range for dimension {dim}"
             );
-            let w = j / WORD;
-            self.touched[w] |= 1 << (j % WORD);
-            self.summary[w / WORD] |= 1 << (w % WORD);
+            self.touched[j / WORD] |= 1 << (j % WORD);
         }
+        // The summary of the words just marked, and the rank of each marked word.
         self.ranks.resize(self.touched.len(), 0);
         let mut n = 0_u32;
-        for (s, &bits) in self.summary.iter().enumerate() {
-            for b in set_bits(bits) {
-                let w = s * WORD + b;
-                self.ranks[w] = n;
-                n += self.touched[w].count_ones();
+        for (s, words) in self.touched.chunks(WORD).enumerate() {
+            let mut summary = 0_u64;
+            for (b, &word) in words.iter().enumerate() {
+                if word != 0 {
+                    summary |= 1 << b;
+                    self.ranks[s * WORD + b] = n;
+                    n += word.count_ones();
+                }
             }
+            self.summary[s] = summary;
         }
         let mut sums = SupportSums {
             touched: &self.touched,
@@ -184,12 +187,15 @@ impl GradientAccumulator {
         };
         let result = fill(&mut sums);
         let values = sums.values;
-        let mut indices = Vec::with_capacity(values.len());
+        let mut indices = vec![0_u32; values.len()];
+        let mut k = 0;
         for (s, summary) in self.summary.iter_mut().enumerate() {
             for b in set_bits(std::mem::take(summary)) {
                 let w = s * WORD + b;
                 for bit in set_bits(std::mem::take(&mut self.touched[w])) {
-                    indices.push((w * WORD + bit) as u32);
+                    // At most dim <= u32::MAX + 1 coordinates, so an index fits a u32.
+                    indices[k] = (w * WORD + bit) as u32;
+                    k += 1;
                 }
             }
         }
@@ -381,6 +387,73 @@ mod tests {
         // The cleared coordinate starts from zero again.
         acc.add(3, 2.0);
         assert_eq!(acc.take().values(), &[2.0]);
+    }
+
+    #[test]
+    fn sums_on_a_support_are_the_sums_of_adds() {
+        let mut rng = StdRng::seed_from_u64(8);
+        for (dim, adds) in [(1 << 20, 3000), (5000, 20_000), (64, 10), (70, 200)] {
+            let pairs: Vec<(u32, f32)> = (0..adds)
+                .map(|_| (rng.random_range(0..dim), rng.random_range(-1.0..1.0)))
+                .collect();
+            let mut support: Vec<u32> = pairs.iter().map(|&(i, _)| i).collect();
+            // A coordinate of the support that nothing adds to is still in the result.
+            support.push(dim - 1);
+            let mut plain = GradientAccumulator::new(dim as usize);
+            for &(i, v) in &pairs {
+                plain.add(i, v);
+            }
+            plain.add(dim - 1, -0.0);
+            let want = plain.take();
+            let mut acc = GradientAccumulator::new(dim as usize);
+            let got = acc.sum_on_support(&[&support[..10], &support[10..]], |sums| {
+                for &(i, v) in &pairs {
+                    sums.add(i, v);
+                }
+                7
+            });
+            assert_eq!(got, Some(7));
+            assert_eq!(acc.nnz(), want.nnz());
+            assert!(!acc.is_empty());
+            let got = acc.take();
+            assert_eq!(got.indices(), want.indices(), "dim {dim}");
+            let bits =
+                |v: &SparseVector| v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "dim {dim}");
+            assert!(acc.is_empty());
+            assert!(acc.take().is_empty());
+        }
+    }
+
+    #[test]
+    fn adds_after_sums_on_a_support_go_on_from_them() {
+        let mut acc = GradientAccumulator::new(300);
+        acc.sum_on_support(&[&[5, 200, 5]], |sums| {
+            sums.add(200, 1.0);
+            sums.add(5, 2.0);
+        });
+        acc.add(200, 0.5);
+        acc.add(7, 1.0);
+        let g = acc.take();
+        assert_eq!(g.indices(), &[5, 7, 200]);
+        assert_eq!(g.values(), &[2.0, 1.0, 1.5]);
+        // Not empty: nothing is done, the caller adds as usual.
+        acc.add(1, 1.0);
+        assert_eq!(acc.sum_on_support(&[&[2]], |_| ()), None);
+        assert_eq!(acc.take().indices(), &[1]);
+        // Cleared, the sums are gone.
+        acc.sum_on_support(&[&[3]], |sums| sums.add(3, 1.0));
+        acc.clear();
+        assert!(acc.is_empty());
+        acc.add(3, 4.0);
+        assert_eq!(acc.take().values(), &[4.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "not in the support")]
+    fn an_add_outside_the_support_panics() {
+        let mut acc = GradientAccumulator::new(300);
+        acc.sum_on_support(&[&[5, 200]], |sums| sums.add(6, 1.0));
     }
 
     #[test]

@@ -270,9 +270,9 @@ pub(crate) fn linear_gradient(
     }
     // The batch's features and the bias are every coordinate it adds to: into an empty
     // accumulator its sums go in compact entries that stay in the cache.
-    let bias = (params.len() - 1) as u32;
-    let support = batch.indices.iter().copied().chain([bias]);
-    match acc.sum_on_support(support, |sums| linear_rows(params, batch, l2, sums, &loss)) {
+    let bias = [(params.len() - 1) as u32];
+    let support = [&batch.indices[..], &bias[..]];
+    match acc.sum_on_support(&support, |sums| linear_rows(params, batch, l2, sums, &loss)) {
         Some(total) => total,
         None => linear_rows(params, batch, l2, acc, &loss),
     }
