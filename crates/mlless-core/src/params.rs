@@ -70,16 +70,13 @@ pub fn mean_of(deltas: &[&SparseVector]) -> SparseVector {
     let mut sums = vec![-0.0_f64; MEAN_BLOCK];
     let mut touched = vec![0_u64; MEAN_BLOCK / 64];
     let mut cursors = vec![0_usize; deltas.len()];
-    loop {
-        // The block of the lowest index not consumed yet.
-        let Some(next) = deltas
-            .iter()
-            .zip(&cursors)
-            .filter_map(|(d, &c)| d.indices().get(c))
-            .min()
-        else {
-            break;
-        };
+    // Block by block, from the one of the lowest index not consumed yet.
+    while let Some(next) = deltas
+        .iter()
+        .zip(&cursors)
+        .filter_map(|(d, &c)| d.indices().get(c))
+        .min()
+    {
         let base = *next as usize & !(MEAN_BLOCK - 1);
         let end = base as u64 + MEAN_BLOCK as u64;
         for (delta, cursor) in deltas.iter().zip(cursors.iter_mut()) {
