@@ -19,8 +19,8 @@ const WORD: usize = u64::BITS as usize;
 /// came, starting from the first.
 ///
 /// A model that knows beforehand every coordinate its batch will add to (sparse LR: the
-/// batch's features and the bias) sums into an empty accumulator with
-/// [`sum_on_support`](Self::sum_on_support) instead: one entry per coordinate of the support,
+/// batch's features and the bias) sums into an empty accumulator with `sum_on_support` (inside
+/// this crate) instead: one entry per coordinate of the support,
 /// found by its rank in the bitmap, so the sums of a 10,000-row batch over a million features
 /// (100k coordinates, 400 KB) stay in the L2 cache instead of being spread over 4 MB, and
 /// `take` hands them over as they are. The sums have the same bits either way.
