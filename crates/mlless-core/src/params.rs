@@ -54,10 +54,10 @@ pub fn apply_mean(params: &mut [f32], deltas: &[&SparseVector]) {
 /// Per coordinate the deltas are summed in f64 in the given order and divided by `n` once, so
 /// the same deltas in the same order give the same bits wherever the mean is computed.
 ///
-/// The deltas are sorted, so the index space is swept in blocks of [`MEAN_BLOCK`] coordinates:
+/// The deltas are sorted, so the index space is swept in blocks of 32K coordinates:
 /// each delta's entries of the block (a contiguous run of it) are added into a small dense
 /// scratch that stays in the L2 cache, whose touched coordinates a bitmap then gives back in
-/// order. O(N + blocks visited · (n + [`MEAN_BLOCK`] / 64)) for N stored entries, with no
+/// order. O(N + blocks visited · (n + 512)) for N stored entries, with no
 /// allocation the size of the model and no hashing or heap; blocks no delta has an entry in
 /// are skipped.
 pub fn mean_of(deltas: &[&SparseVector]) -> SparseVector {
