@@ -148,6 +148,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!(
             "pmf gradient+adam update  {ratings_per_s:>12.0} ratings/s    (rank 10, 2000 × 1500)"
         );
+        println!("{}", memory_limit(budget, nnz_per_s, ratings_per_s));
     }
     if all || args.what == Bench::Exchange {
         exchange(&args)?;
@@ -256,6 +257,64 @@ fn pmf_throughput(budget: Duration) -> f64 {
         prior: 0.0,
     };
     train_loop(budget, &spec, &Batch::Ratings(batch)) * 1000.0
+}
+
+/// The memory-bandwidth limit beside the compute figures: a streaming read of 256 MB of `f32`
+/// on one core (their sum, 16 independent lanes, the best pass within `budget`), and how much
+/// of it the kernels' own data would take at the throughputs measured: the LR gradient moves
+/// 20 bytes a non-zero (its index and value, its weight, its gradient sum read and written),
+/// PMF's 276 bytes a rating (the ids and rating, the user's and item's 2 × (10 + 1) parameters,
+/// and their gradient sums read and written). A random access moves a whole 64-byte line, so a
+/// kernel far below the limit is bound by the latency of its misses, not by bandwidth: the
+/// rate of independent random 4-byte reads over 4 MB (a million-parameter vector) and over the
+/// 256 MB is given too.
+fn memory_limit(budget: Duration, lr_nnz_per_s: f64, pmf_ratings_per_s: f64) -> String {
+    const LR_BYTES_PER_NNZ: f64 = 20.0;
+    const PMF_BYTES_PER_RATING: f64 = 276.0;
+    let data = vec![1.0_f32; 64 << 20];
+    let started = Instant::now();
+    let mut best = 0.0_f64;
+    while best == 0.0 || started.elapsed() < budget {
+        let pass = Instant::now();
+        let mut lanes = [0.0_f32; 16];
+        for chunk in data.chunks_exact(16) {
+            for (lane, &x) in lanes.iter_mut().zip(chunk) {
+                *lane += x;
+            }
+        }
+        std::hint::black_box(lanes);
+        best = best.max((data.len() * 4) as f64 / pass.elapsed().as_secs_f64());
+    }
+    // Independent reads at pseudo-random positions (a 64-bit LCG), summed.
+    let random_reads = |n: usize| {
+        let reads = 4_000_000_u64;
+        let pass = Instant::now();
+        let (mut state, mut sum) = (1_u64, 0.0_f32);
+        for _ in 0..reads {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            sum += data[((state >> 33) as usize) % n];
+        }
+        std::hint::black_box(sum);
+        reads as f64 / pass.elapsed().as_secs_f64() / 1e6
+    };
+    let (near, far) = (random_reads(1 << 20), random_reads(data.len()));
+    let share = |bytes_per_s: f64| {
+        format!(
+            "{:.2} GB/s = {:.1}% of it",
+            bytes_per_s / 1e9,
+            100.0 * bytes_per_s / best
+        )
+    };
+    format!(
+        "memory streaming read     {:>12.2} GB/s         (256 MB of f32, one core; random 4-byte \
+         reads {near:.0} M/s over 4 MB, {far:.0} M/s over 256 MB)\n  \
+         lr at {LR_BYTES_PER_NNZ} B/nnz: {} · pmf at {PMF_BYTES_PER_RATING} B/rating: {}",
+        best / 1e9,
+        share(lr_nnz_per_s * LR_BYTES_PER_NNZ),
+        share(pmf_ratings_per_s * PMF_BYTES_PER_RATING),
+    )
 }
 
 /// Minibatch steps per second: gradient, Adam step, apply.

@@ -6,7 +6,8 @@
 //! rows the same way but ignores their labels) and the MLP build on the validation.
 
 use super::{
-    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
+    Accumulate, BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind,
+    check_dims,
 };
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -264,10 +265,28 @@ pub(crate) fn linear_gradient(
     acc: &mut GradientAccumulator,
     loss: impl Fn(f64, f64) -> (f64, f64),
 ) -> BatchLoss {
-    let rows = batch.rows();
-    if rows == 0 {
+    if batch.rows() == 0 {
         return BatchLoss::default();
     }
+    // The batch's features and the bias are every coordinate it adds to: into an empty
+    // accumulator its sums go in compact entries that stay in the cache.
+    let bias = [(params.len() - 1) as u32];
+    let support = [&batch.indices[..], &bias[..]];
+    match acc.sum_on_support(&support, |sums| linear_rows(params, batch, l2, sums, &loss)) {
+        Some(total) => total,
+        None => linear_rows(params, batch, l2, acc, &loss),
+    }
+}
+
+/// [`linear_gradient`]'s loop over the rows of a non-empty batch, adding to `acc`.
+fn linear_rows(
+    params: &[f32],
+    batch: &SparseBatch,
+    l2: f32,
+    acc: &mut impl Accumulate,
+    loss: &impl Fn(f64, f64) -> (f64, f64),
+) -> BatchLoss {
+    let rows = batch.rows();
     let features = params.len() - 1;
     let (weights, bias) = params.split_at(features);
     let bias = bias[0];
