@@ -173,7 +173,7 @@ fn a_job_outlives_the_function_lifetime_by_handing_off() {
             "--workers",
             "2",
             "--max-epochs",
-            "100",
+            "140",
             "--timeout-s",
             timeout,
         ]
