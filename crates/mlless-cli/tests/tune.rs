@@ -10,10 +10,10 @@ use std::path::Path;
 use common::s;
 use mlless_tune::{TrialStatus, TuneRecord};
 
-/// Sparse LR, 40,000 rows × 2,000 features, 10% test and 10% validation, batches of 50 (so
+/// Sparse LR, 100,000 rows × 2,000 features, 10% test and 10% validation, batches of 50 (so
 /// that an epoch takes several of the search's polls).
 fn data(dir: &Path) -> String {
-    let spec = mlless_data::SparseLrSpec::new(40_000, 2_000, 20, 3);
+    let spec = mlless_data::SparseLrSpec::new(100_000, 2_000, 20, 3);
     let (input, _) = common::write_sparse_lr(dir, &spec);
     let data = dir.join("store/lr");
     common::prepare(

@@ -278,7 +278,7 @@ fn the_target_metric_stops_every_protocol_algorithm_pattern_and_scale_in() {
             "--model",
             "lr",
             "--max-epochs",
-            "30",
+            "100",
             "--eval-every",
             "1epoch",
             "--target-metric",
@@ -300,7 +300,7 @@ fn the_target_metric_stops_every_protocol_algorithm_pattern_and_scale_in() {
             record.stop_reason
         );
         assert!(
-            record.epochs < 30.0,
+            record.epochs < 100.0,
             "{extra:?}: ran {} epochs",
             record.epochs
         );
