@@ -60,6 +60,7 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::channel::collect::thread_sleep;
 use crate::channel::{Channel, ChannelError, WorkerId};
 use crate::store::Store;
 
@@ -344,12 +345,8 @@ impl EmulatedChannel {
     async fn wait(&self, duration: Duration) {
         if self.on_timer {
             tokio::time::sleep(duration).await;
-            return;
-        }
-        let sleeper = tokio::task::spawn_blocking(move || std::thread::sleep(duration));
-        if sleeper.await.is_err() {
-            // The blocking pool is shutting down: the timer will do.
-            tokio::time::sleep(duration).await;
+        } else {
+            thread_sleep(duration).await;
         }
     }
 }

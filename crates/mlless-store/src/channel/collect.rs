@@ -1,7 +1,8 @@
 //! The collect loop of the backends that have no blocking read (the object store, Memcached):
 //! poll what is missing, sleep with exponential backoff (or until told a message landed), until
 //! every message is there or the timeout passes. One copy, so that a fix to the deadline or the
-//! backoff lands in every backend.
+//! backoff lands in every backend. Its deadline, timeout error and precise sleep serve the
+//! in-process channel and the latency decorator too.
 
 use std::time::{Duration, Instant};
 
@@ -137,7 +138,7 @@ where
 
 /// The [`ChannelError::Timeout`] of a collect that gave up: the workers of `from` whose message
 /// is not `present`, each named once.
-fn timeout_error(
+pub(crate) fn timeout_error(
     endpoint: String,
     topic: &str,
     step: u64,
@@ -168,9 +169,14 @@ async fn backoff_sleep(duration: Duration) {
         tokio::time::sleep(duration).await;
         return;
     }
+    thread_sleep(duration).await;
+}
+
+/// Sleeps for `duration` on a thread of the blocking pool, precise to tens of microseconds
+/// (tokio's timer rounds up to whole milliseconds); on the timer if the pool is shutting down.
+pub(crate) async fn thread_sleep(duration: Duration) {
     let sleeper = tokio::task::spawn_blocking(move || std::thread::sleep(duration));
     if sleeper.await.is_err() {
-        // The blocking pool is shutting down: fall back to the timer.
         tokio::time::sleep(duration).await;
     }
 }

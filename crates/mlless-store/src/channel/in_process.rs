@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::collect::{deadline_after, timeout_error};
 use super::{Channel, ChannelError, WorkerId};
 
 /// A message's address: topic, step, worker.
@@ -97,7 +98,7 @@ impl Channel for InProcessChannel {
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
         let started = tokio::time::Instant::now();
-        let deadline = started.checked_add(timeout);
+        let deadline = tokio::time::Instant::from_std(deadline_after(started.into_std(), timeout));
         let mut collected = Vec::with_capacity(from.len());
         for &worker in from {
             loop {
@@ -116,32 +117,21 @@ impl Channel for InProcessChannel {
                     collected.push(message.clone());
                     break;
                 }
-                let waited = match deadline {
-                    Some(deadline) => tokio::time::timeout_at(deadline, woken).await.is_ok(),
-                    None => {
-                        woken.await;
-                        true
-                    }
-                };
-                if !waited {
-                    let state = self.state();
-                    let missing = from
-                        .iter()
-                        .copied()
-                        .filter(|&w| !state.messages.contains_key(&key(topic, step, w)))
-                        .fold(Vec::new(), |mut missing, w| {
-                            if !missing.contains(&w) {
-                                missing.push(w);
-                            }
-                            missing
-                        });
-                    return Err(ChannelError::Timeout {
-                        topic: topic.to_string(),
+                if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                    let present: Vec<bool> = {
+                        let state = self.state();
+                        from.iter()
+                            .map(|&w| state.messages.contains_key(&key(topic, step, w)))
+                            .collect()
+                    };
+                    return Err(timeout_error(
+                        self.describe(),
+                        topic,
                         step,
-                        missing,
-                        waited: started.elapsed(),
-                        endpoint: self.describe(),
-                    });
+                        from,
+                        &present,
+                        started.elapsed(),
+                    ));
                 }
             }
         }

@@ -38,7 +38,7 @@ use bytes::Bytes;
 
 use crate::store::{StoreError, check_segment};
 
-mod collect;
+pub(crate) mod collect;
 pub mod in_process;
 mod local_files;
 #[cfg(feature = "memcached")]
