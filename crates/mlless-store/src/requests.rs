@@ -59,6 +59,11 @@ impl RequestCounts {
         self.gets + self.misses + self.heads
     }
 
+    /// Every request, of every kind.
+    pub fn total(&self) -> u64 {
+        self.puts + self.gets + self.misses + self.heads + self.lists + self.deletes
+    }
+
     /// The counts of `self` less those of `earlier` (a snapshot taken before), by kind.
     pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
         RequestCounts {
@@ -136,6 +141,6 @@ impl RequestCounter {
 }
 
 /// The requests of a listing or bulk delete of `keys` keys: one per started 1,000, at least one.
-pub(crate) fn pages(keys: usize) -> u64 {
+pub fn pages(keys: usize) -> u64 {
     (keys as u64).div_ceil(KEYS_PER_REQUEST).max(1)
 }

@@ -41,8 +41,10 @@ use mlless_core::{
 use mlless_cost::PriceTable;
 use mlless_data::{InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
 use mlless_job::{ModelChoice, Pattern};
+use mlless_store::requests::{Request, pages};
 use mlless_store::{
-    Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel, RequestCounts, WorkerId,
+    Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel, RequestCounter,
+    RequestCounts, WorkerId,
 };
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -347,13 +349,14 @@ pub fn simulate(data: &CloudData, case: &CloudCase, prices: &PriceTable) -> Resu
             .on_tokio_timer(),
     );
     let workers: Vec<WorkerId> = (0..case.workers).collect();
+    let requests = RequestCounter::new();
     let results = runtime.block_on(async {
         let runs = workers.iter().map(|&w| {
             let account = Arc::new(CpuAccount::default());
             let channel = MeteredChannel {
                 inner: shared.clone(),
                 account: account.clone(),
-                requests: Mutex::default(),
+                requests: requests.clone(),
             };
             Metered {
                 account,
@@ -362,7 +365,7 @@ pub fn simulate(data: &CloudData, case: &CloudCase, prices: &PriceTable) -> Resu
         });
         futures::future::try_join_all(runs).await
     })?;
-    Ok(summarise(data, case, prices, &results))
+    Ok(summarise(data, case, prices, &results, requests.counts()))
 }
 
 /// What one worker measured.
@@ -372,7 +375,6 @@ struct WorkerRun {
     compute_ms: f64,
     sent: u64,
     received: u64,
-    requests: RequestCounts,
     first_loss: f64,
     last_loss: f64,
 }
@@ -455,7 +457,6 @@ async fn run_worker(
             run.last_loss = loss.mean();
         }
     }
-    run.requests = channel.requests();
     Ok(run)
 }
 
@@ -464,6 +465,7 @@ fn summarise(
     case: &CloudCase,
     prices: &PriceTable,
     runs: &[WorkerRun],
+    requests: RequestCounts,
 ) -> CloudReport {
     let steps = case.steps as f64;
     let p = f64::from(case.workers);
@@ -475,13 +477,6 @@ fn summarise(
     let step_ms = times.get(times.len() / 2).copied().unwrap_or(0.0);
     let per_worker_step =
         |f: &dyn Fn(&WorkerRun) -> f64| runs.iter().map(f).sum::<f64>() / p / steps;
-    let mut requests = RequestCounts::default();
-    for run in runs {
-        requests.puts += run.requests.puts;
-        requests.gets += run.requests.gets;
-        requests.misses += run.requests.misses;
-        requests.deletes += run.requests.deletes;
-    }
     // Every worker's minibatch GET of every step (measured or not).
     let all_steps = (case.steps + WARM_UP_STEPS) as f64;
     let minibatch_gets = p * all_steps;
@@ -505,10 +500,7 @@ fn summarise(
         compute_ms: per_worker_step(&|r| r.compute_ms),
         sent_bytes: per_worker_step(&|r| r.sent as f64),
         received_bytes: per_worker_step(&|r| r.received as f64),
-        requests_per_step: (requests.puts + requests.gets + requests.misses + requests.deletes)
-            as f64
-            / all_steps
-            + p,
+        requests_per_step: requests.total() as f64 / all_steps + p,
         usd_per_step,
         epoch_s: steps_per_epoch * step_s,
         usd_per_epoch: steps_per_epoch * usd_per_step,
@@ -591,17 +583,15 @@ impl<F: Future> Future for Metered<F> {
 struct MeteredChannel {
     inner: Arc<dyn Channel>,
     account: Arc<CpuAccount>,
-    requests: Mutex<RequestCounts>,
+    /// The fleet's requests, shared by every worker's handle.
+    requests: RequestCounter,
 }
 
 impl MeteredChannel {
-    async fn charge(&self, count: impl FnOnce(&mut RequestCounts)) {
-        count(&mut self.requests.lock().unwrap_or_else(PoisonError::into_inner));
+    /// Counts `n` requests of `kind` and charges the CPU time owed.
+    async fn charge(&self, kind: Request, n: u64) {
+        self.requests.add(kind, n);
         sleep_cpu(self.account.take()).await;
-    }
-
-    fn requests(&self) -> RequestCounts {
-        *self.requests.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -614,7 +604,7 @@ impl Channel for MeteredChannel {
         from: WorkerId,
         payload: Bytes,
     ) -> std::result::Result<(), ChannelError> {
-        self.charge(|r| r.puts += 1).await;
+        self.charge(Request::Put, 1).await;
         self.inner.publish(topic, step, from, payload).await
     }
 
@@ -625,7 +615,7 @@ impl Channel for MeteredChannel {
         from: &[WorkerId],
         timeout: Duration,
     ) -> std::result::Result<Vec<Bytes>, ChannelError> {
-        self.charge(|r| r.gets += from.len() as u64).await;
+        self.charge(Request::Get, from.len() as u64).await;
         self.inner.collect(topic, step, from, timeout).await
     }
 
@@ -635,15 +625,12 @@ impl Channel for MeteredChannel {
         step: u64,
         from: &[WorkerId],
     ) -> std::result::Result<Vec<Option<Bytes>>, ChannelError> {
-        self.charge(|_| {}).await;
+        sleep_cpu(self.account.take()).await;
         let found = self.inner.poll(topic, step, from).await?;
-        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
-        for message in &found {
-            match message {
-                Some(_) => requests.gets += 1,
-                None => requests.misses += 1,
-            }
-        }
+        let present = found.iter().flatten().count() as u64;
+        self.requests.add(Request::Get, present);
+        self.requests
+            .add(Request::Miss, found.len() as u64 - present);
         Ok(found)
     }
 
@@ -653,19 +640,17 @@ impl Channel for MeteredChannel {
         step: u64,
         from: &[WorkerId],
     ) -> std::result::Result<(), ChannelError> {
-        // One bulk delete per 1,000 keys.
-        let pages = (from.len() as u64).div_ceil(1_000).max(1);
-        self.charge(|r| r.deletes += pages).await;
+        self.charge(Request::Delete, pages(from.len())).await;
         self.inner.discard(topic, step, from).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> std::result::Result<(), ChannelError> {
-        self.charge(|r| r.puts += 1).await;
+        self.charge(Request::Put, 1).await;
         self.inner.put_key(key, value).await
     }
 
     async fn get_key(&self, key: &str) -> std::result::Result<Option<Bytes>, ChannelError> {
-        self.charge(|r| r.gets += 1).await;
+        self.charge(Request::Get, 1).await;
         self.inner.get_key(key).await
     }
 
