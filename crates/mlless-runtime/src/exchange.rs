@@ -212,23 +212,14 @@ impl Exchange<'_> {
     /// Dropped part way, it leaves some of the step's messages on the channel (deleting them
     /// again is harmless); the driver cleans the channel up when the job ends.
     pub async fn discard(&self, step: u64) -> Result<()> {
-        let channel = self.channel;
-        match self.pattern {
-            Pattern::Broadcast => channel.discard(UPDATES, step, &[self.worker]).await?,
-            Pattern::AllReduce => {
-                channel.discard(UPDATES, step, &[self.worker]).await?;
-                channel.discard(REDUCED, step, &[self.worker]).await?;
-            }
-            Pattern::ScatterReduce => {
-                let n = u64::from(self.job_workers);
-                let ids: Vec<u32> = (0..self.job_workers as usize)
-                    .map(|c| scatter_id(self.worker, c, n))
-                    .collect::<Result<_>>()?;
-                channel.discard(SCATTER, step, &ids).await?;
-                channel.discard(REDUCED, step, &[self.worker]).await?;
-            }
-        }
-        Ok(())
+        discard_published(
+            self.channel,
+            self.pattern,
+            self.worker,
+            self.job_workers,
+            step,
+        )
+        .await
     }
 
     fn position(&self) -> usize {
@@ -391,6 +382,38 @@ impl Exchange<'_> {
         }
         Ok(messages)
     }
+}
+
+/// Deletes what `worker` published in the exchange of `step` under `pattern`, in a job of
+/// `job_workers` workers: [`Exchange::discard`], for a caller that holds no `Exchange` (a
+/// worker deleting on a task of its own).
+///
+/// # Cancel safety
+///
+/// As [`Exchange::discard`].
+pub(crate) async fn discard_published(
+    channel: &dyn Channel,
+    pattern: Pattern,
+    worker: u32,
+    job_workers: u32,
+    step: u64,
+) -> Result<()> {
+    match pattern {
+        Pattern::Broadcast => channel.discard(UPDATES, step, &[worker]).await?,
+        Pattern::AllReduce => {
+            channel.discard(UPDATES, step, &[worker]).await?;
+            channel.discard(REDUCED, step, &[worker]).await?;
+        }
+        Pattern::ScatterReduce => {
+            let n = u64::from(job_workers);
+            let ids: Vec<u32> = (0..job_workers as usize)
+                .map(|c| scatter_id(worker, c, n))
+                .collect::<Result<_>>()?;
+            channel.discard(SCATTER, step, &ids).await?;
+            channel.discard(REDUCED, step, &[worker]).await?;
+        }
+    }
+    Ok(())
 }
 
 /// The topic and id of the first message `worker` publishes in an exchange with `pattern`

@@ -56,7 +56,7 @@ use mlless_faas::clock::now_unix_ms_f64;
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::error::{Result, RuntimeError};
-use crate::exchange::{Exchange, Traffic};
+use crate::exchange::{Exchange, Traffic, discard_published};
 use crate::fleet::Fleet;
 use crate::function::Start;
 use crate::messages::{
@@ -354,22 +354,10 @@ impl Worker {
     /// called.
     fn discard_in_background(&mut self, step: u64) {
         let channel = self.exchange_channel.clone();
-        let workers = self.fleet.workers(step).to_vec();
         let training = &self.ctx.spec.training;
-        let (job_workers, pattern, worker) = (training.workers, training.pattern, self.id);
+        let (pattern, job_workers, worker) = (training.pattern, training.workers, self.id);
         self.discarding = Some(tokio::spawn(async move {
-            // A discard reads the channel, the pattern, the worker and the fleet, nothing else.
-            let exchange = Exchange {
-                channel: &*channel,
-                job_workers,
-                timeout: std::time::Duration::ZERO,
-                pattern,
-                worker,
-                workers: &workers,
-                dim: 0,
-                expected_removal: 0,
-            };
-            exchange.discard(step).await
+            discard_published(&*channel, pattern, worker, job_workers, step).await
         }));
     }
 
