@@ -187,18 +187,11 @@ impl GradientAccumulator {
         };
         let result = fill(&mut sums);
         let values = sums.values;
-        let mut indices = vec![0_u32; values.len()];
-        let mut k = 0;
-        for (s, summary) in self.summary.iter_mut().enumerate() {
-            for b in set_bits(std::mem::take(summary)) {
-                let w = s * WORD + b;
-                for bit in set_bits(std::mem::take(&mut self.touched[w])) {
-                    // At most dim <= u32::MAX + 1 coordinates, so an index fits a u32.
-                    indices[k] = (w * WORD + bit) as u32;
-                    k += 1;
-                }
-            }
-        }
+        let mut indices = Vec::with_capacity(values.len());
+        // At most dim <= u32::MAX + 1 coordinates, so an index fits a u32.
+        take_marks(&mut self.summary, &mut self.touched, |j| {
+            indices.push(j as u32)
+        });
         self.pending = Some(SparseVector::from_sorted_unchecked(indices, values));
         Some(result)
     }
@@ -229,14 +222,23 @@ impl GradientAccumulator {
 
     /// Passes every touched coordinate and its sum to `f`, ascending, and resets them.
     fn drain(&mut self, mut f: impl FnMut(u32, f32)) {
-        for (s, summary) in self.summary.iter_mut().enumerate() {
-            for b in set_bits(std::mem::take(summary)) {
-                let w = s * WORD + b;
-                for bit in set_bits(std::mem::take(&mut self.touched[w])) {
-                    let j = w * WORD + bit;
-                    // At most dim <= u32::MAX + 1 coordinates, so an index fits a u32.
-                    f(j as u32, std::mem::replace(&mut self.sums[j], -0.0));
-                }
+        let sums = &mut self.sums;
+        take_marks(&mut self.summary, &mut self.touched, |j| {
+            // At most dim <= u32::MAX + 1 coordinates, so an index fits a u32.
+            f(j as u32, std::mem::replace(&mut sums[j], -0.0));
+        });
+    }
+}
+
+/// Passes every coordinate that `touched` marks (in the words `summary` marks) to `f`,
+/// ascending, and clears the marks of both.
+#[inline]
+fn take_marks(summary: &mut [u64], touched: &mut [u64], mut f: impl FnMut(usize)) {
+    for (s, marks) in summary.iter_mut().enumerate() {
+        for b in set_bits(std::mem::take(marks)) {
+            let w = s * WORD + b;
+            for bit in set_bits(std::mem::take(&mut touched[w])) {
+                f(w * WORD + bit);
             }
         }
     }
