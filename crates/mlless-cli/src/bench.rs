@@ -96,9 +96,7 @@ fn parse_cloud(text: &str) -> Result<Option<CloudLatency>, String> {
     if text == "none" {
         return Ok(None);
     }
-    CloudLatency::by_name_or_file(text)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    crate::train::parse_cloud(text).map(Some)
 }
 
 use mlless_runtime::bench::BenchLoad;

@@ -716,7 +716,7 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
 }
 
 /// Parses `--emulate`: a built-in cloud or a latency file.
-fn parse_cloud(text: &str) -> Result<CloudLatency, String> {
+pub(crate) fn parse_cloud(text: &str) -> Result<CloudLatency, String> {
     CloudLatency::by_name_or_file(text).map_err(|e| e.to_string())
 }
 
