@@ -73,6 +73,14 @@ pub enum CloudJob {
 }
 
 impl CloudJob {
+    /// The model it trains.
+    pub fn model(self) -> ModelChoice {
+        match self {
+            CloudJob::SparseLr => ModelChoice::LogisticRegression,
+            CloudJob::Pmf => ModelChoice::MatrixFactorization,
+        }
+    }
+
     /// Its name in tables and on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -158,16 +166,12 @@ impl CloudData {
             RuntimeError::InvalidJob(format!("cannot generate the {what} data: {e}"))
         };
         let mut text = Vec::new();
-        let (format, name, model) = match job {
+        let (format, name) = match job {
             CloudJob::SparseLr => {
                 let spec = SparseLrSpec::new(32_561, 123, 14, seed);
                 mlless_data::write_sparse_lr(&spec, &mut text)
                     .map_err(|e| generated("a9a-shaped", e))?;
-                (
-                    InputFormat::Libsvm,
-                    "a9a-shaped",
-                    ModelChoice::LogisticRegression,
-                )
+                (InputFormat::Libsvm, "a9a-shaped")
             }
             CloudJob::Pmf => {
                 let spec = RatingsSpec {
@@ -180,11 +184,7 @@ impl CloudData {
                 };
                 mlless_data::write_ratings(&spec, &mut text)
                     .map_err(|e| generated("ML-100k-shaped", e))?;
-                (
-                    InputFormat::Movielens,
-                    "ML-100k-shaped",
-                    ModelChoice::MatrixFactorization,
-                )
+                (InputFormat::Movielens, "ML-100k-shaped")
             }
         };
         let parsed = mlless_data::parse_reader(
@@ -195,7 +195,7 @@ impl CloudData {
         )
         .map_err(|e| RuntimeError::InvalidJob(format!("cannot read the {name} data: {e}")))?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let defaults = Defaults::for_model(model, None);
+        let defaults = Defaults::for_model(job.model(), None);
         let (spec, batches, positive_rate, batch_size) = match parsed {
             Parsed::Sparse { rows, features, .. } => {
                 let mut order: Vec<usize> = (0..rows.rows()).collect();
@@ -271,12 +271,8 @@ impl CloudData {
 
     /// The learning rate of a step of `workers` workers.
     fn lr(&self, workers: u32) -> f32 {
-        let model = match self.job {
-            CloudJob::SparseLr => ModelChoice::LogisticRegression,
-            CloudJob::Pmf => ModelChoice::MatrixFactorization,
-        };
         self.defaults.lr_for(
-            model,
+            self.job.model(),
             u64::from(workers) * self.batch_size,
             self.positive_rate,
         )
