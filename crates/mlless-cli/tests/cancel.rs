@@ -286,6 +286,28 @@ fn interrupt(args: &[&str], line: &str, signals: &[&str]) -> Interrupted {
     }
 }
 
+/// Runs `interrupt(args, "scale-map tasks scaling", signals)` until the signals land while the
+/// scale-map tasks run (up to 5 tries). On a loaded machine the reader of `mlless`'s standard
+/// error may see the line late, and the tasks may be done before the signals come: then the
+/// preparation is cancelled in a later phase, which must still leave no data set, and is tried
+/// again.
+fn interrupt_scaling(args: &[&str], signals: &[&str]) -> Interrupted {
+    for attempt in 1..=5 {
+        let interrupted = interrupt(args, "scale-map tasks scaling", signals);
+        let stderr = &interrupted.stderr;
+        if stderr.contains("cancelled during the scale-map tasks") {
+            return interrupted;
+        }
+        assert_eq!(interrupted.code, Some(130), "{stderr}");
+        assert!(
+            stderr.contains("holds no data set"),
+            "a preparation cancelled after its map tasks leaves no data set either: {stderr}"
+        );
+        eprintln!("try {attempt}: the signals came after the scale-map tasks; trying again");
+    }
+    panic!("in 5 tries the signals never came while the scale-map tasks ran");
+}
+
 /// A cancelled preparation left nothing behind: no map task runs, no manifest, nothing staged,
 /// no minibatch; and preparing again gives the data set of a preparation never cancelled.
 fn assert_cleaned_and_prepared_again(
@@ -355,7 +377,7 @@ fn a_cancelled_prepare_stops_its_map_tasks_cleans_up_and_prepares_again() {
     let out = dir.path().join("out");
     let out_s = s(&out);
     let args = normalized_prepare(&input, &out_s);
-    let cancelled = interrupt(&args, "scale-map tasks scaling", &["INT"]);
+    let cancelled = interrupt_scaling(&args, &["INT"]);
     let stderr = &cancelled.stderr;
     assert!(
         stderr.contains("cancelling: the map tasks stop after their current minibatch"),
@@ -374,7 +396,7 @@ fn a_cancelled_prepare_stops_its_map_tasks_cleans_up_and_prepares_again() {
     let killed_out = dir.path().join("killed");
     let killed_s = s(&killed_out);
     let args = normalized_prepare(&input, &killed_s);
-    let killed = interrupt(&args, "scale-map tasks scaling", &["TERM", "INT"]);
+    let killed = interrupt_scaling(&args, &["TERM", "INT"]);
     // Unless the tasks had already stopped after their minibatch when the second signal came
     // (on an idle machine they stop within milliseconds of the first): then nothing was left to
     // kill.
