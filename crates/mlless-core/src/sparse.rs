@@ -1,6 +1,8 @@
 //! Sparse vectors: the shape of every gradient and every update that crosses the channel.
 
-use serde::{Deserialize, Serialize};
+mod wire;
+
+use serde::Deserialize;
 
 /// A sparse vector of `f32` values with strictly ascending `u32` indices.
 ///
@@ -8,29 +10,22 @@ use serde::{Deserialize, Serialize};
 /// the flat parameter vector of a model, so that every protocol (broadcast, significance filter,
 /// compression) works on one type whatever the model.
 ///
-/// Deserialisation goes through [`SparseVector::from_parts`], so a decoded vector (an update
-/// from the channel) always has as many values as indices, ascending: checking its last index
-/// against a dimension ([`SparseVector::check_dim`]) then bounds every index.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "SparseParts")]
+/// A decoded vector (an update from the channel) always has as many values as indices,
+/// ascending: checking its last index against a dimension ([`SparseVector::check_dim`]) then
+/// bounds every index. Its binary form (postcard) is compact: the indices' gaps as varints and
+/// the values as bytes; in JSON it is `{"indices": [...], "values": [...]}`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SparseVector {
     indices: Vec<u32>,
     values: Vec<f32>,
 }
 
-/// The serialised form of a [`SparseVector`], checked before it becomes one.
+/// The form of a [`SparseVector`] in a format people read (JSON), checked by
+/// [`SparseVector::from_parts`] before it becomes one.
 #[derive(Deserialize)]
 struct SparseParts {
     indices: Vec<u32>,
     values: Vec<f32>,
-}
-
-impl TryFrom<SparseParts> for SparseVector {
-    type Error = SparseError;
-
-    fn try_from(parts: SparseParts) -> Result<Self, SparseError> {
-        Self::from_parts(parts.indices, parts.values)
-    }
 }
 
 /// Why a pair of index and value arrays is not a valid [`SparseVector`].

@@ -348,17 +348,18 @@ mod tests {
 
     #[test]
     fn hostile_deltas_are_refused_when_decoded_or_applied() {
-        // A sparse delta whose indices do not ascend: [4000000000, 1] would pass a check of
-        // the last index alone and then write far out of bounds.
+        // Indices travel as the first one and then the gaps less one, so they always ascend and
+        // checking the last against the model bounds them all ([4000000000, 1] cannot be
+        // written). A varint cut short leaves the second value without its index: refused.
         let mut update = updates().remove(0);
         update.delta = WireDelta::Sparse(SparseVector::from_pairs(vec![(1, 1.0), (7, 1.0)]));
         let mut bytes = update.encode().to_vec();
-        // The indices follow the header and the fixed fields; find the varint of 1 then 7.
+        // The indices follow the header and the fixed fields: a 2-byte string of 1, then 5.
         let at = bytes
             .windows(3)
-            .rposition(|w| w == [2, 1, 7])
+            .rposition(|w| w == [2, 1, 5])
             .expect("the indices");
-        bytes[at + 1..at + 3].copy_from_slice(&[7, 1]);
+        bytes[at + 2] = 0x85;
         let crc = crc32fast::hash(&bytes[mlless_data::HEADER_LEN..]);
         bytes[16..20].copy_from_slice(&crc.to_le_bytes());
         let err = UpdateMessage::decode(&bytes, || "the update".into()).unwrap_err();
