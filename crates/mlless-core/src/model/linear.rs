@@ -193,10 +193,25 @@ pub(crate) fn validate_sparse(
             batch.indices.len()
         ));
     }
+    // One pass over the entries that the compiler vectorises (every step's batch goes through
+    // it); only a batch that fails it is searched row by row for its first bad entry.
+    let entries_ok = batch
+        .indices
+        .iter()
+        .fold(true, |ok, &index| ok & (index < features))
+        & batch
+            .values
+            .iter()
+            .fold(true, |ok, value| ok & value.is_finite());
     for row in 0..rows {
         let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
         if end < start {
             return malformed(format!("row offsets decrease at row {row}"));
+        }
+        if end > last {
+            return malformed(format!(
+                "row {row} ends at offset {end}, past the {last} feature values"
+            ));
         }
         let label = batch.labels[row];
         if !labels.accepts(label) {
@@ -208,6 +223,9 @@ pub(crate) fn validate_sparse(
                 },
                 LabelRule::Binary | LabelRule::Ignored => ModelError::BadLabel { row, label },
             });
+        }
+        if entries_ok {
+            continue;
         }
         for (&index, &value) in batch.indices[start..end]
             .iter()

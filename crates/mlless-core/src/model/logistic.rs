@@ -210,6 +210,28 @@ mod tests {
             run(b, &mut acc),
             Err(ModelError::MalformedBatch { .. })
         ));
+        // An offset past the entries, then back to their end: an error, not a slice's panic.
+        let mut b = SparseBatch::new();
+        b.push_row(0.0, &[2], &[1.0]);
+        b.push_row(0.0, &[3], &[1.0]);
+        b.offsets[1] = 7;
+        assert!(matches!(
+            run(b, &mut acc),
+            Err(ModelError::MalformedBatch { reason }) if reason.contains("past the 2")
+        ));
+        // The first bad row is named, whatever is wrong with it: an entry of row 0 before a
+        // label of row 1.
+        let mut b = SparseBatch::new();
+        b.push_row(1.0, &[9], &[1.0]);
+        b.push_row(-1.0, &[1], &[1.0]);
+        assert!(matches!(
+            run(b, &mut acc),
+            Err(ModelError::FeatureOutOfRange {
+                row: 0,
+                index: 9,
+                ..
+            })
+        ));
 
         let mut ratings = RatingBatch::default();
         ratings.push(0, 0, 1.0);

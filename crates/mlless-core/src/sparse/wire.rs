@@ -156,7 +156,7 @@ fn encode_values(values: &[f32]) -> Vec<u8> {
 
 /// The values of a byte string of `f32`s little-endian.
 fn decode_values(bytes: &[u8]) -> Result<Vec<f32>, WireError> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(WireError::PartialValue(bytes.len()));
     }
     Ok(bytes
@@ -169,32 +169,31 @@ fn decode_values(bytes: &[u8]) -> Result<Vec<f32>, WireError> {
 fn decode_indices(bytes: &[u8], count: usize) -> Result<Vec<u32>, WireError> {
     // `count` is bounded by the message's own length (4 bytes a value).
     let mut indices = Vec::with_capacity(count);
-    let mut next = 0_u64;
+    let mut next = 0_u64; // the smallest index the next entry can have
     let mut pos = 0;
     while indices.len() < count {
-        let mut gap = 0_u64;
-        let mut shift = 0;
-        loop {
-            let Some(&byte) = bytes.get(pos) else {
-                return Err(WireError::TooFewIndices {
+        let Some(&byte) = bytes.get(pos) else {
+            return Err(WireError::TooFewIndices {
+                expected: count,
+                found: indices.len(),
+            });
+        };
+        pos += 1;
+        let gap = if byte < 0x80 {
+            // Most gaps of a sorted update: one byte.
+            u64::from(byte)
+        } else {
+            long_gap(bytes, &mut pos, byte).map_err(|e| match e {
+                LongGap::Truncated => WireError::TooFewIndices {
                     expected: count,
                     found: indices.len(),
-                });
-            };
-            pos += 1;
-            gap |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                break;
-            }
-            shift += 7;
-            if shift > 28 {
-                return Err(WireError::IndexTooLarge {
+                },
+                LongGap::Overlong => WireError::IndexTooLarge {
                     position: indices.len(),
-                });
-            }
-        }
-        let index = next + gap;
-        let Ok(index) = u32::try_from(index) else {
+                },
+            })?
+        };
+        let Ok(index) = u32::try_from(next + gap) else {
             return Err(WireError::IndexTooLarge {
                 position: indices.len(),
             });
@@ -206,6 +205,34 @@ fn decode_indices(bytes: &[u8], count: usize) -> Result<Vec<u32>, WireError> {
         return Err(WireError::TrailingBytes(bytes.len() - pos));
     }
     Ok(indices)
+}
+
+/// Why a varint of more than one byte does not decode.
+enum LongGap {
+    /// The bytes end inside it.
+    Truncated,
+    /// It has more than the five bytes a `u32` needs.
+    Overlong,
+}
+
+/// The rest of a varint whose first byte, `first`, has its continuation bit set; `pos` is just
+/// past `first` and moves past the varint.
+#[cold]
+fn long_gap(bytes: &[u8], pos: &mut usize, first: u8) -> Result<u64, LongGap> {
+    let mut gap = u64::from(first & 0x7f);
+    let mut shift = 7;
+    loop {
+        let &byte = bytes.get(*pos).ok_or(LongGap::Truncated)?;
+        *pos += 1;
+        gap |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Ok(gap);
+        }
+        shift += 7;
+        if shift > 28 {
+            return Err(LongGap::Overlong);
+        }
+    }
 }
 
 #[cfg(test)]
