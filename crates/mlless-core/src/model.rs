@@ -38,8 +38,8 @@ use std::sync::Arc;
 use crate::batch::{Batch, RatingCounts, SparseBatch};
 use crate::metrics::{Evaluation, Task};
 
-pub(crate) use accumulator::Accumulate;
 pub use accumulator::GradientAccumulator;
+pub(crate) use accumulator::{Accumulate, SupportSums};
 pub use error::ModelError;
 pub(crate) use error::{batch_kind, check_dims};
 pub use factorization::MatrixFactorization;

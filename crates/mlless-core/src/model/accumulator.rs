@@ -267,15 +267,45 @@ pub(crate) struct SupportSums<'a> {
     values: Vec<f32>,
 }
 
-impl Accumulate for SupportSums<'_> {
+impl SupportSums<'_> {
+    /// The entry of coordinate `index`: its rank among the support's coordinates.
+    ///
+    /// # Panics
+    /// Panics if `index` is not in the support.
     #[inline]
-    fn add(&mut self, index: u32, value: f32) {
+    pub(crate) fn entry(&self, index: u32) -> usize {
         let j = index as usize;
         let (w, bit) = (j / WORD, 1_u64 << (j % WORD));
         let word = self.touched[w];
         assert!(word & bit != 0, "index {index} is not in the support");
-        let rank = self.ranks[w] as usize + (word & (bit - 1)).count_ones() as usize;
-        self.values[rank] += value;
+        self.ranks[w] as usize + (word & (bit - 1)).count_ones() as usize
+    }
+
+    /// Adds `value` to the sum of entry `entry` (of [`entry`](Self::entry)).
+    #[inline]
+    pub(crate) fn add_to_entry(&mut self, entry: usize, value: f32) {
+        self.values[entry] += value;
+    }
+
+    /// `dense[j]` for every coordinate `j` of the support, in the order of their entries: the
+    /// parameters a batch reads, gathered in one ascending sweep (which the hardware
+    /// prefetches) instead of one random read of the model a non-zero.
+    pub(crate) fn gather(&self, dense: &[f32]) -> Vec<f32> {
+        let mut gathered = Vec::with_capacity(self.values.len());
+        for (w, &word) in self.touched.iter().enumerate() {
+            for bit in set_bits(word) {
+                gathered.push(dense[w * WORD + bit]);
+            }
+        }
+        gathered
+    }
+}
+
+impl Accumulate for SupportSums<'_> {
+    #[inline]
+    fn add(&mut self, index: u32, value: f32) {
+        let entry = self.entry(index);
+        self.add_to_entry(entry, value);
     }
 }
 

@@ -6,8 +6,8 @@
 //! rows the same way but ignores their labels) and the MLP build on the validation.
 
 use super::{
-    Accumulate, BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind,
-    check_dims,
+    Accumulate, BatchLoss, GradientAccumulator, Model, ModelError, Prediction, SupportSums,
+    batch_kind, check_dims,
 };
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -290,10 +290,91 @@ pub(crate) fn linear_gradient(
     // accumulator its sums go in compact entries that stay in the cache.
     let bias = [(params.len() - 1) as u32];
     let support = [&batch.indices[..], &bias[..]];
-    match acc.sum_on_support(&support, |sums| linear_rows(params, batch, l2, sums, &loss)) {
+    match acc.sum_on_support(&support, |sums| {
+        rows_on_support(params, batch, l2, sums, &loss)
+    }) {
         Some(total) => total,
         None => linear_rows(params, batch, l2, acc, &loss),
     }
+}
+
+/// [`support_rows`], with the CPU's `popcnt` where it has one: finding a coordinate's entry
+/// counts the set bits of a bitmap word, and the x86-64 baseline's replacement, a dozen
+/// instructions, made the gradient 15% slower.
+fn rows_on_support(
+    params: &[f32],
+    batch: &SparseBatch,
+    l2: f32,
+    sums: &mut SupportSums<'_>,
+    loss: &impl Fn(f64, f64) -> (f64, f64),
+) -> BatchLoss {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the CPU has `popcnt`, the one feature the function is compiled for.
+        return unsafe { rows_with_popcnt(params, batch, l2, sums, loss) };
+    }
+    support_rows(params, batch, l2, sums, loss)
+}
+
+/// [`support_rows`] compiled with `popcnt`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn rows_with_popcnt(
+    params: &[f32],
+    batch: &SparseBatch,
+    l2: f32,
+    sums: &mut SupportSums<'_>,
+    loss: &impl Fn(f64, f64) -> (f64, f64),
+) -> BatchLoss {
+    support_rows(params, batch, l2, sums, loss)
+}
+
+/// [`linear_rows`] into the compact sums of the batch's support, reading the parameters from
+/// a copy gathered in the support's order: each non-zero finds its entry once (a bitmap word
+/// and a count of its bits, in the L2 cache) and reads its weight and adds its gradient there,
+/// where a random read of the million weights (4 MB, past the L2 cache) was most of the loop's
+/// time in a real step. The same arithmetic in the same order as [`linear_rows`]: the same
+/// bits. Always inlined, so that [`rows_with_popcnt`] compiles it with its feature.
+#[inline(always)]
+fn support_rows(
+    params: &[f32],
+    batch: &SparseBatch,
+    l2: f32,
+    sums: &mut SupportSums<'_>,
+    loss: &impl Fn(f64, f64) -> (f64, f64),
+) -> BatchLoss {
+    let rows = batch.rows();
+    let features = params.len() - 1;
+    let bias = params[features];
+    let local = sums.gather(params);
+    let inv_n = 1.0 / rows as f64;
+    let l2 = (f64::from(l2) * inv_n) as f32;
+    let mut total = 0.0_f64;
+    let mut bias_grad = 0.0_f64;
+    let mut entries: Vec<usize> = Vec::new();
+    for row in 0..rows {
+        let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
+        let (indices, values) = (&batch.indices[start..end], &batch.values[start..end]);
+        entries.resize(indices.len(), 0);
+        for (entry, &j) in entries.iter_mut().zip(indices) {
+            *entry = sums.entry(j);
+        }
+        // `margin`'s sum, in its order.
+        let mut z = bias;
+        for (&e, &x) in entries.iter().zip(values) {
+            z += local[e] * x;
+        }
+        let (l, dz) = loss(f64::from(z), f64::from(batch.labels[row]));
+        total += l;
+        let g = dz * inv_n;
+        bias_grad += g;
+        let g = g as f32;
+        for (&e, &x) in entries.iter().zip(values) {
+            sums.add_to_entry(e, g * x + l2 * local[e]);
+        }
+    }
+    sums.add(features as u32, bias_grad as f32);
+    BatchLoss::new(total, rows as u64)
 }
 
 /// [`linear_gradient`]'s loop over the rows of a non-empty batch, adding to `acc`.
