@@ -409,3 +409,64 @@ fn linear_rows(
     acc.add(features as u32, bias_grad as f32);
     BatchLoss::new(total, rows as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::model::logistic::logistic_loss;
+    use crate::sparse::SparseVector;
+
+    /// The gradient's three loops, on one batch: the plain one into the dense sums, and the
+    /// support's with and without the run-time `popcnt` dispatch.
+    #[test]
+    fn the_support_loop_gives_the_bits_of_the_plain_one() {
+        let mut rng = StdRng::seed_from_u64(17);
+        let features = 5_000_u32;
+        let params: Vec<f32> = (0..=features)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let mut batch = SparseBatch::new();
+        for _ in 0..300 {
+            // Popular low features and rare high ones, so coordinates repeat across rows.
+            let mut row: Vec<u32> = (0..rng.random_range(1..40))
+                .map(|_| {
+                    let span = rng.random_range(1..=features);
+                    rng.random_range(0..span)
+                })
+                .collect();
+            row.sort_unstable();
+            row.dedup();
+            let values: Vec<f32> = row.iter().map(|_| rng.random_range(-2.0..2.0)).collect();
+            batch.push_row(f32::from(rng.random_bool(0.5)), &row, &values);
+        }
+        let bias = [features];
+        let support = [&batch.indices[..], &bias[..]];
+        let bits = |v: &SparseVector| -> (Vec<u32>, Vec<u32>) {
+            (
+                v.indices().to_vec(),
+                v.values().iter().map(|x| x.to_bits()).collect(),
+            )
+        };
+        let dim = params.len();
+        let mut plain = GradientAccumulator::new(dim);
+        let plain_loss = linear_rows(&params, &batch, 0.01, &mut plain, &logistic_loss);
+        let plain = plain.take();
+        for dispatched in [true, false] {
+            let mut acc = GradientAccumulator::new(dim);
+            let loss = acc
+                .sum_on_support(&support, |sums| {
+                    if dispatched {
+                        rows_on_support(&params, &batch, 0.01, sums, &logistic_loss)
+                    } else {
+                        support_rows(&params, &batch, 0.01, sums, &logistic_loss)
+                    }
+                })
+                .expect("an empty accumulator");
+            assert_eq!(loss, plain_loss, "dispatched {dispatched}");
+            assert_eq!(bits(&acc.take()), bits(&plain), "dispatched {dispatched}");
+        }
+    }
+}
