@@ -39,7 +39,7 @@ use crate::batch::{Batch, RatingCounts, SparseBatch};
 use crate::metrics::{Evaluation, Task};
 
 pub use accumulator::GradientAccumulator;
-pub(crate) use accumulator::{Accumulate, SupportSums};
+pub(crate) use accumulator::SupportSums;
 pub use error::ModelError;
 pub(crate) use error::{batch_kind, check_dims};
 pub use factorization::MatrixFactorization;

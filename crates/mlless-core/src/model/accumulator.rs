@@ -244,20 +244,6 @@ fn take_marks(summary: &mut [u64], touched: &mut [u64], mut f: impl FnMut(usize)
     }
 }
 
-/// Where a gradient loop adds its values: a [`GradientAccumulator`], or the compact sums of
-/// its [`sum_on_support`](GradientAccumulator::sum_on_support).
-pub(crate) trait Accumulate {
-    /// Adds `value` to coordinate `index`.
-    fn add(&mut self, index: u32, value: f32);
-}
-
-impl Accumulate for GradientAccumulator {
-    #[inline]
-    fn add(&mut self, index: u32, value: f32) {
-        GradientAccumulator::add(self, index, value);
-    }
-}
-
 /// The compact sums of [`GradientAccumulator::sum_on_support`]: coordinate `j` of the support
 /// has the entry of its rank among the support's coordinates, the set bits of the bitmap below
 /// it (the count of the words before its word, and of its word's bits below it).
@@ -298,14 +284,6 @@ impl SupportSums<'_> {
             }
         }
         gathered
-    }
-}
-
-impl Accumulate for SupportSums<'_> {
-    #[inline]
-    fn add(&mut self, index: u32, value: f32) {
-        let entry = self.entry(index);
-        self.add_to_entry(entry, value);
     }
 }
 
@@ -440,7 +418,7 @@ mod tests {
             let mut acc = GradientAccumulator::new(dim as usize);
             let got = acc.sum_on_support(&[&support[..10], &support[10..]], |sums| {
                 for &(i, v) in &pairs {
-                    sums.add(i, v);
+                    sums.add_to_entry(sums.entry(i), v);
                 }
                 7
             });
@@ -461,8 +439,8 @@ mod tests {
     fn adds_after_sums_on_a_support_go_on_from_them() {
         let mut acc = GradientAccumulator::new(300);
         acc.sum_on_support(&[&[5, 200, 5]], |sums| {
-            sums.add(200, 1.0);
-            sums.add(5, 2.0);
+            sums.add_to_entry(sums.entry(200), 1.0);
+            sums.add_to_entry(sums.entry(5), 2.0);
         });
         acc.add(200, 0.5);
         acc.add(7, 1.0);
@@ -474,7 +452,7 @@ mod tests {
         assert_eq!(acc.sum_on_support(&[&[2]], |_| ()), None);
         assert_eq!(acc.take().indices(), &[1]);
         // Cleared, the sums are gone.
-        acc.sum_on_support(&[&[3]], |sums| sums.add(3, 1.0));
+        acc.sum_on_support(&[&[3]], |sums| sums.add_to_entry(sums.entry(3), 1.0));
         acc.clear();
         assert!(acc.is_empty());
         acc.add(3, 4.0);
@@ -485,7 +463,7 @@ mod tests {
     #[should_panic(expected = "not in the support")]
     fn an_add_outside_the_support_panics() {
         let mut acc = GradientAccumulator::new(300);
-        acc.sum_on_support(&[&[5, 200]], |sums| sums.add(6, 1.0));
+        acc.sum_on_support(&[&[5, 200]], |sums| sums.add_to_entry(sums.entry(6), 1.0));
     }
 
     #[test]

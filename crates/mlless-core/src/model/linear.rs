@@ -6,8 +6,8 @@
 //! rows the same way but ignores their labels) and the MLP build on the validation.
 
 use super::{
-    Accumulate, BatchLoss, GradientAccumulator, Model, ModelError, Prediction, SupportSums,
-    batch_kind, check_dims,
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, SupportSums, batch_kind,
+    check_dims,
 };
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -294,11 +294,46 @@ pub(crate) fn linear_gradient(
         rows_on_support(params, batch, l2, sums, &loss)
     }) {
         Some(total) => total,
-        None => linear_rows(params, batch, l2, acc, &loss),
+        None => linear_rows(params, params, batch, l2, acc, &loss),
     }
 }
 
-/// [`support_rows`], with the CPU's `popcnt` where it has one: finding a coordinate's entry
+/// Where [`linear_rows`] adds a non-zero's gradient, each coordinate at a slot: the
+/// accumulator's dense sums, or the compact sums of the batch's support.
+trait RowSums {
+    /// The slot of coordinate `index`.
+    fn slot(&self, index: u32) -> usize;
+    /// Adds `value` to the gradient at `slot`.
+    fn add(&mut self, slot: usize, value: f32);
+}
+
+/// A slot is the coordinate.
+impl RowSums for GradientAccumulator {
+    #[inline]
+    fn slot(&self, index: u32) -> usize {
+        index as usize
+    }
+    #[inline]
+    fn add(&mut self, slot: usize, value: f32) {
+        // A slot is a coordinate, which fits a u32.
+        GradientAccumulator::add(self, slot as u32, value);
+    }
+}
+
+/// A slot is the coordinate's entry, found once a non-zero (a bitmap word and a count of its
+/// bits, in the L2 cache).
+impl RowSums for SupportSums<'_> {
+    #[inline]
+    fn slot(&self, index: u32) -> usize {
+        self.entry(index)
+    }
+    #[inline]
+    fn add(&mut self, slot: usize, value: f32) {
+        self.add_to_entry(slot, value);
+    }
+}
+
+/// [`compact_rows`], with the CPU's `popcnt` where it has one: finding a coordinate's entry
 /// counts the set bits of a bitmap word, and the x86-64 baseline's replacement, a dozen
 /// instructions, made the gradient 15% slower.
 fn rows_on_support(
@@ -313,10 +348,10 @@ fn rows_on_support(
         // SAFETY: the CPU has `popcnt`, the one feature the function is compiled for.
         return unsafe { rows_with_popcnt(params, batch, l2, sums, loss) };
     }
-    support_rows(params, batch, l2, sums, loss)
+    compact_rows(params, batch, l2, sums, loss)
 }
 
-/// [`support_rows`] compiled with `popcnt`.
+/// [`compact_rows`] compiled with `popcnt`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
 fn rows_with_popcnt(
@@ -326,87 +361,69 @@ fn rows_with_popcnt(
     sums: &mut SupportSums<'_>,
     loss: &impl Fn(f64, f64) -> (f64, f64),
 ) -> BatchLoss {
-    support_rows(params, batch, l2, sums, loss)
+    compact_rows(params, batch, l2, sums, loss)
 }
 
-/// [`linear_rows`] into the compact sums of the batch's support, reading the parameters from
-/// a copy gathered in the support's order: each non-zero finds its entry once (a bitmap word
-/// and a count of its bits, in the L2 cache) and reads its weight and adds its gradient there,
-/// where a random read of the million weights (4 MB, past the L2 cache) was most of the loop's
-/// time in a real step. The same arithmetic in the same order as [`linear_rows`]: the same
-/// bits. Always inlined, so that [`rows_with_popcnt`] compiles it with its feature.
+/// [`linear_rows`] into the compact sums of the batch's support, reading the weights from a
+/// copy gathered in the support's order, where a random read of the million weights (4 MB,
+/// past the L2 cache) was most of the loop's time in a real step. Always inlined, so that
+/// [`rows_with_popcnt`] compiles it with its feature.
 #[inline(always)]
-fn support_rows(
+fn compact_rows(
     params: &[f32],
     batch: &SparseBatch,
     l2: f32,
     sums: &mut SupportSums<'_>,
     loss: &impl Fn(f64, f64) -> (f64, f64),
 ) -> BatchLoss {
-    let rows = batch.rows();
-    let features = params.len() - 1;
-    let bias = params[features];
-    let local = sums.gather(params);
-    let inv_n = 1.0 / rows as f64;
-    let l2 = (f64::from(l2) * inv_n) as f32;
-    let mut total = 0.0_f64;
-    let mut bias_grad = 0.0_f64;
-    let mut entries: Vec<usize> = Vec::new();
-    for row in 0..rows {
-        let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
-        let (indices, values) = (&batch.indices[start..end], &batch.values[start..end]);
-        entries.resize(indices.len(), 0);
-        for (entry, &j) in entries.iter_mut().zip(indices) {
-            *entry = sums.entry(j);
-        }
-        // `margin`'s sum, in its order.
-        let mut z = bias;
-        for (&e, &x) in entries.iter().zip(values) {
-            z += local[e] * x;
-        }
-        let (l, dz) = loss(f64::from(z), f64::from(batch.labels[row]));
-        total += l;
-        let g = dz * inv_n;
-        bias_grad += g;
-        let g = g as f32;
-        for (&e, &x) in entries.iter().zip(values) {
-            sums.add_to_entry(e, g * x + l2 * local[e]);
-        }
-    }
-    sums.add(features as u32, bias_grad as f32);
-    BatchLoss::new(total, rows as u64)
+    let weights = sums.gather(params);
+    linear_rows(params, &weights, batch, l2, sums, loss)
 }
 
-/// [`linear_gradient`]'s loop over the rows of a non-empty batch, adding to `acc`.
+/// [`linear_gradient`]'s loop over the rows of a non-empty batch with `params = [w.., b]`,
+/// reading a non-zero's weight at its slot of `weights` (the parameters themselves, or the
+/// support's gathered) and adding its gradient at its slot of `sums`; the bits do not depend
+/// on which. Each row's slots are found once, before its margin (`margin`'s sum, in its order)
+/// and its gradient. Always inlined, so that [`rows_with_popcnt`] compiles it with its feature.
+#[inline(always)]
 fn linear_rows(
     params: &[f32],
+    weights: &[f32],
     batch: &SparseBatch,
     l2: f32,
-    acc: &mut impl Accumulate,
+    sums: &mut impl RowSums,
     loss: &impl Fn(f64, f64) -> (f64, f64),
 ) -> BatchLoss {
     let rows = batch.rows();
     let features = params.len() - 1;
-    let (weights, bias) = params.split_at(features);
-    let bias = bias[0];
+    let bias = params[features];
     let inv_n = 1.0 / rows as f64;
     let l2 = (f64::from(l2) * inv_n) as f32;
     let mut total = 0.0_f64;
     let mut bias_grad = 0.0_f64;
+    let mut slots: Vec<usize> = Vec::new();
     for row in 0..rows {
         let (start, end) = (batch.offsets[row] as usize, batch.offsets[row + 1] as usize);
         let (indices, values) = (&batch.indices[start..end], &batch.values[start..end]);
-        let z = margin(weights, bias, indices, values);
+        slots.resize(indices.len(), 0);
+        for (slot, &j) in slots.iter_mut().zip(indices) {
+            *slot = sums.slot(j);
+        }
+        let mut z = bias;
+        for (&at, &x) in slots.iter().zip(values) {
+            z += weights[at] * x;
+        }
         let (l, dz) = loss(f64::from(z), f64::from(batch.labels[row]));
         total += l;
         let g = dz * inv_n;
         bias_grad += g;
         let g = g as f32;
-        for (&j, &x) in indices.iter().zip(values) {
-            acc.add(j, g * x + l2 * weights[j as usize]);
+        for (&at, &x) in slots.iter().zip(values) {
+            sums.add(at, g * x + l2 * weights[at]);
         }
     }
-    acc.add(features as u32, bias_grad as f32);
+    let at = sums.slot(features as u32);
+    sums.add(at, bias_grad as f32);
     BatchLoss::new(total, rows as u64)
 }
 
@@ -451,9 +468,9 @@ mod tests {
             )
         };
         let dim = params.len();
-        let mut plain = GradientAccumulator::new(dim);
-        let plain_loss = linear_rows(&params, &batch, 0.01, &mut plain, &logistic_loss);
-        let plain = plain.take();
+        let mut acc = GradientAccumulator::new(dim);
+        let plain_loss = linear_rows(&params, &params, &batch, 0.01, &mut acc, &logistic_loss);
+        let plain = acc.take();
         for dispatched in [true, false] {
             let mut acc = GradientAccumulator::new(dim);
             let loss = acc
@@ -461,7 +478,7 @@ mod tests {
                     if dispatched {
                         rows_on_support(&params, &batch, 0.01, sums, &logistic_loss)
                     } else {
-                        support_rows(&params, &batch, 0.01, sums, &logistic_loss)
+                        compact_rows(&params, &batch, 0.01, sums, &logistic_loss)
                     }
                 })
                 .expect("an empty accumulator");
