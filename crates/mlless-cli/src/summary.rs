@@ -181,12 +181,16 @@ pub fn render(record: &RunRecord) -> String {
         .as_deref()
         .unwrap_or("the run's object store");
     let _ = writeln!(out, "  functions on {} · channel {channel}", spec.platform);
+    let chosen = spec
+        .training
+        .pattern_reason()
+        .map_or(String::new(), |why| format!(" (chosen: {why})"));
     let _ = writeln!(
         out,
-        "  algorithm {} · pattern {} · {} communication rounds · {handoffs} re-invocations at \
-         the lifetime limit",
+        "  algorithm {} · pattern {}{chosen} · {} communication rounds · {handoffs} \
+         re-invocations at the lifetime limit",
         spec.training.algorithm,
-        spec.training.pattern.name(),
+        spec.training.exchange_pattern().name(),
         record.rounds
     );
     let _ = writeln!(

@@ -177,12 +177,18 @@ pub struct TrainArgs {
     /// Number of function workers.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
+    /// Samples a step reads over all the workers, whatever their number: each worker reads
+    /// its share (minibatches are cut into slices as needed), so that more workers make steps
+    /// faster, not larger [default: 4 minibatches of the data set].
+    #[arg(long)]
+    pub global_batch: Option<u64>,
     /// The optimiser each worker runs [default: momentum for lr, adam for pmf].
     #[arg(long, value_enum)]
     pub optimizer: Option<Optimizer>,
     /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, per 1,000 samples of
-    /// a step (scaled with workers × minibatch) and larger on imbalanced data, at most 16 times
-    /// that; 0.003 with adam; pmf 0.03 with adam, 3 with momentum/nesterov, 30 with sgd].
+    /// the global batch and larger on imbalanced data, at most 16 times that and at most what
+    /// the features' curvature allows; 0.003 with adam; pmf 0.03 with adam, 3 with
+    /// momentum/nesterov, 30 with sgd].
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.
@@ -258,9 +264,10 @@ pub struct TrainArgs {
     #[arg(long, default_value = "ga")]
     pub algorithm: mlless_job::Algorithm,
     /// How an exchange aggregates the updates (allreduce and scatter-reduce need --sync bsp or
-    /// isp).
-    #[arg(long, value_enum, default_value_t = CommPattern::Broadcast)]
-    pub pattern: CommPattern,
+    /// isp) [default: broadcast up to 16 workers on the object store and up to 64 on Redis or
+    /// Memcached, allreduce beyond; broadcast under ssp and asp].
+    #[arg(long, value_enum)]
+    pub pattern: Option<CommPattern>,
     /// Scale-in auto-tuner: remove workers one by one once the validation curve (the training
     /// loss without a validation set) no longer pays for them.
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
@@ -505,6 +512,7 @@ impl TrainArgs {
     fn training(&self) -> TrainingConfig {
         TrainingConfig {
             workers: self.workers,
+            global_batch: self.global_batch,
             schedule: match self.schedule {
                 LrSchedule::Constant => Schedule::Constant,
                 LrSchedule::InvSqrtEpoch => Schedule::InvSqrtEpoch,
@@ -538,7 +546,7 @@ impl TrainArgs {
             compression: self.compress,
             scale_in: self.tuner(),
             algorithm: self.algorithm,
-            pattern: self.pattern.into(),
+            pattern: self.pattern.map(Into::into),
             checkpoint_every: self.checkpoint_every,
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),

@@ -315,8 +315,9 @@ fn a_label_the_model_cannot_train_on_is_refused_naming_its_input_line() {
 
 /// Every bad option of `train` is refused before any function starts (no run is written), by an
 /// error naming the option: --l2 negative or not finite, --memory-mb 0, --timeout-s 0, a fleet
-/// larger than mlless runs or than the local invoker can run at once. More workers than
-/// training minibatches train, with a warning that says so; as many train without one.
+/// larger than mlless runs or than the local invoker can run at once, a global batch of 0. A
+/// fleet whose share of the global batch is too small to pay trains, with a warning naming the
+/// fleet that pays; ADMM with more workers than minibatches, with a warning that says so.
 #[test]
 fn bad_training_options_are_refused_before_any_function_starts() {
     let dir = tempdir();
@@ -349,6 +350,10 @@ fn bad_training_options_are_refused_before_any_function_starts() {
             vec!["--workers", "100000"],
             "--workers 100000 is more than mlless runs: at most 10000 workers".into(),
         ),
+        (
+            vec!["--global-batch", "0"],
+            "--global-batch must be from 1 to 1000000000 samples, not 0".into(),
+        ),
     ];
     // The supervisor is a function too: as many workers as the invoker runs functions is one
     // too many.
@@ -372,8 +377,40 @@ fn bad_training_options_are_refused_before_any_function_starts() {
             "{extra:?}: refused before any run was written"
         );
     }
-    let warning = "training minibatches of the data set: every step reads some minibatch more \
-                   than once";
+    // The fleet shares a global batch of 4 minibatches (200 rows): 2 workers read 100 rows a
+    // step each, 3 workers 67, too few to pay, which is said with the fleet that pays.
+    let warning = "too few for more workers to make a step faster";
+    for (workers, extra, warned) in [
+        ("2", None, false),
+        ("3", None, true),
+        ("3", Some("--global-batch=300"), false),
+    ] {
+        let mut args = vec![
+            "train",
+            "--quiet",
+            "--data",
+            &d,
+            "--model",
+            "lr",
+            "--workers",
+            workers,
+            "--max-epochs",
+            "1",
+        ];
+        args.extend(extra);
+        let stderr = String::from_utf8_lossy(&ok(&args).stderr).into_owned();
+        assert_eq!(stderr.contains(warning), warned, "{args:?}: {stderr}");
+        if warned {
+            assert!(
+                stderr.contains("past 2 workers more stop paying"),
+                "{stderr}"
+            );
+        }
+    }
+    // ADMM reads whole minibatches from fixed shards: more workers than minibatches are warned
+    // of, as many are not.
+    let whole = "training minibatches of the data set: every step reads some minibatch more \
+                 than once";
     for (workers, warned) in [(batches, false), (batches + 1, true)] {
         let p = workers.to_string();
         let output = ok(&[
@@ -383,6 +420,8 @@ fn bad_training_options_are_refused_before_any_function_starts() {
             &d,
             "--model",
             "lr",
+            "--algorithm",
+            "admm",
             "--workers",
             &p,
             "--max-epochs",
@@ -390,7 +429,7 @@ fn bad_training_options_are_refused_before_any_function_starts() {
         ]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
-            stderr.contains(warning),
+            stderr.contains(whole),
             warned,
             "{workers} workers: {stderr}"
         );

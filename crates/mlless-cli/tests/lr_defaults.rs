@@ -111,3 +111,50 @@ fn imbalanced_binary_data_reaches_the_optimum_with_1_and_4_workers() {
 fn balanced_binary_data_reaches_the_optimum_with_1_and_4_workers() {
     defaults_reach_the_optimum(SparseLrSpec::new(50_000, 1000, 20, 42), "balanced");
 }
+
+/// The global batch holds as the fleet grows: a9a-like data (24% positive, 14 binary features a
+/// row, 80k training rows) with the defaults for 10 epochs at P = 4, 16 and 60 takes the same
+/// steps and reaches the same test log loss (within 1% of P = 4's), within 2% of the optimum. With one
+/// minibatch a worker a step, P = 60 took 14 steps of 60,000 rows and ended 11% above P = 4.
+#[test]
+fn sparse_lr_reaches_the_same_loss_at_4_16_and_60_workers() {
+    let dir = tempdir();
+    let spec = SparseLrSpec {
+        positive_rate: Some(0.24),
+        ..SparseLrSpec::new(100_000, 1000, 14, 43)
+    };
+    let (data, optimum) = data_and_optimum(dir.path(), &spec);
+    let mut runs = Vec::new();
+    for p in ["4", "16", "60"] {
+        let record = train(
+            dir.path(),
+            &format!("p{p}"),
+            &[
+                "--data",
+                &s(&data),
+                "--model",
+                "lr",
+                "--workers",
+                p,
+                "--max-epochs",
+                "10",
+                "--early-stop",
+                "0",
+            ],
+        );
+        runs.push((p, record.steps.len(), metric(&record, "test_logloss")));
+    }
+    eprintln!("optimum {optimum}; (P, steps, test log loss): {runs:?}");
+    let (_, steps_at_4, loss_at_4) = runs[0];
+    for &(p, steps, loss) in &runs {
+        assert_eq!(steps, steps_at_4, "P = {p} takes the steps of P = 4");
+        assert!(
+            (loss - loss_at_4).abs() <= 0.01 * loss_at_4,
+            "P = {p}: test log loss {loss} is not within 1% of P = 4's {loss_at_4}"
+        );
+        assert!(
+            loss <= 1.02 * optimum,
+            "P = {p}: test log loss {loss} is not within 2% of the optimum's {optimum}"
+        );
+    }
+}

@@ -1,5 +1,7 @@
 //! Minibatches: the unit of data a worker reads and a model trains on.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 /// A minibatch of labelled sparse rows in compressed-sparse-row layout.
@@ -111,6 +113,26 @@ impl SparseBatch {
     pub fn iter_rows(&self) -> impl Iterator<Item = (f32, &[u32], &[f32])> + '_ {
         (0..self.rows()).map(|r| self.row(r))
     }
+
+    /// Appends the rows `rows` of `from`, in order.
+    pub fn extend_rows(&mut self, from: &SparseBatch, rows: Range<usize>) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        let (start, end) = (
+            from.offsets[rows.start] as usize,
+            from.offsets[rows.end] as usize,
+        );
+        let shift = self.indices.len() as i64 - start as i64;
+        self.labels.extend_from_slice(&from.labels[rows.clone()]);
+        self.indices.extend_from_slice(&from.indices[start..end]);
+        self.values.extend_from_slice(&from.values[start..end]);
+        self.offsets.extend(
+            from.offsets[rows.start + 1..=rows.end]
+                .iter()
+                .map(|&o| (i64::from(o) + shift) as u32),
+        );
+    }
 }
 
 /// A minibatch of `(user, item, rating)` triples for matrix factorisation.
@@ -140,6 +162,13 @@ impl RatingBatch {
     /// Whether the batch holds no rating.
     pub fn is_empty(&self) -> bool {
         self.ratings.is_empty()
+    }
+
+    /// Appends the ratings `range` of `from`, in order.
+    pub fn extend_from(&mut self, from: &RatingBatch, range: Range<usize>) {
+        self.users.extend_from_slice(&from.users[range.clone()]);
+        self.items.extend_from_slice(&from.items[range.clone()]);
+        self.ratings.extend_from_slice(&from.ratings[range]);
     }
 
     /// Iterates over `(user, item, rating)`.
@@ -206,11 +235,59 @@ impl Batch {
             Batch::Ratings(b) => b.len(),
         }
     }
+
+    /// One batch of the samples `range` of each part, in order; `None` when the parts are not
+    /// all of one kind or there are none. Each range must lie within its part's samples.
+    pub fn concat(parts: &[(&Batch, Range<usize>)]) -> Option<Batch> {
+        let mut out = match parts.first()? {
+            (Batch::Sparse(_), _) => Batch::Sparse(SparseBatch::new()),
+            (Batch::Ratings(_), _) => Batch::Ratings(RatingBatch::default()),
+        };
+        for (part, range) in parts {
+            match (&mut out, part) {
+                (Batch::Sparse(out), Batch::Sparse(part)) => out.extend_rows(part, range.clone()),
+                (Batch::Ratings(out), Batch::Ratings(part)) => out.extend_from(part, range.clone()),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concatenated_parts_hold_their_rows_in_order() {
+        let mut a = SparseBatch::new();
+        a.push_row(1.0, &[0, 3], &[1.0, 2.0]);
+        a.push_row(0.0, &[], &[]);
+        a.push_row(1.0, &[5], &[3.0]);
+        let mut b = SparseBatch::new();
+        b.push_row(0.0, &[1, 2, 4], &[4.0, 5.0, 6.0]);
+        b.push_row(1.0, &[7], &[7.0]);
+        let (a, b) = (Batch::Sparse(a), Batch::Sparse(b));
+        let joined = Batch::concat(&[(&a, 1..3), (&b, 0..1)]).expect("one kind");
+        let mut expected = SparseBatch::new();
+        expected.push_row(0.0, &[], &[]);
+        expected.push_row(1.0, &[5], &[3.0]);
+        expected.push_row(0.0, &[1, 2, 4], &[4.0, 5.0, 6.0]);
+        assert_eq!(joined, Batch::Sparse(expected));
+        // A whole part is the part itself.
+        assert_eq!(Batch::concat(&[(&a, 0..3)]), Some(a.clone()));
+        let mut r = RatingBatch::default();
+        for i in 0..4 {
+            r.push(i, i + 10, i as f32);
+        }
+        let r = Batch::Ratings(r);
+        let Some(Batch::Ratings(two)) = Batch::concat(&[(&r, 3..4), (&r, 0..1)]) else {
+            panic!("ratings")
+        };
+        assert_eq!(two.iter().collect::<Vec<_>>(), [(3, 13, 3.0), (0, 10, 0.0)]);
+        assert_eq!(Batch::concat(&[(&a, 0..1), (&r, 0..1)]), None);
+        assert_eq!(Batch::concat(&[]), None);
+    }
 
     #[test]
     fn the_top_second_moment_is_the_steepest_curvature() {

@@ -75,6 +75,10 @@ impl std::fmt::Display for SecretUrl {
 /// a record or a fleet with more (before they allocate anything by the fleet's size).
 pub const MAX_WORKERS: u32 = 10_000;
 
+/// The largest `--global-batch`: a billion samples, more than a step of any data set mlless
+/// is made for would read.
+pub const MAX_GLOBAL_BATCH: u64 = 1_000_000_000;
+
 /// The options of a training job that reach every function as the user gave them. Both the
 /// driver's `TrainOptions` and the [`JobSpec`](crate::JobSpec) hold one
 /// (the spec flattened, so that `spec.json` keeps its field names).
@@ -82,6 +86,11 @@ pub const MAX_WORKERS: u32 = 10_000;
 pub struct TrainingConfig {
     /// Number of workers P.
     pub workers: u32,
+    /// Samples a step reads over the whole fleet (`--global-batch`; `None`: the data set's
+    /// minibatch size times [`DEFAULT_GLOBAL_BATCHES`](crate::batch_plan::DEFAULT_GLOBAL_BATCHES)),
+    /// whatever the number of workers: see [`BatchPlan`](crate::BatchPlan).
+    #[serde(default)]
+    pub global_batch: Option<u64>,
     /// Learning-rate schedule over epochs.
     pub schedule: Schedule,
     /// Seed of the model's initialisation and of the minibatch order.
@@ -104,9 +113,10 @@ pub struct TrainingConfig {
     /// How the workers combine their work (GA-SGD, MA-SGD, ADMM).
     #[serde(default)]
     pub algorithm: Algorithm,
-    /// How an exchange aggregates the workers' vectors.
+    /// How an exchange aggregates the workers' vectors (`None`: chosen by the fleet and the
+    /// channel, [`Pattern::for_fleet`]); read it with [`TrainingConfig::exchange_pattern`].
     #[serde(default)]
-    pub pattern: Pattern,
+    pub pattern: Option<Pattern>,
     /// Every worker and the supervisor checkpoint their state every this many steps (0:
     /// only at the lifetime hand-off); a dead worker or supervisor resumes from its latest.
     #[serde(default)]
@@ -151,6 +161,9 @@ pub enum ConfigError {
     /// No workers.
     #[error("--workers must be at least 1")]
     NoWorkers,
+    /// A global batch of no samples, or of more than [`MAX_GLOBAL_BATCH`].
+    #[error("--global-batch must be from 1 to {MAX_GLOBAL_BATCH} samples, not {0}")]
+    GlobalBatch(u64),
     /// No epochs.
     #[error("--max-epochs must be at least 1")]
     NoEpochs,
@@ -270,6 +283,24 @@ pub fn validate_limits(limits: &Limits) -> Result<(), ConfigError> {
 }
 
 impl TrainingConfig {
+    /// The pattern the job's exchanges use: the one given, or [`Pattern::for_fleet`]'s.
+    pub fn exchange_pattern(&self) -> Pattern {
+        self.pattern.unwrap_or_else(|| self.chosen_pattern().0)
+    }
+
+    /// Why the job uses its pattern, when `--pattern` did not name it (`None` when it did).
+    pub fn pattern_reason(&self) -> Option<String> {
+        self.pattern.is_none().then(|| self.chosen_pattern().1)
+    }
+
+    fn chosen_pattern(&self) -> (Pattern, String) {
+        Pattern::for_fleet(
+            self.workers,
+            crate::record::channel_kind(self.channel.as_deref()),
+            self.sync,
+        )
+    }
+
     /// The options every function opens the job's channel with.
     pub fn channel_options(&self) -> mlless_store::ChannelOptions {
         mlless_store::ChannelOptions::default()
@@ -299,6 +330,11 @@ impl TrainingConfig {
         if self.workers > MAX_WORKERS {
             return Err(ConfigError::WorkersAboveMax(self.workers));
         }
+        if let Some(g) = self.global_batch
+            && !(1..=MAX_GLOBAL_BATCH).contains(&g)
+        {
+            return Err(ConfigError::GlobalBatch(g));
+        }
         if self.stop.max_epochs == 0 {
             return Err(ConfigError::NoEpochs);
         }
@@ -323,23 +359,6 @@ impl TrainingConfig {
             }
         }
         Ok(())
-    }
-
-    /// The warning for a fleet larger than a data set of `train_batches` training minibatches,
-    /// `None` if it is not. The workers of a step read consecutive positions of one shared
-    /// stream of the minibatches, epoch after epoch (`mlless_runtime::fleet`), so such a run
-    /// trains — a step then reads some minibatch twice and covers more than an epoch — and the
-    /// tests' tiny data sets do train so; but on a real data set it is a mistake worth saying.
-    pub fn oversized_fleet(&self, train_batches: u32) -> Option<String> {
-        (self.workers > train_batches).then(|| {
-            format!(
-                "--workers {} is more than the {train_batches} training minibatches of the data \
-                 set: every step reads some minibatch more than once and covers more than an \
-                 epoch; at most {train_batches} workers, or data prepared with a smaller \
-                 --batch-size, would not",
-                self.workers
-            )
-        })
     }
 
     /// Checks the fleet against what the invoker of `platform` runs at once
@@ -373,9 +392,12 @@ impl TrainingConfig {
         {
             return Err(ConfigError::KMeansOptions);
         }
-        if self.pattern != Pattern::Broadcast && !self.sync.is_synchronous() {
+        if let Some(pattern) = self.pattern
+            && pattern != Pattern::Broadcast
+            && !self.sync.is_synchronous()
+        {
             return Err(ConfigError::PatternNeedsBarrier {
-                pattern: self.pattern,
+                pattern,
                 sync: self.sync,
             });
         }
@@ -422,9 +444,10 @@ mod tests {
     }
 
     #[test]
-    fn the_fleet_is_checked_against_the_invoker_and_the_minibatches() {
+    fn the_fleet_and_its_global_batch_are_checked() {
         let config = TrainingConfig {
             workers: 8,
+            global_batch: None,
             schedule: Schedule::Constant,
             seed: 1,
             stop: StopCriteria {
@@ -440,7 +463,7 @@ mod tests {
             compression: Compression::None,
             scale_in: None,
             algorithm: Algorithm::Ga,
-            pattern: Pattern::Broadcast,
+            pattern: Some(Pattern::Broadcast),
             checkpoint_every: 0,
             worker_deadline_s: None,
             faults: Vec::new(),
@@ -459,12 +482,17 @@ mod tests {
                 platform: "local".into()
             })
         );
-        assert_eq!(config.oversized_fleet(8), None);
-        assert!(
-            config
-                .oversized_fleet(7)
-                .is_some_and(|w| w.starts_with("--workers 8 is more than the 7 training"))
-        );
+        for (global_batch, valid) in [(0, false), (1, true), (MAX_GLOBAL_BATCH + 1, false)] {
+            let config = TrainingConfig {
+                global_batch: Some(global_batch),
+                ..config.clone()
+            };
+            assert_eq!(
+                config.validate(ModelChoice::LogisticRegression).is_ok(),
+                valid,
+                "--global-batch {global_batch}"
+            );
+        }
         let huge = TrainingConfig {
             workers: u32::MAX,
             ..config.clone()

@@ -4,6 +4,7 @@
 //! - [`JobSpec`] (`spec.json`): everything a function needs to know about a job, written by the
 //!   driver before any function starts. It holds the [`TrainingConfig`], the options as the user
 //!   gave them, checked by one [`TrainingConfig::validate`].
+//! - [`BatchPlan`]: how a step's global batch is shared by the fleet.
 //! - [`SyncMode`], [`Algorithm`], [`Pattern`]: the protocols of a job (DESIGN §4–5); [`Fault`]:
 //!   faults to inject for the recovery tests.
 //! - [`RunRecord`] (`record.json`): what a run did, step by step, what it cost and what it reached;
@@ -14,6 +15,7 @@
 //! The crate does no I/O; it depends on the backends' crates only for their plain types (limits,
 //! invocation reports, channel schemes).
 
+pub mod batch_plan;
 pub mod config;
 pub mod fault;
 pub mod model;
@@ -22,6 +24,7 @@ pub mod record;
 pub mod role;
 pub mod spec;
 
+pub use batch_plan::BatchPlan;
 pub use config::{ConfigError, SecretUrl, TrainingConfig};
 pub use fault::Fault;
 pub use model::{ModelChoice, UnknownModel};

@@ -110,10 +110,9 @@ impl Algorithm {
         }
     }
 
-    /// Steps between two exchanges, with `batches` training minibatches and `workers` workers:
-    /// 1 for GA-SGD.
-    pub fn round_steps(&self, batches: u32, workers: u32) -> u64 {
-        let epoch = u64::from(batches.div_ceil(workers.max(1))).max(1);
+    /// Steps between two exchanges, with `steps_per_epoch` steps an epoch: 1 for GA-SGD.
+    pub fn round_steps(&self, steps_per_epoch: u64) -> u64 {
+        let epoch = steps_per_epoch.max(1);
         match *self {
             Self::Ga => 1,
             Self::Ma { every } => every.map_or(epoch, |k| u64::from(k.max(1))),
@@ -201,7 +200,62 @@ pub enum Pattern {
     ScatterReduce,
 }
 
+/// The largest fleet for which a job on the object store broadcasts when `--pattern` is not
+/// given ([`Pattern::for_fleet`]).
+pub const BROADCAST_MAX_ON_STORE: u32 = 16;
+
+/// The largest fleet for which a job on a server channel (Redis, Memcached) broadcasts when
+/// `--pattern` is not given ([`Pattern::for_fleet`]).
+pub const BROADCAST_MAX_ON_SERVER: u32 = 64;
+
 impl Pattern {
+    /// The pattern of a job of `workers` workers on a channel of kind `channel` under `sync`
+    /// that did not name one, and why. Broadcast reads every peer's update: P² requests a step
+    /// on the object store (a GET each), P on a server (one read returns a step's messages),
+    /// but every worker reads P − 1 updates and sums them. All-reduce through a leader takes
+    /// 2P + 1 requests and a second round trip. Measured with `mlless bench cloud` (a9a-shaped
+    /// sparse LR and ML-100k-shaped PMF, BSP): on S3's latency broadcast was 1.2–2x faster a
+    /// step but cost 1.6x (P = 16), 4x (64) and 11x (256) more an epoch; on ElastiCache's,
+    /// broadcast was faster up to P = 64 (LR 0.8 against 1.4 ms at 16) and all-reduce beyond
+    /// (LR 4.2 against 16.4 ms at 256). Synchronisations without a barrier (SSP, ASP) can only
+    /// broadcast.
+    pub fn for_fleet(
+        workers: u32,
+        channel: mlless_cost::ChannelKind,
+        sync: SyncMode,
+    ) -> (Pattern, String) {
+        if !sync.is_synchronous() {
+            return (
+                Pattern::Broadcast,
+                format!("{} has no barrier for a leader to reduce at", sync.name()),
+            );
+        }
+        let (max, on) = match channel {
+            mlless_cost::ChannelKind::ObjectStore => (
+                BROADCAST_MAX_ON_STORE,
+                "the object store, where broadcast's P² reads a step are billed",
+            ),
+            mlless_cost::ChannelKind::Redis { .. } | mlless_cost::ChannelKind::Memcached { .. } => {
+                (
+                    BROADCAST_MAX_ON_SERVER,
+                    "a server channel, where every worker reading P − 1 updates outgrows a \
+                     leader's extra round trip",
+                )
+            }
+        };
+        if workers <= max {
+            (
+                Pattern::Broadcast,
+                format!("{workers} workers, at most {max} broadcast on {on}"),
+            )
+        } else {
+            (
+                Pattern::AllReduce,
+                format!("{workers} workers, more than {max} on {on}"),
+            )
+        }
+    }
+
     /// The pattern's name as `--pattern` takes it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -215,6 +269,24 @@ impl Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_pattern_follows_the_fleet_and_the_channel() {
+        use mlless_cost::ChannelKind;
+        let store = ChannelKind::ObjectStore;
+        let redis = ChannelKind::Redis { instances: 1 };
+        let pick = |p, channel, sync| Pattern::for_fleet(p, channel, sync).0;
+        assert_eq!(pick(16, store, SyncMode::Bsp), Pattern::Broadcast);
+        assert_eq!(pick(17, store, SyncMode::Bsp), Pattern::AllReduce);
+        assert_eq!(pick(64, redis, SyncMode::Bsp), Pattern::Broadcast);
+        assert_eq!(pick(65, redis, SyncMode::Bsp), Pattern::AllReduce);
+        let asp = SyncMode::Ssp { slack: 3 };
+        let (pattern, why) = Pattern::for_fleet(256, store, asp);
+        assert_eq!(pattern, Pattern::Broadcast);
+        assert!(why.contains("no barrier"), "{why}");
+        let (_, why) = Pattern::for_fleet(100, store, SyncMode::Bsp);
+        assert!(why.starts_with("100 workers, more than 16"), "{why}");
+    }
 
     #[test]
     fn algorithms_parse_with_defaults() {
@@ -246,13 +318,13 @@ mod tests {
         ] {
             assert!(bad.parse::<Algorithm>().is_err(), "{bad}");
         }
-        assert_eq!(Algorithm::Ga.round_steps(10, 4), 1);
-        assert_eq!(Algorithm::Ma { every: None }.round_steps(10, 4), 3);
-        assert_eq!(Algorithm::Ma { every: Some(5) }.round_steps(10, 4), 5);
+        assert_eq!(Algorithm::Ga.round_steps(3), 1);
+        assert_eq!(Algorithm::Ma { every: None }.round_steps(3), 3);
+        assert_eq!(Algorithm::Ma { every: Some(5) }.round_steps(3), 5);
         let admm = Algorithm::Admm {
             rho: 1.0,
             local_epochs: 2,
         };
-        assert_eq!(admm.round_steps(10, 4), 6);
+        assert_eq!(admm.round_steps(3), 6);
     }
 }

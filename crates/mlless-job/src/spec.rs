@@ -36,6 +36,10 @@ pub struct JobSpec {
     pub lr: f32,
     /// Number of training minibatches in the data set.
     pub train_batches: u32,
+    /// How a step's global batch is shared by the fleet (`None`, a spec written before the
+    /// global batch was held: one whole minibatch a worker); read it with [`JobSpec::plan`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_plan: Option<crate::BatchPlan>,
     /// Where the functions ran: the invoker's platform (`local`, `lambda`).
     #[serde(default = "default_platform")]
     pub platform: String,
@@ -150,16 +154,16 @@ impl std::str::FromStr for EvalEvery {
 
 impl EvalEvery {
     /// Whether an evaluation is due after the step that brought the positions read from
-    /// `before` to `after` (of `batches` per epoch), `since_last` after the last one.
+    /// `before` to `after` (of `per_epoch` an epoch), `since_last` after the last one.
     pub fn is_due(
         self,
         step: u64,
         (before, after): (u64, u64),
-        batches: u32,
+        per_epoch: u64,
         since_last: Duration,
     ) -> bool {
         let epoch_crossed = |epochs: f64| {
-            let per = (epochs * f64::from(batches.max(1))).max(1.0);
+            let per = (epochs * per_epoch.max(1) as f64).max(1.0);
             (after as f64 / per).floor() > (before as f64 / per).floor()
         };
         match self {
@@ -176,6 +180,18 @@ fn default_platform() -> String {
 }
 
 impl JobSpec {
+    /// How a step's global batch is shared by the fleet: the spec's plan, or whole minibatches
+    /// for a spec without one.
+    pub fn plan(&self) -> crate::BatchPlan {
+        self.batch_plan
+            .unwrap_or_else(|| crate::BatchPlan::whole(self.training.workers))
+    }
+
+    /// The stream positions (slices of minibatches) of one epoch.
+    pub fn positions_per_epoch(&self) -> u64 {
+        self.plan().per_epoch(self.train_batches)
+    }
+
     /// This spec with the credentials of its URLs redacted ([`SecretUrl::redacted`]): what the run
     /// record, reports and logs show. The functions connect with the real spec.
     pub fn redacted(&self) -> JobSpec {

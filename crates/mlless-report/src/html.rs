@@ -211,7 +211,7 @@ fn summary(out: &mut String, record: &RunRecord) {
             format!(
                 "{}, pattern {}, {} communication rounds",
                 spec.training.algorithm,
-                spec.training.pattern.name(),
+                spec.training.exchange_pattern().name(),
                 record.rounds
             ),
         ),

@@ -143,7 +143,7 @@ pub fn configuration(record: &RunRecord) -> Vec<(&'static str, String)> {
         ("sync", t.sync.to_string()),
         ("compression", t.compression.to_string()),
         ("algorithm", t.algorithm.to_string()),
-        ("pattern", t.pattern.name().to_string()),
+        ("pattern", t.exchange_pattern().name().to_string()),
         ("channel", channel),
         (
             "scale-in",

@@ -40,7 +40,8 @@ use mlless_core::{
 };
 use mlless_cost::PriceTable;
 use mlless_data::{InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
-use mlless_job::{ModelChoice, Pattern};
+use mlless_job::batch_plan::DEFAULT_GLOBAL_BATCHES;
+use mlless_job::{BatchPlan, ModelChoice, Pattern};
 use mlless_store::requests::{Request, pages};
 use mlless_store::{
     Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel, RequestCounter,
@@ -49,7 +50,7 @@ use mlless_store::{
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use crate::driver::{Defaults, PMF_L2, initial_bias};
+use crate::driver::{CURVATURE_ITERATIONS, DataSample, Defaults, PMF_L2, initial_bias};
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic};
 use crate::messages::UpdateMessage;
@@ -152,11 +153,11 @@ pub struct CloudData {
     pub job: CloudJob,
     spec: ModelSpec,
     batches: Vec<Batch>,
-    /// The model's default optimiser and learning rate for a global batch of one worker's;
-    /// sparse LR's is scaled per case by [`Defaults::lr_for`].
+    /// The model's default optimiser and learning rate; sparse LR's is scaled to the global
+    /// batch by [`Defaults::lr_for`].
     defaults: Defaults,
-    positive_rate: f64,
-    batch_size: u64,
+    sample: DataSample,
+    batch_size: u32,
 }
 
 impl CloudData {
@@ -196,12 +197,15 @@ impl CloudData {
         .map_err(|e| RuntimeError::InvalidJob(format!("cannot read the {name} data: {e}")))?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let defaults = Defaults::for_model(job.model(), None);
-        let (spec, batches, positive_rate, batch_size) = match parsed {
+        let (spec, batches, sample, batch_size) = match parsed {
             Parsed::Sparse { rows, features, .. } => {
                 let mut order: Vec<usize> = (0..rows.rows()).collect();
                 order.shuffle(&mut rng);
                 let positives = rows.labels.iter().filter(|&&y| y > 0.5).count();
-                let positive_rate = positives as f64 / rows.rows().max(1) as f64;
+                let sample = DataSample {
+                    positive_rate: positives as f64 / rows.rows().max(1) as f64,
+                    curvature: rows.top_second_moment(features as usize, CURVATURE_ITERATIONS),
+                };
                 let batches = order
                     .chunks(256)
                     .map(|chunk| {
@@ -216,9 +220,9 @@ impl CloudData {
                 let spec = ModelSpec::LogisticRegression {
                     features,
                     l2: defaults.l2,
-                    init_bias: initial_bias(positive_rate),
+                    init_bias: initial_bias(sample.positive_rate),
                 };
-                (spec, batches, positive_rate, 256)
+                (spec, batches, sample, 256)
             }
             Parsed::Ratings {
                 ratings,
@@ -251,7 +255,11 @@ impl CloudData {
                     init_std: 0.1,
                     prior: 0.0,
                 };
-                (spec, batches, 0.5, 1_000)
+                let sample = DataSample {
+                    positive_rate: 0.5,
+                    curvature: 0.0,
+                };
+                (spec, batches, sample, 1_000)
             }
         };
         Ok(CloudData {
@@ -259,7 +267,7 @@ impl CloudData {
             spec,
             batches,
             defaults,
-            positive_rate,
+            sample,
             batch_size,
         })
     }
@@ -269,13 +277,37 @@ impl CloudData {
         self.batches.len()
     }
 
+    /// How `workers` workers share the global batch of a job with the defaults:
+    /// [`DEFAULT_GLOBAL_BATCHES`] minibatches, as `train` plans it.
+    fn plan(&self, workers: u32) -> BatchPlan {
+        let global = DEFAULT_GLOBAL_BATCHES * u64::from(self.batch_size);
+        let min_rows = self.batches.iter().map(Batch::samples).min().unwrap_or(0);
+        BatchPlan::of(global, workers, self.batch_size, min_rows as u32)
+    }
+
     /// The learning rate of a step of `workers` workers.
     fn lr(&self, workers: u32) -> f32 {
-        self.defaults.lr_for(
-            self.job.model(),
-            u64::from(workers) * self.batch_size,
-            self.positive_rate,
-        )
+        let global = self
+            .plan(workers)
+            .global_batch(workers as usize, self.batch_size);
+        self.defaults
+            .lr_for(self.job.model(), global.round() as u64, self.sample)
+    }
+
+    /// The samples `positions` of the stream of minibatches (in one shuffled order, epoch after
+    /// epoch) as `plan` cuts them.
+    fn read(&self, plan: &BatchPlan, positions: std::ops::Range<u64>) -> Result<Batch> {
+        let m = self.batches.len() as u64;
+        let parts = plan.parts(positions);
+        let pieces: Vec<(&Batch, std::ops::Range<usize>)> = parts
+            .iter()
+            .map(|part| {
+                let batch = &self.batches[(part.minibatch % m) as usize];
+                (batch, part.rows(batch.samples()))
+            })
+            .collect();
+        Batch::concat(&pieces)
+            .ok_or_else(|| RuntimeError::InvalidJob("minibatches of two kinds".into()))
     }
 
     fn optimizer(&self) -> OptimizerKind {
@@ -393,6 +425,8 @@ async fn run_worker(
     let config = case.rule.filter();
     let mut filter = (!config.is_identity()).then(|| UpdateFilter::new(dim, config));
     let lr = data.lr(case.workers);
+    let plan = data.plan(case.workers);
+    let share = plan.share(workers.len());
     let exchange = Exchange {
         channel: &channel,
         job_workers: case.workers,
@@ -407,10 +441,10 @@ async fn run_worker(
     let mut run = WorkerRun::default();
     for step in 0..case.steps + WARM_UP_STEPS {
         let started = tokio::time::Instant::now();
-        let batch =
-            &data.batches[((u64::from(me) + step * p) % data.batches.len() as u64) as usize];
+        let first = (step * p + u64::from(me)) * share;
+        let batch = data.read(&plan, first..first + share)?;
         let loss = model
-            .gradient(&params, batch, &mut accumulator)
+            .gradient(&params, &batch, &mut accumulator)
             .map_err(|source| RuntimeError::Model {
                 location: format!("simulated worker {me}, step {step}"),
                 source,
@@ -490,7 +524,9 @@ fn summarise(
         + writes_per_step / 1000.0 * prices.object_write_usd_per_1000
         + reads_per_step / 1000.0 * prices.object_read_usd_per_1000
         + (services_per_hour + prices.services_usd_per_hour) * step_s / 3600.0;
-    let steps_per_epoch = data.batches() as f64 / p;
+    let steps_per_epoch =
+        data.plan(case.workers)
+            .steps_per_epoch(data.batches() as u32, case.workers as usize) as f64;
     CloudReport {
         step_ms,
         compute_ms: per_worker_step(&|r| r.compute_ms),

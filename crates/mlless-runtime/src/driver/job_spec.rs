@@ -6,8 +6,9 @@ use super::models::{DEFAULT_TOLERANCE, DataSample, Defaults, model_spec};
 use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
-use mlless_job::ModelChoice;
+use mlless_job::batch_plan::DEFAULT_GLOBAL_BATCHES;
 use mlless_job::config::TrainingConfig;
+use mlless_job::{Algorithm, BatchPlan, ModelChoice};
 use mlless_job::{JobSpec, StopCriteria, ValidationConfig};
 
 /// The job spec of `options` on `dataset`, run on `platform` (the invoker's); for LR,
@@ -31,7 +32,9 @@ pub(super) fn job_spec(
         .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
-    if let Some(warning) = options.training.oversized_fleet(train_batches) {
+    let plan = batch_plan(options, manifest);
+    let workers = options.training.workers;
+    if let Some(warning) = plan.crowded_fleet_warning(workers, train_batches, manifest.batch_size) {
         tracing::warn!("{warning}");
     }
     let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
@@ -44,13 +47,11 @@ pub(super) fn job_spec(
         None => crate::job_id::new(),
     };
     let training = &options.training;
-    let lr = options.hyper.lr.unwrap_or_else(|| {
-        defaults.lr_for(
-            options.model,
-            u64::from(training.workers) * u64::from(manifest.batch_size),
-            rate,
-        )
-    });
+    let global_batch = plan.global_batch(workers as usize, manifest.batch_size);
+    let lr = options
+        .hyper
+        .lr
+        .unwrap_or_else(|| defaults.lr_for(options.model, global_batch.round() as u64, sample));
     if options.model == ModelChoice::LogisticRegression
         && matches!(
             defaults.optimizer,
@@ -70,6 +71,7 @@ pub(super) fn job_spec(
         // that their per-sample progress is GA's at P times the minibatch too.
         lr,
         train_batches,
+        batch_plan: Some(plan),
         platform: platform.to_owned(),
         validation,
         resumptions: Vec::new(),
@@ -92,6 +94,31 @@ pub(super) fn job_spec(
             ..training.clone()
         },
     })
+}
+
+/// How the fleet of `options` shares a step's global batch over `manifest`'s minibatches: the
+/// global batch asked for (or [`DEFAULT_GLOBAL_BATCHES`] minibatches) whatever the fleet, for
+/// every model and algorithm that steps on a global batch; whole minibatches, one a worker, for
+/// ADMM (each worker's fixed shard) and k-means (a Lloyd pass reads all of them).
+fn batch_plan(options: &TrainOptions, manifest: &mlless_data::Manifest) -> BatchPlan {
+    let workers = options.training.workers;
+    if options.model == ModelChoice::KMeans
+        || matches!(options.training.algorithm, Algorithm::Admm { .. })
+    {
+        return BatchPlan::whole(workers);
+    }
+    let global = options
+        .training
+        .global_batch
+        .unwrap_or(DEFAULT_GLOBAL_BATCHES * u64::from(manifest.batch_size));
+    let min_rows = manifest
+        .train
+        .batches
+        .iter()
+        .map(|b| b.samples)
+        .min()
+        .unwrap_or(manifest.batch_size);
+    BatchPlan::of(global, workers, manifest.batch_size, min_rows)
 }
 
 /// `location` with a relative local path made absolute against the current directory, so that

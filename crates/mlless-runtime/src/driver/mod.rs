@@ -7,9 +7,9 @@ mod job_spec;
 mod models;
 
 pub use models::{
-    DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_TOLERANCE, DataSample, Defaults, Hyperparameters,
-    IMBALANCE_MAX, LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, STABLE_STEP,
-    estimate_sample, imbalance_factor, initial_bias,
+    CURVATURE_ITERATIONS, DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_STEP_BOUND, DEFAULT_TOLERANCE,
+    DataSample, Defaults, Hyperparameters, IMBALANCE_MAX, LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2,
+    PMF_PRIOR, STABLE_STEP, estimate_sample, imbalance_factor, initial_bias,
 };
 
 use std::sync::Arc;

@@ -102,6 +102,12 @@ pub const LR_MAX_SCALE: f64 = 16.0;
 /// converged and 19.6 (2 workers) did not. Above it [`DataSample::unstable_rate_warning`] warns.
 pub const STABLE_STEP: f64 = 12.0;
 
+/// The step × curvature that sparse LR's default rate stays within
+/// ([`DataSample::stable_rate`]): half of [`STABLE_STEP`], the largest seen to converge, so that
+/// a curvature underestimated by the sample (it is measured on a few minibatches, at a model
+/// predicting the base rate) still leaves room.
+pub const DEFAULT_STEP_BOUND: f64 = STABLE_STEP / 2.0;
+
 /// The largest factor of [`imbalance_factor`].
 pub const IMBALANCE_MAX: f64 = 8.0;
 
@@ -126,20 +132,22 @@ pub fn initial_bias(positive_rate: f64) -> f32 {
 }
 
 impl Defaults {
-    /// The default learning rate for a step over `global_batch` samples (workers × minibatch)
-    /// on data with `positive_rate` positives. For sparse LR with momentum, Nesterov or SGD:
-    /// `lr` × `global_batch / LR_REFERENCE_BATCH` × [`imbalance_factor`]`(positive_rate)`, at
-    /// most [`LR_MAX_SCALE`] × `lr`; other models and Adam (whose steps do not grow with the
-    /// gradient): `lr` as it is.
-    pub fn lr_for(&self, model: ModelChoice, global_batch: u64, positive_rate: f64) -> f32 {
+    /// The default learning rate for a step over `global_batch` samples (the job's
+    /// [`mlless_job::BatchPlan`]) on data like `sample`. For sparse LR with momentum, Nesterov
+    /// or SGD: `lr` × `global_batch / LR_REFERENCE_BATCH` ×
+    /// [`imbalance_factor`]`(positive_rate)`, at most [`LR_MAX_SCALE`] × `lr` and at most the
+    /// sample's [`DataSample::stable_rate`] (linear scaling bounded by the loss's curvature);
+    /// other models and Adam (whose steps do not grow with the gradient): `lr` as it is.
+    pub fn lr_for(&self, model: ModelChoice, global_batch: u64, sample: DataSample) -> f32 {
         match (model, self.optimizer) {
             (
                 ModelChoice::LogisticRegression,
                 OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd,
             ) => {
                 let scale = (global_batch.max(1) as f64 / LR_REFERENCE_BATCH as f64)
-                    * imbalance_factor(positive_rate);
-                (f64::from(self.lr) * scale.min(LR_MAX_SCALE)) as f32
+                    * imbalance_factor(sample.positive_rate);
+                let scaled = f64::from(self.lr) * scale.min(LR_MAX_SCALE);
+                scaled.min(sample.stable_rate().unwrap_or(f64::INFINITY)) as f32
             }
             _ => self.lr,
         }
@@ -224,7 +232,7 @@ impl Defaults {
 const RATE_SAMPLE_BATCHES: usize = 8;
 
 /// Power iterations of [`estimate_sample`]'s curvature.
-const CURVATURE_ITERATIONS: usize = 30;
+pub const CURVATURE_ITERATIONS: usize = 30;
 
 /// What sparse LR's defaults need to know of the training data, estimated on a sample.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -243,6 +251,13 @@ impl DataSample {
     pub fn log_loss_curvature(&self) -> f64 {
         let r = self.positive_rate.clamp(1e-6, 1.0 - 1e-6);
         r * (1.0 - r) * self.curvature
+    }
+
+    /// The largest default rate for data like this: [`DEFAULT_STEP_BOUND`] over
+    /// [`DataSample::log_loss_curvature`]; `None` where the curvature is unknown (0).
+    pub fn stable_rate(&self) -> Option<f64> {
+        let curvature = self.log_loss_curvature();
+        (curvature > 0.0).then(|| DEFAULT_STEP_BOUND / curvature)
     }
 
     /// What to say when a rate of `lr` is likely to diverge on data like this (its step times
@@ -459,7 +474,12 @@ mod tests {
     fn sparse_lr_default_rate_is_per_sample_and_grows_with_imbalance() {
         let momentum = Defaults::for_model(ModelChoice::LogisticRegression, None);
         assert_eq!(momentum.optimizer, OptimizerKind::Momentum);
-        let lr = |batch, rate| momentum.lr_for(ModelChoice::LogisticRegression, batch, rate);
+        let sample = |positive_rate| DataSample {
+            positive_rate,
+            curvature: 0.0,
+        };
+        let lr =
+            |batch, rate| momentum.lr_for(ModelChoice::LogisticRegression, batch, sample(rate));
         assert_eq!(lr(1000, 0.5), 0.5);
         assert_eq!(lr(4000, 0.5), 2.0);
         assert_eq!(lr(250, 0.5), 0.125);
@@ -474,20 +494,39 @@ mod tests {
         assert_eq!(lr(64_000, 0.5), 8.0);
         assert_eq!(lr(4000, 0.03), 8.0);
         let sgd = Defaults::for_model(ModelChoice::LogisticRegression, Some(OptimizerKind::Sgd));
-        assert_eq!(sgd.lr_for(ModelChoice::LogisticRegression, 2000, 0.5), 6.0);
+        assert_eq!(
+            sgd.lr_for(ModelChoice::LogisticRegression, 2000, sample(0.5)),
+            6.0
+        );
+        // Bounded by the curvature: counts with a top second moment of 104 (log-loss curvature
+        // 0.26 × 0.74 × 104 = 20) take at most 6 / 20.
+        let counts = DataSample {
+            positive_rate: 0.26,
+            curvature: 104.0,
+        };
+        let bound = DEFAULT_STEP_BOUND / counts.log_loss_curvature();
+        assert!((f64::from(lr_at(&momentum, 4000, counts)) - bound).abs() < 1e-6);
+        assert_eq!(counts.unstable_rate_warning(bound as f32), None);
+        // One-hot features (curvature about 5) keep the scaled rate.
+        let one_hot = DataSample {
+            positive_rate: 0.5,
+            curvature: 5.0,
+        };
+        assert_eq!(lr_at(&momentum, 4000, one_hot), 2.0);
         // Adam and the other models keep their rate.
         let adam = Defaults::for_model(ModelChoice::LogisticRegression, Some(OptimizerKind::Adam));
-        assert_eq!(
-            adam.lr_for(ModelChoice::LogisticRegression, 8000, 0.03),
-            0.003
-        );
+        assert_eq!(lr_at(&adam, 8000, sample(0.03)), 0.003);
         let pmf = Defaults::for_model(ModelChoice::MatrixFactorization, None);
         assert_eq!(
-            pmf.lr_for(ModelChoice::MatrixFactorization, 8000, 0.5),
+            pmf.lr_for(ModelChoice::MatrixFactorization, 8000, sample(0.5)),
             0.03
         );
         let svm = Defaults::for_model(ModelChoice::Svm, None);
-        assert_eq!(svm.lr_for(ModelChoice::Svm, 8000, 0.03), 0.2);
+        assert_eq!(svm.lr_for(ModelChoice::Svm, 8000, sample(0.03)), 0.2);
+    }
+
+    fn lr_at(defaults: &Defaults, batch: u64, sample: DataSample) -> f32 {
+        defaults.lr_for(ModelChoice::LogisticRegression, batch, sample)
     }
 
     #[test]

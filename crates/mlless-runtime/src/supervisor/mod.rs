@@ -189,7 +189,7 @@ pub mod fuzzing {
             },
             diverged: None,
             active: vec![0, 1, 2],
-            fleet: Fleet::new(3),
+            fleet: Fleet::new(3, mlless_job::BatchPlan::whole(3)),
             scale_in: Some(ScaleIn::new(TunerConfig::default(), 3, false).expect("a valid tuner")),
             retained_from: 0,
             replacements: BTreeMap::new(),
@@ -232,7 +232,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             // tuner removes workers: each one's last statistics say so, and it is not waited
             // for after that.
             active: ctx.workers(),
-            fleet: Fleet::new(spec.training.workers),
+            fleet: Fleet::new(spec.training.workers, spec.plan()),
             scale_in: match &spec.training.scale_in {
                 Some(config) => Some(ScaleIn::new(
                     config.clone(),
@@ -257,7 +257,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
     let mut last_progress: Option<Instant> = None;
     let mut step_times = StepTimes::default();
     let manifest = ctx.dataset.manifest();
-    let train_batches = f64::from(spec.train_batches);
+    let per_epoch = spec.positions_per_epoch() as f64;
 
     loop {
         let step_started = Instant::now();
@@ -289,7 +289,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         // A Lloyd iteration of k-means reads the whole data set.
         let epoch = match spec.model {
             mlless_core::ModelSpec::KMeans { .. } => (step + 1) as f64,
-            _ => state.fleet.positions_done(step) as f64 / train_batches,
+            _ => state.fleet.positions_done(step) as f64 / per_epoch,
         };
         let now = elapsed(&state);
         state.steps.push(StepRecord {
@@ -659,8 +659,11 @@ async fn collect_stats(
                 // replays from its checkpoint and publishes again.
                 let mut silent = Vec::new();
                 for &worker in &missing {
-                    let (topic, id) =
-                        first_message(spec.training.pattern, worker, spec.training.workers)?;
+                    let (topic, id) = first_message(
+                        spec.training.exchange_pattern(),
+                        worker,
+                        spec.training.workers,
+                    )?;
                     if ctx.channel.poll(topic, step, &[id]).await?[0].is_none() {
                         silent.push(worker);
                     }

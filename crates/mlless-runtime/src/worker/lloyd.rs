@@ -42,9 +42,9 @@ impl Worker {
             let mut sums = LloydSums::new(k, features);
             for s in 0..shard {
                 let read_started = Instant::now();
-                let pos = self.reader.shard_position(self.me, p, s);
-                let next = (s + 1 < shard).then(|| self.reader.shard_position(self.me, p, s + 1));
-                let (_, batch) = self.reader.next(pos, next).await?;
+                let positions = self.reader.shard_positions(self.me, p, s);
+                let next = (s + 1 < shard).then(|| self.reader.shard_positions(self.me, p, s + 1));
+                let (_, batch) = self.reader.next(positions, next).await?;
                 let compute_started = Instant::now();
                 read += compute_started - read_started;
                 sums.add_batch(&self.params, &batch)

@@ -241,7 +241,7 @@ impl Worker {
             .filter(|f| !f.is_identity())
             .map(|f| UpdateFilter::new(params.len(), f));
         let reader = BatchReader::new(&ctx);
-        let fleet = Fleet::new(spec.training.workers);
+        let fleet = Fleet::new(spec.training.workers, spec.plan());
         let workers = ctx.workers();
         let exchange_channel = ctx.channel.clone();
         let me = workers.iter().position(|&w| w == id).unwrap_or(0);
@@ -355,7 +355,8 @@ impl Worker {
     fn discard_in_background(&mut self, step: u64) {
         let channel = self.exchange_channel.clone();
         let training = &self.ctx.spec.training;
-        let (pattern, job_workers, worker) = (training.pattern, training.workers, self.id);
+        let (pattern, job_workers, worker) =
+            (training.exchange_pattern(), training.workers, self.id);
         self.discarding = Some(tokio::spawn(async move {
             discard_published(&*channel, pattern, worker, job_workers, step).await
         }));
@@ -384,27 +385,27 @@ impl Worker {
     async fn compute(&mut self, step: u64) -> Result<(Computed, SparseVector)> {
         let started = Instant::now();
         let started_unix_ms = now_unix_ms_f64();
-        let (pos, next) = match self.rounds {
-            // ADMM: each worker passes over its own shard of epoch 0's order again and again.
-            RoundState::Admm { .. } => (
-                self.reader
-                    .shard_position(self.me, self.workers.len(), step),
-                Some(
+        let (positions, next) = match self.rounds {
+            // ADMM: each worker passes over its own shard of epoch 0's order again and again,
+            // a whole minibatch a step.
+            RoundState::Admm { .. } => {
+                let shard = |step| {
                     self.reader
-                        .shard_position(self.me, self.workers.len(), step + 1),
-                ),
-            ),
+                        .shard_positions(self.me, self.workers.len(), step)
+                };
+                (shard(step), Some(shard(step + 1)))
+            }
             _ => {
-                let pos = self.fleet.position(self.id, step).ok_or_else(|| {
+                let positions = self.fleet.positions(self.id, step).ok_or_else(|| {
                     RuntimeError::FunctionFailed(format!(
                         "worker {} is not active at step {step}",
                         self.id
                     ))
                 })?;
-                (pos, self.fleet.position(self.id, step + 1))
+                (positions, self.fleet.positions(self.id, step + 1))
             }
         };
-        let (epoch, batch) = self.reader.next(pos, next).await?;
+        let (epoch, batch) = self.reader.next(positions, next).await?;
         let read_ms = ms(started.elapsed());
         let compute_started = Instant::now();
         let loss = self
@@ -490,7 +491,7 @@ impl Worker {
             channel: &*self.exchange_channel,
             job_workers: self.ctx.spec.training.workers,
             timeout: self.ctx.spec.collect_timeout(),
-            pattern: self.ctx.spec.training.pattern,
+            pattern: self.ctx.spec.training.exchange_pattern(),
             worker: self.id,
             workers,
             dim,
@@ -597,11 +598,11 @@ impl Worker {
         if last || !leads {
             return Ok(false);
         }
-        let batches = self.ctx.spec.train_batches;
+        let per_epoch = self.ctx.spec.positions_per_epoch();
         // A Lloyd iteration of k-means reads the whole data set.
         let lloyd = matches!(Protocol::of(&self.ctx.spec), Protocol::Lloyd { .. });
         let positions = if lloyd {
-            (step * u64::from(batches), (step + 1) * u64::from(batches))
+            (step * per_epoch, (step + 1) * per_epoch)
         } else {
             let before = step
                 .checked_sub(1)
@@ -610,7 +611,7 @@ impl Worker {
         };
         if !validation
             .every
-            .is_due(step, positions, batches, self.last_snapshot.elapsed())
+            .is_due(step, positions, per_epoch, self.last_snapshot.elapsed())
         {
             return Ok(false);
         }
@@ -671,7 +672,7 @@ impl Worker {
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;
         }
-        if self.fleet.position(self.id, step + 1).is_none() {
+        if self.fleet.positions(self.id, step + 1).is_none() {
             return Ok(());
         }
         // The last step's updates stay: a slower peer may still be collecting them. The driver

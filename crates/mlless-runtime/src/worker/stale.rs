@@ -30,7 +30,7 @@ impl Worker {
     /// for those more than the slack behind. Returns the last step.
     pub(super) async fn run_stale(&mut self) -> Result<End> {
         let spec = self.ctx.spec.clone();
-        let positions = u64::from(spec.training.stop.max_epochs) * u64::from(spec.train_batches);
+        let positions = u64::from(spec.training.stop.max_epochs) * spec.positions_per_epoch();
         let slack = spec.training.sync.slack();
         let peers = self.workers.len();
         let StaleState {

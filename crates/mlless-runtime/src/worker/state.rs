@@ -92,7 +92,7 @@ pub mod fuzzing {
             params: vec![0.5; params],
             optimizer: optimizer.state(),
             filter: Some(filter),
-            fleet: Fleet::new(3),
+            fleet: Fleet::new(3, mlless_job::BatchPlan::whole(3)),
             removals: 0,
             requested: Some(Removal { seq: 1, worker: 2 }),
             stop_seen: false,

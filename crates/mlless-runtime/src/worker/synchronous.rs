@@ -19,11 +19,11 @@ impl Worker {
     /// [`Algorithm::round_steps`] steps and after the last one.
     pub(super) async fn run_synchronous(&mut self) -> Result<End> {
         let spec = self.ctx.spec.clone();
-        let positions = u64::from(spec.training.stop.max_epochs) * u64::from(spec.train_batches);
-        let round = spec
-            .training
-            .algorithm
-            .round_steps(spec.train_batches, spec.training.workers);
+        let positions = u64::from(spec.training.stop.max_epochs) * spec.positions_per_epoch();
+        let round = spec.training.algorithm.round_steps(
+            spec.plan()
+                .steps_per_epoch(spec.train_batches, spec.training.workers as usize),
+        );
         let mut step = self.next_step;
         loop {
             self.inject_faults(step);
