@@ -381,6 +381,26 @@ impl ObjectRequests {
     }
 }
 
+/// Where the object-store requests of a bill come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestBasis {
+    /// Counted where they were made (the functions' and the driver's store handles).
+    Counted,
+    /// Estimated from the steps by [`ObjectRequests::estimate`] (a lower bound), where no
+    /// count exists.
+    Estimated,
+}
+
+impl std::fmt::Display for RequestBasis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Counted => "counted",
+            Self::Estimated => "estimated",
+        })
+    }
+}
+
 impl std::ops::AddAssign for ObjectRequests {
     fn add_assign(&mut self, other: Self) {
         self.writes += other.writes;
