@@ -133,6 +133,7 @@ fn assert_one_bill(dir: &Path, data: &Path, name: &str, channel: Option<&str>) -
             "{name}: the bill so far grows to the bill: {live:?}"
         );
         assert_eq!(line["done"], false, "{name}: {line}");
+        assert_eq!(line["requests"], "counted", "{name}: {line}");
         previous = cost;
     }
 

@@ -141,9 +141,10 @@ pub struct LiveProgress {
     /// Seconds since the job started.
     pub elapsed_s: f64,
     /// The run's bill so far, as its record's bill counts it: the invocations (running ones up
-    /// to now), the channel's servers for the time elapsed and the object-store requests of the
-    /// steps so far. Once the run has ended ([`done`](Self::done)) it is the record's bill's
-    /// total, to the last bit.
+    /// to now), the channel's servers for the time elapsed and the object-store requests
+    /// counted so far (the workers' as of their latest statistics, the supervisor's as of its
+    /// latest progress, the driver's own). Once the run has ended ([`done`](Self::done)) it is
+    /// the record's bill's total, to the last bit.
     pub bill_usd: f64,
     /// Where the object-store requests in `bill_usd` come from.
     pub requests: RequestBasis,
@@ -463,9 +464,6 @@ async fn run_job(
     let mut replaced_through = 0u32;
     let channel_kind = mlless_job::record::channel_kind(spec.training.channel.as_deref());
     let bill_prices = prices.clone().for_channel(channel_kind);
-    // The object-store requests of the steps seen so far, and the last step counted.
-    let mut requests = ObjectRequests::default();
-    let mut counted: Option<u64> = None;
     let live =
         |progress: &Progress, bill_usd: f64, requests: RequestBasis, done: bool| LiveProgress {
             job_id: spec.job_id.clone(),
@@ -480,10 +478,19 @@ async fn run_job(
             done,
             validation: progress.validation.clone(),
         };
-    // The bill so far: the invocations, and the services and requests billed as the record's
-    // bill bills them.
-    let bill_so_far = |fleet: &Invocations, requests: ObjectRequests| {
+    // The bill so far: the invocations, the channel's servers for the time elapsed, and the
+    // object-store requests counted so far (the functions', as the supervisor's progress has
+    // them, and the driver's own), billed as the record's bill bills them.
+    let bill_so_far = |fleet: &Invocations, progress: &Progress| {
         let invocations = fleet.cost_so_far(prices, spec.training.limits.memory_mb);
+        let mut counted = progress.requests;
+        if let Some(driver) = run_store.request_counter() {
+            counted += driver.counts();
+        }
+        let requests = ObjectRequests {
+            writes: counted.writes(),
+            reads: counted.reads(),
+        };
         let others = bill_prices.bill(&[], started.elapsed().as_secs_f64(), requests);
         invocations + others.services_usd + others.storage_usd
     };
@@ -529,14 +536,6 @@ async fn run_job(
                             "the supervisor changed the fleet's size"
                         );
                     }
-                    // The bill counts each step's requests at the step's fleet size.
-                    let new_steps = counted.map_or(p.step + 1, |c| p.step.saturating_sub(c));
-                    if new_steps > 0 {
-                        let r = ObjectRequests::estimate(channel_kind, p.workers, new_steps);
-                        requests.writes += r.writes;
-                        requests.reads += r.reads;
-                        counted = Some(p.step);
-                    }
                     progress = p;
                 }
                 if failure.is_none()
@@ -554,8 +553,8 @@ async fn run_job(
                         }
                     }
                 }
-                let bill_usd = bill_so_far(&fleet, requests);
-                let control = observe(&live(&progress, bill_usd, RequestBasis::Estimated, false));
+                let bill_usd = bill_so_far(&fleet, &progress);
+                let control = observe(&live(&progress, bill_usd, RequestBasis::Counted, false));
                 let reason = match &control {
                     Control::Cancel => Some(mlless_job::record::CANCELLED),
                     Control::Stop(reason) => Some(reason.as_str()),
@@ -646,6 +645,7 @@ async fn run_job(
             loss: last.loss,
             workers: progress.workers,
             validation: progress.validation.clone(),
+            requests: progress.requests,
         };
     }
     // The run is over: what the observer asks now changes nothing.

@@ -650,6 +650,7 @@ impl Worker {
             last,
             removed,
             snapshot: traffic.snapshot,
+            requests: self.ctx.requests.counts(),
         };
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;
