@@ -266,7 +266,7 @@ fn render_dominant_part(record: &RunRecord) -> String {
         return String::new();
     };
     let mut out = format!(
-        "  {} are {:.0}% of the bill",
+        "  {} are {:.1}% of the bill",
         dominant.part,
         dominant.share * 100.0
     );
