@@ -266,9 +266,9 @@ fn render_dominant_part(record: &RunRecord) -> String {
         return String::new();
     };
     let mut out = format!(
-        "  {} are {:.1}% of the bill",
-        dominant.part,
-        dominant.share * 100.0
+        "  {:.1}% of the bill is {}",
+        dominant.share * 100.0,
+        dominant.part
     );
     if let Some((own, own_usd, other, other_usd)) = dominant.channels {
         let name = |kind| channel_name(kind, &options.prices);
