@@ -167,9 +167,11 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
         out,
         "\n* the run's fleet size (for a run with one worker count the model reproduces its \
          time and, within the few ms by which the functions' durations differ from the wall \
-         time, its cost at these prices as broken down above). FaaS costs include the \
-         channel's servers and the object-store requests (estimated: a minibatch GET per \
-         worker and step, and on the object-store channel the exchange's). VMs: one worker \
+         time and the requests the estimate leaves out, its cost at these prices as broken \
+         down above). FaaS costs include the channel's servers and the object-store requests \
+         (estimated: a minibatch GET per worker and step, and on the object-store channel the \
+         exchange's; a lower bound, without the polls of a collect, the checkpoints and the \
+         driver's). VMs: one worker \
          per machine, start-up {:.0} s, the machines only, billed per second with a 60 s \
          minimum.",
         m.vm_startup_s
@@ -177,31 +179,40 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
     out
 }
 
-/// What the run costs at `prices` as runs are billed (`mlless_report::bill_at`), broken down: the
-/// figure the starred row reproduces. Says so when the record's own bill, at the same prices,
-/// leaves out the channel's servers and object-store requests (records written before they
-/// were billed).
+/// What the run costs at `prices` as runs are billed ([`RunRecord::bill_at`]), broken down:
+/// at the run's own prices its record's bill, and the figure the starred row
+/// reproduces. Says whether the object-store requests were counted or estimated, and, when the
+/// record's own bill at the same prices differs (a record an older version billed), what it
+/// says.
 fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
-    let bill = mlless_report::bill_at(record, prices);
+    let bill = record.bill_at(prices);
     let mut out = format!(
         "the run at {} prices: ${:.6} = compute {:.6} ({:.1} GB-s) + requests {:.6} + channel \
-         servers {:.6} + object-store requests {:.6} (estimated)\n",
+         servers {:.6} + object-store requests {:.6} ({})\n",
         bill.platform,
         bill.total_usd,
         bill.compute_usd,
         bill.gb_seconds,
         bill.request_usd,
         bill.services_usd,
-        bill.storage_usd
+        bill.storage_usd,
+        record.billed_requests().1
     );
     if let Some(recorded) = &record.bill
         && recorded.platform == bill.platform
-        && recorded.services_usd + recorded.storage_usd == 0.0
-        && bill.services_usd + bill.storage_usd > 0.0
+        // More than the last digits a record's JSON may round.
+        && (recorded.total_usd - bill.total_usd).abs() > 1e-9 * bill.total_usd.abs()
     {
-        out.push_str(
-            "       (the record's bill leaves these servers and requests out: it was written \
-             before they were billed)\n",
+        let _ = writeln!(
+            out,
+            "       (the record's own bill says ${:.6}: billed by an older version of mlless, or \
+             at other prices of that name{})",
+            recorded.total_usd,
+            if recorded.services_usd + recorded.storage_usd == 0.0 {
+                ", without the channel's servers and the object-store requests"
+            } else {
+                ""
+            }
         );
     }
     out

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
+use mlless_cost::RequestBasis;
 use mlless_runtime::LiveProgress;
 use serde::Serialize;
 
@@ -153,9 +154,10 @@ impl Reporter {
 
 impl Lines {
     /// The line to write for `p`, if one is due: at every multiple of the period that
-    /// `p.elapsed_s` passed (one line however many multiples a slow poll skipped).
+    /// `p.elapsed_s` passed (one line however many multiples a slow poll skipped), and the
+    /// last one, with the run's bill, whenever it comes.
     fn due(&mut self, p: &LiveProgress) -> Option<String> {
-        if p.elapsed_s < self.next_at_s {
+        if p.elapsed_s < self.next_at_s && !p.done {
             return None;
         }
         self.next_at_s = ((p.elapsed_s / self.every_s).floor() + 1.0) * self.every_s;
@@ -167,7 +169,8 @@ impl Lines {
 }
 
 /// `p` as a line for people: step, epoch of the limit, loss, validation, workers, elapsed
-/// time and cost so far.
+/// time and the bill so far (the run's bill once it has ended; the object-store requests in it
+/// labelled where they are estimated).
 pub fn text_line(p: &LiveProgress) -> String {
     let loss = if p.loss.is_finite() {
         format!("{:.4}", p.loss)
@@ -180,9 +183,15 @@ pub fn text_line(p: &LiveProgress) -> String {
             v.metric, v.latest, v.best
         )
     });
+    let requests = match p.requests {
+        RequestBasis::Counted => "",
+        RequestBasis::Estimated => " (object-store requests estimated)",
+    };
+    let billed = if p.done { " billed" } else { "" };
     format!(
-        "step {} · epoch {:.2}/{} · loss {loss}{validation} · {} workers · {:.1} s · ${:.6}",
-        p.step, p.epoch, p.max_epochs, p.workers, p.elapsed_s, p.cost_usd
+        "step {} · epoch {:.2}/{} · loss {loss}{validation} · {} workers · {:.1} s · ${:.6}{billed}\
+         {requests}",
+        p.step, p.epoch, p.max_epochs, p.workers, p.elapsed_s, p.bill_usd
     )
 }
 
@@ -230,13 +239,16 @@ struct JsonFields<'a> {
     workers: u32,
     elapsed_s: f64,
     cost_usd: f64,
+    requests: RequestBasis,
+    done: bool,
     validation: Option<&'a mlless_runtime::messages::ValidationProgress>,
 }
 
 /// `p` as one JSON object: `{"timestamp", "level": "INFO", "fields": {"message": "progress",
-/// "job_id", "step", "epoch", "max_epochs", "loss", "workers", "elapsed_s", "cost_usd",
-/// "validation": {"metric", "latest", "best", "evaluations", "epoch"} or null}, "target":
-/// "mlless::progress"}`.
+/// "job_id", "step", "epoch", "max_epochs", "loss", "workers", "elapsed_s", "cost_usd" (the
+/// bill so far; once `done`, the run's bill), "requests" (`counted` or `estimated`: the
+/// object-store requests in it), "done", "validation": {"metric", "latest", "best",
+/// "evaluations", "epoch"} or null}, "target": "mlless::progress"}`.
 pub fn json_line(p: &LiveProgress) -> String {
     let line = JsonLine {
         timestamp: timestamp(),
@@ -250,7 +262,9 @@ pub fn json_line(p: &LiveProgress) -> String {
             loss: p.loss.is_finite().then_some(p.loss),
             workers: p.workers,
             elapsed_s: p.elapsed_s,
-            cost_usd: p.cost_usd,
+            cost_usd: p.bill_usd,
+            requests: p.requests,
+            done: p.done,
             validation: p.validation.as_ref(),
         },
         target: PROGRESS_TARGET,
@@ -272,8 +286,9 @@ mod tests {
             workers: 4,
             max_epochs: 10,
             elapsed_s,
-            cost_usd: 0.001,
             bill_usd: 0.002,
+            requests: RequestBasis::Estimated,
+            done: false,
             validation: None,
         }
     }
@@ -313,6 +328,16 @@ mod tests {
             .map(|&t| lines.due(&progress(t)).is_some())
             .collect();
         assert_eq!(due, [false, false, true, false, false, true, false, true]);
+        // The last progress, with the run's bill, is written whenever it comes.
+        let mut last = progress(8.5);
+        last.done = true;
+        let line = lines.due(&last).expect("the last line");
+        assert!(
+            line.ends_with("$0.002000 billed (object-store requests estimated)"),
+            "{line}"
+        );
+        last.requests = RequestBasis::Counted;
+        assert!(text_line(&last).ends_with("$0.002000 billed"));
     }
 
     #[test]
@@ -334,6 +359,9 @@ mod tests {
         assert_eq!(f["step"], 12);
         assert_eq!(f["loss"], serde_json::Value::Null);
         assert_eq!(f["workers"], 4);
+        assert_eq!(f["cost_usd"], 0.002);
+        assert_eq!(f["requests"], "estimated");
+        assert_eq!(f["done"], false);
         assert_eq!(f["validation"]["metric"], "logloss");
         assert_eq!(f["validation"]["best"], 0.3);
     }

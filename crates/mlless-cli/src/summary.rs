@@ -75,6 +75,9 @@ pub struct Summary {
     pub invocations: Option<u64>,
     /// The price table of the bill.
     pub platform: Option<String>,
+    /// Where the bill's object-store requests come from (`counted`, or `estimated` where the
+    /// run left no count; `None` without a bill).
+    pub requests: Option<mlless_cost::RequestBasis>,
     /// The test metrics (`test_logloss`, `test_rmse`, …, and `test_samples`).
     pub metrics: mlless_core::Metrics,
     /// The validation curve's summary, with a validation set.
@@ -133,6 +136,7 @@ impl Summary {
             cost_usd: record.bill.as_ref().map(|b| b.total_usd),
             invocations: record.bill.as_ref().map(|b| b.invocations),
             platform: record.bill.as_ref().map(|b| b.platform.clone()),
+            requests: record.bill.as_ref().map(|_| record.billed_requests().1),
             metrics: record.metrics.clone(),
             validation,
         }
@@ -242,16 +246,63 @@ pub fn render(record: &RunRecord) -> String {
     if let Some(bill) = &record.bill {
         let _ = writeln!(
             out,
-            "  {} invocations · billed {:.1} s · {:.3} GB-s · cost ${:.6} at {} prices",
+            "  {} invocations · billed {:.1} s · {:.3} GB-s · cost ${:.6} at {} prices \
+             (object-store requests {})",
             bill.invocations,
             bill.billed_ms as f64 / 1000.0,
             bill.gb_seconds,
             bill.total_usd,
-            bill.platform
+            bill.platform,
+            record.billed_requests().1
         );
+        out.push_str(&render_dominant_part(record));
     }
     let _ = writeln!(out, "  model: {}", record.model_url);
     out
+}
+
+/// The line of the summary that says which part dominates the bill, if one does, and what the
+/// cost model says the run costs on its channel and on the other kind
+/// ([`mlless_report::dominant_part`]).
+fn render_dominant_part(record: &RunRecord) -> String {
+    let options = mlless_report::ReportOptions::for_record(record);
+    let Some(dominant) = mlless_report::dominant_part(record, &options) else {
+        return String::new();
+    };
+    let mut out = format!(
+        "  {:.1}% of the bill is {}",
+        dominant.share * 100.0,
+        dominant.part
+    );
+    if let Some((own, own_usd, other, other_usd)) = dominant.channels {
+        let name = |kind| channel_name(kind, &options.prices);
+        out.push_str(&format!(
+            ": the cost model puts the same run at ${other_usd:.6} on {} against ${own_usd:.6} \
+             on {}",
+            name(other),
+            name(own)
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// A channel kind as the summary names it, with its servers' price.
+fn channel_name(kind: mlless_cost::ChannelKind, prices: &mlless_cost::PriceTable) -> String {
+    use mlless_cost::ChannelKind;
+    let per_hour = prices.channel_usd_per_hour(kind);
+    match kind {
+        ChannelKind::ObjectStore => "the object store (its requests billed)".to_string(),
+        ChannelKind::Redis { instances } | ChannelKind::Memcached { instances } => {
+            let server = if matches!(kind, ChannelKind::Redis { .. }) {
+                "Redis"
+            } else {
+                "Memcached"
+            };
+            let plural = if instances == 1 { "" } else { "s" };
+            format!("{server} ({instances} instance{plural}, ${per_hour:.2}/h)")
+        }
+    }
 }
 
 /// The validation lines of the summary: evaluations, latest and best, the model kept, and

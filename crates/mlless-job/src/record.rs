@@ -2,7 +2,9 @@
 //! JSON to the run's location (`record.json`) and, on request, to a local file.
 
 use mlless_core::Metrics;
-use mlless_cost::{Bill, ChannelKind, CostClock, PriceTable, Span};
+use mlless_cost::{
+    Bill, ChannelKind, CostClock, ObjectRequests, PriceTable, RequestBasis, Span, Usage,
+};
 use mlless_faas::InvocationReport;
 use mlless_store::ChannelScheme;
 use serde::{Deserialize, Serialize};
@@ -206,6 +208,48 @@ impl RunRecord {
             .map_or(0.0, |i| {
                 i.started_at_unix_ms.saturating_sub(self.started_at_unix_ms) as f64 / 1000.0
             })
+    }
+
+    /// The object-store requests the run is billed for, and where they come from: the counted
+    /// ones ([`requests`](Self::requests)), or, where the record has no count (all its
+    /// functions were killed, or an older version wrote it), [`ObjectRequests::estimate`] for
+    /// the workers of each step.
+    pub fn billed_requests(&self) -> (ObjectRequests, RequestBasis) {
+        if let Some(counted) = &self.requests {
+            let requests = ObjectRequests {
+                writes: counted.writes(),
+                reads: counted.reads(),
+            };
+            return (requests, RequestBasis::Counted);
+        }
+        let channel = channel_kind(self.spec.training.channel.as_deref());
+        let mut estimate = ObjectRequests::default();
+        for step in &self.steps {
+            let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
+            estimate += ObjectRequests::estimate(channel, workers, 1);
+        }
+        (estimate, RequestBasis::Estimated)
+    }
+
+    /// The run's bill at `prices`: its invocations' durations, its channel's servers for its
+    /// wall time ([`PriceTable::for_channel`]) and its [`billed_requests`](Self::billed_requests).
+    /// The one place a run is billed: the driver writes this as the record's
+    /// [`bill`](Self::bill), and `mlless cost` and the report bill a record at other prices
+    /// with it, so at the same prices every figure is the record's.
+    pub fn bill_at(&self, prices: &PriceTable) -> Bill {
+        let usages: Vec<Usage> = self
+            .invocations
+            .iter()
+            .map(|i| Usage {
+                duration_ms: i.duration_ms,
+                memory_mb: i.memory_mb,
+            })
+            .collect();
+        let channel = channel_kind(self.spec.training.channel.as_deref());
+        prices
+            .clone()
+            .for_channel(channel)
+            .bill(&usages, self.wall_s, self.billed_requests().0)
     }
 
     /// The run's billed cost over time at `prices` ([`CostClock`]), in seconds since the run

@@ -252,7 +252,7 @@ fn summary(out: &mut String, record: &RunRecord) {
             "billed cost",
             format!(
                 "{} at {} prices: {} invocations, {} s billed, {:.3} GB-s \
-                 (compute {}, requests {}, services {}, object store {})",
+                 (compute {}, requests {}, services {}, object store {}, its requests {})",
                 format_usd(bill.total_usd),
                 bill.platform,
                 bill.invocations,
@@ -262,6 +262,7 @@ fn summary(out: &mut String, record: &RunRecord) {
                 format_usd(bill.request_usd),
                 format_usd(bill.services_usd),
                 format_usd(bill.storage_usd),
+                record.billed_requests().1,
             ),
         )),
         None => rows.push(("billed cost", "not recorded".into())),

@@ -43,7 +43,10 @@ mod tune;
 
 pub use fleet::{InvocationKind, step_time_svg, timeline_svg};
 pub use html::{comparison, escape, html_page};
-pub use measure::{bill_at, cost_curve, default_cores, measurements, price_table_of};
+pub use measure::{
+    DOMINANT_SHARE, DominantPart, cost_curve, default_cores, dominant_part, measurements,
+    price_table_of,
+};
 pub use plots::{bytes_svg, cost_svg, loss_svg, run_color_hex, validation_svg};
 pub use runs::{Run, RunTable, TableRow, configuration, differences, label_runs};
 pub use scale_in::{DecisionMark, ScaleInSeries, scale_in_svg};

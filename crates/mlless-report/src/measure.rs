@@ -1,10 +1,12 @@
 //! What a run record measured: the inputs of the cost model and of the cost plot.
 
 use mlless_cost::{
-    Bill, DEFAULT_VM_STARTUP_S, ObjectRequests, PhaseMeasurement, PriceTable, RunMeasurements,
-    Usage, billed_duration_ms,
+    ChannelKind, DEFAULT_VM_STARTUP_S, PhaseMeasurement, PriceTable, RunMeasurements,
+    billed_duration_ms,
 };
 use mlless_job::RunRecord;
+
+use crate::ReportOptions;
 use mlless_job::record::{StepRecord, channel_kind};
 
 /// The CPUs the functions of `record` shared, as far as this machine can tell: when the
@@ -60,35 +62,58 @@ pub fn price_table_of(record: &RunRecord) -> PriceTable {
     table
 }
 
-/// What `record` costs at `prices`, billed as the driver bills a run: its invocations'
-/// durations, the servers of its channel for its wall time ([`PriceTable::for_channel`]) and the
-/// object-store requests [`ObjectRequests::estimate`] gives for the workers of each step (one
-/// minibatch GET per worker and step on every channel, the exchange's requests too on the object
-/// store).
-///
-/// This is what [`RunMeasurements::predict_faas`] at the run's own fleet size reproduces (for a
-/// run with one worker count), so the basis to compare it with. It is the record's own bill when
-/// that was written at these prices, except for records written before the channel's servers and
-/// the object-store requests were billed, whose bills have `services_usd` and `storage_usd` 0.
-pub fn bill_at(record: &RunRecord, prices: &PriceTable) -> Bill {
-    let usages: Vec<Usage> = record
-        .invocations
-        .iter()
-        .map(|i| Usage {
-            duration_ms: i.duration_ms,
-            memory_mb: i.memory_mb,
-        })
-        .collect();
-    let channel = channel_kind(record.spec.training.channel.as_deref());
-    let mut requests = ObjectRequests::default();
-    for step in &record.steps {
-        let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
-        requests += ObjectRequests::estimate(channel, workers, 1);
+/// The share of a bill above which one part is said to dominate it.
+pub const DOMINANT_SHARE: f64 = 0.5;
+
+/// The part of a run's bill that is most of it ([`DOMINANT_SHARE`] or more) and, where that
+/// part is the channel's (its servers, or the object-store requests), what the cost model says
+/// the same run costs on the other kind of channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DominantPart {
+    /// What it is: `compute`, `invocation fees`, `channel servers` or `object-store requests`.
+    pub part: &'static str,
+    /// Its share of the bill, 0 to 1.
+    pub share: f64,
+    /// The cost model's figure for the same run on the channel it ran on, and on the other kind
+    /// (Redis with one instance for the object store; the object store for Redis or
+    /// Memcached): `(run's channel, its cost, other channel, its cost)`. `None` when the part is
+    /// not the channel's.
+    pub channels: Option<(ChannelKind, f64, ChannelKind, f64)>,
+}
+
+/// The part that dominates the bill of `record` (its own, [`RunRecord::bill`]), if one does,
+/// with the cost model's ([`RunMeasurements::predict_faas`] at the run's fleet size, at
+/// `options`' prices) figures for the run's channel and the other kind.
+pub fn dominant_part(record: &RunRecord, options: &ReportOptions) -> Option<DominantPart> {
+    let bill = record.bill.as_ref()?;
+    let parts = [
+        ("compute", bill.compute_usd, false),
+        ("invocation fees", bill.request_usd, false),
+        ("channel servers", bill.services_usd, true),
+        ("object-store requests", bill.storage_usd, true),
+    ];
+    let (part, usd, of_channel) = parts.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let share = usd / bill.total_usd;
+    if !(bill.total_usd > 0.0 && share >= DOMINANT_SHARE) {
+        return None;
     }
-    prices
-        .clone()
-        .for_channel(channel)
-        .bill(&usages, record.wall_s, requests)
+    let channels = of_channel.then(|| {
+        let mut m = options.measurements(record);
+        let workers = record.spec.training.workers;
+        let own = m.channel;
+        let own_usd = m.predict_faas(workers, &options.prices).cost_usd;
+        m.channel = match own {
+            ChannelKind::ObjectStore => ChannelKind::Redis { instances: 1 },
+            ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => ChannelKind::ObjectStore,
+        };
+        let other_usd = m.predict_faas(workers, &options.prices).cost_usd;
+        (own, own_usd, m.channel, other_usd)
+    });
+    Some(DominantPart {
+        part,
+        share,
+        channels,
+    })
 }
 
 /// The billed cost so far at each time of the run: `(seconds since the run started, dollars)`,

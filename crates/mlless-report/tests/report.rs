@@ -8,8 +8,8 @@ use common::{STARTED, check_svg, record};
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
 use mlless_job::RunRecord;
 use mlless_report::{
-    ReportOptions, Run, RunTable, bill_at, comparison, cost_curve, label_runs, measurements,
-    price_table_of, render_report, render_report_with, render_runs,
+    ReportOptions, Run, RunTable, comparison, cost_curve, label_runs, measurements, price_table_of,
+    render_report, render_report_with, render_runs,
 };
 
 #[test]
@@ -337,7 +337,7 @@ fn the_prediction_at_the_runs_fleet_is_its_bill() {
     let redis = record.wall_s / 3600.0 * 0.17;
     let gets = 4.0 * 40.0 / 1000.0 * 0.0004;
     let by_hand = compute + requests + redis + gets;
-    let bill = bill_at(&record, &aws);
+    let bill = record.bill_at(&aws);
     assert_eq!((bill.invocations, bill.billed_ms), (5, billed_ms));
     assert!((bill.services_usd - redis).abs() < 1e-15, "{bill:?}");
     assert!((bill.storage_usd - gets).abs() < 1e-15, "{bill:?}");

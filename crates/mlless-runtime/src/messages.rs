@@ -121,6 +121,10 @@ pub struct StatsMessage {
     pub removed: bool,
     /// Whether the worker published its model of this step on [`EVAL`] for validation.
     pub snapshot: bool,
+    /// The object-store requests this invocation of the worker has counted so far (its
+    /// data, its checkpoints and, on the object-store channel, its exchange), for the live
+    /// bill; an invocation's count starts at 0.
+    pub requests: mlless_store::RequestCounts,
 }
 
 impl Message for StatsMessage {
@@ -186,6 +190,11 @@ pub struct Progress {
     /// without a validation set).
     #[serde(default)]
     pub validation: Option<ValidationProgress>,
+    /// The object-store requests the functions have counted so far, as far as the supervisor
+    /// knows them: the supervisor's own and each worker's latest (its statistics'), for the
+    /// driver's live bill.
+    #[serde(default)]
+    pub requests: mlless_store::RequestCounts,
 }
 
 /// The validation metric as the live line shows it.
@@ -289,6 +298,11 @@ mod tests {
             last: false,
             removed: false,
             snapshot: false,
+            requests: mlless_store::RequestCounts {
+                puts: 4,
+                gets: 9,
+                ..Default::default()
+            },
         };
         assert_every_flip_fails::<StatsMessage>(&stats.encode());
         let replica = ReplicaMessage {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use mlless_core::OptimizerKind;
-use mlless_cost::{ObjectRequests, PriceTable, Usage};
+use mlless_cost::{ObjectRequests, PriceTable, RequestBasis};
 use mlless_data::DatasetKind;
 use mlless_faas::Invoker;
 use mlless_store::requests::Request;
@@ -140,12 +140,17 @@ pub struct LiveProgress {
     pub max_epochs: u32,
     /// Seconds since the job started.
     pub elapsed_s: f64,
-    /// Billed cost of the invocations so far.
-    pub cost_usd: f64,
-    /// The run's bill so far, as its record's bill will count it: the invocations
-    /// (`cost_usd`), the always-on services for the time elapsed and the object-store
-    /// requests of the steps so far (estimated as the bill estimates them).
+    /// The run's bill so far, as its record's bill counts it: the invocations (running ones up
+    /// to now), the channel's servers for the time elapsed and the object-store requests
+    /// counted so far (the workers' as of their latest statistics, the supervisor's as of its
+    /// latest progress, the driver's own). Once the run has ended ([`done`](Self::done)) it is
+    /// the record's bill's total, to the last bit.
     pub bill_usd: f64,
+    /// Where the object-store requests in `bill_usd` come from.
+    pub requests: RequestBasis,
+    /// Whether the run has ended and `bill_usd` is its record's bill (the last progress a run
+    /// shows).
+    pub done: bool,
     /// The validation metric, latest and best (`None` before the first evaluation or
     /// without a validation set).
     pub validation: Option<crate::messages::ValidationProgress>,
@@ -459,25 +464,35 @@ async fn run_job(
     let mut replaced_through = 0u32;
     let channel_kind = mlless_job::record::channel_kind(spec.training.channel.as_deref());
     let bill_prices = prices.clone().for_channel(channel_kind);
-    // The object-store requests of the steps seen so far, and the last step counted.
-    let mut requests = ObjectRequests::default();
-    let mut counted: Option<u64> = None;
-    let mut show = |progress: &Progress, fleet: &Invocations, requests: ObjectRequests| {
-        let elapsed_s = started.elapsed().as_secs_f64();
-        let cost_usd = fleet.cost_so_far(prices, spec.training.limits.memory_mb);
-        let others = bill_prices.bill(&[], elapsed_s, requests);
-        observe(&LiveProgress {
+    let live =
+        |progress: &Progress, bill_usd: f64, requests: RequestBasis, done: bool| LiveProgress {
             job_id: spec.job_id.clone(),
             step: progress.step,
             epoch: progress.epoch,
             loss: progress.loss,
             workers: progress.workers,
             max_epochs: spec.training.stop.max_epochs,
-            elapsed_s,
-            cost_usd,
-            bill_usd: cost_usd + others.services_usd + others.storage_usd,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            bill_usd,
+            requests,
+            done,
             validation: progress.validation.clone(),
-        })
+        };
+    // The bill so far: the invocations, the channel's servers for the time elapsed, and the
+    // object-store requests counted so far (the functions', as the supervisor's progress has
+    // them, and the driver's own), billed as the record's bill bills them.
+    let bill_so_far = |fleet: &Invocations, progress: &Progress| {
+        let invocations = fleet.cost_so_far(prices, spec.training.limits.memory_mb);
+        let mut counted = progress.requests;
+        if let Some(driver) = run_store.request_counter() {
+            counted += driver.counts();
+        }
+        let requests = ObjectRequests {
+            writes: counted.writes(),
+            reads: counted.reads(),
+        };
+        let others = bill_prices.bill(&[], started.elapsed().as_secs_f64(), requests);
+        invocations + others.services_usd + others.storage_usd
     };
     progress.loss = f64::NAN;
     progress.workers = spec.training.workers;
@@ -521,14 +536,6 @@ async fn run_job(
                             "the supervisor changed the fleet's size"
                         );
                     }
-                    // The bill counts each step's requests at the step's fleet size.
-                    let new_steps = counted.map_or(p.step + 1, |c| p.step.saturating_sub(c));
-                    if new_steps > 0 {
-                        let r = ObjectRequests::estimate(channel_kind, p.workers, new_steps);
-                        requests.writes += r.writes;
-                        requests.reads += r.reads;
-                        counted = Some(p.step);
-                    }
                     progress = p;
                 }
                 if failure.is_none()
@@ -546,7 +553,8 @@ async fn run_job(
                         }
                     }
                 }
-                let control = show(&progress, &fleet, requests);
+                let bill_usd = bill_so_far(&fleet, &progress);
+                let control = observe(&live(&progress, bill_usd, RequestBasis::Counted, false));
                 let reason = match &control {
                     Control::Cancel => Some(mlless_job::record::CANCELLED),
                     Control::Stop(reason) => Some(reason.as_str()),
@@ -613,56 +621,40 @@ async fn run_job(
     record.wall_s = started.elapsed().as_secs_f64();
     let mut reports = std::mem::take(&mut fleet.reports);
     reports.sort_by(|a, b| a.name.cmp(&b.name));
-    let usages: Vec<Usage> = reports
-        .iter()
-        .map(|r| Usage {
-            duration_ms: r.duration_ms,
-            memory_mb: r.memory_mb,
-        })
-        .collect();
-    // The channel's servers are billed for the wall time; the object-store requests are
-    // those the functions counted and left, with the driver's own (this record's PUT
-    // included). Where no function left its count (all killed), they are estimated from the
-    // steps each fleet size ran (a lower bound: see ObjectRequests::estimate).
-    let channel = mlless_job::record::channel_kind(record.spec.training.channel.as_deref());
+    record.invocations = reports;
+    // The object-store requests are those the functions counted and left, with the driver's
+    // own (this record's PUT included). Where no function left its count (all killed), the
+    // record has none and its bill estimates them from the steps (`RunRecord::billed_requests`).
     let by_functions = crate::requests::left_by_functions(run_store).await?;
-    let requests = if by_functions == RequestCounts::default() {
-        let mut estimate = ObjectRequests::default();
-        for step in &record.steps {
-            estimate += ObjectRequests::estimate(channel, step.workers.len() as u32, 1);
-        }
-        estimate
-    } else {
+    if by_functions != RequestCounts::default() {
         let mut counted = by_functions;
         if let Some(driver) = run_store.request_counter() {
             driver.add(Request::Put, 1);
             counted += driver.counts();
         }
         record.requests = Some(counted);
-        ObjectRequests {
-            writes: counted.writes(),
-            reads: counted.reads(),
-        }
-    };
-    record.bill = Some(
-        prices
-            .clone()
-            .for_channel(channel)
-            .bill(&usages, record.wall_s, requests),
-    );
-    record.invocations = reports;
+    }
+    let bill = record.bill_at(prices);
+    let total_usd = bill.total_usd;
+    record.bill = Some(bill);
     record.price_validation(prices);
     if let Some(last) = record.steps.last() {
-        let p = Progress {
+        progress = Progress {
             step: last.step,
             epoch: last.epoch,
             loss: last.loss,
-            workers: spec.training.workers,
+            workers: progress.workers,
             validation: progress.validation.clone(),
+            requests: progress.requests,
         };
-        // The run is over: what the observer asks now changes nothing.
-        let _ = show(&p, &fleet, requests);
     }
+    // The run is over: what the observer asks now changes nothing.
+    let _ = observe(&live(
+        &progress,
+        total_usd,
+        record.billed_requests().1,
+        true,
+    ));
     let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{RECORD_KEY}", run_store.url()),
         source,

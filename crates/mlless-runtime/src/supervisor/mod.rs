@@ -10,6 +10,7 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 
 use mlless_core::{Batch, BatchLoss, TunerConfig, primary_metric};
+use mlless_store::RequestCounts;
 use tracing::info;
 
 use mlless_faas::clock::now_unix_ms_f64;
@@ -68,6 +69,38 @@ struct SupervisorState {
 
 impl Message for SupervisorState {
     const MAGIC: [u8; 4] = checkpoint::SUPERVISOR_MAGIC;
+}
+
+/// The object-store requests the workers have counted, from their statistics, for the live
+/// bill of [`Progress::requests`]: each worker's latest count, and the counts of its earlier
+/// invocations (a hand-off or a replacement starts counting at 0 again, so a count below the
+/// worker's latest is a new invocation's). Not checkpointed: a new supervisor invocation counts
+/// from the workers' current invocations on (the record counts every invocation's).
+#[derive(Debug, Default)]
+struct WorkerRequests {
+    /// Per worker: its earlier invocations' counts, and its current one's latest.
+    counts: BTreeMap<u32, (RequestCounts, RequestCounts)>,
+}
+
+impl WorkerRequests {
+    /// Takes the count of `worker`'s statistics.
+    fn observe(&mut self, worker: u32, count: RequestCounts) {
+        let (earlier, latest) = self.counts.entry(worker).or_default();
+        if count.total() < latest.total() {
+            *earlier += *latest;
+        }
+        *latest = count;
+    }
+
+    /// Every worker's requests so far.
+    fn total(&self) -> RequestCounts {
+        let mut total = RequestCounts::default();
+        for (earlier, latest) in self.counts.values() {
+            total += *earlier;
+            total += *latest;
+        }
+        total
+    }
 }
 
 /// A worker that still sends nothing after this many replacements fails the run.
@@ -255,6 +288,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         Duration::from_secs_f64(((now_unix_ms_f64() - state.started_unix_ms) / 1000.0).max(0.0))
     };
     let mut last_progress: Option<Instant> = None;
+    let mut worker_requests = WorkerRequests::default();
     let mut step_times = StepTimes::default();
     let manifest = ctx.dataset.manifest();
     let per_epoch = spec.positions_per_epoch() as f64;
@@ -281,6 +315,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         let mut total = BatchLoss::default();
         for s in &stats {
             total.merge(s.loss);
+            worker_requests.observe(s.worker, s.requests);
         }
         let loss = total.mean();
         for s in stats.iter().filter(|s| s.removed) {
@@ -361,6 +396,11 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
                 loss,
                 workers: state.fleet.workers(step + 1).len() as u32,
                 validation: state.validation.as_ref().and_then(Validation::progress),
+                requests: {
+                    let mut requests = worker_requests.total();
+                    requests += ctx.requests.counts();
+                    requests
+                },
             };
             ctx.channel
                 .put_key(PROGRESS_KEY, Bytes::from(json(&progress)?))
@@ -780,5 +820,29 @@ mod checkpoint_tests {
         let mut state = sample();
         state.active = vec![2, 1];
         assert!(state.check().is_err());
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_new_invocation_adds_to_its_earlier_counts() {
+        let count = |puts, gets| RequestCounts {
+            puts,
+            gets,
+            ..Default::default()
+        };
+        let mut tally = WorkerRequests::default();
+        tally.observe(0, count(2, 5));
+        tally.observe(1, count(2, 4));
+        tally.observe(0, count(4, 10));
+        assert_eq!(tally.total(), count(6, 14));
+        // Worker 0 is replaced: its new invocation counts from 0 again.
+        tally.observe(0, count(1, 2));
+        assert_eq!(tally.total(), count(7, 16));
+        tally.observe(0, count(3, 6));
+        assert_eq!(tally.total(), count(9, 20));
     }
 }

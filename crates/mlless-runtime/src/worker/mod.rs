@@ -651,6 +651,7 @@ impl Worker {
             last,
             removed,
             snapshot: traffic.snapshot,
+            requests: self.ctx.requests.counts(),
         };
         if let Some(previous) = self.pending_stats.take() {
             join(previous).await?;
