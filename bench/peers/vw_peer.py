@@ -50,23 +50,30 @@ def vw(args):
     vowpalwabbit.Workspace(f"{args} --quiet").finish()
 
 
+def pmf_line(user, item, rating):
+    """A rating as a VW example: the user and the item in namespaces u and i."""
+    return f"{rating:g} |u {user} |i {item}\n"
+
+
+def lr_line(label, row):
+    """A libsvm row as a VW example: the label -1 or +1, the features in namespace f."""
+    return f"{2 * label - 1} |f " + " ".join(f"{j}:{v:g}" for j, v in row) + "\n"
+
+
 def write_examples(job, prefix, out):
     """Writes OUT/train.vw and OUT/test.vw in VW's text format; returns the test labels
     (ratings, or 0/1)."""
     if job == "pmf":
         train, test, _, _ = common.load_ratings(prefix)
-        line = lambda u, i, r: f"{r:g} |u {u} |i {i}\n"
-        splits = {"train": zip(*[a.tolist() for a in train]), "test": zip(*[a.tolist() for a in test])}
+        line, train, test = pmf_line, [a.tolist() for a in train], [a.tolist() for a in test]
         truth = test[2]
     else:
-        train, test = common.read_libsvm(prefix)
-        line = lambda y, row: f"{2 * y - 1} |f " + " ".join(f"{j}:{v:g}" for j, v in row) + "\n"
-        splits = {"train": zip(*train), "test": zip(*test)}
-        truth = np.array(test[0])
-    for name, examples in splits.items():
+        line, (train, test) = lr_line, common.read_libsvm(prefix)
+        truth = test[0]
+    for name, columns in (("train", train), ("test", test)):
         with open(os.path.join(out, f"{name}.vw"), "w") as f:
-            f.writelines(line(*e) for e in examples)
-    return truth
+            f.writelines(line(*e) for e in zip(*columns))
+    return np.array(truth)
 
 
 def main():
