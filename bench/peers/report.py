@@ -97,7 +97,7 @@ def main():
             rows.append((name, peer["steps"], peer["step_ms"], peer["curve"], ""))
         base = reached(curve, key, target)["time_s"]
         print(f"\n{job}: target test {label} <= {target:.4f} (mlless's last evaluation "
-              f"{last:.4f} + {slack:.0%})")
+              f"{last:.4f} + {slack:.0%})\n")
         print("| system | a step is | steps | ms/step | epochs to target | s to target "
               "| / mlless | last test metrics | best test " + label + " (at s) |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
