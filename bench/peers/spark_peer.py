@@ -3,10 +3,11 @@
 PMF: `pyspark.ml.recommendation.ALS`, rank 10, on the training ratings less their mean (ALS
 has no mean and no biases: the mean is added back to its predictions, and a test user or item
 it never saw is predicted at the mean). Its regularisation is ALS-WR's, `regParam` times a
-row's count of ratings on that row's squared factors: with `regParam` = 0.025 that is mlless's
-per-example L2 (0.05 / 2 on the factors of each rating's user and item); mlless's count-aware
-prior (10 / n) and its biases have no counterpart. A step is one ALS iteration (a solve of
-every user's factors, then every item's): a pass over the data, not a minibatch.
+row's count of ratings on that row's squared factors; mlless's per-example L2 and count-aware
+prior come to 0.025 + 5 / n per rating on a row of n ratings, which `regParam` = 0.1 matches
+at the median rows (ALS_REG). mlless's biases have no counterpart. A step is one ALS
+iteration (a solve of every user's factors, then every item's): a pass over the data, not a
+minibatch.
 
 LR: `pyspark.ml.classification.LogisticRegression`, binomial, L2 `regParam` = mlless's 1e-4
 on every weight (mlless puts it on a row's features per example), `standardization=False` (the
@@ -22,10 +23,10 @@ evaluation off the clock. The step time is the marginal one: the least-squares s
 fit's time over its iterations, across those fits and one of 50 iterations (L-BFGS may stop
 sooner: its count). When the fixed cost of a fit dwarfs its iterations (LR here) that slope
 is within the noise of the fits, and may come out negative: the table says so. Spark's
-start-up (the JVM, about 8 s here) and one warm-up fit of 1 iteration are left out of the
+start-up (the JVM, 9-13 s here) and one warm-up fit of 1 iteration are left out of the
 times and reported apart (`startup_s`, `warmup_s`); loading and caching the data too.
 
-  python3 spark_peer.py --job pmf --data ratings.tsv --workers 4 --iterations 10
+  python3 spark_peer.py --job pmf --data ratings.tsv --workers 4 --iterations 15
   python3 spark_peer.py --job lr --data a9a.libsvm --workers 4 --iterations 15
 """
 
