@@ -11,6 +11,7 @@ import math
 import random
 import statistics
 import sys
+import time
 
 # mlless's defaults (crates/mlless-runtime/src/driver/models.rs): PMF with Adam at 0.03,
 # per-example L2 0.05 plus a count-aware prior 10 / n, 10 factors, factors drawn N(0, 0.1),
@@ -54,10 +55,9 @@ def load_ratings(prefix):
     return train, test, len(ids[0]), len(ids[1])
 
 
-def load_libsvm(prefix):
-    """(train, test): each a dense float32 matrix (n x features) and 0/1 float32 labels; the
-    lower of the two label values is 0, as `mlless prepare` maps them."""
-    import numpy as np
+def read_libsvm(prefix):
+    """(train, test): each a list of 0/1 labels and a list of rows, a row a list of (0-based
+    feature, value); the lower of the two label values is 0, as `mlless prepare` maps them."""
 
     def read(path):
         labels, rows = [], []
@@ -68,17 +68,59 @@ def load_libsvm(prefix):
         return labels, rows
 
     (y_train, r_train), (y_test, r_test) = read(prefix + ".train"), read(prefix + ".test")
-    features = 1 + max(j for rows in (r_train, r_test) for row in rows for j, _ in row)
     low = min(y_train + y_test)
+    return (([int(y != low) for y in y_train], r_train),
+            ([int(y != low) for y in y_test], r_test))
+
+
+def features(*splits):
+    """The number of features: one past the highest index in the splits' rows."""
+    return 1 + max(j for _, rows in splits for row in rows for j, _ in row)
+
+
+def load_libsvm(prefix):
+    """(train, test): each a dense float32 matrix (n x features) and 0/1 float32 labels."""
+    import numpy as np
+
+    train, test = read_libsvm(prefix)
+    width = features(train, test)
 
     def dense(labels, rows):
-        x = np.zeros((len(rows), features), dtype=np.float32)
+        x = np.zeros((len(rows), width), dtype=np.float32)
         for n, row in enumerate(rows):
             for j, v in row:
                 x[n, j] = v
-        return x, (np.array(labels) != low).astype(np.float32)
+        return x, np.array(labels, dtype=np.float32)
 
-    return dense(y_train, r_train), dense(y_test, r_test)
+    return dense(*train), dense(*test)
+
+
+def rmse(ratings, predictions):
+    """The test metrics of a ratings model: {"test_rmse"}."""
+    import numpy as np
+
+    err = np.asarray(predictions, dtype=np.float64) - np.asarray(ratings, dtype=np.float64)
+    return {"test_rmse": float(np.sqrt(np.mean(err * err)))}
+
+
+def classification(labels, probabilities):
+    """The test metrics of a binary classifier, as mlless reports them: log loss (the
+    probabilities clipped to [1e-15, 1 - 1e-15]), AUC (ties count a half) and accuracy at 0.5."""
+    import numpy as np
+
+    y = np.asarray(labels) > 0.5
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), 1e-15, 1 - 1e-15)
+    logloss = -np.mean(np.where(y, np.log(p), np.log1p(-p)))
+    # AUC from the rank sum of the positives, tied scores sharing their mean rank.
+    order = np.argsort(p, kind="mergesort")
+    _, first, counts = np.unique(p[order], return_index=True, return_counts=True)
+    ranks = np.empty(len(p))
+    ranks[order] = np.repeat(first + (counts + 1) / 2, counts)
+    positives, negatives = int(y.sum()), int((~y).sum())
+    auc = (float((ranks[y].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+           if positives and negatives else None)
+    return {"test_logloss": float(logloss), "test_auc": auc,
+            "test_accuracy": float(np.mean((p > 0.5) == y))}
 
 
 def minibatches(n, batch_size, seed):
@@ -117,13 +159,45 @@ def initial_bias(positive_rate):
     return math.log(r / (1 - r))
 
 
-def report(peer, job, step_ms, metrics, **extra):
-    """Prints the peer's result as one JSON line: the median step time over the workers and
-    steps (`step_ms`: one list per worker) without each worker's warm-up steps, the steps, and
-    the test metrics."""
+class Curve:
+    """The test metrics after each epoch (or iteration, or pass) against the training time
+    so far, the time spent evaluating left out: the curve from which the script reads each
+    system's time to the common target."""
+
+    def __init__(self):
+        self.points = []
+        self.started = time.perf_counter()
+        self.paused = 0.0
+
+    def elapsed(self):
+        """Training seconds since the start, evaluation left out."""
+        return time.perf_counter() - self.started - self.paused
+
+    def evaluate(self, epoch, evaluate):
+        """Adds the point of `epoch`: calls `evaluate()` (its metrics) off the clock."""
+        at = self.elapsed()
+        t0 = time.perf_counter()
+        self.add(epoch, at, evaluate())
+        self.paused += time.perf_counter() - t0
+
+    def add(self, epoch, time_s, metrics):
+        """Adds a point measured by the caller (a separate run of `epoch` iterations)."""
+        self.points.append({"epoch": epoch, "time_s": time_s, "metrics": metrics})
+
+
+def median_step(step_ms):
+    """The median step time over the workers (`step_ms`: one list per worker) and steps,
+    without each worker's first SKIP_STEPS warm-up steps."""
     timed = [ms for worker in step_ms for ms in worker[SKIP_STEPS:]]
-    out = {"peer": peer, "job": job, "step_ms": statistics.median(timed) if timed else None,
-           "steps": max(map(len, step_ms), default=0), "metrics": metrics}
+    return statistics.median(timed) if timed else None
+
+
+def report(peer, job, step_ms, steps, metrics, curve=None, **extra):
+    """Prints the peer's result as one JSON line: the time of a step in ms (None if it has
+    none), the steps, the test metrics at the end, and the curve (test metrics after each
+    epoch or iteration against the training seconds)."""
+    out = {"peer": peer, "job": job, "step_ms": step_ms, "steps": steps, "metrics": metrics,
+           "curve": curve.points if curve else []}
     out.update(extra)
     print(json.dumps(out))
     sys.stdout.flush()

@@ -4,8 +4,9 @@ P processes (torch.multiprocessing.spawn), one thread each; every rank reads the
 files mlless was prepared from and takes its own minibatches in mlless's order (worker r
 reads position t * P + r of the per-epoch permutations of fixed minibatches). A step is the
 minibatch gather, forward, backward (DDP all-reduces the gradients in it), and the optimiser
-step; it is timed with time.perf_counter on every rank. Rank 0 prints one JSON line: the median
-step time over ranks and steps without the first 3, the steps, and the test metrics.
+step; it is timed with time.perf_counter on every rank. Rank 0 evaluates the model on the test
+set after each epoch, off the clock, and prints one JSON line: the median step time over ranks
+and steps without the first 3, the steps, the test metrics, and their curve over the epochs.
 
   python3 ddp.py --job pmf --data ratings.tsv --batch 1000 --epochs 40
   python3 ddp.py --job lr --data a9a.libsvm --batch 256 --epochs 10
@@ -90,9 +91,8 @@ def pmf_job(prefix, rate=None):
         return ((pred - r_) ** 2).mean() + 0.5 * penalty.mean()
 
     def evaluate(net):
-        tu, ti, tr = (torch.from_numpy(a) for a in test)
-        pred, _ = net(tu, ti)
-        return {"test_rmse": float(((pred - tr) ** 2).mean().sqrt())}
+        pred, _ = net(*(torch.from_numpy(a) for a in test[:2]))
+        return common.rmse(test[2], pred.numpy())
 
     rate = rate or cfg["lr"]
     optimiser = torch.optim.Adam(model.parameters(), lr=rate)
@@ -117,11 +117,7 @@ def lr_job(prefix, global_batch, rate=None):
         return nn.functional.binary_cross_entropy_with_logits(z, y[idx]) + 0.5 * l2 * penalty
 
     def evaluate(net):
-        z = net(torch.from_numpy(xt))
-        target = torch.from_numpy(yt)
-        logloss = nn.functional.binary_cross_entropy_with_logits(z, target)
-        accuracy = ((z > 0).float() == target).float().mean()
-        return {"test_logloss": float(logloss), "test_accuracy": float(accuracy)}
+        return common.classification(yt, torch.sigmoid(net(torch.from_numpy(xt))).numpy())
 
     rate = rate or common.lr_rate(global_batch, positive)
     optimiser = torch.optim.SGD(model.parameters(), lr=rate, momentum=common.LR["momentum"])
@@ -129,7 +125,9 @@ def lr_job(prefix, global_batch, rate=None):
 
 
 def run(rank, args):
-    """One rank: build the job, train, gather the step times, rank 0 reports."""
+    """One rank: build the job, train, gather the step times, rank 0 reports. At the end of
+    each epoch (and of the last step) rank 0 evaluates the model off the clock while the
+    others wait at a barrier: its curve."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.workers)
     torch.manual_seed(args.seed)
@@ -142,8 +140,8 @@ def run(rank, args):
     batches = [torch.from_numpy(b) for b in common.minibatches(rows, args.batch, args.seed)]
     steps = common.schedule(len(batches), args.workers, args.epochs, args.seed)
     times = []
-    started = time.perf_counter()
-    for step in steps:
+    curve = common.Curve()
+    for t, step in enumerate(steps):
         epoch, b = step[rank]
         t0 = time.perf_counter()
         for group in optimiser.param_groups:
@@ -153,15 +151,19 @@ def run(rank, args):
         value.backward()
         optimiser.step()
         times.append((time.perf_counter() - t0) * 1000)
-    wall = time.perf_counter() - started
+        done = (t + 1) * args.workers  # minibatches read so far
+        if done // len(batches) > t * args.workers // len(batches) or t == len(steps) - 1:
+            if rank == 0:
+                with torch.no_grad():
+                    curve.evaluate(round(done / len(batches), 4), lambda: evaluate(model))
+            dist.barrier()
+    wall = curve.elapsed()
     gathered = [None] * args.workers
     dist.all_gather_object(gathered, times)
     if rank == 0:
-        with torch.no_grad():
-            metrics = evaluate(net)
-        common.report("ddp", args.job, gathered, metrics, lr=rate, wall_s=wall,
-                      workers=args.workers, batch=args.batch,
-                      torch=torch.__version__)
+        common.report("ddp", args.job, common.median_step(gathered), max(map(len, gathered)),
+                      curve.points[-1]["metrics"], curve, lr=rate, wall_s=wall,
+                      workers=args.workers, batch=args.batch, torch=torch.__version__)
     dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
 

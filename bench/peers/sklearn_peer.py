@@ -3,7 +3,8 @@
 LR: SGDClassifier(loss="log_loss", penalty="l2", alpha=mlless's L2) trained by partial_fit on
 minibatches of the global batch (workers x minibatch), in mlless's per-epoch shuffled order;
 a step is one partial_fit call, timed with time.perf_counter. It prints one JSON line like
-ddp.py: the median step time without the first 3 steps, the steps, the test metrics.
+ddp.py: the median step time without the first 3 steps, the steps, the test metrics, and
+their curve (evaluated after each epoch, off the clock).
 
 What differs from mlless: partial_fit runs plain SGD one sample at a time inside the
 minibatch, with scikit-learn's own "optimal" rate schedule (1 / (alpha (t + t0))) and no
@@ -23,7 +24,6 @@ import time
 
 import numpy as np
 from sklearn.linear_model import SGDClassifier
-from sklearn.metrics import accuracy_score, log_loss
 
 import common
 
@@ -39,7 +39,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.job == "pmf":
-        common.report("sklearn", "pmf", [], {}, skipped="scikit-learn has no minibatch "
+        common.report("sklearn", "pmf", None, 0, {}, skipped="scikit-learn has no minibatch "
                       "matrix factorisation of ratings with missing entries")
         return
     (x, y), (xt, yt) = common.load_libsvm(args.data)
@@ -49,17 +49,18 @@ def main():
                           random_state=args.seed)
     classes = np.array([0.0, 1.0])
     times = []
-    started = time.perf_counter()
-    for [(_, b)] in steps:
+    curve = common.Curve()
+    for t, [(_, b)] in enumerate(steps, 1):
         t0 = time.perf_counter()
         idx = batches[b]
         model.partial_fit(x[idx], y[idx], classes=classes)
         times.append((time.perf_counter() - t0) * 1000)
-    wall = time.perf_counter() - started
-    p = model.predict_proba(xt)[:, 1]
-    metrics = {"test_logloss": log_loss(yt, p, labels=classes),
-               "test_accuracy": accuracy_score(yt, p > 0.5)}
-    common.report("sklearn", "lr", [times], metrics, wall_s=wall, batch=args.batch * args.workers)
+        if t % len(batches) == 0:
+            curve.evaluate(t // len(batches),
+                           lambda: common.classification(yt, model.predict_proba(xt)[:, 1]))
+    common.report("sklearn", "lr", common.median_step([times]), len(times),
+                  curve.points[-1]["metrics"], curve, wall_s=curve.elapsed(),
+                  batch=args.batch * args.workers)
 
 
 if __name__ == "__main__":
