@@ -213,23 +213,28 @@ impl Interrupts {
     /// Checks Python's signals: the control they ask for (`Cancel` at the first interrupt,
     /// `Kill` from the second on).
     fn check(&self, what: &str) -> Control {
-        let seen = Python::attach(|py| py.check_signals().err());
-        if let Some(err) = seen {
-            let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
-            if n == 1 {
-                eprintln!(
-                    "\ncancelling: {what} (up to {} s; interrupt again to kill them now)",
-                    mlless_runtime::CANCEL_GRACE.as_secs()
-                );
-                if let Ok(mut first) = self.first.lock() {
-                    *first = Some(err);
-                }
-            }
+        if let Some(err) = Python::attach(|py| py.check_signals().err()) {
+            self.note(err, what);
         }
         match self.count.load(Ordering::SeqCst) {
             0 => Control::Continue,
             1 => Control::Cancel,
             _ => Control::Kill,
+        }
+    }
+
+    /// Counts `err`, an interrupt raised by Python code (a signal's handler), and says at the
+    /// first what it does: `what`.
+    fn note(&self, err: PyErr, what: &str) {
+        let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == 1 {
+            eprintln!(
+                "\ncancelling: {what} (up to {} s; interrupt again to kill them now)",
+                mlless_runtime::CANCEL_GRACE.as_secs()
+            );
+            if let Ok(mut first) = self.first.lock() {
+                *first = Some(err);
+            }
         }
     }
 
@@ -262,24 +267,28 @@ impl Progress {
         }
     }
 
-    /// Shows `line` through the Python callable (its failure is shown as Python shows an
-    /// unraisable error, and training goes on).
-    fn log(&self, line: String) {
-        if let Some(log) = &self.log {
-            Python::attach(|py| {
-                if let Err(e) = log.bind(py).call1((line,)) {
-                    e.write_unraisable(py, None);
-                }
-            });
-        }
+    /// Shows `line` through the Python callable. A `KeyboardInterrupt` it raised (a signal
+    /// handled while it ran) is returned, for [`Interrupts::note`]; any other failure is shown
+    /// as Python shows an unraisable error, and training goes on.
+    fn log(&self, line: String) -> Option<PyErr> {
+        let log = self.log.as_ref()?;
+        Python::attach(|py| match log.bind(py).call1((line,)) {
+            Ok(_) => None,
+            Err(e) if e.is_instance_of::<PyKeyboardInterrupt>(py) => Some(e),
+            Err(e) => {
+                e.write_unraisable(py, None);
+                None
+            }
+        })
     }
 
-    fn observe(&mut self, p: &LiveProgress) {
+    fn observe(&mut self, p: &LiveProgress) -> Option<PyErr> {
         self.reporter.observe(p);
         if self.log.is_some() && p.elapsed_s >= self.next_at_s {
             self.next_at_s = ((p.elapsed_s / self.every_s).floor() + 1.0) * self.every_s;
-            self.log(text_line(p));
+            return self.log(text_line(p));
         }
+        None
     }
 }
 
@@ -300,11 +309,14 @@ fn prepare(py: Python<'_>, argv: Vec<String>, log: Option<Py<PyAny>>) -> PyResul
     let result = py.detach(|| {
         let mut shown: Option<PrepareStage> = None;
         let mut observe = |stage: &PrepareStage| {
+            let what = "the preparation stops and what it wrote is removed";
             if !shown.as_ref().is_some_and(|s| s.same_stage(stage)) {
-                progress.log(format!("prepare: {stage}"));
+                if let Some(interrupt) = progress.log(format!("prepare: {stage}")) {
+                    interrupts.note(interrupt, what);
+                }
                 shown = Some(*stage);
             }
-            interrupts.check("the preparation stops and what it wrote is removed")
+            interrupts.check(what)
         };
         runtime.block_on(mlless_runtime::prepare::prepare_with(
             &options,
@@ -357,9 +369,12 @@ fn train(
     let interrupts = Interrupts::default();
     let mut progress = Progress::new(bar, args.quiet, log, args.progress_every, args.max_epochs);
     let result = py.detach(|| {
+        let what = "the workers stop after their current step";
         let mut observe = |p: &LiveProgress| {
-            progress.observe(p);
-            interrupts.check("the workers stop after their current step")
+            if let Some(interrupt) = progress.observe(p) {
+                interrupts.note(interrupt, what);
+            }
+            interrupts.check(what)
         };
         runtime.block_on(mlless_runtime::train(&options, invoker, &mut observe))
     });
