@@ -172,3 +172,17 @@ def test_ctrl_c_cancels_the_run_and_raises(store, tmp_path):
     record = json.loads((run / "record.json").read_text())
     assert record["stop_reason"] == "cancelled"
     assert record["epochs"] < 100000
+
+
+def test_a_validation_set_gives_the_validation_curve(store):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 8))
+    y = (X @ rng.normal(size=8) > 0).astype(int)
+    clf = SparseLogisticRegression(workers=2, batch_size=100, max_epochs=4,
+                                   validation_fraction=0.2, early_stop=3, store=store,
+                                   verbose=False).fit(X, y)
+    curve = clf.validation_curve_
+    assert len(curve) >= 2
+    assert all({"step", "epoch", "logloss", "accuracy"} <= set(point) for point in curve)
+    assert curve[-1]["logloss"] < curve[0]["logloss"]
+    assert clf.run_record_["validation"]["metric"] == "logloss"
