@@ -9,6 +9,7 @@ value is a ``ValueError`` with the CLI's message; a run that fails raises
 """
 
 import json
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -67,7 +68,12 @@ class _MllessEstimator(BaseEstimator):
             data_url, self._model_name, self._train_options(), store=self.store
         )
         self._set_run(record, run_path, _native.Model.load(run_path))
+        _save_labels(run_path, self._labels())
         return self
+
+    def _labels(self):
+        """What the run does not keep and :func:`load` restores: the original labels or ids."""
+        return {}
 
     def _set_run(self, record, run_path, model):
         self.run_record_ = record
@@ -177,6 +183,9 @@ class _Classifier(ClassifierMixin, _MllessEstimator):
             seed=self.seed,
         )
         return self._fit_data(data_url)
+
+    def _labels(self):
+        return {"classes": self.classes_.tolist()}
 
     def _set_fitted(self, model):
         tensors = self._tensors(model)
@@ -423,6 +432,9 @@ class MatrixFactorization(RegressorMixin, _MllessEstimator):
         )
         return self._fit_data(data_url)
 
+    def _labels(self):
+        return {"user_ids": list(self._user_ids), "item_ids": list(self._item_ids)}
+
     def _set_fitted(self, model):
         tensors = self._tensors(model)
         self.user_factors_ = tensors["user_factors"]
@@ -443,6 +455,52 @@ class MatrixFactorization(RegressorMixin, _MllessEstimator):
         codes_u = [self._user_index.get(u) for u in users]
         codes_i = [self._item_index.get(i) for i in items]
         return np.frombuffer(model.predict_ratings(codes_u, codes_i), dtype="<f8")
+
+
+# Beside a run's record: the original labels (classes_) or rating ids of the estimator that
+# trained it, which the data set holds only as classes 0..C-1 or integer codes.
+_LABELS_FILE = "estimator.json"
+
+
+def _local_dir(run_path):
+    """The directory of a run on this machine, or ``None`` (a run on S3)."""
+    run_path = str(run_path)
+    if run_path.startswith("file://"):
+        return run_path[len("file://"):]
+    return None if "://" in run_path else run_path
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def _save_labels(run_path, labels):
+    """Writes ``labels`` beside a local run when JSON keeps them as they are (strings,
+    numbers); other labels are left out, and :func:`load` gives the data set's."""
+    directory = _local_dir(run_path)
+    if not labels or directory is None:
+        return
+    plain = {key: [_plain(v) for v in values] for key, values in labels.items()}
+    try:
+        text = json.dumps(plain)
+    except (TypeError, ValueError):
+        return
+    if json.loads(text) != plain:
+        return
+    with open(os.path.join(directory, _LABELS_FILE), "w") as out:
+        out.write(text)
+
+
+def _read_labels(run_path):
+    """What :func:`_save_labels` wrote beside a run, or ``{}``."""
+    directory = _local_dir(run_path) if run_path else None
+    if directory is None:
+        return {}
+    try:
+        with open(os.path.join(directory, _LABELS_FILE)) as src:
+            return json.load(src)
+    except (OSError, ValueError):
+        return {}
 
 
 def _codes(values):
@@ -466,7 +524,9 @@ _ESTIMATORS = {
 def load(location):
     """A fitted estimator from a run (``run_path_``, ``{runs}/{job}``) or from a safetensors
     file of ``mlless export``: the estimator of its model, with its fitted attributes (and, from a
-    run, ``run_record_`` and ``run_path_``). Labels are the data set's (0/1 unless mapped)."""
+    run, ``run_record_`` and ``run_path_``). A local run trained by an estimator keeps its
+    labels (``classes_``; a factorisation's user and item ids) beside it, in ``estimator.json``;
+    otherwise they are the data set's (classes 0..C-1 unless mapped, the ids as written)."""
     model = _native.Model.load(str(location))
     cls = _ESTIMATORS[model.name]
     est = cls.__new__(cls)
@@ -489,10 +549,15 @@ def load(location):
     elif isinstance(est, KMeans):
         est.n_features_in_ = int(model.features)
         est.n_clusters = int(body.get("k", est.n_clusters)) if isinstance(body, dict) else est.n_clusters
-    est._set_run(record, run_path, model)
+    labels = _read_labels(run_path)
+    if isinstance(est, _Classifier) and "classes" in labels:
+        est.classes_ = np.array(labels["classes"])
     if isinstance(est, MatrixFactorization):
-        ids = model.ids() or ([], [])
-        est.user_ids_, est.item_ids_ = list(ids[0]), list(ids[1])
-        est._user_index = {u: u for u in ids[0]}
-        est._item_index = {i: i for i in ids[1]}
+        codes = model.ids() or ([], [])
+        users = labels.get("user_ids") or list(range(max(codes[0], default=-1) + 1))
+        items = labels.get("item_ids") or list(range(max(codes[1], default=-1) + 1))
+        est._user_ids, est._item_ids = users, items
+        est._user_index = {u: c for c, u in enumerate(users)}
+        est._item_index = {i: c for c, i in enumerate(items)}
+    est._set_run(record, run_path, model)
     return est

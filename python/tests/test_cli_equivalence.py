@@ -109,6 +109,8 @@ def test_load_round_trips_a_run_a_pickle_and_a_safetensors_file(sparse_lr, mlles
 
     again = mlless.load(clf.run_path_)
     np.testing.assert_array_equal(again.predict_proba(X_test), expected)
+    assert list(again.classes_) == ["ham", "spam"]
+    assert list(again.predict(X_test)) == list(clf.predict(X_test))
     assert json.dumps(again.run_record_) == json.dumps(clf.run_record_)
 
     unpickled = pickle.loads(pickle.dumps(clf))

@@ -66,6 +66,10 @@ def test_matrix_factorization_on_a_dataframe_with_string_ids(mlless_bin, tmp_pat
                 + float(mf.user_factors_[3] @ mf.item_factors_[5]))
     assert mf.predict(pd.DataFrame({"user": [u], "item": [i]}))[0] == pytest.approx(expected,
                                                                                   rel=1e-4)
+    # Loaded again, it knows the same ids.
+    again = mlless.load(mf.run_path_)
+    assert again.user_ids_ == mf.user_ids_ and again.item_ids_ == mf.item_ids_
+    np.testing.assert_array_equal(again.predict(test), mf.predict(test))
 
 
 def cli_error(mlless_bin, tmp_path, *flags):
