@@ -122,6 +122,35 @@ fn label_text(label: f64) -> String {
     }
 }
 
+/// Appends `n` in decimal.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Appends `v` as its shortest decimal that reads back as the same `f32` (what `{}` writes),
+/// integers below 2^24 without the formatter.
+fn push_f32(out: &mut Vec<u8>, v: f32) -> std::io::Result<()> {
+    if v.fract() == 0.0 && v.abs() < 16_777_216.0 && !(v == 0.0 && v.is_sign_negative()) {
+        if v < 0.0 {
+            out.push(b'-');
+        }
+        push_u64(out, v.abs() as u64);
+        Ok(())
+    } else {
+        write!(out, "{v}")
+    }
+}
+
 /// Writes rows (CSR: `indptr`, `indices` as little-endian `i64`, `data` as `f32`) with their
 /// `labels` (`f64`) as a LIBSVM file at `path` (1-based indices, values in their shortest
 /// decimal, which reads back as the same `f32`).
@@ -145,13 +174,19 @@ fn write_libsvm(
     }
     py.detach(|| -> std::io::Result<()> {
         let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
+        let mut line = Vec::with_capacity(1 << 12);
         for (r, &label) in labels.iter().enumerate() {
-            out.write_all(label_text(label).as_bytes())?;
+            line.clear();
+            line.extend_from_slice(label_text(label).as_bytes());
             let (indices, values) = csr.row(r);
-            for (i, v) in indices.iter().zip(values) {
-                write!(out, " {}:{v}", u64::from(*i) + 1)?;
+            for (&i, &v) in indices.iter().zip(values) {
+                line.push(b' ');
+                push_u64(&mut line, u64::from(i) + 1);
+                line.push(b':');
+                push_f32(&mut line, v)?;
             }
-            out.write_all(b"\n")?;
+            line.push(b'\n');
+            out.write_all(&line)?;
         }
         out.flush()
     })
