@@ -4,7 +4,11 @@ import os
 import pathlib
 import subprocess
 
-import pytest
+# scikit-learn's check_array_api_input (numpy namespace) runs only with SciPy's array API
+# support on, which must be set before SciPy is first imported; without it the check skips.
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
+
+import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
