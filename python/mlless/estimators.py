@@ -1,7 +1,8 @@
 """scikit-learn estimators that train on the mlless runtime.
 
-Each ``fit`` prepares the data as a data set (``mlless prepare``: every row trains, no test
-split) and runs ``mlless train`` with the estimator's parameters as its options, through local
+Each ``fit`` prepares the data as a data set (``mlless prepare``: every row trains and the
+run's test metrics are on the training rows, unless ``test_fraction`` splits a test set off) and
+runs ``mlless train`` with the estimator's parameters as its options, through local
 functions (or the ``invoker`` given). Parameters left at ``None`` take the CLI's defaults; a bad
 value is a ``ValueError`` with the CLI's message; a run that fails raises
 :class:`mlless.RunError`. ``options`` passes any other ``train`` option (``{"pattern":
@@ -107,7 +108,9 @@ class _MllessEstimator(BaseEstimator):
         }
 
     def _rows(self, X):
-        """Predictions of the rows of ``X`` (already validated): ``(values, width, extra)``."""
+        """The model's predictions of the rows of ``X`` (already validated): ``(values, extra)``,
+        ``values`` one per row (a row of logits for the MLP), ``extra`` k-means' squared
+        distances."""
         model = self._native_model()
         X = X.tocsr() if sp.issparse(X) else sp.csr_matrix(np.asarray(X, dtype=np.float32))
         features = model.features
