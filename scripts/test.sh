@@ -5,8 +5,9 @@
 # moto_server for S3 (from PyPI) — installing what is missing, `safetensors` and `numpy` (PyPI)
 # for the README's Python snippets, and `cargo-lambda` (PyPI) whose
 # Lambda emulator the Lambda tests start themselves — runs every test of the workspace
-# in release mode (the convergence tests train real models), and stops the servers whatever
-# happens. Extra arguments go to `cargo test`.
+# in release mode (the convergence tests train real models), then builds and installs the Python
+# package into a virtualenv and runs its pytest suite, and stops the servers whatever happens.
+# Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -106,8 +107,30 @@ fi
 export MLLESS_TEST_LAMBDA=1
 
 # Every package, unless the arguments name some (`-p NAME`): cargo takes --workspace over -p.
-scope=(--workspace)
+# The Python extension (mlless-python) has no Rust tests; maturin builds it below (with the
+# settings of an extension module, which a cargo build here would undo and redo each run).
+scope=(--workspace --exclude mlless-python)
+python_tests=1
 for arg in "$@"; do
-    case $arg in -p | -p* | --package | --package=*) scope=() ;; esac
+    case $arg in -p | -p* | --package | --package=*) scope=() python_tests=0 ;; esac
 done
+[ "${MLLESS_PYTHON_TESTS:-}" = 1 ] && python_tests=1
+[ "${MLLESS_PYTHON_TESTS:-}" = 0 ] && python_tests=0
 cargo test "${scope[@]}" --release "$@"
+
+# The Python package (python/), as the README installs it: `pip install ./python` into a
+# virtualenv kept in target/ (maturin, scikit-learn, pandas, scipy and pytest from PyPI), built
+# in the workspace's target directory beside the build above; then its pytest suite, which
+# compares the estimators with the `mlless` binary built above. Skipped when the arguments
+# name packages (MLLESS_PYTHON_TESTS=1 runs it anyway, =0 never).
+if [ "$python_tests" = 1 ]; then
+    venv=target/python-venv
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    if ! "$venv/bin/python" -c 'import maturin, sklearn, pandas, scipy, pytest' >/dev/null 2>&1; then
+        "$venv/bin/pip" install --quiet maturin scikit-learn pandas scipy pytest
+    fi
+    # --no-build-isolation: the maturin installed above builds, without a download each run.
+    PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install --quiet --no-build-isolation \
+        --force-reinstall --no-deps ./python
+    MLLESS_BIN="$PWD/target/release/mlless" "$venv/bin/pytest" -q python/tests
+fi

@@ -75,6 +75,7 @@ pub struct CostArgs {
     /// the run's].
     #[arg(long, value_delimiter = ',', value_name = "P[,P…]")]
     pub workers: Vec<u32>,
+    /// The options of the cost model.
     #[command(flatten)]
     pub model: ModelArgs,
 }

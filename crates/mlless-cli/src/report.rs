@@ -24,6 +24,7 @@ pub struct ReportArgs {
     /// Only print the summary; write no files.
     #[arg(long, conflicts_with = "out")]
     pub summary_only: bool,
+    /// The options of the cost model.
     #[command(flatten)]
     pub model: crate::cost::ModelArgs,
 }

@@ -546,9 +546,7 @@ mod tests {
 
     #[test]
     fn tune_takes_trains_options_under_its_names() {
-        use clap::CommandFactory;
-        let command = crate::Cli::command();
-        let tune = command.find_subcommand("tune").expect("tune");
+        let tune = <TuneArgs as clap::Args>::augment_args(clap::Command::new("tune"));
         let longs: Vec<&str> = tune.get_arguments().filter_map(|a| a.get_long()).collect();
         for flag in [
             "workers-per-trial",
