@@ -30,7 +30,8 @@ fn sparse_lr_reaches_the_true_models_log_loss_with_1_worker() {
 }
 
 /// With one worker the distributed runtime yields the model of a plain loop over the same
-/// minibatch order.
+/// minibatch order: the default global batch of 4 minibatches, so each step reads the next 4
+/// of the stream of epochs' shuffled orders, across an epoch's end (18 minibatches an epoch).
 #[test]
 fn one_worker_equals_a_plain_loop() {
     let dir = tempdir();
@@ -67,12 +68,15 @@ fn one_worker_equals_a_plain_loop() {
         let mut optimizer = mlless_core::build_optimizer(&job.optimizer, params.len());
         let mut acc = GradientAccumulator::new(params.len());
         for step in 0..record.steps.len() as u64 {
-            let epoch = step / m;
-            let index = batch_order(job.training.seed, epoch, m as u32)[(step % m) as usize];
-            let batch = dataset
-                .read_batch(Split::Train, index as usize)
-                .await
-                .unwrap();
+            let epoch = 4 * step / m;
+            let mut parts = Vec::new();
+            for pos in 4 * step..4 * step + 4 {
+                let order = batch_order(job.training.seed, pos / m, m as u32);
+                let index = order[(pos % m) as usize] as usize;
+                parts.push(dataset.read_batch(Split::Train, index).await.unwrap());
+            }
+            let pieces: Vec<_> = parts.iter().map(|b| (b, 0..b.samples())).collect();
+            let batch = mlless_core::Batch::concat(&pieces).unwrap();
             model.gradient(&params, &batch, &mut acc).unwrap();
             let delta = optimizer.step(
                 &params,
@@ -85,8 +89,8 @@ fn one_worker_equals_a_plain_loop() {
     });
     assert_eq!(
         record.steps.len() as u64,
-        3 * 18,
-        "3 epochs of 18 minibatches"
+        (3 * 18_u64).div_ceil(4),
+        "3 epochs of 18 minibatches, 4 a step"
     );
     assert_eq!(stored.len(), reference.len());
     let worst = stored
