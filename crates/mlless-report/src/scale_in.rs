@@ -33,7 +33,8 @@ pub struct DecisionMark {
     pub time_s: f64,
     /// The step.
     pub step: u64,
-    /// Whether it removed a worker.
+    /// Whether it removed a worker (a removal decided as the run ended took no effect, and
+    /// is not one).
     pub remove: bool,
     /// Its figures in one line (the tooltip).
     pub summary: String,
@@ -65,11 +66,16 @@ impl ScaleInSeries {
                     .collect(),
             ),
         };
+        let applied = took_effect(
+            record.scale_in.decisions.iter().map(|d| d.remove),
+            record.scale_in.removals.len(),
+        );
         let decisions = record
             .scale_in
             .decisions
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(i, d)| {
                 let mut summary = format!(
                     "step {}: {} → {} workers, s_Δ = {:.4}",
                     d.step, d.workers_before, d.workers_after, d.s_delta
@@ -81,10 +87,14 @@ impl ScaleInSeries {
                         c.efficiency, c.threshold, c.worker_cost_usd, c.worker_gain
                     );
                 }
+                let removed = applied[i];
+                if d.remove && !removed {
+                    summary.push_str(" (the run ended before the removal took effect)");
+                }
                 DecisionMark {
                     time_s: offset + d.now_s,
                     step: d.step,
-                    remove: d.remove,
+                    remove: removed,
                     summary,
                 }
             })
@@ -108,6 +118,21 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 30.0;
 const GAP: f64 = 30.0;
+
+/// Which of the decisions (`true`: decided to remove a worker) removed one, given the
+/// `removals` the run made: they took effect in the order they were decided, so a removal
+/// decided as the run ended, with none after it, took no effect.
+fn took_effect(decided: impl Iterator<Item = bool>, removals: usize) -> Vec<bool> {
+    let mut removing = 0;
+    decided
+        .map(|remove| {
+            remove && {
+                removing += 1;
+                removing <= removals
+            }
+        })
+        .collect()
+}
 
 /// The scale-in plot of `series` as a self-contained SVG document.
 pub fn scale_in_svg(series: &ScaleInSeries) -> String {
@@ -231,6 +256,20 @@ fn format_value(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_removal_decided_as_the_run_ended_took_no_effect() {
+        let decided = [false, true, false, true];
+        assert_eq!(
+            took_effect(decided.into_iter(), 2),
+            [false, true, false, true]
+        );
+        assert_eq!(
+            took_effect(decided.into_iter(), 1),
+            [false, true, false, false]
+        );
+        assert_eq!(took_effect(decided.into_iter(), 0), [false; 4]);
+    }
 
     #[test]
     fn scale_in_svg_marks_every_decision_on_three_panels() {
