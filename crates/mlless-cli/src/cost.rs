@@ -40,6 +40,10 @@ pub struct ModelArgs {
     /// platform) [default: this machine's CPUs if the run was local, else 0].
     #[arg(long)]
     pub cores: Option<u32>,
+    /// Predict the other fleet sizes on the measured machine (its CPUs shared by every
+    /// function) instead of on a FaaS platform, where every function has its own CPU share.
+    #[arg(long)]
+    pub same_machine: bool,
     /// Seconds VMs take to boot and start the job.
     #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S)]
     pub vm_startup_s: f64,
@@ -58,6 +62,7 @@ impl ModelArgs {
         if let Some(cores) = self.cores {
             options.cores = (cores > 0).then_some(cores);
         }
+        options.same_machine = self.same_machine;
         if !(self.vm_startup_s.is_finite() && self.vm_startup_s >= 0.0) {
             anyhow::bail!("--vm-startup-s must be a number of seconds, 0 or more");
         }

@@ -46,6 +46,7 @@
 //! ```
 
 pub mod batch;
+pub mod batch_plan;
 pub mod curve;
 pub mod filter;
 pub mod fit;
@@ -58,6 +59,7 @@ pub mod tuner;
 pub mod validation;
 
 pub use batch::{Batch, RatingBatch, RatingCounts, SparseBatch};
+pub use batch_plan::BatchPlan;
 pub use filter::{
     Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, SignificanceScale,
     UpdateFilter, WireDelta,

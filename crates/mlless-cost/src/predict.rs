@@ -3,18 +3,21 @@
 //! # The model
 //!
 //! A BSP step of a worker is read + compute + exchange (+ a little bookkeeping, "other"). A run
-//! of `E` epochs over `M` minibatches on `P` workers takes `ceil(E·M/P)` steps: every worker
-//! reads one minibatch per step, so the per-worker minibatch stays the same and the steps per
-//! epoch scale as `M/P`.
+//! holds its global batch ([`BatchPlan`]): `E` epochs over `M` minibatches cut into `S` slices
+//! take `ceil(E·M·S / G)` steps for a global batch of `G` slices — the same steps at any P — and
+//! a worker's read and compute scale with its share `k(P) = G / P` (measured phases are brought
+//! to one slice by the share they read). (A record
+//! from before the plan: one minibatch a worker a step, `ceil(E·M/P)` steps.)
 //!
 //! **CPU contention.** When the functions share `cores` CPUs (local runs: P processes on one
 //! machine), everything a step does is slowed by `c(P) = max(1, P/cores)` (the exchange too:
 //! decoding and adding P updates is CPU work, and a worker waits for peers that wait for a
 //! core). On a FaaS platform every function has its own CPU share: `cores = None`, `c(P) = 1`.
 //! Each measured phase is brought back to one uncontended worker by dividing by its
-//! `c(P_measured)`; a prediction for the same machine multiplies by `c(P)`. A record does not
-//! say how many cores its functions had, so the caller passes it (the CLI: this machine's CPUs
-//! for a local run).
+//! `c(P_measured)`. A prediction is for a FaaS platform (`c = 1`: the projection of a cloud,
+//! not of this machine), or with `same_machine` for the measured machine, multiplied by
+//! `c(P)`. A record does not say how many cores its functions had, so the caller passes it
+//! (the CLI: this machine's CPUs for a local run).
 //!
 //! **Exchange.** The uncontended exchange time of a step is `e(P) = a + b·(P − 1)`: a latency
 //! floor `a` (publish, wait for the barrier, collect one message) and a cost `b` per further
@@ -41,8 +44,10 @@
 //! **FaaS at P workers:**
 //!
 //! ```text
-//! step(P) = c(P) · (read_u + compute_u + other_u + e(P))          [ms, _u: uncontended means]
-//! time(P) = startup_s + ceil(E·M/P) · step(P) / 1000 + teardown_s  [s]
+//! step(P) = c(P) · (k(P)·(read_u + compute_u) + other_u + e(P))   [ms, _u: uncontended means,
+//!                                                                   read and compute per slice;
+//!                                                                   c = 1 but on the same machine]
+//! time(P) = startup_s + steps(P) · step(P) / 1000 + teardown_s     [s]
 //! cost(P) = the bill of P workers and the other functions (the supervisor), each running
 //!           time(P), plus the channel's servers for time(P) (PriceTable::for_channel) and the
 //!           object-store requests of ceil(E·M/P) steps (ObjectRequests::estimate)
@@ -52,7 +57,7 @@
 //! loaded once and kept in memory (so no reads per step), no contention:
 //!
 //! ```text
-//! time(m) = vm_startup_s + data_loading_s / m + E · ceil(M/m) · (compute_u + other_u + e(m)) / 1000
+//! time(m) = vm_startup_s + data_loading_s / m + steps(m) · (k(m)·compute_u + other_u + e(m)) / 1000
 //! cost(m) = usd_per_hour / 3600 · m · max(60, ceil(time(m)))
 //! ```
 //!
@@ -62,6 +67,8 @@
 
 use mlless_core::fit::{LineFit, nonneg_line};
 use serde::{Deserialize, Serialize};
+
+use mlless_core::BatchPlan;
 
 use crate::{Bill, ChannelKind, ObjectRequests, PriceTable, Usage, VmPrice};
 
@@ -100,6 +107,10 @@ pub struct RunMeasurements {
     pub workers: u32,
     /// Training minibatches M of the data set (one epoch).
     pub train_batches: u64,
+    /// How the run's fleet shared a step ([`BatchPlan`]; `None`: a run from before the global
+    /// batch was held, whose workers read one minibatch a step each).
+    #[serde(default)]
+    pub plan: Option<BatchPlan>,
     /// Passes over the training set the run made.
     pub epochs: f64,
     /// The steps, grouped by worker count.
@@ -119,9 +130,14 @@ pub struct RunMeasurements {
     pub other_invocations: u64,
     /// The channel the workers exchanged through.
     pub channel: ChannelKind,
-    /// CPUs the functions of the run shared (`None`: each had its own, as on a FaaS platform).
-    /// Predictions assume the same machine; see the module documentation.
+    /// CPUs the functions of the run shared (`None`: each had its own, as on a FaaS platform):
+    /// what the measured phases are brought back to one uncontended worker by.
     pub cores: Option<u32>,
+    /// Whether FaaS predictions are for the measured machine (its `cores` shared by the
+    /// predicted fleet) rather than for a FaaS platform, where every function has its own CPU
+    /// share; see the module documentation.
+    #[serde(default)]
+    pub same_machine: bool,
     /// Seconds rented VMs take to boot and start the job ([`crate::DEFAULT_VM_STARTUP_S`]).
     pub vm_startup_s: f64,
 }
@@ -172,22 +188,59 @@ impl RunMeasurements {
         }
     }
 
-    /// Steps the same work takes on `workers` workers: `ceil(epochs · M / P)`.
-    pub fn steps_at(&self, workers: u32) -> u64 {
-        let work = self.epochs.max(0.0) * self.train_batches as f64;
-        // Round first so that 10.000000001 epochs of float noise do not add a step.
-        ((work / f64::from(workers.max(1))) - 1e-6).ceil().max(0.0) as u64
+    /// The positions (minibatch slices) each of `workers` workers read a step in the run: its
+    /// plan's share, or one minibatch for a run without a plan.
+    pub fn measured_share(&self, workers: u32) -> f64 {
+        self.plan
+            .map_or(1.0, |plan| plan.share(workers.max(1) as usize) as f64)
     }
 
-    /// Mean uncontended per-step time of one worker for (read, compute, other), ms, weighted by
-    /// the steps of each phase.
+    /// The positions each of `workers` workers would read a step doing the same work: the
+    /// run's global batch shared by them (a run at that fleet size cuts its minibatches to
+    /// fit, [`BatchPlan::of`]), or one minibatch for a run without a plan.
+    pub fn share_at(&self, workers: u32) -> f64 {
+        self.plan.map_or(1.0, |plan| {
+            plan.step_slices as f64 / f64::from(workers.max(1))
+        })
+    }
+
+    /// Steps the same work takes on `workers` workers: `ceil(epochs · M · S / G)` for
+    /// minibatches cut into `S` slices and a global batch of `G` slices — the same at any P —
+    /// or `ceil(epochs · M / P)` for a run without a plan, each worker reading a minibatch.
+    pub fn steps_at(&self, workers: u32) -> u64 {
+        let (slices, per_step) = match self.plan {
+            Some(plan) => (
+                f64::from(plan.slices.max(1)),
+                plan.step_slices.max(1) as f64,
+            ),
+            None => (1.0, f64::from(workers.max(1))),
+        };
+        let work = self.epochs.max(0.0) * self.train_batches as f64 * slices;
+        // Round first so that 10.000000001 epochs of float noise do not add a step.
+        ((work / per_step) - 1e-6).ceil().max(0.0) as u64
+    }
+
+    /// How much a fleet of `workers` is slowed in a prediction: by the measured machine's
+    /// [`contention`](Self::contention) when predicting for the same machine, not at all on a
+    /// FaaS platform.
+    fn predicted_contention(&self, workers: u32) -> f64 {
+        if self.same_machine {
+            self.contention(workers)
+        } else {
+            1.0
+        }
+    }
+
+    /// Mean uncontended per-step time of one worker for (read, compute) per position it
+    /// reads, and other, ms, weighted by the steps of each phase.
     fn uncontended_parts(&self) -> (f64, f64, f64) {
         let (mut read, mut compute, mut other, mut n) = (0.0, 0.0, 0.0, 0.0);
         for phase in self.phases.iter().filter(|p| p.steps > 0) {
             let w = phase.steps as f64;
             let c = self.contention(phase.workers);
-            read += w * phase.read_ms / c;
-            compute += w * phase.compute_ms / c;
+            let share = self.measured_share(phase.workers);
+            read += w * phase.read_ms / c / share;
+            compute += w * phase.compute_ms / c / share;
             other += w * phase.other_ms() / c;
             n += w;
         }
@@ -237,7 +290,8 @@ impl RunMeasurements {
     pub fn step_ms_at(&self, workers: u32) -> f64 {
         let (read, compute, other) = self.uncontended_parts();
         let exchange = self.exchange_model().at(workers);
-        self.contention(workers) * (read + compute + other + exchange)
+        let share = self.share_at(workers);
+        self.predicted_contention(workers) * (share * (read + compute) + other + exchange)
     }
 
     /// The same work (same epochs, same per-worker minibatch) on `workers` functions at the
@@ -288,7 +342,7 @@ impl RunMeasurements {
         let machines = machines.max(1);
         let (_, compute, other) = self.uncontended_parts();
         let exchange = self.exchange_model().at(machines);
-        let step_ms = compute + other + exchange;
+        let step_ms = self.share_at(machines) * compute + other + exchange;
         let steps = self.steps_at(machines);
         let time_s = self.vm_startup_s.max(0.0)
             + self.data_loading_s.max(0.0) / f64::from(machines)
@@ -333,9 +387,39 @@ mod tests {
             invocations_per_worker: 1.0,
             other_invocations: 1,
             channel: ChannelKind::ObjectStore,
+            plan: None,
+            same_machine: cores.is_some(),
             cores,
             vm_startup_s: crate::DEFAULT_VM_STARTUP_S,
         }
+    }
+
+    #[test]
+    fn a_held_global_batch_keeps_the_steps_and_shares_the_compute() {
+        // The plan of a P = 4 run: minibatches in quarters, 4 of them a worker a step.
+        let mut m = measured(vec![phase(4, 675, 1.6, 8.0)], None);
+        m.plan = Some(BatchPlan::of(4000, 4, 1000, 1000));
+        // 270 minibatches × 10 epochs at 4 minibatches a step: 675 steps at any P.
+        for p in [1, 4, 16, 64] {
+            assert_eq!(m.steps_at(p), 675, "P = {p}");
+        }
+        // The read and compute of a step are shared: at P = 16 a worker reads a quarter.
+        let at = |p| m.step_ms_at(p) - m.exchange_model().at(p) - 0.1;
+        assert!((at(4) - 1.8).abs() < 1e-9);
+        assert!((at(16) - 1.8 / 4.0).abs() < 1e-9);
+        assert!((at(1) - 1.8 * 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_cloud_has_no_contention_and_the_same_machine_has() {
+        let mut m = measured(vec![phase(8, 338, 4.0, 16.0)], Some(2));
+        let same = m.step_ms_at(64);
+        m.same_machine = false;
+        let cloud = m.step_ms_at(64);
+        // Uncontended at P = 8 on 2 cores: compute 4 / 4, exchange 16 / 4 = 4 (0.5 a worker).
+        let expected = (0.2 + 4.0 + 0.1) / 4.0 + 0.5 * 64.0;
+        assert!((cloud - expected).abs() < 1e-9, "{cloud}");
+        assert!((same - 32.0 * expected).abs() < 1e-9, "{same}");
     }
 
     #[test]

@@ -15,7 +15,6 @@
 //! The crate does no I/O; it depends on the backends' crates only for their plain types (limits,
 //! invocation reports, channel schemes).
 
-pub mod batch_plan;
 pub mod config;
 pub mod fault;
 pub mod model;
@@ -24,9 +23,9 @@ pub mod record;
 pub mod role;
 pub mod spec;
 
-pub use batch_plan::BatchPlan;
 pub use config::{ConfigError, SecretUrl, TrainingConfig};
 pub use fault::Fault;
+pub use mlless_core::batch_plan::{self, BatchPlan};
 pub use model::{ModelChoice, UnknownModel};
 pub use protocol::{Algorithm, DEFAULT_ADMM_RHO, Pattern, SyncMode};
 pub use record::{PrepareRecord, RunRecord};

@@ -86,6 +86,9 @@ pub struct ReportOptions {
     /// CPUs the run's functions shared (default: [`default_cores`]); see
     /// [`mlless_cost::RunMeasurements::cores`].
     pub cores: Option<u32>,
+    /// Whether FaaS predictions are for the measured machine rather than a FaaS platform
+    /// (default: a platform); see [`mlless_cost::RunMeasurements::same_machine`].
+    pub same_machine: bool,
     /// Seconds VMs take to boot and start the job (default [`DEFAULT_VM_STARTUP_S`]).
     pub vm_startup_s: f64,
 }
@@ -97,6 +100,7 @@ impl ReportOptions {
             prices: price_table_of(record),
             vms: VmPrice::builtins(),
             cores: default_cores(record),
+            same_machine: false,
             vm_startup_s: DEFAULT_VM_STARTUP_S,
         }
     }
@@ -105,6 +109,7 @@ impl ReportOptions {
     pub fn measurements(&self, record: &RunRecord) -> RunMeasurements {
         let mut m = measurements(record, self.cores);
         m.vm_startup_s = self.vm_startup_s;
+        m.same_machine = self.same_machine;
         m
     }
 }

@@ -142,7 +142,8 @@ pub fn cost_curve(record: &RunRecord, prices: &PriceTable) -> Vec<(f64, f64)> {
 ///   supervisor's clock (the wall time a BSP step takes, bookkeeping included);
 /// - start-up: from the start of the run to the start of the first step; teardown: from the end
 ///   of the last step to the end of the run;
-/// - data loading: the uncontended mean read time of a step times the M minibatches.
+/// - data loading: the uncontended mean read time of a minibatch slice times the slices of an
+///   epoch.
 pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
     let spec = &record.spec;
     let mut phases: Vec<PhaseMeasurement> = Vec::new();
@@ -224,15 +225,20 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
             other_invocations
         },
         channel: channel_kind(spec.training.channel.as_deref()),
+        plan: spec.batch_plan,
         cores,
+        same_machine: false,
         vm_startup_s: DEFAULT_VM_STARTUP_S,
     };
+    // The uncontended read of one position (a minibatch slice) times the positions of an
+    // epoch.
     let (read, steps) = m.phases.iter().fold((0.0, 0.0), |(r, n), p| {
         let w = p.steps as f64;
-        (r + w * p.read_ms / m.contention(p.workers), n + w)
+        let per_position = p.read_ms / m.contention(p.workers) / m.measured_share(p.workers);
+        (r + w * per_position, n + w)
     });
     if steps > 0.0 {
-        m.data_loading_s = read / steps * m.train_batches as f64 / 1000.0;
+        m.data_loading_s = read / steps * spec.positions_per_epoch() as f64 / 1000.0;
     }
     m
 }
