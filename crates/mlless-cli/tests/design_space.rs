@@ -174,6 +174,10 @@ fn a_job_outlives_the_function_lifetime_by_handing_off() {
             "2",
             "--max-epochs",
             "140",
+            // One minibatch a worker a step, the steps this run was sized by (the default
+            // global batch of 4 would halve them).
+            "--global-batch",
+            "2000",
             "--timeout-s",
             timeout,
         ]
