@@ -50,7 +50,9 @@ def test_matrix_factorization_on_a_dataframe_with_string_ids(mlless_bin, tmp_pat
     test = frame.sample(frac=0.1, random_state=0)
     train = frame.drop(test.index)
 
-    mf = MatrixFactorization(workers=2, max_epochs=30, store=store, verbose=False).fit(train)
+    # Steps of 2 minibatches (the default global batch is 4): the 30 epochs this was sized by.
+    mf = MatrixFactorization(workers=2, max_epochs=30, store=store, verbose=False,
+                             options={"global_batch": 2000}).fit(train)
 
     rmse = float(np.sqrt(np.mean((mf.predict(test) - test["rating"].to_numpy()) ** 2)))
     baseline = float(np.sqrt(np.mean((train["rating"].mean() - test["rating"].to_numpy()) ** 2)))
