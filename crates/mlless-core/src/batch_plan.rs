@@ -111,9 +111,9 @@ impl BatchPlan {
 
     /// What to say when `workers` workers are more than a job over `train_batches` minibatches of
     /// `batch_size` rows can use, `None` when they are not: with whole minibatches (ADMM's
-    /// shards, k-means), more workers than minibatches; otherwise a share of the global batch
-    /// below [`MIN_WORKER_ROWS`] rows a worker, naming the fleet past which more workers stop
-    /// paying.
+    /// shards, k-means), more workers than minibatches; otherwise a step that covers more than
+    /// an epoch, or a share of the global batch below [`MIN_WORKER_ROWS`] rows a worker, naming
+    /// the fleet past which more workers stop paying.
     pub fn crowded_fleet_warning(
         &self,
         workers: u32,
@@ -131,6 +131,14 @@ impl BatchPlan {
             });
         }
         let global = self.global_batch(workers as usize, batch_size);
+        let step = self.share(workers as usize) * u64::from(workers.max(1));
+        if step > self.per_epoch(train_batches) {
+            return Some(format!(
+                "a step of {global:.0} samples covers more than an epoch of the training set \
+                 ({train_batches} minibatches of up to {batch_size} rows): every step reads some \
+                 rows more than once; give a --global-batch below the training set's size"
+            ));
+        }
         let rows = global / f64::from(workers.max(1));
         (rows < MIN_WORKER_ROWS).then(|| {
             let best = ((global / MIN_WORKER_ROWS).floor() as u64).max(1);
