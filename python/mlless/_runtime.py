@@ -100,18 +100,9 @@ def prepare_rows(X, labels, *, store, batch_size, validation_fraction, test_frac
         _native.write_libsvm(
             train, indptr, indices, data, np.asarray(labels, dtype="<f8").tobytes()
         )
-        argv = [
-            "--format", "libsvm",
-            "--input", train,
-            "--out", data_url,
-            "--features", str(X.shape[1]),
-            "--validation-fraction", str(validation_fraction or 0.0),
-            "--seed", str(seed),
-            *_test_split(test_fraction, train),
-        ]
-        if batch_size is not None:
-            argv += ["--batch-size", str(batch_size)]
-        _run(_native.prepare, argv, _log)
+        _prepare(["--format", "libsvm", "--features", str(X.shape[1])], train, data_url,
+                 batch_size=batch_size, validation_fraction=validation_fraction,
+                 test_fraction=test_fraction, seed=seed)
     return data_url
 
 
@@ -128,18 +119,26 @@ def prepare_ratings(users, items, ratings, *, store, batch_size, validation_frac
             np.asarray(items, dtype="<i8").tobytes(),
             np.asarray(ratings, dtype="<f4").tobytes(),
         )
-        argv = [
-            "--format", "movielens",
-            "--input", train,
-            "--out", data_url,
-            "--validation-fraction", str(validation_fraction or 0.0),
-            "--seed", str(seed),
-            *_test_split(test_fraction, train),
-        ]
-        if batch_size is not None:
-            argv += ["--batch-size", str(batch_size)]
-        _run(_native.prepare, argv, _log)
+        _prepare(["--format", "movielens"], train, data_url, batch_size=batch_size,
+                 validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed)
     return data_url
+
+
+def _prepare(format_args, train, data_url, *, batch_size, validation_fraction, test_fraction,
+             seed):
+    """``mlless prepare`` of the input file ``train`` (read as ``format_args`` say) into
+    ``data_url``, with the estimators' split, seed and minibatch options."""
+    argv = [
+        *format_args,
+        "--input", train,
+        "--out", data_url,
+        "--validation-fraction", str(validation_fraction or 0.0),
+        "--seed", str(seed),
+        *_test_split(test_fraction, train),
+    ]
+    if batch_size is not None:
+        argv += ["--batch-size", str(batch_size)]
+    _run(_native.prepare, argv, _log)
 
 
 def train(data_url, model, options, *, store):
