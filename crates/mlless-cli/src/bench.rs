@@ -29,9 +29,9 @@ pub enum Bench {
     /// Round-trip latency of invocations that do no work, one at a time, through --invoker
     /// (--steps of them): the first shows a cold start where the platform has no instance yet.
     Invoke,
-    /// Step time and bill of sparse LR and PMF on a cloud's latencies for P up to hundreds,
-    /// simulated on this machine (--job, --emulate, --workers, --pattern, --update, --steps,
-    /// --memory-mb).
+    /// Step time and bill of sparse LR, PMF, SVM and MLP on a cloud's latencies for P up to
+    /// hundreds, simulated on this machine, beside the cost model's projection (--job,
+    /// --emulate, --workers, --pattern, --update, --steps, --memory-mb, --json).
     Cloud,
 }
 
@@ -80,7 +80,9 @@ pub struct BenchArgs {
     /// s3,elasticache].
     #[arg(long, value_delimiter = ',', value_parser = parse_cloud)]
     pub emulate: Vec<Option<CloudLatency>>,
-    /// Jobs of the cloud benchmark, comma-separated [default: lr,pmf].
+    /// Jobs of the cloud benchmark, comma-separated: lr, pmf, svm, mlp (on data shaped like
+    /// a9a and MovieLens-100k), pmf-20m (MovieLens-20M-shaped), criteo (Criteo-shaped)
+    /// [default: lr,pmf].
     #[arg(long, value_delimiter = ',', value_enum)]
     pub job: Vec<cloud::CloudJobArg>,
     /// What the workers of the cloud benchmark send, comma-separated: bsp, isp (threshold 0.7),
@@ -90,6 +92,9 @@ pub struct BenchArgs {
     /// Memory of each simulated function, MB (what its time is billed at).
     #[arg(long, default_value_t = 1024)]
     pub memory_mb: u32,
+    /// Cloud benchmark: print one JSON object per case instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parses a cloud of `--emulate`: `none`, a built-in, or a latency file.

@@ -9,6 +9,7 @@ use clap::Args;
 use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, VmPrice};
 use mlless_job::RunRecord;
 use mlless_report::ReportOptions;
+use mlless_store::CloudLatency;
 
 /// The price table `--platform` names: a built-in (`aws-lambda`, `ibm-cf`) or a TOML file (see
 /// `mlless_cost::PriceTable` for its format).
@@ -47,6 +48,11 @@ pub struct ModelArgs {
     /// Seconds VMs take to boot and start the job.
     #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S)]
     pub vm_startup_s: f64,
+    /// Project the exchange onto a cloud channel: s3, elasticache or a TOML latency file, as
+    /// `train --emulate` takes them (the projection is then billed as that kind of channel)
+    /// [default: the latency the run emulated, if it did; otherwise the exchange it measured].
+    #[arg(long, value_parser = crate::train::parse_cloud)]
+    pub emulate: Option<CloudLatency>,
 }
 
 impl ModelArgs {
@@ -67,6 +73,10 @@ impl ModelArgs {
             anyhow::bail!("--vm-startup-s must be a number of seconds, 0 or more");
         }
         options.vm_startup_s = self.vm_startup_s;
+        if let Some(latency) = &self.emulate {
+            options.cloud = Some(mlless_job::config::service_latency(latency));
+            options.cloud_sets_channel = true;
+        }
         Ok(options)
     }
 }
@@ -224,21 +234,58 @@ fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
     out
 }
 
-/// The fitted model in one or two lines.
+/// The model in a few lines: the step at the run's fleet size, where its compute comes from,
+/// and the exchange (projected onto a cloud channel, or fitted on the run's steps).
 fn describe_model(m: &RunMeasurements) -> String {
-    let e = m.exchange_model();
-    let c = m
-        .cores
-        .map_or_else(|| "1 (own CPUs)".to_string(), |c| format!("max(1, P/{c})"));
     let p = m.workers.max(1);
-    let step = m.step_ms_at(p) / m.contention(p);
-    let exchange = e.at(p);
+    let (c, c_text) = if m.same_machine {
+        (
+            m.contention(p),
+            m.cores.map_or_else(
+                || "1 (own CPUs)".to_string(),
+                |c| format!("max(1, P/{c}): this machine's CPUs shared"),
+            ),
+        )
+    } else {
+        (
+            1.0,
+            "1 (a FaaS platform: a CPU share per function)".to_string(),
+        )
+    };
+    let exchange = m.exchange_ms_at(p);
+    let rest = m.step_ms_at(p) / c - exchange;
+    let compute = if !m.phases.is_empty() && m.phases.iter().all(|ph| ph.compute_cpu_ms.is_some()) {
+        "the workers' CPU time"
+    } else {
+        "wall time over the contention of the run's fleet"
+    };
+    let exchange_text = match &m.cloud {
+        Some(cloud) => format!(
+            "exchange(P) on {} ({} ms a request, {} MB/s{}), {}, updates of {:.1} KB{}",
+            cloud.latency.name,
+            cloud.latency.request_ms,
+            cloud.latency.mb_per_s,
+            cloud
+                .latency
+                .reads_at_once
+                .map_or_else(String::new, |k| format!(", {k} reads at once")),
+            cloud.pattern,
+            cloud.update.bytes / 1e3,
+            if cloud.update.sparse { " (sparse)" } else { "" }
+        ),
+        None => {
+            let e = m.exchange_model();
+            format!(
+                "exchange(P) = {:.2} + {:.2}·(P − 1) ms, fitted on the run's steps",
+                e.floor_ms, e.per_peer_ms
+            )
+        }
+    };
     format!(
-        "model: step(P) = c(P) · ({:.2} ms + exchange(P)), exchange(P) = {:.2} + {:.2}·(P − 1) \
-         ms, c(P) = {c}\n       start-up {:.2} s, teardown {:.2} s, {} phase(s) measured\n",
-        step - exchange,
-        e.floor_ms,
-        e.per_peer_ms,
+        "model: step(P) = c(P) · (read, compute and bookkeeping + exchange(P)); at P = {p}: \
+         c = {c:.2} · ({rest:.2} ms + {exchange:.2} ms)\n       compute from {compute}; c(P) = \
+         {c_text}\n       {exchange_text}\n       start-up {:.2} s, teardown {:.2} s, {} phase(s) \
+         measured\n",
         m.startup_s,
         m.teardown_s,
         m.phases.len()

@@ -160,6 +160,40 @@ fn assert_one_bill(dir: &Path, data: &Path, name: &str, channel: Option<&str>) -
     );
     assert!(cost.contains("object-store requests") && cost.contains("(counted)"));
     assert!(!cost.contains("the record's own bill"), "{cost}");
+
+    // Projected onto a cloud: the compute from the workers' CPU time, which the record holds
+    // for every step, and the exchange from the cloud's latency (S3: a P = 64 all-reduce step
+    // is at least five requests of 20 ms; ElastiCache's 0.3 ms ones add far less).
+    assert!(
+        record
+            .steps
+            .iter()
+            .flat_map(|s| &s.workers)
+            .all(|w| w.compute_cpu_ms.is_some_and(|c| c >= 0.0)),
+        "{name}: a step without the CPU time of its compute"
+    );
+    let step_at_64 = |cloud: &str| {
+        let out = ok(&["cost", &record_arg, "--workers", "64", "--emulate", cloud]);
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.contains(&format!("exchange(P) on {cloud} ("))
+                && out.contains("compute from the workers' CPU time"),
+            "{name}: {out}"
+        );
+        let row = out
+            .lines()
+            .find(|l| l.contains("(FaaS)") && l.split_whitespace().nth(2) == Some("64"))
+            .unwrap_or_else(|| panic!("{name}: no P = 64 row in {out}"));
+        row.split_whitespace()
+            .nth(4)
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("a step time")
+    };
+    let (s3, elasticache) = (step_at_64("s3"), step_at_64("elasticache"));
+    assert!(
+        s3 >= 100.0 && elasticache < s3 / 5.0,
+        "{name}: s3 {s3} ms, elasticache {elasticache} ms"
+    );
     text
 }
 

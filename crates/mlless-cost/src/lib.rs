@@ -23,10 +23,14 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod cloud;
 pub mod predict;
 mod vm;
 
-pub use predict::{ExchangeModel, PhaseMeasurement, Prediction, RunMeasurements};
+pub use cloud::{PatternShape, ServiceLatency, UpdateSize};
+pub use predict::{
+    CloudExchange, ExchangeModel, PhaseMeasurement, Prediction, ProjectedPattern, RunMeasurements,
+};
 pub use vm::{DEFAULT_VM_STARTUP_S, VM_MINIMUM_BILLED_S, VmPrice, billed_vm_seconds};
 
 /// Price of one always-on Redis instance for the exchange, per hour (MLLess's estimate, DESIGN

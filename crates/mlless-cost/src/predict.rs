@@ -19,7 +19,17 @@
 //! `c(P)`. A record does not say how many cores its functions had, so the caller passes it
 //! (the CLI: this machine's CPUs for a local run).
 //!
-//! **Exchange.** The uncontended exchange time of a step is `e(P) = a + b·(P − 1)`: a latency
+//! **Compute from CPU time.** Where the record holds the CPU time of the workers' compute
+//! (`compute_cpu_ms`), that is the compute of a function with a core of its own, whatever the
+//! wall time of P processes sharing the machine's cores was; older records fall back to the
+//! wall time divided by `c(P_measured)`.
+//!
+//! **Exchange on a cloud channel.** With a [`CloudExchange`] (`mlless cost --emulate s3`, or a
+//! run made with `--emulate`), the exchange at P is the analytical one of [`crate::cloud`]:
+//! the cloud's request latency and bandwidth, the pattern at that P and the size of the run's
+//! updates. Otherwise it is fitted from what the run measured:
+//!
+//! **Fitted exchange.** The uncontended exchange time of a step is `e(P) = a + b·(P − 1)`: a latency
 //! floor `a` (publish, wait for the barrier, collect one message) and a cost `b` per further
 //! peer (one more message to fetch, decode and add). With phases at two or more worker counts
 //! (the scale-in auto-tuner changes P during a run), `a` and `b` are fitted by least squares
@@ -70,6 +80,7 @@ use serde::{Deserialize, Serialize};
 
 use mlless_core::BatchPlan;
 
+use crate::cloud::{PatternShape, ServiceLatency, UpdateSize, exchange_ms};
 use crate::{Bill, ChannelKind, ObjectRequests, PriceTable, Usage, VmPrice};
 
 /// The measured means of the steps a run made at one worker count.
@@ -83,6 +94,11 @@ pub struct PhaseMeasurement {
     pub read_ms: f64,
     /// Mean time a worker spent computing per step, ms.
     pub compute_ms: f64,
+    /// Mean CPU time of that computing, ms: what the compute of a function with a core of its
+    /// own takes (`None`: a record from before it was measured; the wall time brought back by
+    /// the contention is used).
+    #[serde(default)]
+    pub compute_cpu_ms: Option<f64>,
     /// Mean time a worker spent exchanging per step, ms.
     pub exchange_ms: f64,
     /// Mean wall time of a step, ms (at least read + compute + exchange; the rest is
@@ -140,6 +156,55 @@ pub struct RunMeasurements {
     pub same_machine: bool,
     /// Seconds rented VMs take to boot and start the job ([`crate::DEFAULT_VM_STARTUP_S`]).
     pub vm_startup_s: f64,
+    /// The cloud channel to project the exchange onto ([`crate::cloud`]); `None`: the exchange
+    /// the run measured, fitted in P ([`RunMeasurements::exchange_model`]).
+    #[serde(default)]
+    pub cloud: Option<CloudExchange>,
+}
+
+/// The exchange of a projection onto a cloud channel: its latencies, the pattern at each fleet
+/// size and the size of the run's updates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudExchange {
+    /// The channel's latency and bandwidth.
+    pub latency: ServiceLatency,
+    /// The pattern at each fleet size.
+    pub pattern: ProjectedPattern,
+    /// What the run's updates weighed (the mean over its workers and steps; a projection to
+    /// another P scales a sparse update by the share of the global batch a worker reads).
+    pub update: UpdateSize,
+}
+
+/// The communication pattern a projected fleet uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProjectedPattern {
+    /// The same pattern at every P (the run's `--pattern`).
+    Fixed(PatternShape),
+    /// Broadcast up to this many workers, all-reduce beyond (the default choice by P).
+    BroadcastUpTo(u32),
+}
+
+impl std::fmt::Display for ProjectedPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProjectedPattern::Fixed(shape) => f.write_str(shape.name()),
+            ProjectedPattern::BroadcastUpTo(max) => {
+                write!(f, "broadcast up to {max} workers, allreduce beyond")
+            }
+        }
+    }
+}
+
+impl ProjectedPattern {
+    /// The pattern of a fleet of `workers`.
+    pub fn at(self, workers: u32) -> PatternShape {
+        match self {
+            ProjectedPattern::Fixed(shape) => shape,
+            ProjectedPattern::BroadcastUpTo(max) if workers <= max => PatternShape::Broadcast,
+            ProjectedPattern::BroadcastUpTo(_) => PatternShape::AllReduce,
+        }
+    }
 }
 
 /// A predicted run: how long it takes and what it costs.
@@ -240,7 +305,7 @@ impl RunMeasurements {
             let c = self.contention(phase.workers);
             let share = self.measured_share(phase.workers);
             read += w * phase.read_ms / c / share;
-            compute += w * phase.compute_ms / c / share;
+            compute += w * phase.compute_cpu_ms.unwrap_or(phase.compute_ms / c) / share;
             other += w * phase.other_ms() / c;
             n += w;
         }
@@ -286,10 +351,40 @@ impl RunMeasurements {
         }
     }
 
+    /// The exchange of a step of `workers` workers, ms, uncontended: on the projected cloud
+    /// channel where there is one ([`RunMeasurements::cloud`]), else by the fitted
+    /// [`ExchangeModel`].
+    pub fn exchange_ms_at(&self, workers: u32) -> f64 {
+        match &self.cloud {
+            Some(cloud) => exchange_ms(
+                cloud.pattern.at(workers),
+                &cloud.latency,
+                workers,
+                &self.update_at(cloud.update, workers),
+            ),
+            None => self.exchange_model().at(workers),
+        }
+    }
+
+    /// The update of a worker of a fleet of `workers`, from `measured` (the run's mean, at its
+    /// starting fleet size): a sparse update has entries in proportion to the samples the
+    /// worker reads, its share of the global batch, up to the dense model; a dense one keeps
+    /// its size.
+    fn update_at(&self, measured: UpdateSize, workers: u32) -> UpdateSize {
+        if !measured.sparse {
+            return measured;
+        }
+        let scale = self.share_at(workers) / self.measured_share(self.workers.max(1));
+        UpdateSize {
+            bytes: (measured.bytes * scale).min(measured.dense_bytes.max(measured.bytes)),
+            ..measured
+        }
+    }
+
     /// Predicted wall time of one FaaS step at `workers` workers, ms.
     pub fn step_ms_at(&self, workers: u32) -> f64 {
         let (read, compute, other) = self.uncontended_parts();
-        let exchange = self.exchange_model().at(workers);
+        let exchange = self.exchange_ms_at(workers);
         let share = self.share_at(workers);
         self.predicted_contention(workers) * (share * (read + compute) + other + exchange)
     }
@@ -341,7 +436,7 @@ impl RunMeasurements {
     pub fn predict_vm(&self, vm: &VmPrice, machines: u32) -> Prediction {
         let machines = machines.max(1);
         let (_, compute, other) = self.uncontended_parts();
-        let exchange = self.exchange_model().at(machines);
+        let exchange = self.exchange_ms_at(machines);
         let step_ms = self.share_at(machines) * compute + other + exchange;
         let steps = self.steps_at(machines);
         let time_s = self.vm_startup_s.max(0.0)
@@ -369,6 +464,7 @@ mod tests {
             steps,
             read_ms: 0.2,
             compute_ms: compute,
+            compute_cpu_ms: None,
             exchange_ms: exchange,
             step_ms: 0.2 + compute + exchange + 0.1,
         }
@@ -391,6 +487,7 @@ mod tests {
             same_machine: cores.is_some(),
             cores,
             vm_startup_s: crate::DEFAULT_VM_STARTUP_S,
+            cloud: None,
         }
     }
 
@@ -420,6 +517,54 @@ mod tests {
         let expected = (0.2 + 4.0 + 0.1) / 4.0 + 0.5 * 64.0;
         assert!((cloud - expected).abs() < 1e-9, "{cloud}");
         assert!((same - 32.0 * expected).abs() < 1e-9, "{same}");
+    }
+
+    #[test]
+    fn a_cloud_projection_takes_the_clouds_exchange_and_the_cpu_time() {
+        let mut m = measured(vec![phase(4, 675, 1.6, 8.0)], Some(2));
+        m.same_machine = false;
+        m.plan = Some(BatchPlan::of(4000, 4, 1000, 1000));
+        // The workers' compute took 1.6 ms of wall time but 1.0 of CPU: a function with its
+        // own core computes in 1.0.
+        m.phases[0].compute_cpu_ms = Some(1.0);
+        let latency = ServiceLatency {
+            name: "s3".into(),
+            request_ms: 20.0,
+            mb_per_s: 75.0,
+            reads_at_once: Some(32),
+        };
+        let update = UpdateSize {
+            bytes: 8_000.0,
+            dense_bytes: 4_000_000.0,
+            sparse: true,
+            cpu_ms_per_byte: 0.0,
+            cpu_ms_per_message: 0.0,
+        };
+        m.cloud = Some(CloudExchange {
+            latency: latency.clone(),
+            pattern: ProjectedPattern::BroadcastUpTo(16),
+            update,
+        });
+        // P = 64 all-reduces; each worker reads a sixteenth of the run's share, so its sparse
+        // update is a sixteenth as large.
+        let at_64 = UpdateSize {
+            bytes: 500.0,
+            ..update
+        };
+        let exchange = exchange_ms(PatternShape::AllReduce, &latency, 64, &at_64);
+        assert!((m.exchange_ms_at(64) - exchange).abs() < 1e-9);
+        assert!(exchange >= 5.0 * 20.0, "{exchange}");
+        // At the run's own P, broadcast with the measured update.
+        let own = exchange_ms(PatternShape::Broadcast, &latency, 4, &update);
+        assert!((m.exchange_ms_at(4) - own).abs() < 1e-9);
+        // The step: the read (0.2 ms on 2 cores shared by 4: 0.1) and the CPU compute (1.0),
+        // a sixteenth of them at P = 64, the bookkeeping (0.1 / 2) and the exchange.
+        let expected = (0.1 + 1.0) / 16.0 + 0.05 + exchange;
+        assert!(
+            (m.step_ms_at(64) - expected).abs() < 1e-9,
+            "{}",
+            m.step_ms_at(64)
+        );
     }
 
     #[test]
@@ -548,6 +693,7 @@ mod tests {
                     steps: 338,
                     read_ms: read,
                     compute_ms: compute,
+                    compute_cpu_ms: None,
                     exchange_ms: exchange,
                     step_ms: step,
                 }],
@@ -580,6 +726,7 @@ mod tests {
                 steps: 1013,
                 read_ms: 0.422_616,
                 compute_ms: 2.010_531,
+                compute_cpu_ms: None,
                 exchange_ms: 42.114_760,
                 step_ms: 45.463_219,
             }],

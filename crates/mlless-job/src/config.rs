@@ -138,6 +138,16 @@ pub struct TrainingConfig {
     pub emulate: Option<mlless_store::CloudLatency>,
 }
 
+/// A cloud latency of `--emulate` as the cost model takes it ([`mlless_cost::cloud`]).
+pub fn service_latency(latency: &mlless_store::CloudLatency) -> mlless_cost::ServiceLatency {
+    mlless_cost::ServiceLatency {
+        name: latency.name.clone(),
+        request_ms: latency.request_ms,
+        mb_per_s: latency.mb_per_s,
+        reads_at_once: latency.reads_at_once,
+    }
+}
+
 fn default_channel_grace_s() -> f64 {
     mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
 }

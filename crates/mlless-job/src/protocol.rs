@@ -224,23 +224,19 @@ impl Pattern {
         channel: mlless_cost::ChannelKind,
         sync: SyncMode,
     ) -> (Pattern, String) {
-        if !sync.is_synchronous() {
+        let Some(max) = Self::broadcast_limit(channel, sync) else {
             return (
                 Pattern::Broadcast,
                 format!("{} has no barrier for a leader to reduce at", sync.name()),
             );
-        }
-        let (max, on) = match channel {
-            mlless_cost::ChannelKind::ObjectStore => (
-                BROADCAST_MAX_ON_STORE,
-                "the object store, where broadcast's P² reads a step are billed",
-            ),
+        };
+        let on = match channel {
+            mlless_cost::ChannelKind::ObjectStore => {
+                "the object store, where broadcast's P² reads a step are billed"
+            }
             mlless_cost::ChannelKind::Redis { .. } | mlless_cost::ChannelKind::Memcached { .. } => {
-                (
-                    BROADCAST_MAX_ON_SERVER,
-                    "a server channel, where every worker reading P − 1 updates outgrows a \
-                     leader's extra round trip",
-                )
+                "a server channel, where every worker reading P − 1 updates outgrows a leader's \
+                 extra round trip"
             }
         };
         if workers <= max {
@@ -253,6 +249,30 @@ impl Pattern {
                 Pattern::AllReduce,
                 format!("{workers} workers, more than {max} on {on}"),
             )
+        }
+    }
+
+    /// The largest fleet that broadcasts by default ([`Pattern::for_fleet`]) on a channel of
+    /// kind `channel` under `sync`: all-reduce beyond it; `None` where every fleet broadcasts
+    /// (no barrier).
+    pub fn broadcast_limit(channel: mlless_cost::ChannelKind, sync: SyncMode) -> Option<u32> {
+        if !sync.is_synchronous() {
+            return None;
+        }
+        Some(match channel {
+            mlless_cost::ChannelKind::ObjectStore => BROADCAST_MAX_ON_STORE,
+            mlless_cost::ChannelKind::Redis { .. } | mlless_cost::ChannelKind::Memcached { .. } => {
+                BROADCAST_MAX_ON_SERVER
+            }
+        })
+    }
+
+    /// The pattern as the cost model's exchange sees it.
+    pub fn shape(self) -> mlless_cost::PatternShape {
+        match self {
+            Self::Broadcast => mlless_cost::PatternShape::Broadcast,
+            Self::AllReduce => mlless_cost::PatternShape::AllReduce,
+            Self::ScatterReduce => mlless_cost::PatternShape::ScatterReduce,
         }
     }
 

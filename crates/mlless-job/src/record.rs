@@ -329,6 +329,11 @@ pub struct WorkerStep {
     pub read_ms: f64,
     /// Time computing, ms.
     pub compute_ms: f64,
+    /// CPU time of that computing, ms: what it takes a function with a core of its own
+    /// (`None` in records from before it was measured, or where the platform has no thread
+    /// CPU clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_cpu_ms: Option<f64>,
     /// Time exchanging updates, ms.
     pub exchange_ms: f64,
     /// Wall time of the step, ms.

@@ -29,7 +29,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, VmPrice};
+use mlless_cost::{DEFAULT_VM_STARTUP_S, PriceTable, RunMeasurements, ServiceLatency, VmPrice};
 use mlless_job::RunRecord;
 
 mod fleet;
@@ -91,6 +91,13 @@ pub struct ReportOptions {
     pub same_machine: bool,
     /// Seconds VMs take to boot and start the job (default [`DEFAULT_VM_STARTUP_S`]).
     pub vm_startup_s: f64,
+    /// The cloud channel to project the exchange onto ([`mlless_cost::cloud`]; default: the
+    /// latency the run emulated, if it did); `None`: the exchange the run measured.
+    pub cloud: Option<ServiceLatency>,
+    /// Whether `cloud` also sets the kind of channel the projection is billed as (an object
+    /// store where a cloud reads several messages at once, a Redis server where one read
+    /// returns them all): when the user named it, not when it is the run's own.
+    pub cloud_sets_channel: bool,
 }
 
 impl ReportOptions {
@@ -102,6 +109,13 @@ impl ReportOptions {
             cores: default_cores(record),
             same_machine: false,
             vm_startup_s: DEFAULT_VM_STARTUP_S,
+            cloud: record
+                .spec
+                .training
+                .emulate
+                .as_ref()
+                .map(mlless_job::config::service_latency),
+            cloud_sets_channel: false,
         }
     }
 
@@ -110,6 +124,18 @@ impl ReportOptions {
         let mut m = measurements(record, self.cores);
         m.vm_startup_s = self.vm_startup_s;
         m.same_machine = self.same_machine;
+        if let Some(latency) = &self.cloud {
+            if self.cloud_sets_channel {
+                m.channel = match latency.reads_at_once {
+                    Some(_) => mlless_cost::ChannelKind::ObjectStore,
+                    None => match m.channel {
+                        redis @ mlless_cost::ChannelKind::Redis { .. } => redis,
+                        _ => mlless_cost::ChannelKind::Redis { instances: 1 },
+                    },
+                };
+            }
+            m.cloud = Some(measure::cloud_exchange(record, m.channel, latency.clone()));
+        }
         m
     }
 }

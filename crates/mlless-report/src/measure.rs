@@ -1,10 +1,12 @@
 //! What a run record measured: the inputs of the cost model and of the cost plot.
 
+use mlless_cost::cloud::CPU_MS_PER_MESSAGE;
+use mlless_cost::cloud::DECODE_MS_PER_BYTE;
 use mlless_cost::{
-    ChannelKind, DEFAULT_VM_STARTUP_S, PhaseMeasurement, PriceTable, RunMeasurements,
-    billed_duration_ms,
+    ChannelKind, CloudExchange, DEFAULT_VM_STARTUP_S, PatternShape, PhaseMeasurement, PriceTable,
+    ProjectedPattern, RunMeasurements, ServiceLatency, UpdateSize, billed_duration_ms,
 };
-use mlless_job::RunRecord;
+use mlless_job::{Pattern, RunRecord};
 
 use crate::ReportOptions;
 use mlless_job::record::{StepRecord, channel_kind};
@@ -148,6 +150,8 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
     let spec = &record.spec;
     let mut phases: Vec<PhaseMeasurement> = Vec::new();
     let mut sums: Vec<[f64; 5]> = Vec::new();
+    // Per phase: the summed mean CPU time of compute, and whether every step had one.
+    let mut cpu: Vec<Option<f64>> = Vec::new();
     let mut previous_time: Option<f64> = None;
     for step in &record.steps {
         let workers = u32::try_from(step.workers.len()).unwrap_or(u32::MAX);
@@ -164,10 +168,12 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
                     steps: 0,
                     read_ms: 0.0,
                     compute_ms: 0.0,
+                    compute_cpu_ms: None,
                     exchange_ms: 0.0,
                     step_ms: 0.0,
                 });
                 sums.push([0.0; 5]);
+                cpu.push(Some(0.0));
                 phases.len() - 1
             }
         };
@@ -176,11 +182,14 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
         let s = &mut sums[i];
         s[0] += step.workers.iter().map(|w| w.read_ms).sum::<f64>() / n;
         s[1] += step.workers.iter().map(|w| w.compute_ms).sum::<f64>() / n;
+        let step_cpu: Option<f64> = step.workers.iter().map(|w| w.compute_cpu_ms).sum();
+        cpu[i] = cpu[i].zip(step_cpu).map(|(a, b)| a + b / n);
         s[2] += step.workers.iter().map(|w| w.exchange_ms).sum::<f64>() / n;
         s[3] += wall_ms;
     }
-    for (phase, s) in phases.iter_mut().zip(&sums) {
+    for ((phase, s), cpu) in phases.iter_mut().zip(&sums).zip(&cpu) {
         let n = phase.steps.max(1) as f64;
+        phase.compute_cpu_ms = cpu.map(|c| c / n);
         phase.read_ms = s[0] / n;
         phase.compute_ms = s[1] / n;
         phase.exchange_ms = s[2] / n;
@@ -229,6 +238,7 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
         cores,
         same_machine: false,
         vm_startup_s: DEFAULT_VM_STARTUP_S,
+        cloud: None,
     };
     // The uncontended read of one position (a minibatch slice) times the positions of an
     // epoch.
@@ -241,6 +251,47 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
         m.data_loading_s = read / steps * spec.positions_per_epoch() as f64 / 1000.0;
     }
     m
+}
+
+/// The exchange of `record`'s steps projected onto the cloud channel `latency` (billed as
+/// `channel`): the pattern the run used at every P if it named one, else the default choice by
+/// P on that channel ([`Pattern::broadcast_limit`]); the update a worker sent a step
+/// ([`UpdateSize::from_sent`] of the mean bytes it sent under the run's pattern), sparse where
+/// that is under half the dense model; decoding at [`DECODE_MS_PER_BYTE`] and
+/// [`CPU_MS_PER_MESSAGE`].
+pub fn cloud_exchange(
+    record: &RunRecord,
+    channel: ChannelKind,
+    latency: ServiceLatency,
+) -> CloudExchange {
+    let training = &record.spec.training;
+    let pattern = match training.pattern {
+        Some(pattern) => ProjectedPattern::Fixed(pattern.shape()),
+        None => match Pattern::broadcast_limit(channel, training.sync) {
+            Some(max) => ProjectedPattern::BroadcastUpTo(max),
+            None => ProjectedPattern::Fixed(PatternShape::Broadcast),
+        },
+    };
+    let (sent, n) = record
+        .steps
+        .iter()
+        .flat_map(|s| &s.workers)
+        .fold((0.0, 0.0), |(b, n), w| (b + w.bytes_sent as f64, n + 1.0));
+    let sent = if n > 0.0 { sent / n } else { 0.0 };
+    let dense_bytes = record.spec.model.num_params() as f64 * 4.0;
+    let update = UpdateSize {
+        bytes: 0.0,
+        dense_bytes,
+        sparse: sent < dense_bytes / 2.0,
+        cpu_ms_per_byte: DECODE_MS_PER_BYTE,
+        cpu_ms_per_message: CPU_MS_PER_MESSAGE,
+    }
+    .from_sent(training.exchange_pattern().shape(), training.workers, sent);
+    CloudExchange {
+        latency,
+        pattern,
+        update,
+    }
 }
 
 /// The longest step time any worker reported for `step`, ms.

@@ -92,6 +92,8 @@ pub struct StatsMessage {
     pub read_ms: f64,
     /// Time spent computing the gradient and the optimiser step, in ms.
     pub compute_ms: f64,
+    /// The CPU time of that computing, in ms (`None` without a thread CPU clock).
+    pub compute_cpu_ms: Option<f64>,
     /// Time spent publishing, collecting and applying updates, in ms.
     pub exchange_ms: f64,
     /// Wall time of the whole step, in ms.
@@ -284,6 +286,7 @@ mod tests {
             loss: BatchLoss { sum: 2.0, count: 3 },
             read_ms: 1.0,
             compute_ms: 2.0,
+            compute_cpu_ms: Some(1.5),
             exchange_ms: 3.0,
             step_ms: 6.0,
             bytes_sent: 100,

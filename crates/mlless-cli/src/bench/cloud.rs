@@ -57,22 +57,72 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     };
     let prices = PriceTable::aws_lambda();
     let mut diverging = 0;
+    let steps = args.steps.unwrap_or(DEFAULT_STEPS);
+    if args.json {
+        for job in jobs {
+            let data = CloudData::generate(job.into(), 1)?;
+            for cloud in &clouds {
+                for &p in &workers {
+                    for &pattern in &patterns {
+                        for rule in &rules {
+                            let case = CloudCase {
+                                cloud: cloud.clone(),
+                                workers: p,
+                                pattern,
+                                rule: *rule,
+                                steps,
+                                memory_mb: args.memory_mb,
+                            };
+                            let report = simulate(&data, &case, &prices)?;
+                            let row = serde_json::json!({
+                                "job": data.job.name(),
+                                "cloud": cloud.name,
+                                "workers": p,
+                                "pattern": pattern.name(),
+                                "update": rule.name(),
+                                "step_ms": report.step_ms,
+                                "model_step_ms": report.model_step_ms,
+                                "compute_ms": report.compute_ms,
+                                "sent_bytes": report.sent_bytes,
+                                "received_bytes": report.received_bytes,
+                                "requests_per_step": report.requests_per_step,
+                                "usd_per_step": report.usd_per_step,
+                                "epoch_s": report.epoch_s,
+                                "usd_per_epoch": report.usd_per_epoch,
+                                "steps_per_epoch": report.steps_per_epoch,
+                                "loss": report.loss,
+                                "first_loss": report.first_loss,
+                                "diverging": report.diverging(),
+                            });
+                            println!("{row}");
+                        }
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     println!(
         "simulated: each worker a function of {} MB at {} prices; {} steps measured per case \
          after {} of warm-up; epoch = a pass over the training minibatches",
         args.memory_mb,
         prices.name,
-        args.steps.unwrap_or(DEFAULT_STEPS),
+        steps,
         mlless_runtime::bench::cloud::WARM_UP_STEPS
     );
     println!(
-        "{:<4} {:<12} {:>4} {:<15} {:<11} {:>9} {:>8} {:>9} {:>9} {:>8} {:>11} {:>9} {:>11} {:>7}",
+        "model ms: the step the cost model projects for the same case (mlless cost --emulate), \
+         from the case's latency, pattern and update size"
+    );
+    println!(
+        "{:<7} {:<12} {:>4} {:<15} {:<11} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>11} {:>9} {:>11} {:>7}",
         "job",
         "cloud",
         "P",
         "pattern",
         "update",
         "step ms",
+        "model ms",
         "compute",
         "sent KB",
         "recv KB",
@@ -93,18 +143,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                             workers: p,
                             pattern,
                             rule: *rule,
-                            steps: args.steps.unwrap_or(DEFAULT_STEPS),
+                            steps,
                             memory_mb: args.memory_mb,
                         };
                         let report = simulate(&data, &case, &prices)?;
                         println!(
-                            "{:<4} {:<12} {:>4} {:<15} {:<11} {:>9.2} {:>8.3} {:>9.1} {:>9.1} {:>8.0} {:>11.5} {:>9.2} {:>11.6} {:>7.4}",
+                            "{:<7} {:<12} {:>4} {:<15} {:<11} {:>9.2} {:>9.2} {:>8.3} {:>9.1} {:>9.1} {:>8.0} {:>11.5} {:>9.2} {:>11.6} {:>7.4}",
                             data.job.name(),
                             cloud.name,
                             p,
                             pattern.name(),
                             rule.name(),
                             report.step_ms,
+                            report.model_step_ms,
                             report.compute_ms,
                             report.sent_bytes / 1e3,
                             report.received_bytes / 1e3,
@@ -114,12 +165,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                             report.usd_per_epoch,
                             report.loss
                         );
-                        if report.loss.partial_cmp(&report.first_loss)
-                            != Some(std::cmp::Ordering::Less)
-                        {
+                        if report.diverging() {
                             diverging += 1;
                             println!(
-                                "     ^ diverging: the loss rose from {:.4} at the first step",
+                                "     ^ diverging: the loss rose from {:.4} at the first step (by more than 10%)",
                                 report.first_loss
                             );
                         }
@@ -144,6 +193,15 @@ pub enum CloudJobArg {
     Lr,
     /// MovieLens-100k-shaped matrix factorisation (943 × 1,682, 100k ratings, minibatch 1,000).
     Pmf,
+    /// A linear SVM on the a9a-shaped data.
+    Svm,
+    /// The default MLP (64 hidden units) on the a9a-shaped data.
+    Mlp,
+    /// MovieLens-20M-shaped matrix factorisation (138,493 × 26,744, minibatch 3,000).
+    #[value(name = "pmf-20m")]
+    Pmf20m,
+    /// Criteo-shaped sparse logistic regression (2^20 hashed features, minibatch 1,000).
+    Criteo,
 }
 
 impl From<CloudJobArg> for CloudJob {
@@ -151,6 +209,10 @@ impl From<CloudJobArg> for CloudJob {
         match job {
             CloudJobArg::Lr => CloudJob::SparseLr,
             CloudJobArg::Pmf => CloudJob::Pmf,
+            CloudJobArg::Svm => CloudJob::Svm,
+            CloudJobArg::Mlp => CloudJob::Mlp,
+            CloudJobArg::Pmf20m => CloudJob::Pmf20m,
+            CloudJobArg::Criteo => CloudJob::Criteo,
         }
     }
 }

@@ -54,6 +54,7 @@ pub fn record() -> RunRecord {
                     samples: 1000,
                     read_ms: 0.2,
                     compute_ms: compute,
+                    compute_cpu_ms: None,
                     exchange_ms: exchange,
                     step_ms,
                     bytes_sent: 70_000 + 100 * step,

@@ -39,7 +39,8 @@ use mlless_core::{
     build_optimizer,
 };
 use mlless_cost::PriceTable;
-use mlless_data::{InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
+use mlless_cost::cloud::{CPU_MS_PER_MESSAGE, DECODE_MS_PER_BYTE, UpdateSize, exchange_ms};
+use mlless_data::{CriteoSpec, InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
 use mlless_job::batch_plan::DEFAULT_GLOBAL_BATCHES;
 use mlless_job::{BatchPlan, ModelChoice, Pattern};
 use mlless_store::requests::{Request, pages};
@@ -50,7 +51,9 @@ use mlless_store::{
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use crate::driver::{CURVATURE_ITERATIONS, DataSample, Defaults, PMF_L2, initial_bias};
+use crate::driver::{
+    CURVATURE_ITERATIONS, DEFAULT_HIDDEN, DataSample, Defaults, PMF_L2, initial_bias,
+};
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic};
 use crate::messages::UpdateMessage;
@@ -62,7 +65,7 @@ pub const SLOWDOWN: u32 = 1000;
 /// unlike the later ones (an optimiser's first steps, filters with nothing held back yet).
 pub const WARM_UP_STEPS: u64 = 2;
 
-/// The jobs of the cloud benchmark: the shapes of two classic data sets, generated.
+/// The jobs of the cloud benchmark: the shapes of classic data sets, generated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloudJob {
     /// a9a-shaped sparse logistic regression: 32,561 rows, 123 binary features, 14 a row,
@@ -71,14 +74,30 @@ pub enum CloudJob {
     /// MovieLens-100k-shaped matrix factorisation: 943 users, 1,682 items, about 100,000
     /// ratings, rank 10, minibatches of 1,000.
     Pmf,
+    /// The a9a-shaped data of [`CloudJob::SparseLr`] with a linear SVM.
+    Svm,
+    /// The a9a-shaped data of [`CloudJob::SparseLr`] with the default MLP (one hidden layer of
+    /// 64, two classes).
+    Mlp,
+    /// MovieLens-20M-shaped matrix factorisation (MLLess's scale-out job): 138,493 users,
+    /// 26,744 items, rank 10, minibatches of 3,000 (a global batch of 12,000 ratings, as MLLess
+    /// held it); steps are simulated on a sample of 2M ratings of that shape, epochs counted
+    /// over 20M.
+    Pmf20m,
+    /// Criteo-shaped sparse logistic regression (LambdaML's and MLLess's large LR job): the
+    /// Kaggle set's columns hashed into 2^20 features, minibatches of 1,000; steps are
+    /// simulated on a sample of 200,000 rows, epochs counted over the Kaggle set's 45.8M.
+    Criteo,
 }
 
 impl CloudJob {
     /// The model it trains.
     pub fn model(self) -> ModelChoice {
         match self {
-            CloudJob::SparseLr => ModelChoice::LogisticRegression,
-            CloudJob::Pmf => ModelChoice::MatrixFactorization,
+            CloudJob::SparseLr | CloudJob::Criteo => ModelChoice::LogisticRegression,
+            CloudJob::Pmf | CloudJob::Pmf20m => ModelChoice::MatrixFactorization,
+            CloudJob::Svm => ModelChoice::Svm,
+            CloudJob::Mlp => ModelChoice::Mlp,
         }
     }
 
@@ -87,6 +106,10 @@ impl CloudJob {
         match self {
             CloudJob::SparseLr => "lr",
             CloudJob::Pmf => "pmf",
+            CloudJob::Svm => "svm",
+            CloudJob::Mlp => "mlp",
+            CloudJob::Pmf20m => "pmf-20m",
+            CloudJob::Criteo => "criteo",
         }
     }
 }
@@ -158,6 +181,9 @@ pub struct CloudData {
     defaults: Defaults,
     sample: DataSample,
     batch_size: u32,
+    /// Minibatches of an epoch of the full data set (more than `batches` where the steps are
+    /// simulated on a sample of it).
+    epoch_batches: u64,
 }
 
 impl CloudData {
@@ -167,32 +193,51 @@ impl CloudData {
             RuntimeError::InvalidJob(format!("cannot generate the {what} data: {e}"))
         };
         let mut text = Vec::new();
-        let (format, name) = match job {
-            CloudJob::SparseLr => {
+        let ratings = |users: u32, items: u32, count: f64| RatingsSpec {
+            users,
+            items,
+            rank: 10,
+            density: count / (f64::from(users) * f64::from(items)),
+            noise: 0.9,
+            seed,
+        };
+        // (format, name, minibatch, feature space, rows of the full set if only a sample is
+        // generated)
+        let (format, name, batch_size, features, full_rows) = match job {
+            CloudJob::SparseLr | CloudJob::Svm | CloudJob::Mlp => {
                 let spec = SparseLrSpec::new(32_561, 123, 14, seed);
                 mlless_data::write_sparse_lr(&spec, &mut text)
                     .map_err(|e| generated("a9a-shaped", e))?;
-                (InputFormat::Libsvm, "a9a-shaped")
+                (InputFormat::Libsvm, "a9a-shaped", 256, None, None)
             }
             CloudJob::Pmf => {
-                let spec = RatingsSpec {
-                    users: 943,
-                    items: 1_682,
-                    rank: 10,
-                    density: 100_000.0 / (943.0 * 1_682.0),
-                    noise: 0.9,
-                    seed,
-                };
-                mlless_data::write_ratings(&spec, &mut text)
+                mlless_data::write_ratings(&ratings(943, 1_682, 100_000.0), &mut text)
                     .map_err(|e| generated("ML-100k-shaped", e))?;
-                (InputFormat::Movielens, "ML-100k-shaped")
+                (InputFormat::Movielens, "ML-100k-shaped", 1_000, None, None)
+            }
+            CloudJob::Pmf20m => {
+                mlless_data::write_ratings(&ratings(138_493, 26_744, 2e6), &mut text)
+                    .map_err(|e| generated("ML-20M-shaped", e))?;
+                let full = Some(20_000_263);
+                (InputFormat::Movielens, "ML-20M-shaped", 3_000, None, full)
+            }
+            CloudJob::Criteo => {
+                let spec = CriteoSpec::new(200_000, seed);
+                mlless_data::write_criteo(&spec, &mut text)
+                    .map_err(|e| generated("Criteo-shaped", e))?;
+                let features = Some(spec.features);
+                let full = Some(45_840_617);
+                (InputFormat::Criteo, "Criteo-shaped", 1_000, features, full)
             }
         };
         let parsed = mlless_data::parse_reader(
             Cursor::new(text),
             Path::new(name),
             format,
-            &ParseOptions::default(),
+            &ParseOptions {
+                features,
+                ..ParseOptions::default()
+            },
         )
         .map_err(|e| RuntimeError::InvalidJob(format!("cannot read the {name} data: {e}")))?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -206,8 +251,8 @@ impl CloudData {
                     positive_rate: positives as f64 / rows.rows().max(1) as f64,
                     curvature: rows.top_second_moment(features as usize, CURVATURE_ITERATIONS),
                 };
-                let batches = order
-                    .chunks(256)
+                let batches: Vec<Batch> = order
+                    .chunks(batch_size as usize)
                     .map(|chunk| {
                         let mut batch = SparseBatch::new();
                         for &r in chunk {
@@ -217,12 +262,24 @@ impl CloudData {
                         Batch::Sparse(batch)
                     })
                     .collect();
-                let spec = ModelSpec::LogisticRegression {
-                    features,
-                    l2: defaults.l2,
-                    init_bias: initial_bias(sample.positive_rate),
+                let spec = match job.model() {
+                    ModelChoice::Svm => ModelSpec::Svm {
+                        features,
+                        l2: defaults.l2,
+                    },
+                    ModelChoice::Mlp => ModelSpec::Mlp {
+                        features,
+                        hidden: DEFAULT_HIDDEN.to_vec(),
+                        classes: 2,
+                        l2: defaults.l2,
+                    },
+                    _ => ModelSpec::LogisticRegression {
+                        features,
+                        l2: defaults.l2,
+                        init_bias: initial_bias(sample.positive_rate),
+                    },
                 };
-                (spec, batches, sample, 256)
+                (spec, batches, sample, batch_size)
             }
             Parsed::Ratings {
                 ratings,
@@ -235,7 +292,7 @@ impl CloudData {
                 let mut order: Vec<usize> = (0..all.len()).collect();
                 order.shuffle(&mut rng);
                 let batches = order
-                    .chunks(1_000)
+                    .chunks(batch_size as usize)
                     .map(|chunk| {
                         let mut batch = RatingBatch::default();
                         for &r in chunk {
@@ -259,9 +316,12 @@ impl CloudData {
                     positive_rate: 0.5,
                     curvature: 0.0,
                 };
-                (spec, batches, sample, 1_000)
+                (spec, batches, sample, batch_size)
             }
         };
+        let epoch_batches = full_rows.map_or(batches.len() as u64, |rows: u64| {
+            rows.div_ceil(u64::from(batch_size))
+        });
         Ok(CloudData {
             job,
             spec,
@@ -269,12 +329,13 @@ impl CloudData {
             defaults,
             sample,
             batch_size,
+            epoch_batches,
         })
     }
 
-    /// Minibatches in an epoch.
-    pub fn batches(&self) -> usize {
-        self.batches.len()
+    /// Minibatches in an epoch of the full data set.
+    pub fn batches(&self) -> u64 {
+        self.epoch_batches
     }
 
     /// How `workers` workers share the global batch of a job with the defaults:
@@ -355,8 +416,28 @@ pub struct CloudReport {
     /// The workers' mean training loss over the last measured step.
     pub loss: f64,
     /// The workers' mean training loss over the first step, before any exchange: a `loss`
-    /// above it says the run diverges.
+    /// above it by more than [`DIVERGENCE_MARGIN`] says the run diverges.
     pub first_loss: f64,
+    /// The cost model's step for the same case ([`mlless_cost::cloud::exchange_ms`] from the
+    /// case's latency, pattern and measured update size, plus the measured compute), ms: what
+    /// `mlless cost` would project, to compare with `step_ms`.
+    pub model_step_ms: f64,
+    /// Steps of an epoch of the full data set at this fleet size.
+    pub steps_per_epoch: f64,
+}
+
+/// How far above the first step's loss the last measured step's may be before a case is said
+/// to diverge: a few steps of a large model (MovieLens-20M-shaped PMF, where each step meets
+/// mostly users no step has trained yet) hardly move the loss, and a fresh sample of
+/// minibatches moves it by a percent or so either way; a diverging rate multiplies it.
+pub const DIVERGENCE_MARGIN: f64 = 1.1;
+
+impl CloudReport {
+    /// Whether the case diverged: its loss is not a number, or rose more than
+    /// [`DIVERGENCE_MARGIN`] above the first step's.
+    pub fn diverging(&self) -> bool {
+        !(self.loss.is_finite() && self.loss <= self.first_loss * DIVERGENCE_MARGIN)
+    }
 }
 
 /// Simulates `case` on `data` and bills it at `prices`.
@@ -524,16 +605,33 @@ fn summarise(
         + writes_per_step / 1000.0 * prices.object_write_usd_per_1000
         + reads_per_step / 1000.0 * prices.object_read_usd_per_1000
         + (services_per_hour + prices.services_usd_per_hour) * step_s / 3600.0;
-    let steps_per_epoch =
-        data.plan(case.workers)
-            .steps_per_epoch(data.batches() as u32, case.workers as usize) as f64;
+    let steps_per_epoch = data.plan(case.workers).steps_per_epoch(
+        u32::try_from(data.batches()).unwrap_or(u32::MAX),
+        case.workers as usize,
+    ) as f64;
+    let compute_ms = per_worker_step(&|r| r.compute_ms);
+    let sent_bytes = per_worker_step(&|r| r.sent as f64);
+    let dense_bytes = data.spec.num_params() as f64 * 4.0;
+    let update = UpdateSize {
+        bytes: 0.0,
+        dense_bytes,
+        sparse: sent_bytes < dense_bytes / 2.0,
+        cpu_ms_per_byte: DECODE_MS_PER_BYTE,
+        cpu_ms_per_message: CPU_MS_PER_MESSAGE,
+    }
+    .from_sent(case.pattern.shape(), case.workers, sent_bytes);
+    let latency = mlless_job::config::service_latency(&case.cloud);
+    let model_step_ms =
+        compute_ms + exchange_ms(case.pattern.shape(), &latency, case.workers, &update);
     CloudReport {
         step_ms,
-        compute_ms: per_worker_step(&|r| r.compute_ms),
-        sent_bytes: per_worker_step(&|r| r.sent as f64),
+        model_step_ms,
+        compute_ms,
+        sent_bytes,
         received_bytes: per_worker_step(&|r| r.received as f64),
         requests_per_step: requests.total() as f64 / all_steps + p,
         usd_per_step,
+        steps_per_epoch,
         epoch_s: steps_per_epoch * step_s,
         usd_per_epoch: steps_per_epoch * usd_per_step,
         loss: runs.iter().map(|r| r.last_loss).sum::<f64>() / p,
@@ -814,5 +912,37 @@ mod tests {
             isp.loss,
             isp.first_loss
         );
+    }
+
+    /// With the defaults, no model of the sweep diverges in a fleet of 64, and the linear
+    /// models and the MLP learn: their loss falls. (PMF's Adam steps, averaged over 64 workers
+    /// of which one touched a user, move its factors a 64th of one worker's step: 22 steps
+    /// leave its loss within the noise of 62-rating shares.)
+    #[test]
+    fn every_model_learns_at_sixty_four_workers_with_the_defaults() {
+        let prices = PriceTable::aws_lambda();
+        for job in [
+            CloudJob::SparseLr,
+            CloudJob::Svm,
+            CloudJob::Mlp,
+            CloudJob::Pmf,
+        ] {
+            let data = CloudData::generate(job, 3).expect("data");
+            let mut case = case(
+                CloudLatency::elasticache(),
+                64,
+                Pattern::AllReduce,
+                UpdateRule::Bsp,
+            );
+            case.steps = 20;
+            let report = simulate(&data, &case, &prices).expect("simulate");
+            assert!(
+                !report.diverging() && (job == CloudJob::Pmf || report.loss < report.first_loss),
+                "{}: loss {} after 22 steps, {} at the first",
+                job.name(),
+                report.loss,
+                report.first_loss
+            );
+        }
     }
 }

@@ -773,6 +773,7 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
         samples: s.loss.count,
         read_ms: s.read_ms,
         compute_ms: s.compute_ms,
+        compute_cpu_ms: s.compute_cpu_ms,
         exchange_ms: s.exchange_ms,
         step_ms: s.step_ms,
         bytes_sent: s.bytes_sent,

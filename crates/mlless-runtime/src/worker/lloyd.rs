@@ -4,9 +4,9 @@ use std::time::{Duration, Instant};
 
 use mlless_core::{BatchLoss, LloydSums, SparseVector, WireDelta, kmeans_plus_plus};
 
-use mlless_faas::clock::now_unix_ms_f64;
+use mlless_faas::clock::{now_unix_ms_f64, thread_cpu_time};
 
-use super::{Computed, End, RoundState, Worker, ms};
+use super::{Computed, End, RoundState, Worker, cpu_elapsed, ms};
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::Traffic;
@@ -39,6 +39,7 @@ impl Worker {
             let started = Instant::now();
             let started_unix_ms = now_unix_ms_f64();
             let (mut read, mut compute) = (Duration::ZERO, Duration::ZERO);
+            let mut compute_cpu = Some(Duration::ZERO);
             let mut sums = LloydSums::new(k, features);
             for s in 0..shard {
                 let read_started = Instant::now();
@@ -46,6 +47,7 @@ impl Worker {
                 let next = (s + 1 < shard).then(|| self.reader.shard_positions(self.me, p, s + 1));
                 let (_, batch) = self.reader.next(positions, next).await?;
                 let compute_started = Instant::now();
+                let cpu_started = thread_cpu_time();
                 read += compute_started - read_started;
                 sums.add_batch(&self.params, &batch)
                     .map_err(|source| RuntimeError::Model {
@@ -53,6 +55,9 @@ impl Worker {
                         source,
                     })?;
                 compute += compute_started.elapsed();
+                compute_cpu = compute_cpu
+                    .zip(cpu_elapsed(cpu_started))
+                    .map(|(a, b)| a + b);
             }
             let loss = BatchLoss::new(sums.inertia(), sums.points());
             let stop = self.poll_stop().await?;
@@ -96,6 +101,7 @@ impl Worker {
                 loss,
                 read_ms: ms(read),
                 compute_ms: ms(compute),
+                compute_cpu_ms: compute_cpu.map(ms),
                 started_unix_ms,
                 lr: 0.0,
             };

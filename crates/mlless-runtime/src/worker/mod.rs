@@ -51,7 +51,7 @@ use mlless_store::Channel;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use mlless_faas::clock::now_unix_ms_f64;
+use mlless_faas::clock::{now_unix_ms_f64, thread_cpu_time};
 
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
@@ -223,6 +223,8 @@ struct Computed {
     loss: BatchLoss,
     read_ms: f64,
     compute_ms: f64,
+    /// The CPU time of the compute, ms (`None` without a thread CPU clock).
+    compute_cpu_ms: Option<f64>,
     started_unix_ms: f64,
     /// The learning rate of the step.
     lr: f32,
@@ -408,6 +410,7 @@ impl Worker {
         let (epoch, batch) = self.reader.next(positions, next).await?;
         let read_ms = ms(started.elapsed());
         let compute_started = Instant::now();
+        let cpu_started = thread_cpu_time();
         let loss = self
             .model
             .gradient(&self.params, &batch, &mut self.accumulator)
@@ -430,6 +433,7 @@ impl Worker {
             loss,
             read_ms,
             compute_ms: ms(compute_started.elapsed()),
+            compute_cpu_ms: cpu_elapsed(cpu_started).map(ms),
             started_unix_ms,
             lr,
         };
@@ -637,6 +641,7 @@ impl Worker {
             loss: computed.loss,
             read_ms: computed.read_ms,
             compute_ms: computed.compute_ms,
+            compute_cpu_ms: computed.compute_cpu_ms,
             exchange_ms,
             step_ms: ms(computed.started.elapsed()),
             bytes_sent: traffic.bytes_sent,
@@ -707,6 +712,12 @@ async fn join(handle: JoinHandle<Result<()>>) -> Result<()> {
     handle
         .await
         .map_err(|e| RuntimeError::FunctionFailed(format!("background task failed: {e}")))?
+}
+
+/// The calling thread's CPU time since `start` (a [`thread_cpu_time`] reading taken on the
+/// same thread, with no await in between); `None` without a thread CPU clock.
+fn cpu_elapsed(start: Option<Duration>) -> Option<Duration> {
+    Some(thread_cpu_time()?.saturating_sub(start?))
 }
 
 fn ms(d: Duration) -> f64 {
