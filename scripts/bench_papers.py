@@ -287,9 +287,12 @@ def main():
                 if line.startswith("model name")), platform.processor())
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
+    options = "".join(f" --only {name}" for name in args.only or [])
+    if args.epochs != 3:
+        options += f" --epochs {args.epochs}"
     sections = [
         f"Measured {datetime.date.today()} on {os.cpu_count()} cores ({cpu}), mlless {rev}, "
-        f"with `scripts/bench-papers.sh {' '.join(sys.argv[5:])}`.".rstrip()
+        f"with `scripts/bench-papers.sh{options}`."
     ]
     experiments = {
         "scale-out": ("MLLess's scale-out", scale_out),

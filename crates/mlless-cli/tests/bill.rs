@@ -163,7 +163,8 @@ fn assert_one_bill(dir: &Path, data: &Path, name: &str, channel: Option<&str>) -
 
     // Projected onto a cloud: the compute from the workers' CPU time, which the record holds
     // for every step, and the exchange from the cloud's latency (S3: a P = 64 all-reduce step
-    // is at least five requests of 20 ms; ElastiCache's 0.3 ms ones add far less).
+    // is at least five requests of 20 ms; on ElastiCache, where P = 64 still broadcasts, its
+    // 0.3 ms requests add little to reading 64 updates).
     assert!(
         record
             .steps
@@ -191,7 +192,7 @@ fn assert_one_bill(dir: &Path, data: &Path, name: &str, channel: Option<&str>) -
     };
     let (s3, elasticache) = (step_at_64("s3"), step_at_64("elasticache"));
     assert!(
-        s3 >= 100.0 && elasticache < s3 / 5.0,
+        s3 >= 100.0 && elasticache + 50.0 < s3,
         "{name}: s3 {s3} ms, elasticache {elasticache} ms"
     );
     text
