@@ -556,12 +556,12 @@ fn a_bad_csv_label_or_label_column_is_refused_at_prepare_naming_the_line() {
         (
             good.clone() + "yes;1;2\n",
             &["--delimiter", ";"],
-            ":104: expected a numeric label in column 1, found \"yes\"".into(),
+            ":104: expected a numeric label in column 0 (from 0), found \"yes\"".into(),
         ),
         (
             good.clone() + "\n;1;2\n",
             &["--delimiter", ";"],
-            ":105: missing label in column 1".into(),
+            ":105: missing label in column 0 (from 0)".into(),
         ),
         (
             good.replace("\n0;1;1\n", "\n0;\"1;1\"\n"),
@@ -571,7 +571,7 @@ fn a_bad_csv_label_or_label_column_is_refused_at_prepare_naming_the_line() {
         (
             good.replace("1;2;3", "1;2;x"),
             &["--delimiter", ";", "--label-column", "b"],
-            ":4: expected a numeric label in column 3, found \"x\"".into(),
+            ":4: expected a numeric label in column 2 (from 0), found \"x\"".into(),
         ),
         (
             good.clone(),

@@ -694,7 +694,7 @@ fn predict_reads_csv_with_the_delimiter_and_label_column_of_prepare() {
     ]);
     assert!(
         err.contains(&format!(
-            "{}:2: expected 5 columns (the label in column 5) or 4 (no label), found 1",
+            "{}:2: expected 5 columns (the label in column 4 from 0) or 4 (no label), found 1",
             s(&commas)
         )),
         "{err}"
