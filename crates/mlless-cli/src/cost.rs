@@ -45,7 +45,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub same_machine: bool,
     /// Seconds VMs take to boot and start the job.
-    #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S)]
+    #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S, value_parser = crate::seconds("--vm-startup-s", mlless_job::config::SecondsRange::NonNegative))]
     pub vm_startup_s: f64,
 }
 

@@ -325,7 +325,8 @@ fn bad_training_options_are_refused_before_any_function_starts() {
     let d = s(&data);
     let local_max = mlless_faas::local_max_concurrent();
     let at_local_max = local_max.to_string();
-    let mut cases: Vec<(Vec<&str>, String)> = vec![
+    let mut cases: Vec<(Vec<&str>, String)> =
+        vec![
         (
             vec!["--l2=-1"],
             "--l2 must be a finite number ≥ 0, not -1".into(),
@@ -345,6 +346,43 @@ fn bad_training_options_are_refused_before_any_function_starts() {
         (
             vec!["--timeout-s", "0"],
             "--timeout-s must be a positive number of seconds".into(),
+        ),
+        // Every duration is range-checked up front: none overflows a clock (it panicked).
+        (
+            vec!["--max-time", "1e20"],
+            "--max-time must be a positive number of seconds (at most 1e9, about 31 years), not \
+             1e20"
+                .into(),
+        ),
+        (
+            vec!["--worker-deadline", "1e300"],
+            "--worker-deadline must be a positive number of seconds (at most 1e9, about 31 \
+             years), not 1e300"
+                .into(),
+        ),
+        (
+            vec!["--channel-grace", "1e300"],
+            "--channel-grace must be a number of seconds ≥ 0 (at most 1e9, about 31 years), not \
+             1e300"
+                .into(),
+        ),
+        (
+            vec!["--channel-grace=-1"],
+            "--channel-grace must be a number of seconds ≥ 0".into(),
+        ),
+        (
+            vec!["--timeout-s", "1e20"],
+            "--timeout-s must be a positive number of seconds (at most 1e9".into(),
+        ),
+        (vec!["--horizon", "1e300"], "--horizon must be a positive".into()),
+        (
+            vec!["--scale-in-interval", "1e300s"],
+            "--scale-in-interval is auto".into(),
+        ),
+        (vec!["--eval-every", "1e300s"], "--eval-every is auto".into()),
+        (
+            vec!["--progress-every", "1e300"],
+            "is not a number of seconds (0 or more, at most 1e9".into(),
         ),
         (
             vec!["--workers", "100000"],
@@ -449,7 +487,7 @@ fn bad_training_options_are_refused_before_any_function_starts() {
 /// --normalize.
 #[test]
 fn bad_prepare_options_are_refused_up_front() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--timeout-s", "0"],
             "--timeout-s must be a positive number of seconds",
@@ -464,6 +502,10 @@ fn bad_prepare_options_are_refused_up_front() {
             "--map-tasks must be at least 1",
         ),
         (&["--memory-mb", "0"], "--memory-mb must be at least 1 MB"),
+        (
+            &["--timeout-s", "1e300"],
+            "--timeout-s must be a positive number of seconds (at most 1e9",
+        ),
     ];
     for (extra, expected) in cases {
         let dir = tempdir();
