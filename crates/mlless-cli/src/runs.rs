@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use mlless_runtime::runs::{RunStatus, RunSummary, clean_run, list_runs};
+use mlless_runtime::runs::{RunStatus, RunSummary, UnreadableRun, clean_run, list_runs};
 
 /// Options of `mlless runs`.
 #[derive(Debug, Args)]
@@ -21,24 +21,26 @@ pub struct RunsArgs {
 }
 
 /// Runs `mlless runs`: one line per run — job, status, model, data, stop reason or failure,
-/// steps, wall time, cost and test metrics; with `--clean`, one line per run cleaned.
+/// steps, wall time, cost and test metrics; a run that cannot be read, one line saying why;
+/// with `--clean`, one line per run cleaned.
 pub fn run(args: RunsArgs) -> anyhow::Result<()> {
     let runtime = crate::runtime()?;
-    let mut runs = runtime.block_on(list_runs(&args.store))?;
+    let listing = runtime.block_on(list_runs(&args.store))?;
+    let (mut runs, mut unreadable) = (listing.runs, listing.unreadable);
     if !args.jobs.is_empty() {
-        if let Some(missing) = args
-            .jobs
-            .iter()
-            .find(|job| !runs.iter().any(|run| run.spec.job_id == **job))
-        {
+        if let Some(missing) = args.jobs.iter().find(|job| {
+            !runs.iter().any(|run| run.spec.job_id == **job)
+                && !unreadable.iter().any(|run| run.job == **job)
+        }) {
             anyhow::bail!(
                 "no run {missing} in {}",
                 mlless_store::redact_url(&args.store)
             );
         }
         runs.retain(|run| args.jobs.contains(&run.spec.job_id));
+        unreadable.retain(|run| args.jobs.contains(&run.job));
     }
-    if runs.is_empty() {
+    if runs.is_empty() && unreadable.is_empty() {
         println!("no runs in {}", mlless_store::redact_url(&args.store));
         return Ok(());
     }
@@ -46,13 +48,36 @@ pub fn run(args: RunsArgs) -> anyhow::Result<()> {
         for run in &runs {
             clean(&runtime, run, !args.jobs.is_empty())?;
         }
+        for run in &unreadable {
+            println!(
+                "{}  skipped: unreadable ({}); fix or remove {} to clean it",
+                run.job,
+                run.reason,
+                mlless_store::redact_url(&run.run_url)
+            );
+        }
+        if let Some(run) = unreadable.first().filter(|_| !args.jobs.is_empty()) {
+            anyhow::bail!("run {} cannot be read, so it was not cleaned", run.job);
+        }
         return Ok(());
     }
     for run in runs {
         println!("{}", line(&run));
         println!("    {}", run.run_url);
     }
+    for run in &unreadable {
+        println!("{}", unreadable_line(run));
+        println!("    {}", mlless_store::redact_url(&run.run_url));
+    }
     Ok(())
+}
+
+/// The listing's line of a run that cannot be read.
+fn unreadable_line(run: &UnreadableRun) -> String {
+    format!(
+        "{}  {:<15}  · {} (fix or remove the file to list the run)",
+        run.job, "unreadable", run.reason
+    )
 }
 
 /// Cleans one run, unless it may still be running and was not `named`.
