@@ -4,17 +4,25 @@ mod common;
 
 use common::*;
 
+/// Prepares `text` as input `name` into a new location, which must fail; the failure leaves no
+/// directory behind (neither the location nor the parent it created). Returns the error and
+/// the input's path.
 fn prepare_error(format: &str, name: &str, text: &str, extra: &[&str]) -> (String, String) {
     let dir = tempdir();
     let input = write(dir.path(), name, text);
-    let out = dir.path().join("store");
+    let out = dir.path().join("new").join("store");
     let mut args = vec!["prepare", "--format", format, "--input"];
     let input_s = s(&input);
     let out_s = s(&out);
     args.push(&input_s);
     args.extend(["--out", &out_s]);
     args.extend(extra);
-    (fails(&args), input_s)
+    let stderr = fails(&args);
+    assert!(
+        !dir.path().join("new").exists(),
+        "a failed prepare left a directory: {stderr}"
+    );
+    (stderr, input_s)
 }
 
 #[test]
@@ -136,6 +144,25 @@ fn a_failed_preparation_leaves_no_usable_data_set() {
     }
     let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "lr"]);
     assert!(stderr.contains("manifest.json"), "{stderr}");
+    // Into a new location, the same failure (after writing began) leaves no directory.
+    let fresh = dir.path().join("fresh");
+    let stderr = fails(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&fresh),
+        "--batch-size",
+        "50",
+        "--normalize",
+        "minmax",
+        "--memory-mb",
+        "1",
+    ]);
+    assert!(stderr.contains("memory limit"), "{stderr}");
+    assert!(!fresh.exists(), "{} left behind", fresh.display());
 }
 
 /// Min-max normalisation through map-reduce over function invocations scales every feature of
@@ -549,8 +576,21 @@ fn a_hostile_record_or_fleet_is_refused_by_report_and_cost_without_allocating() 
     record["spec"]["workers"] = serde_json::json!(4_294_967_295u32);
     let hostile = dir.path().join("hostile.json");
     std::fs::write(&hostile, serde_json::to_vec(&record).unwrap()).unwrap();
+    // A record of a newer format than this build knows is refused, not misread.
+    let mut newer: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&good).unwrap()).unwrap();
+    newer["format_version"] = serde_json::json!(99);
+    let future = dir.path().join("future.json");
+    std::fs::write(&future, serde_json::to_vec(&newer).unwrap()).unwrap();
+    let f = s(&future);
     let (g, h) = (s(&good), s(&hostile));
     let out = s(&dir.path().join("report"));
+    let newer_message = "format_version 99 is newer than this build of mlless knows";
+    for args in [&["report", &f, "--out", &out][..], &["cost", &f]] {
+        let stderr = fails(args);
+        assert!(stderr.contains(newer_message), "{args:?}: {stderr}");
+        assert!(stderr.contains(&f), "{args:?}: {stderr}");
+    }
     let cases: [(&[&str], &str); 4] = [
         (
             &["report", &h, "--out", &out],

@@ -155,7 +155,13 @@ async fn read_run(run_url: &str) -> Result<RunSummary> {
     let run = Store::open(run_url)?;
     let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
     let record: Option<RunRecord> = match run.get_opt(RECORD_KEY).await? {
-        Some(bytes) => Some(json(&run, RECORD_KEY, &bytes)?),
+        Some(bytes) => {
+            let record: RunRecord = json(&run, RECORD_KEY, &bytes)?;
+            record.check().map_err(|e| {
+                RuntimeError::InvalidJob(format!("{}: {e}", run.location(RECORD_KEY)))
+            })?;
+            Some(record)
+        }
         None => None,
     };
     let status = match &record {

@@ -240,7 +240,9 @@ impl State<'_> {
                 index.checked_sub(1).ok_or_else(|| {
                     ctx.line(
                         no,
-                        "feature index 0 in a data set whose LIBSVM indices are 1-based",
+                        "feature index 0, but this file is read with 1-based indices (feature 1 \
+                         is the first), as the data set's LIBSVM input was (it had no index 0): \
+                         number this file's features from 1 as the training input's are",
                     )
                 })?
             };
@@ -445,7 +447,7 @@ mod tests {
             ),
             (
                 "1 0:1\n",
-                "in.txt:1: feature index 0 in a data set whose LIBSVM",
+                "in.txt:1: feature index 0, but this file is read with 1-based indices",
             ),
             ("1 2:1 x\n", "in.txt:1: expected INDEX:VALUE"),
             ("1 2:1 1:1\n", "in.txt:1: feature indices must ascend"),
