@@ -18,6 +18,11 @@ pub struct RunsArgs {
     /// lost, is cleaned only when named with --job.
     #[arg(long)]
     pub clean: bool,
+    /// Print the runs as one JSON document on standard output (an array: each run's job id,
+    /// status, location, model, data set, failure or summary, and the settings in which the
+    /// runs listed differ; an unreadable run with its reason).
+    #[arg(long, conflicts_with = "clean")]
+    pub json: bool,
 }
 
 /// Runs `mlless runs`: one line per run — job, status, model, data, stop reason or failure,
@@ -40,6 +45,9 @@ pub fn run(args: RunsArgs) -> anyhow::Result<()> {
         runs.retain(|run| args.jobs.contains(&run.spec.job_id));
         unreadable.retain(|run| args.jobs.contains(&run.job));
     }
+    if args.json {
+        return print_json(&runs, &unreadable);
+    }
     if runs.is_empty() && unreadable.is_empty() {
         println!("no runs in {}", mlless_store::redact_url(&args.store));
         return Ok(());
@@ -61,14 +69,82 @@ pub fn run(args: RunsArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    for run in runs {
-        println!("{}", line(&run));
+    let settings = settings(&runs);
+    for (run, settings) in runs.iter().zip(&settings) {
+        println!("{}", line(run));
+        if !settings.is_empty() {
+            let shown: Vec<String> = settings
+                .iter()
+                .map(|(name, value)| format!("{name} {value}"))
+                .collect();
+            println!("    {}", shown.join(" · "));
+        }
         println!("    {}", run.run_url);
     }
     for run in &unreadable {
         println!("{}", unreadable_line(run));
         println!("    {}", mlless_store::redact_url(&run.run_url));
     }
+    Ok(())
+}
+
+/// Each run's settings in which the runs listed differ (`sync`, `workers`, …), none for a
+/// single run: a BSP and an ISP run must not look alike.
+fn settings(runs: &[RunSummary]) -> Vec<Vec<(&'static str, String)>> {
+    if runs.len() < 2 {
+        return vec![Vec::new(); runs.len()];
+    }
+    let specs: Vec<&mlless_job::JobSpec> = runs.iter().map(|r| &r.spec).collect();
+    let differences = mlless_report::spec_differences(&specs);
+    (0..runs.len())
+        .map(|i| {
+            differences
+                .iter()
+                .map(|(name, values)| (*name, values[i].clone()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Prints `runs` and `unreadable` as one JSON array on standard output.
+fn print_json(runs: &[RunSummary], unreadable: &[UnreadableRun]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let settings = settings(runs);
+    let mut listed: Vec<serde_json::Value> = runs
+        .iter()
+        .zip(settings)
+        .map(|(run, settings)| {
+            serde_json::json!({
+                "job_id": run.spec.job_id,
+                "status": run.status.to_string(),
+                "run_url": run.run_url,
+                "model": run.spec.model.name(),
+                "data_url": run.spec.data_url.as_str(),
+                "failure": match &run.status {
+                    RunStatus::Failed(reason) => Some(reason.as_str()),
+                    _ => None,
+                },
+                "summary": run
+                    .record
+                    .as_ref()
+                    .map(|record| crate::summary::Summary::of(record, None)),
+                "settings": settings
+                    .into_iter()
+                    .map(|(name, value)| (name.to_string(), serde_json::Value::String(value)))
+                    .collect::<serde_json::Map<String, serde_json::Value>>(),
+            })
+        })
+        .collect();
+    listed.extend(unreadable.iter().map(|run| {
+        serde_json::json!({
+            "job_id": run.job,
+            "status": "unreadable",
+            "run_url": mlless_store::redact_url(&run.run_url),
+            "reason": run.reason,
+        })
+    }));
+    let json = serde_json::to_string_pretty(&listed).context("writing the runs as JSON")?;
+    writeln!(std::io::stdout().lock(), "{json}").context("writing the runs")?;
     Ok(())
 }
 
