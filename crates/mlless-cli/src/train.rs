@@ -322,7 +322,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Test aid: inject a fault (repeatable): kill-worker:W@T, kill-supervisor@T, drop:W@T
-    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T.
+    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T, hold:W@T
+    /// (worker W waits at step T until the run has `fault-release` or is asked to stop,
+    /// having written `fault-held`).
     #[arg(long, hide_short_help = true)]
     pub fault: Vec<mlless_job::Fault>,
     /// Test aid, for tests only: the job id instead of a new one (letters, digits, `-`, `_`,
