@@ -926,6 +926,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn local_path_resolves_local_locations_without_creating_them() {
+        assert_eq!(local_path("data/k"), Some(PathBuf::from("data/k")));
+        assert_eq!(
+            local_path("file:///tmp/a%20b"),
+            Some(PathBuf::from("/tmp/a b"))
+        );
+        assert_eq!(
+            local_path("file://localhost/tmp/x"),
+            Some(PathBuf::from("/tmp/x"))
+        );
+        for other in ["s3://bucket/k", "memory://m/k", "file://relative", ""] {
+            assert_eq!(local_path(other), None, "{other}");
+        }
+        let dir = std::env::temp_dir().join(format!("mlless-local-path-{}", std::process::id()));
+        assert_eq!(local_path(&dir.display().to_string()), Some(dir.clone()));
+        assert!(!dir.exists(), "resolving creates nothing");
+    }
+
+    #[test]
     fn keys_are_validated() {
         assert!(check_key("a/b/c.bin").is_ok());
         assert!(check_key("").is_err());
