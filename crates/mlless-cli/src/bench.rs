@@ -42,7 +42,7 @@ pub struct BenchArgs {
     #[arg(value_enum, default_value_t = Bench::All)]
     pub what: Bench,
     /// Seconds per compute measurement.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = crate::seconds("--seconds", mlless_job::config::SecondsRange::Positive))]
     pub seconds: f64,
     /// Directory for the data of the exchange and demo benchmarks (and the default channel).
     #[arg(long, default_value = "mlless-bench")]

@@ -46,7 +46,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub same_machine: bool,
     /// Seconds VMs take to boot and start the job.
-    #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S)]
+    #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S, value_parser = crate::seconds("--vm-startup-s", mlless_job::config::SecondsRange::NonNegative))]
     pub vm_startup_s: f64,
     /// Project the exchange onto a cloud channel: s3, elasticache or a TOML latency file, as
     /// `train --emulate` takes them (the projection is then billed as that kind of channel)
@@ -93,6 +93,11 @@ pub struct CostArgs {
     /// The options of the cost model.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Print one JSON document on standard output instead of the table: the run, its bill at
+    /// the chosen prices, and each prediction (platform, kind, workers, steps, step ms, time,
+    /// cost).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `mlless cost`.
@@ -117,8 +122,61 @@ pub fn run(args: CostArgs) -> anyhow::Result<()> {
     } else {
         args.workers.clone()
     };
+    if args.json {
+        use std::io::Write;
+        let json = serde_json::to_string_pretty(&document(&record, &options, &fleets))
+            .context("writing the predictions as JSON")?;
+        writeln!(std::io::stdout().lock(), "{json}").context("writing the predictions")?;
+        return Ok(());
+    }
     print!("{}", render(&record, &options, &fleets));
     Ok(())
+}
+
+/// What `mlless cost --json` prints: the run, its bill at the chosen prices and the
+/// predictions, as the table shows them.
+fn document(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> serde_json::Value {
+    let m = options.measurements(record);
+    let bill = record.bill_at(&options.prices);
+    let mut predictions = Vec::new();
+    let mut row = |platform: &str, kind: &str, p: mlless_cost::Prediction| {
+        predictions.push(serde_json::json!({
+            "platform": platform,
+            "kind": kind,
+            "workers": p.workers,
+            "steps": p.steps,
+            "step_ms": p.step_ms,
+            "time_s": p.time_s,
+            "cost_usd": p.cost_usd,
+            "runs_fleet": kind == "faas" && p.workers == record.spec.training.workers,
+        }));
+    };
+    for &p in fleets {
+        row(
+            &options.prices.name,
+            "faas",
+            m.predict_faas(p, &options.prices),
+        );
+    }
+    for vm in &options.vms {
+        for &p in fleets {
+            row(&vm.name, "vm", m.predict_vm(vm, p));
+        }
+    }
+    serde_json::json!({
+        "job_id": record.spec.job_id,
+        "workers": record.spec.training.workers,
+        "steps": record.steps.len(),
+        "epochs": record.epochs,
+        "wall_s": record.wall_s,
+        "billed_usd": record.bill.as_ref().map(|b| b.total_usd),
+        "bill_at_prices": {
+            "platform": bill.platform,
+            "total_usd": bill.total_usd,
+            "compute_usd": bill.compute_usd,
+        },
+        "predictions": predictions,
+    })
 }
 
 /// 1, 2, 4, … up to 4 P, and P itself, in order.

@@ -29,6 +29,28 @@ use std::sync::OnceLock;
 use anyhow::Context;
 use tracing_subscriber::EnvFilter;
 
+/// The value parser of every option in seconds (`flag`, e.g. `--max-time`): a number in
+/// `range` and at most [`mlless_job::config::MAX_SECONDS`], checked as the job's spec is
+/// ([`mlless_job::config::check_seconds`]), so that no duration can overflow a clock.
+pub fn seconds(
+    flag: &'static str,
+    range: mlless_job::config::SecondsRange,
+) -> impl clap::builder::TypedValueParser<Value = f64> {
+    use clap::builder::TypedValueParser;
+    clap::builder::StringValueParser::new().try_map(move |text| {
+        text.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|&value| mlless_job::config::check_seconds(flag, value, range).is_ok())
+            .ok_or_else(|| {
+                format!(
+                    "{flag} must be {} (at most 1e9, about 31 years), not {text}",
+                    range.describe()
+                )
+            })
+    })
+}
+
 /// `error` and its causes on one line, each said once. Many errors (ours, `object_store`'s)
 /// repeat their source's message in their own, as a complete message for logs that print only
 /// the error; a cause whose message the line holds already is left out, so that no cause is

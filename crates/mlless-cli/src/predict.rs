@@ -32,6 +32,12 @@ pub struct PredictArgs {
     /// none).
     #[arg(long)]
     pub evaluate: bool,
+    /// Print the summary as one JSON document on standard output instead of the lines on
+    /// standard error: samples, input, model, output, ignored features, unknown users and
+    /// items, and with --evaluate the metrics next to the run record's (needs --out to be a
+    /// file).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `mlless export`.
@@ -56,6 +62,12 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let input = mlless_data::read_for_scoring(&args.input, &layout)?;
     let shown = mlless_data::input_name(&args.input).display().to_string();
     let to_stdout = args.out.as_os_str() == "-";
+    if to_stdout && args.json {
+        anyhow::bail!(
+            "--json prints its document on standard output, where --out - would write the \
+             predictions: give --out a file"
+        );
+    }
     let summary = if to_stdout {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
@@ -86,6 +98,24 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", args.out.display()))?;
         summary
     };
+    if args.json {
+        let recorded = trained.record.as_ref().map(|r| &r.metrics);
+        let document = serde_json::json!({
+            "samples": summary.samples,
+            "input": shown,
+            "model": trained.model.spec.name(),
+            "model_url": mlless_store::redact_url(&trained.model_url),
+            "out": args.out.display().to_string(),
+            "ignored_features": summary.ignored_features,
+            "unknown_users": summary.unknown_users,
+            "unknown_items": summary.unknown_items,
+            "metrics": summary.metrics,
+            "recorded_metrics": recorded,
+        });
+        let json = serde_json::to_string_pretty(&document).context("writing the summary")?;
+        writeln!(std::io::stdout().lock(), "{json}").context("writing the summary")?;
+        return Ok(());
+    }
     // Standard error, so that `--out -` leaves only the CSV on standard output.
     let mut err = std::io::stderr().lock();
     writeln!(

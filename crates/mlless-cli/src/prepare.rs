@@ -137,7 +137,7 @@ pub struct PrepareArgs {
     #[arg(long)]
     pub temp_dir: Option<PathBuf>,
     /// Lifetime cap of each map task, seconds.
-    #[arg(long, default_value_t = 900.0)]
+    #[arg(long, default_value_t = 900.0, value_parser = crate::seconds("--timeout-s", mlless_job::config::SecondsRange::Positive))]
     pub timeout_s: f64,
 }
 

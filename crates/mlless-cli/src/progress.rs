@@ -41,9 +41,9 @@ pub const PROGRESS_TARGET: &str = "mlless::progress";
 /// `--progress-every`: seconds, finite and not negative.
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => Ok(seconds),
+        Ok(seconds) if (0.0..=mlless_job::config::MAX_SECONDS).contains(&seconds) => Ok(seconds),
         _ => Err(format!(
-            "{s:?} is not a number of seconds (0 or more; 0 turns the lines off)"
+            "{s:?} is not a number of seconds (0 or more, at most 1e9; 0 turns the lines off)"
         )),
     }
 }
@@ -370,7 +370,7 @@ mod tests {
     fn seconds_are_finite_and_not_negative() {
         assert_eq!(parse_seconds("0"), Ok(0.0));
         assert_eq!(parse_seconds("2.5"), Ok(2.5));
-        for bad in ["-1", "nan", "inf", "five"] {
+        for bad in ["-1", "nan", "inf", "five", "1e20", "1e300"] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
     }

@@ -24,6 +24,10 @@ pub struct ReportArgs {
     /// Only print the summary; write no files.
     #[arg(long, conflicts_with = "out")]
     pub summary_only: bool,
+    /// Print one JSON document on standard output instead of the text: each run's summary
+    /// (as `mlless train --json` prints it) and the files written.
+    #[arg(long)]
+    pub json: bool,
     /// The options of the cost model.
     #[command(flatten)]
     pub model: crate::cost::ModelArgs,
@@ -35,13 +39,15 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
     let mut runs = Vec::with_capacity(args.records.len());
     for path in &args.records {
         let record = read_record(&record_path(path))?;
-        print(&record);
+        if !args.json {
+            print(&record);
+        }
         let mut run = mlless_report::Run::new(record);
         run.options = args.model.options(&run.record)?;
         runs.push(run);
     }
     if args.summary_only {
-        return Ok(());
+        return print_json(&args, &runs, &[]);
     }
     for run in &mut runs {
         run.preparation = preparation(&run.record.spec.data_url);
@@ -55,10 +61,37 @@ pub fn report(args: ReportArgs) -> anyhow::Result<()> {
     };
     let files = mlless_report::render_runs(&runs, &out)
         .with_context(|| format!("writing the report to {}", out.display()))?;
+    if args.json {
+        return print_json(&args, &runs, &files.all());
+    }
     println!("report:");
     for path in files.all() {
         println!("  {}", path.display());
     }
+    Ok(())
+}
+
+/// With `--json`, prints the runs' summaries and the `files` written as one JSON document.
+fn print_json(
+    args: &ReportArgs,
+    runs: &[mlless_report::Run],
+    files: &[&Path],
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    if !args.json {
+        return Ok(());
+    }
+    let summaries: Vec<crate::summary::Summary> = runs
+        .iter()
+        .zip(&args.records)
+        .map(|(run, path)| crate::summary::Summary::of(&run.record, Some(&record_path(path))))
+        .collect();
+    let document = serde_json::json!({
+        "runs": summaries,
+        "files": files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+    });
+    let json = serde_json::to_string_pretty(&document).context("writing the report as JSON")?;
+    writeln!(std::io::stdout().lock(), "{json}").context("writing the report")?;
     Ok(())
 }
 

@@ -147,7 +147,7 @@ impl std::str::FromStr for ScaleInInterval {
             .trim()
             .parse()
             .ok()
-            .filter(|v: &f64| v.is_finite() && *v > 0.0)
+            .filter(|v: &f64| *v > 0.0 && *v <= mlless_job::config::MAX_SECONDS)
             .map(Self::Seconds)
             .ok_or_else(bad)
     }
@@ -238,7 +238,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "METRIC<=X")]
     pub target_metric: Vec<mlless_core::MetricTarget>,
     /// Stop after this much wall time, seconds.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::seconds("--max-time", mlless_job::config::SecondsRange::Positive))]
     pub max_time: Option<f64>,
     /// How the workers synchronise.
     #[arg(long, value_enum, default_value_t = Sync::Bsp)]
@@ -285,7 +285,7 @@ pub struct TrainArgs {
     pub scale_in_interval: ScaleInInterval,
     /// Scale-in with a --scale-in-interval in seconds: how far ahead the loss is projected,
     /// seconds (at most the interval).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::seconds("--horizon", mlless_job::config::SecondsRange::Positive))]
     pub horizon: f64,
     /// Scale-in: never fewer workers than this.
     #[arg(long, default_value_t = 1)]
@@ -297,11 +297,16 @@ pub struct TrainArgs {
     pub checkpoint_every: u64,
     /// Replace a worker whose statistics are this many seconds late [default: 100 of the
     /// run's median steps, at least 30 s].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::seconds("--worker-deadline", mlless_job::config::SecondsRange::Positive))]
     pub worker_deadline: Option<f64>,
     /// How long the channel (Redis, Memcached, S3) may be unreachable before the run stops
     /// with an error naming it; operations are retried with backoff meanwhile.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 30.0,
+        value_parser = crate::seconds("--channel-grace", mlless_job::config::SecondsRange::NonNegative)
+    )]
     pub channel_grace: f64,
     /// Add a cloud's latency to every request of the functions' channel (and S3's to their
     /// data reads), to see on this machine what the run's steps would take there: `s3` (20 ms
@@ -317,7 +322,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Test aid: inject a fault (repeatable): kill-worker:W@T, kill-supervisor@T, drop:W@T
-    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T.
+    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T, hold:W@T
+    /// (worker W waits at step T until the run has `fault-release` or is asked to stop,
+    /// having written `fault-held`).
     #[arg(long, hide_short_help = true)]
     pub fault: Vec<mlless_job::Fault>,
     /// Test aid, for tests only: the job id instead of a new one (letters, digits, `-`, `_`,
@@ -340,7 +347,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1024)]
     pub memory_mb: u32,
     /// Lifetime cap of every function, seconds.
-    #[arg(long, default_value_t = 900.0)]
+    #[arg(long, default_value_t = 900.0, value_parser = crate::seconds("--timeout-s", mlless_job::config::SecondsRange::Positive))]
     pub timeout_s: f64,
     /// Price table: aws-lambda, ibm-cf or a TOML file (see `mlless cost`).
     #[arg(long, default_value = "aws-lambda")]

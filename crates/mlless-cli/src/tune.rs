@@ -118,7 +118,7 @@ pub struct TuneArgs {
     #[arg(long, value_enum, default_value_t = RungUnitArg::Epochs)]
     pub rung_unit: RungUnitArg,
     /// The most a trial trains, seconds (its --max-time; required with --rung-unit seconds).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::seconds("--trial-time", mlless_job::config::SecondsRange::Positive))]
     pub trial_time: Option<f64>,
     /// Also run a trial with the shared options as they are (no parameter set), to compare.
     #[arg(long)]

@@ -4,17 +4,25 @@ mod common;
 
 use common::*;
 
+/// Prepares `text` as input `name` into a new location, which must fail; the failure leaves no
+/// directory behind (neither the location nor the parent it created). Returns the error and
+/// the input's path.
 fn prepare_error(format: &str, name: &str, text: &str, extra: &[&str]) -> (String, String) {
     let dir = tempdir();
     let input = write(dir.path(), name, text);
-    let out = dir.path().join("store");
+    let out = dir.path().join("new").join("store");
     let mut args = vec!["prepare", "--format", format, "--input"];
     let input_s = s(&input);
     let out_s = s(&out);
     args.push(&input_s);
     args.extend(["--out", &out_s]);
     args.extend(extra);
-    (fails(&args), input_s)
+    let stderr = fails(&args);
+    assert!(
+        !dir.path().join("new").exists(),
+        "a failed prepare left a directory: {stderr}"
+    );
+    (stderr, input_s)
 }
 
 #[test]
@@ -136,6 +144,25 @@ fn a_failed_preparation_leaves_no_usable_data_set() {
     }
     let stderr = fails(&["train", "--quiet", "--data", &s(&data), "--model", "lr"]);
     assert!(stderr.contains("manifest.json"), "{stderr}");
+    // Into a new location, the same failure (after writing began) leaves no directory.
+    let fresh = dir.path().join("fresh");
+    let stderr = fails(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &s(&fresh),
+        "--batch-size",
+        "50",
+        "--normalize",
+        "minmax",
+        "--memory-mb",
+        "1",
+    ]);
+    assert!(stderr.contains("memory limit"), "{stderr}");
+    assert!(!fresh.exists(), "{} left behind", fresh.display());
 }
 
 /// Min-max normalisation through map-reduce over function invocations scales every feature of
@@ -325,7 +352,8 @@ fn bad_training_options_are_refused_before_any_function_starts() {
     let d = s(&data);
     let local_max = mlless_faas::local_max_concurrent();
     let at_local_max = local_max.to_string();
-    let mut cases: Vec<(Vec<&str>, String)> = vec![
+    let mut cases: Vec<(Vec<&str>, String)> =
+        vec![
         (
             vec!["--l2=-1"],
             "--l2 must be a finite number ≥ 0, not -1".into(),
@@ -345,6 +373,43 @@ fn bad_training_options_are_refused_before_any_function_starts() {
         (
             vec!["--timeout-s", "0"],
             "--timeout-s must be a positive number of seconds".into(),
+        ),
+        // Every duration is range-checked up front: none overflows a clock (it panicked).
+        (
+            vec!["--max-time", "1e20"],
+            "--max-time must be a positive number of seconds (at most 1e9, about 31 years), not \
+             1e20"
+                .into(),
+        ),
+        (
+            vec!["--worker-deadline", "1e300"],
+            "--worker-deadline must be a positive number of seconds (at most 1e9, about 31 \
+             years), not 1e300"
+                .into(),
+        ),
+        (
+            vec!["--channel-grace", "1e300"],
+            "--channel-grace must be a number of seconds ≥ 0 (at most 1e9, about 31 years), not \
+             1e300"
+                .into(),
+        ),
+        (
+            vec!["--channel-grace=-1"],
+            "--channel-grace must be a number of seconds ≥ 0".into(),
+        ),
+        (
+            vec!["--timeout-s", "1e20"],
+            "--timeout-s must be a positive number of seconds (at most 1e9".into(),
+        ),
+        (vec!["--horizon", "1e300"], "--horizon must be a positive".into()),
+        (
+            vec!["--scale-in-interval", "1e300s"],
+            "--scale-in-interval is auto".into(),
+        ),
+        (vec!["--eval-every", "1e300s"], "--eval-every is auto".into()),
+        (
+            vec!["--progress-every", "1e300"],
+            "is not a number of seconds (0 or more, at most 1e9".into(),
         ),
         (
             vec!["--workers", "100000"],
@@ -449,7 +514,7 @@ fn bad_training_options_are_refused_before_any_function_starts() {
 /// --normalize.
 #[test]
 fn bad_prepare_options_are_refused_up_front() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--timeout-s", "0"],
             "--timeout-s must be a positive number of seconds",
@@ -464,6 +529,10 @@ fn bad_prepare_options_are_refused_up_front() {
             "--map-tasks must be at least 1",
         ),
         (&["--memory-mb", "0"], "--memory-mb must be at least 1 MB"),
+        (
+            &["--timeout-s", "1e300"],
+            "--timeout-s must be a positive number of seconds (at most 1e9",
+        ),
     ];
     for (extra, expected) in cases {
         let dir = tempdir();
@@ -507,8 +576,21 @@ fn a_hostile_record_or_fleet_is_refused_by_report_and_cost_without_allocating() 
     record["spec"]["workers"] = serde_json::json!(4_294_967_295u32);
     let hostile = dir.path().join("hostile.json");
     std::fs::write(&hostile, serde_json::to_vec(&record).unwrap()).unwrap();
+    // A record of a newer format than this build knows is refused, not misread.
+    let mut newer: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&good).unwrap()).unwrap();
+    newer["format_version"] = serde_json::json!(99);
+    let future = dir.path().join("future.json");
+    std::fs::write(&future, serde_json::to_vec(&newer).unwrap()).unwrap();
+    let f = s(&future);
     let (g, h) = (s(&good), s(&hostile));
     let out = s(&dir.path().join("report"));
+    let newer_message = "format_version 99 is newer than this build of mlless knows";
+    for args in [&["report", &f, "--out", &out][..], &["cost", &f]] {
+        let stderr = fails(args);
+        assert!(stderr.contains(newer_message), "{args:?}: {stderr}");
+        assert!(stderr.contains(&f), "{args:?}: {stderr}");
+    }
     let cases: [(&[&str], &str); 4] = [
         (
             &["report", &h, "--out", &out],
@@ -556,12 +638,12 @@ fn a_bad_csv_label_or_label_column_is_refused_at_prepare_naming_the_line() {
         (
             good.clone() + "yes;1;2\n",
             &["--delimiter", ";"],
-            ":104: expected a numeric label in column 1, found \"yes\"".into(),
+            ":104: expected a numeric label in column 0 (from 0), found \"yes\"".into(),
         ),
         (
             good.clone() + "\n;1;2\n",
             &["--delimiter", ";"],
-            ":105: missing label in column 1".into(),
+            ":105: missing label in column 0 (from 0)".into(),
         ),
         (
             good.replace("\n0;1;1\n", "\n0;\"1;1\"\n"),
@@ -571,7 +653,7 @@ fn a_bad_csv_label_or_label_column_is_refused_at_prepare_naming_the_line() {
         (
             good.replace("1;2;3", "1;2;x"),
             &["--delimiter", ";", "--label-column", "b"],
-            ":4: expected a numeric label in column 3, found \"x\"".into(),
+            ":4: expected a numeric label in column 2 (from 0), found \"x\"".into(),
         ),
         (
             good.clone(),

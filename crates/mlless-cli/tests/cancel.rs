@@ -58,15 +58,40 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
     let record_path = dir.path().join("cancelled.json");
     let (r, rec) = (s(&runs), s(&record_path));
     let mut train_args = vec!["train"];
-    train_args.extend(args(&d, &["--runs", &r, "--record", &rec, "--quiet"]));
+    // Worker 0 holds at step 25 until the run is asked to stop: the SIGINT lands there, well
+    // into the run and far from its end, however fast the machine (no sleep, no race).
+    train_args.extend(args(
+        &d,
+        &[
+            "--runs",
+            &r,
+            "--record",
+            &rec,
+            "--quiet",
+            "--fault",
+            "hold:0@25",
+        ],
+    ));
     let mut child = mlless()
         .args(&train_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("mlless starts");
-    // Cancel once the supervisor has checkpointed step 20: well into the run, far from its end.
-    wait_for_checkpoint(&runs, 20);
+    let held = wait_for(Duration::from_secs(120), || {
+        std::fs::read_dir(&runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| run.path().join(mlless_job::fault::HOLD_KEY).exists())
+    });
+    assert!(held, "worker 0 reached step 25");
+    let run = std::fs::read_dir(&runs)
+        .expect("runs")
+        .next()
+        .expect("one run")
+        .expect("entry")
+        .path();
     let signalled = Instant::now();
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -84,12 +109,6 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(status.and_then(|s| s.code()), Some(130), "{stderr}");
 
-    let run = std::fs::read_dir(&runs)
-        .expect("runs")
-        .next()
-        .expect("one run")
-        .expect("entry")
-        .path();
     let cancelled = read_record(&record_path);
     assert!(
         stderr.contains(&format!("cancelled job {}", cancelled.spec.job_id)),
@@ -101,10 +120,8 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
     );
     assert_eq!(cancelled.stop_reason, "cancelled");
     let steps = cancelled.steps.len();
-    assert!(
-        (21..216).contains(&steps),
-        "stopped after the step it was in: {steps} steps"
-    );
+    // Released by the stop, the held worker has seen it: the fleet stops after step 25.
+    assert_eq!(steps, 26, "stopped after the step it was held in (25)");
     assert!(
         cancelled.invocations.iter().all(|i| i.outcome.is_success()),
         "every function ended by itself: {:?}",
@@ -121,6 +138,8 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
         "{listed}"
     );
 
+    // The resumed workers may hold at step 25 again: released from the start.
+    std::fs::write(run.join(mlless_job::fault::RELEASE_KEY), b"").expect("release");
     let resumed_path = dir.path().join("resumed.json");
     ok(&[
         "train",

@@ -163,6 +163,48 @@ fn check_lr(dir: &Path) -> (String, PathBuf) {
         "--evaluate",
     ]);
     assert!(err.contains("--evaluate needs labels"), "{err}");
+    // --json: the summary as one document on standard output, the metrics next to the
+    // record's; the predictions go to a file (--out - is refused with --json).
+    let predictions = dir.join("lr.predictions.csv");
+    let printed = ok(&[
+        "predict",
+        "--model",
+        &run,
+        "--input",
+        &s(&test_file),
+        "--format",
+        "libsvm",
+        "--out",
+        &s(&predictions),
+        "--evaluate",
+        "--json",
+    ]);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&printed.stdout).expect("predict --json prints one JSON document");
+    assert_eq!(summary["samples"], 1000, "{summary}");
+    assert_eq!(summary["model"], "lr", "{summary}");
+    for (name, value) in &record.metrics {
+        let printed = summary["metrics"][name.as_str()].as_f64().expect("metric");
+        assert!(
+            (printed - value).abs() < 1e-6,
+            "{name}: {printed} vs {value}"
+        );
+        assert_eq!(summary["recorded_metrics"][name.as_str()], *value);
+    }
+    assert_eq!(std::fs::read_to_string(&predictions).expect("csv"), out);
+    let err = fails(&[
+        "predict",
+        "--model",
+        &run,
+        "--input",
+        &s(&test_file),
+        "--format",
+        "libsvm",
+        "--out",
+        "-",
+        "--json",
+    ]);
+    assert!(err.contains("give --out a file"), "{err}");
     (run, test_file)
 }
 
@@ -694,7 +736,7 @@ fn predict_reads_csv_with_the_delimiter_and_label_column_of_prepare() {
     ]);
     assert!(
         err.contains(&format!(
-            "{}:2: expected 5 columns (the label in column 5) or 4 (no label), found 1",
+            "{}:2: expected 5 columns (the label in column 4 from 0) or 4 (no label), found 1",
             s(&commas)
         )),
         "{err}"

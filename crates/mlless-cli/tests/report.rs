@@ -96,4 +96,61 @@ fn report_overlays_runs_given_by_record_or_directory() {
     for name in names {
         assert!(timeline.contains(name), "{name} on the timeline");
     }
+
+    // `mlless runs` shows what sets the runs apart (a BSP and an ISP run looked identical).
+    let runs = s(&std::path::PathBuf::from(&data).join("runs"));
+    let listed = String::from_utf8_lossy(&ok(&["runs", &runs]).stdout).into_owned();
+    let settings: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.trim_start().starts_with("sync "))
+        .collect();
+    assert_eq!(settings.len(), 2, "{listed}");
+    assert!(settings.iter().any(|l| l.contains("sync bsp")), "{listed}");
+    assert!(settings.iter().any(|l| l.contains("sync isp")), "{listed}");
+    assert!(
+        !listed.contains("workers 2"),
+        "equal settings are not shown: {listed}"
+    );
+
+    // --json on runs, report and cost: one document on standard output.
+    let json = |args: &[&str]| -> serde_json::Value {
+        let output = ok(args);
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: not one JSON document ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    };
+    let listed = json(&["runs", &runs, "--json"]);
+    let listed = listed.as_array().expect("an array of runs");
+    assert_eq!(listed.len(), 2);
+    for run in listed {
+        assert_eq!(run["status"], "finished", "{run}");
+        assert!(run["settings"]["sync"].is_string(), "{run}");
+        assert!(run["settings"].get("workers").is_none(), "{run}");
+        assert_eq!(run["summary"]["job_id"], run["job_id"]);
+    }
+    let bsp_json = s(&dir.path().join("bsp.json"));
+    let report = json(&["report", &bsp_json, isp_dir, "--summary-only", "--json"]);
+    assert_eq!(report["runs"][0]["job_id"], bsp.spec.job_id.as_str());
+    assert_eq!(report["runs"][1]["job_id"], isp.spec.job_id.as_str());
+    let again = dir.path().join("again");
+    let report = json(&["report", &bsp_json, "--out", &s(&again), "--json"]);
+    assert!(
+        report["files"].as_array().is_some_and(|f| f
+            .iter()
+            .any(|p| p.as_str().is_some_and(|p| p.ends_with("report.html")))),
+        "{report}"
+    );
+    let cost = json(&["cost", &bsp_json, "--workers", "1,2", "--json"]);
+    assert_eq!(cost["job_id"], bsp.spec.job_id.as_str());
+    let predictions = cost["predictions"].as_array().expect("predictions");
+    assert!(
+        predictions
+            .iter()
+            .any(|p| p["kind"] == "faas" && p["workers"] == 2 && p["runs_fleet"] == true),
+        "{cost}"
+    );
+    assert!(predictions.iter().any(|p| p["kind"] == "vm"), "{cost}");
 }

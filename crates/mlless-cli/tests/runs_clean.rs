@@ -200,3 +200,43 @@ fn clean_removes_checkpoints_and_channel_leftovers_and_keeps_the_record() {
     let err = fails(&["runs", &r, "--job", "job-2-none"]);
     assert!(err.contains("no run job-2-none in"), "{err}");
 }
+
+/// One unreadable `spec.json` hides no other run: the listing, `--job` and `--clean` show the
+/// others, and the listing shows that run as unreadable, naming its file.
+#[test]
+fn an_unreadable_spec_is_shown_as_such_and_hides_no_other_run() {
+    let dir = tempdir();
+    let spec = mlless_data::SparseLrSpec::new(4_000, 200, 10, 3);
+    let data = common::sparse_lr_prepared(dir.path(), &spec, &[]);
+    let runs = dir.path().join("runs");
+    let r = s(&runs);
+    let record = checkpointed_run(&data, &runs, None, &dir.path().join("run.json"));
+    let job = record.spec.job_id.as_str();
+    let broken = runs.join("job-0-broken");
+    std::fs::create_dir_all(&broken).expect("mkdir");
+    std::fs::write(broken.join("spec.json"), "{\"job_id\": ").expect("write");
+    let stdout = |args: &[&str]| String::from_utf8_lossy(&ok(args).stdout).into_owned();
+
+    let listed = stdout(&["runs", &r]);
+    assert!(listed.contains(&format!("{job}  finished")), "{listed}");
+    assert!(listed.contains("job-0-broken  unreadable"), "{listed}");
+    assert!(
+        listed.contains("spec.json: invalid JSON"),
+        "the listing names the file: {listed}"
+    );
+    let other = stdout(&["runs", &r, "--job", job]);
+    assert!(other.contains(&format!("{job}  finished")), "{other}");
+    assert!(!other.contains("job-0-broken"), "{other}");
+    let named = stdout(&["runs", &r, "--job", "job-0-broken"]);
+    assert!(named.contains("job-0-broken  unreadable"), "{named}");
+
+    let cleaned = stdout(&["runs", &r, "--clean"]);
+    assert!(cleaned.contains(&format!("{job}  cleaned: ")), "{cleaned}");
+    assert!(
+        cleaned.contains("job-0-broken  skipped: unreadable"),
+        "{cleaned}"
+    );
+    assert_eq!(checkpoint_files(&runs.join(job)), 0);
+    let err = fails(&["runs", &r, "--clean", "--job", "job-0-broken"]);
+    assert!(err.contains("run job-0-broken cannot be read"), "{err}");
+}

@@ -313,7 +313,8 @@ pub enum ManifestError {
     Json(String),
     /// Written by a newer (or unknown) layout version.
     #[error(
-        "unsupported manifest format version {0} (this build reads version {MANIFEST_VERSION})"
+        "unsupported manifest format version {0} (this build reads version {MANIFEST_VERSION}): \
+         prepare the data set again with this build, or use the mlless that prepared it"
     )]
     UnsupportedVersion(u32),
     /// Well-formed but self-contradictory or unsafe.

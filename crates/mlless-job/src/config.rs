@@ -148,6 +148,67 @@ pub fn service_latency(latency: &mlless_store::CloudLatency) -> mlless_cost::Ser
     }
 }
 
+/// The longest duration any option in seconds takes: 10^9 s, about 31 years. Longer ones
+/// (`--max-time 1e20`) cannot be added to a clock without overflowing it; nothing mlless runs
+/// needs them.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// What an option in seconds may be besides at most [`MAX_SECONDS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecondsRange {
+    /// More than 0 (a lifetime, a limit, a deadline).
+    Positive,
+    /// 0 or more (a grace, a pause, an interval where 0 turns something off).
+    NonNegative,
+}
+
+impl SecondsRange {
+    /// The range in words, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Positive => "a positive number of seconds",
+            Self::NonNegative => "a number of seconds ≥ 0",
+        }
+    }
+}
+
+/// Checks `value`, the seconds given to option `flag` (e.g. `--max-time`), against `range` and
+/// [`MAX_SECONDS`]; the one check of every duration option of the CLI and of a job's spec.
+pub fn check_seconds(
+    flag: &'static str,
+    value: f64,
+    range: SecondsRange,
+) -> Result<Duration, ConfigError> {
+    let low = match range {
+        SecondsRange::Positive => value > 0.0,
+        SecondsRange::NonNegative => value >= 0.0,
+    };
+    if low && value <= MAX_SECONDS {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(ConfigError::Seconds { flag, value, range })
+    }
+}
+
+/// Seconds as a message shows them: `1e20` rather than 21 digits.
+fn shown_seconds(value: f64) -> String {
+    if value.is_finite() && value.abs() >= 1e9 {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// `seconds` as a [`Duration`], brought into 0 ..= [`MAX_SECONDS`] (NaN: 0): for a duration
+/// read from a stored spec, which must not panic the function that reads it.
+pub fn saturating_seconds(seconds: f64) -> Duration {
+    if seconds > 0.0 {
+        Duration::from_secs_f64(seconds.min(MAX_SECONDS))
+    } else {
+        Duration::ZERO
+    }
+}
+
 fn default_channel_grace_s() -> f64 {
     mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
 }
@@ -159,15 +220,20 @@ pub enum ConfigError {
     /// ISP's threshold is negative or not a number.
     #[error("--significance must be a number ≥ 0")]
     Significance,
-    /// The functions' lifetime cap is not a positive duration.
-    #[error("--timeout-s must be a positive number of seconds")]
-    Timeout,
-    /// The channel's grace is negative or not a number.
-    #[error("--channel-grace must be a number of seconds ≥ 0")]
-    ChannelGrace,
-    /// The worker deadline is not a positive number of seconds.
-    #[error("--worker-deadline must be a positive number of seconds")]
-    WorkerDeadline,
+    /// An option in seconds out of its range or above [`MAX_SECONDS`] ([`check_seconds`]).
+    #[error(
+        "{flag} must be {} (at most 1e9, about 31 years), not {}",
+        .range.describe(),
+        shown_seconds(*.value)
+    )]
+    Seconds {
+        /// The option, e.g. `--max-time`.
+        flag: &'static str,
+        /// The seconds given.
+        value: f64,
+        /// What the option takes.
+        range: SecondsRange,
+    },
     /// No workers.
     #[error("--workers must be at least 1")]
     NoWorkers,
@@ -177,9 +243,6 @@ pub enum ConfigError {
     /// No epochs.
     #[error("--max-epochs must be at least 1")]
     NoEpochs,
-    /// The wall-time limit is not a positive number of seconds.
-    #[error("--max-time must be a positive number of seconds")]
-    MaxTime,
     /// The learning rate is not a positive finite number.
     #[error("--lr must be a positive finite number, not {0}")]
     LearningRate(f32),
@@ -283,9 +346,11 @@ pub enum ConfigError {
 /// Checks the limits of a function: a positive lifetime and at least 1 MB (`--timeout-s`,
 /// `--memory-mb` of `train` and `prepare`).
 pub fn validate_limits(limits: &Limits) -> Result<(), ConfigError> {
-    if limits.timeout.is_zero() {
-        return Err(ConfigError::Timeout);
-    }
+    check_seconds(
+        "--timeout-s",
+        limits.timeout.as_secs_f64(),
+        SecondsRange::Positive,
+    )?;
     if limits.memory_mb == 0 {
         return Err(ConfigError::Memory);
     }
@@ -313,8 +378,7 @@ impl TrainingConfig {
 
     /// The options every function opens the job's channel with.
     pub fn channel_options(&self) -> mlless_store::ChannelOptions {
-        mlless_store::ChannelOptions::default()
-            .with_grace(Duration::from_secs_f64(self.channel_grace_s.max(0.0)))
+        mlless_store::ChannelOptions::default().with_grace(saturating_seconds(self.channel_grace_s))
     }
 
     /// Checks the options on their own and against each other for a job training `model`
@@ -326,13 +390,13 @@ impl TrainingConfig {
             return Err(ConfigError::Significance);
         }
         validate_limits(&self.limits)?;
-        if !(self.channel_grace_s >= 0.0 && self.channel_grace_s.is_finite()) {
-            return Err(ConfigError::ChannelGrace);
-        }
-        if let Some(d) = self.worker_deadline_s
-            && !(d > 0.0 && d.is_finite())
-        {
-            return Err(ConfigError::WorkerDeadline);
+        check_seconds(
+            "--channel-grace",
+            self.channel_grace_s,
+            SecondsRange::NonNegative,
+        )?;
+        if let Some(d) = self.worker_deadline_s {
+            check_seconds("--worker-deadline", d, SecondsRange::Positive)?;
         }
         if self.workers == 0 {
             return Err(ConfigError::NoWorkers);
@@ -348,10 +412,8 @@ impl TrainingConfig {
         if self.stop.max_epochs == 0 {
             return Err(ConfigError::NoEpochs);
         }
-        if let Some(t) = self.stop.max_time_s
-            && !(t > 0.0 && t.is_finite())
-        {
-            return Err(ConfigError::MaxTime);
+        if let Some(t) = self.stop.max_time_s {
+            check_seconds("--max-time", t, SecondsRange::Positive)?;
         }
         self.check_combination(model)?;
         if let Some(tuner) = &self.scale_in {
@@ -441,6 +503,52 @@ mod tests {
     use super::*;
 
     #[test]
+    fn durations_are_range_checked_and_never_overflow() {
+        use SecondsRange::*;
+        assert_eq!(
+            check_seconds("--x", 2.5, Positive),
+            Ok(Duration::from_millis(2500))
+        );
+        assert_eq!(check_seconds("--x", 0.0, NonNegative), Ok(Duration::ZERO));
+        for (value, range) in [
+            (0.0, Positive),
+            (-1.0, NonNegative),
+            (f64::NAN, NonNegative),
+            (f64::INFINITY, Positive),
+            (1e20, Positive),
+            (1e300, NonNegative),
+        ] {
+            let err = check_seconds("--max-time", value, range).unwrap_err();
+            assert!(err.to_string().starts_with("--max-time must be"), "{err}");
+        }
+        assert_eq!(
+            check_seconds("--max-time", 1e20, Positive)
+                .unwrap_err()
+                .to_string(),
+            "--max-time must be a positive number of seconds (at most 1e9, about 31 years), \
+             not 1e20"
+        );
+        // A stored spec's durations, however absurd, become durations a clock can add.
+        for value in [f64::NAN, -1.0, 1e300, f64::INFINITY] {
+            assert!(saturating_seconds(value) <= Duration::from_secs(1_000_000_000));
+        }
+        let mut config = TrainingConfig {
+            channel_grace_s: 1e300,
+            ..sample()
+        };
+        assert!(config.validate(ModelChoice::LogisticRegression).is_err());
+        let _ = config.channel_options();
+        config.channel_grace_s = 30.0;
+        config.worker_deadline_s = Some(1e300);
+        assert!(config.validate(ModelChoice::LogisticRegression).is_err());
+        config.worker_deadline_s = None;
+        config.stop.max_time_s = Some(1e20);
+        assert!(config.validate(ModelChoice::LogisticRegression).is_err());
+        config.stop.max_time_s = Some(60.0);
+        assert_eq!(config.validate(ModelChoice::LogisticRegression), Ok(()));
+    }
+
+    #[test]
     fn secret_urls_redact_in_debug_and_display_and_serialise_as_given() {
         let url = SecretUrl::from("redis://:pw@h:6379");
         assert_eq!(format!("{url}"), "redis://:***@h:6379");
@@ -453,9 +561,8 @@ mod tests {
         assert_eq!(url.redacted().as_str(), "redis://:***@h:6379");
     }
 
-    #[test]
-    fn the_fleet_and_its_global_batch_are_checked() {
-        let config = TrainingConfig {
+    fn sample() -> TrainingConfig {
+        TrainingConfig {
             workers: 8,
             global_batch: None,
             schedule: Schedule::Constant,
@@ -479,7 +586,12 @@ mod tests {
             faults: Vec::new(),
             channel_grace_s: 30.0,
             emulate: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_fleet_and_its_global_batch_are_checked() {
+        let config = sample();
         assert_eq!(config.validate(ModelChoice::LogisticRegression), Ok(()));
         // 8 workers and the supervisor: 9 functions.
         assert_eq!(config.validate_concurrency("local", Some(9)), Ok(()));

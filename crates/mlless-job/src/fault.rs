@@ -2,6 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The object a worker holding at a step ([`Fault::Hold`]) writes in its run's store when it
+/// starts to wait: a test waits for it, instead of for a time, to act while the run is held.
+pub const HOLD_KEY: &str = "fault-held";
+
+/// The object a test writes in the run's store to release a worker holding at a step
+/// ([`Fault::Hold`]).
+pub const RELEASE_KEY: &str = "fault-release";
+
 /// A fault to inject, for tests of the recovery (`--fault`; off by default). Each fires once,
 /// in the role's first invocation, never in a replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -43,9 +51,18 @@ pub enum Fault {
         /// The step.
         step: u64,
     },
+    /// Worker `worker` waits at the start of `step` until the run's store has [`RELEASE_KEY`]
+    /// or the run is asked to stop (a cancel), having written [`HOLD_KEY`]: a test's signal or
+    /// stop then lands at that step, whatever the machine's speed.
+    Hold {
+        /// The worker.
+        worker: u32,
+        /// The step.
+        step: u64,
+    },
 }
 
-/// `kill-worker:W@T`, `kill-supervisor@T`, `drop:W@T`, `delay:W@T:MS`, `oom:W@T`.
+/// `kill-worker:W@T`, `kill-supervisor@T`, `drop:W@T`, `delay:W@T:MS`, `oom:W@T`, `hold:W@T`.
 impl std::str::FromStr for Fault {
     type Err = String;
 
@@ -53,7 +70,7 @@ impl std::str::FromStr for Fault {
         let bad = || {
             format!(
                 "bad --fault {text:?}: expected kill-worker:W@T, kill-supervisor@T, drop:W@T, \
-                 delay:W@T:MS or oom:W@T"
+                 delay:W@T:MS, oom:W@T or hold:W@T"
             )
         };
         let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
@@ -73,6 +90,10 @@ impl std::str::FromStr for Fault {
                 step: num(rest)?,
             }),
             "oom" => Ok(Self::ExceedMemory {
+                worker,
+                step: num(rest)?,
+            }),
+            "hold" => Ok(Self::Hold {
                 worker,
                 step: num(rest)?,
             }),
@@ -109,6 +130,13 @@ mod tests {
         assert_eq!(
             "drop:1@3".parse(),
             Ok(Fault::DropMessage { worker: 1, step: 3 })
+        );
+        assert_eq!(
+            "hold:0@25".parse(),
+            Ok(Fault::Hold {
+                worker: 0,
+                step: 25
+            })
         );
         assert_eq!(
             "delay:0@5:250".parse(),

@@ -179,13 +179,24 @@ pub enum RecordError {
         max = crate::config::MAX_WORKERS
     )]
     Workers(u32),
+    /// A record of a format newer than this build knows: its fields may not mean what this
+    /// build reads them as.
+    #[error(
+        "format_version {0} is newer than this build of mlless knows (it reads up to version \
+         {RECORD_VERSION}): read it with the mlless that wrote it, or a newer one"
+    )]
+    NewerVersion(u32),
 }
 
 impl RunRecord {
-    /// Checks the numbers that `report` and `cost` size their work by, before they allocate
-    /// anything by them: the fleet (`spec.workers`). A record `train` wrote passes; a hand-made
+    /// Checks that this build knows the record's format (not newer than [`RECORD_VERSION`]) and
+    /// the numbers that `report` and `cost` size their work by, before they allocate anything
+    /// by them: the fleet (`spec.workers`). A record `train` wrote passes; a hand-made
     /// or corrupt one may not.
     pub fn check(&self) -> Result<(), RecordError> {
+        if self.format_version > RECORD_VERSION {
+            return Err(RecordError::NewerVersion(self.format_version));
+        }
         let workers = self.spec.training.workers;
         if workers == 0 || workers > crate::config::MAX_WORKERS {
             return Err(RecordError::Workers(workers));

@@ -141,7 +141,11 @@ impl std::str::FromStr for EvalEvery {
         }
         if let Some(v) = s.strip_suffix('s') {
             return Ok(EvalEvery::Seconds {
-                seconds: positive(v)?,
+                seconds: positive(v).and_then(|x| {
+                    (x <= crate::config::MAX_SECONDS)
+                        .then_some(x)
+                        .ok_or_else(bad)
+                })?,
             });
         }
         s.parse()

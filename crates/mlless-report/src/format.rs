@@ -24,18 +24,21 @@ fn significant(v: f64, digits: i32, min_decimals: i32) -> String {
     format!("{v:.decimals$}")
 }
 
-/// Bytes in B, kB, MB or GB (powers of 1000).
-pub(crate) fn format_bytes(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e9 {
-        format!("{:.1} GB", v / 1e9)
+/// A byte count as a tick of an axis spanning `span` bytes: in the unit of the span (B, kB,
+/// MB, GB) with the decimals its tick step needs, so that no two ticks read the same (in whole kB, 2.1 kB and
+/// 2.4 kB would both read "2 kB").
+pub(crate) fn format_bytes_tick(v: f64, span: f64) -> String {
+    let a = span.abs();
+    let (scale, unit) = if a >= 1e9 {
+        (1e9, "GB")
     } else if a >= 1e6 {
-        format!("{:.1} MB", v / 1e6)
+        (1e6, "MB")
     } else if a >= 1e3 {
-        format!("{:.0} kB", v / 1e3)
+        (1e3, "kB")
     } else {
-        format!("{v:.0} B")
-    }
+        (1.0, "B")
+    };
+    format!("{} {unit}", format_tick(v / scale, span / scale))
 }
 
 /// An axis tick: `v` with as many decimals as a tick step of `span / 10` needs.
@@ -61,8 +64,11 @@ mod tests {
         assert_eq!(format_seconds(0.274_18), "0.274");
         assert_eq!(format_seconds(27.418), "27.4");
         assert_eq!(format_seconds(274.18), "274");
-        assert_eq!(format_bytes(1_500.0), "2 kB");
-        assert_eq!(format_bytes(2_500_000.0), "2.5 MB");
+        // Ticks in the span's unit, with the decimals its step needs: no two read the same.
+        assert_eq!(format_bytes_tick(1_500.0, 7_400.0), "1.5 kB");
+        assert_eq!(format_bytes_tick(2_000.0, 7_400.0), "2.0 kB");
+        assert_eq!(format_bytes_tick(2_500_000.0, 3e6), "2.5 MB");
+        assert_eq!(format_bytes_tick(0.0, 300.0), "0 B");
         assert_eq!(format_tick(0.2, 1.0), "0.2");
         assert_eq!(format_tick(0.5, 0.4), "0.50");
         assert_eq!(format_tick(120.0, 300.0), "120");

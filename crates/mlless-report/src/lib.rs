@@ -48,7 +48,10 @@ pub use measure::{
     price_table_of,
 };
 pub use plots::{bytes_svg, cost_svg, loss_svg, run_color_hex, validation_svg};
-pub use runs::{Run, RunTable, TableRow, configuration, differences, label_runs};
+pub use runs::{
+    Run, RunTable, TableRow, configuration, differences, label_runs, short_item,
+    spec_configuration, spec_differences,
+};
 pub use scale_in::{DecisionMark, ScaleInSeries, scale_in_svg};
 pub use tune::{TuneReportFiles, render_tune_report, tune_cost_svg, tune_curves_svg, tune_html};
 

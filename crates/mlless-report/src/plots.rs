@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::ReportError;
-use crate::format::{format_bytes, format_tick};
+use crate::format::{format_bytes_tick, format_tick};
 use crate::measure::cost_curve;
 use crate::runs::Run;
 
@@ -398,7 +398,7 @@ impl Unit {
         match self {
             Unit::Plain => format_tick(v, span),
             Unit::Usd => format!("${}", format_tick(v, span)),
-            Unit::Bytes => format_bytes(v),
+            Unit::Bytes => format_bytes_tick(v, span),
         }
     }
 }
@@ -416,9 +416,10 @@ fn panel(
         lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)),
         false,
     );
+    // Byte counts are amounts: their axis starts at 0, so that lines are seen in proportion.
     let y = padded_range(
         lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)),
-        false,
+        y_unit == Unit::Bytes,
     );
     let (x_span, y_span) = (x.end - x.start, y.end - y.start);
     let x_tick = move |v: &f64| x_unit.tick(*v, x_span);

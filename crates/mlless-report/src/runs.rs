@@ -3,8 +3,8 @@
 //! invocations), as rows for the page and as CSV.
 
 use mlless_cost::ChannelKind;
-use mlless_job::RunRecord;
 use mlless_job::record::channel_kind;
+use mlless_job::{JobSpec, RunRecord};
 
 use crate::ReportOptions;
 use crate::format::{format_seconds, format_usd};
@@ -94,7 +94,7 @@ fn mode(values: &[String]) -> &String {
 }
 
 /// A configuration item as a label shows it: "8 workers", "isp", "redis", "scale-in", "lr 4".
-fn short_item(name: &str, value: &str) -> String {
+pub fn short_item(name: &str, value: &str) -> String {
     match name {
         "workers" => format!("{value} workers"),
         "sync" | "channel" | "model" | "data" | "algorithm" | "pattern" | "platform" => {
@@ -111,7 +111,13 @@ fn short_item(name: &str, value: &str) -> String {
 /// The configuration of a run, item by item, as shown in the table: the model, the data, the
 /// fleet, the protocol, the channel, the stops and the limits.
 pub fn configuration(record: &RunRecord) -> Vec<(&'static str, String)> {
-    let spec = record.spec.redacted();
+    spec_configuration(&record.spec)
+}
+
+/// The configuration of a job's spec, item by item ([`configuration`]; a run without a record
+/// has its spec).
+pub fn spec_configuration(spec: &JobSpec) -> Vec<(&'static str, String)> {
+    let spec = spec.redacted();
     let t = &spec.training;
     let channel = match channel_kind(t.channel.as_deref()) {
         ChannelKind::ObjectStore => match t.channel.as_deref() {
@@ -174,7 +180,14 @@ pub fn configuration(record: &RunRecord) -> Vec<(&'static str, String)> {
 /// The configuration items in which `records` differ, with each record's value (every item
 /// when there is only one record).
 pub fn differences(records: &[&RunRecord]) -> Vec<(&'static str, Vec<String>)> {
-    let configurations: Vec<_> = records.iter().map(|r| configuration(r)).collect();
+    let specs: Vec<&JobSpec> = records.iter().map(|r| &r.spec).collect();
+    spec_differences(&specs)
+}
+
+/// The configuration items in which the jobs of `specs` differ, with each one's value (every
+/// item when there is only one) — what `mlless runs` shows of the runs it lists.
+pub fn spec_differences(specs: &[&JobSpec]) -> Vec<(&'static str, Vec<String>)> {
+    let configurations: Vec<_> = specs.iter().map(|s| spec_configuration(s)).collect();
     let Some(first) = configurations.first() else {
         return Vec::new();
     };
@@ -183,7 +196,7 @@ pub fn differences(records: &[&RunRecord]) -> Vec<(&'static str, Vec<String>)> {
             let values: Vec<String> = configurations.iter().map(|c| c[k].1.clone()).collect();
             (first[k].0, values)
         })
-        .filter(|(_, values)| records.len() == 1 || values.iter().any(|v| *v != values[0]))
+        .filter(|(_, values)| specs.len() == 1 || values.iter().any(|v| *v != values[0]))
         .collect()
 }
 

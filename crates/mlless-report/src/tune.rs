@@ -203,6 +203,11 @@ pub fn tune_curves_svg(record: &TuneRecord) -> Result<String, ReportError> {
                     .filter(|p| p.0.is_finite() && p.1.is_finite())
                     .collect();
                 let style = style_of(record, t.trial, t.status);
+                // Each curve is labelled by its trial at its end (inside the plot when the
+                // end is off it, a diverged trial's), so that the leaderboard finds it.
+                let end = points
+                    .last()
+                    .map(|&(x, value)| (x, value.clamp(y.start, y.end)));
                 let series = chart.draw_series(LineSeries::new(points, style))?;
                 let (slot, label) = if record.best == Some(t.trial) {
                     (0, format!("best: trial {}", t.trial))
@@ -216,6 +221,17 @@ pub fn tune_curves_svg(record: &TuneRecord) -> Result<String, ReportError> {
                     let color = style.color.to_rgba();
                     let color = RGBColor(color.0, color.1, color.2);
                     series.label(label).legend(line_legend(color));
+                }
+                if let Some(end) = end {
+                    let color = style.color.to_rgba();
+                    let font = ("sans-serif", 12)
+                        .into_font()
+                        .color(&RGBColor(color.0, color.1, color.2));
+                    chart.draw_series(std::iter::once(Text::new(
+                        format!("trial {}", t.trial),
+                        end,
+                        font,
+                    )))?;
                 }
             }
             if !by_time {

@@ -520,3 +520,123 @@ fn the_map_tasks_of_the_preparation_are_on_the_timeline_once_a_data_set() {
     assert!(!timeline.contains("Map tasks of preparing"));
     assert!(!timeline.contains("other function (map task)"));
 }
+
+/// The texts of an SVG document's `<text>` elements, in document order.
+fn svg_texts(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| n.text().unwrap_or_default().trim().to_string())
+        .collect()
+}
+
+/// The bytes a step sends are amounts: their axis starts at 0 and no two of its tick labels
+/// read the same (steps of 1.5 kB to 7.4 kB had "2 kB" seven times and started at 1.3 kB).
+#[test]
+fn the_bytes_axis_starts_at_zero_and_its_tick_labels_differ() {
+    // Wide (1.5 to 7.4 kB a step) and narrow (2.0 to 2.9 kB, whose ticks 2.0, 2.1, … all read
+    // "2 kB" in whole kB).
+    for (low, spread) in [(1_500, 5_900), (2_000, 900)] {
+        let mut record = record();
+        for (i, step) in record.steps.iter_mut().enumerate() {
+            let workers = step.workers.len() as u64;
+            for w in &mut step.workers {
+                w.bytes_sent = (low + (i as u64 * 977) % spread) / workers;
+                w.bytes_received = 2 * w.bytes_sent;
+            }
+        }
+        check_bytes_axis(&mlless_report::bytes_svg(&[Run::new(record)]).unwrap());
+    }
+}
+
+/// Checks the y axes of `bytes.svg`: from 0, no tick label twice in a panel.
+fn check_bytes_axis(svg: &str) {
+    let ticks: Vec<String> = svg_texts(svg)
+        .into_iter()
+        .filter(|t| {
+            ["B", "kB", "MB", "GB"]
+                .iter()
+                .any(|u| t.ends_with(&format!(" {u}")))
+        })
+        .collect();
+    assert!(ticks.len() >= 6, "{ticks:?}");
+    // Two panels (sent, received), each with its ticks: none repeats within a panel.
+    for tick in &ticks {
+        let n = ticks.iter().filter(|t| *t == tick).count();
+        assert!(n <= 2, "{tick} is {n} ticks: {ticks:?}");
+    }
+    let zeros = ticks
+        .iter()
+        .filter(|t| t.split(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(0.0))
+        .count();
+    assert_eq!(zeros, 2, "each panel's axis starts at 0: {ticks:?}");
+}
+
+/// The tune page's curves are labelled by their trial.
+#[test]
+fn the_tune_curves_are_labelled_by_trial() {
+    use mlless_tune::{
+        Assignment, CurvePoint, Sampler, SearchSpace, TUNE_RECORD_VERSION, TrialRecord,
+        TrialStatus, TuneRecord,
+    };
+    let trial = |n: usize, status: TrialStatus, end: f64| TrialRecord {
+        trial: n,
+        params: Assignment(vec![("lr".into(), n.to_string())]),
+        status,
+        stop_reason: None,
+        error: None,
+        run_url: None,
+        best_metric: Some(end),
+        epochs: 2.0,
+        steps: 10,
+        wall_s: 1.0,
+        cost_usd: 0.01,
+        started_s: 0.0,
+        test_metrics: mlless_core::Metrics::new(),
+        rungs: Vec::new(),
+        curve: (0..4)
+            .map(|k| CurvePoint {
+                time_s: f64::from(k) + n as f64,
+                epoch: f64::from(k) * 0.5,
+                value: end + 0.1 * f64::from(3 - k),
+                cost_usd: 0.001 * f64::from(k),
+            })
+            .collect(),
+    };
+    let record = TuneRecord {
+        format_version: TUNE_RECORD_VERSION,
+        tune_id: "tune-1".into(),
+        started_at_unix_ms: 0,
+        wall_s: 6.0,
+        model: "lr".into(),
+        metric: "logloss".into(),
+        direction: mlless_core::validation::Direction::Lower,
+        budget_usd: 1.0,
+        spent_usd: 0.03,
+        max_time_s: None,
+        sampler: Sampler::Grid,
+        seed: 1,
+        concurrency: 2,
+        space: SearchSpace::default(),
+        scheduler: None,
+        stop_reason: "every trial ran".into(),
+        trials: vec![
+            trial(0, TrialStatus::Finished, 0.5),
+            trial(1, TrialStatus::Stopped, 0.6),
+            trial(2, TrialStatus::Finished, 0.4),
+        ],
+        best: Some(2),
+        cost_curve: Vec::new(),
+    };
+    let svg = mlless_report::tune_curves_svg(&record).unwrap();
+    let texts = svg_texts(&svg);
+    for n in 0..3 {
+        // Once in each panel (by epoch, by time).
+        let label = format!("trial {n}");
+        assert_eq!(
+            texts.iter().filter(|t| **t == label).count(),
+            2,
+            "{label}: {texts:?}"
+        );
+    }
+}

@@ -94,10 +94,32 @@ pub struct RunSummary {
     pub record: Option<RunRecord>,
 }
 
-/// The runs directly below `runs_url` (each a `{job}/spec.json`), newest first.
-pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
+/// A run of a store that cannot be read: its spec, record, failure or heartbeat is not what
+/// mlless writes (truncated, hand-edited).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadableRun {
+    /// The run's directory name below the store (its job id, if the spec is right).
+    pub job: String,
+    /// The run's location.
+    pub run_url: String,
+    /// What could not be read, naming the file.
+    pub reason: String,
+}
+
+/// The runs of a store: the ones read, newest first, and the ones that could not be read.
+#[derive(Debug, Clone, Default)]
+pub struct RunListing {
+    /// The runs read, newest first.
+    pub runs: Vec<RunSummary>,
+    /// The runs that could not be read, by directory name.
+    pub unreadable: Vec<UnreadableRun>,
+}
+
+/// The runs directly below `runs_url` (each a `{job}/spec.json`), newest first; a run that
+/// cannot be read is listed as such and hides none of the others.
+pub async fn list_runs(runs_url: &str) -> Result<RunListing> {
     let store = Store::open(runs_url)?;
-    let mut runs = Vec::new();
+    let mut listing = RunListing::default();
     for key in store.list("").await? {
         let Some(job) = key.strip_suffix(&format!("/{SPEC_KEY}")) else {
             continue;
@@ -106,48 +128,68 @@ pub async fn list_runs(runs_url: &str) -> Result<Vec<RunSummary>> {
             continue;
         }
         let run_url = format!("{}/{job}", store.url().trim_end_matches('/'));
-        let run = Store::open(&run_url)?;
-        let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
-        let record: Option<RunRecord> = match run.get_opt(RECORD_KEY).await? {
-            Some(bytes) => Some(json(&run, RECORD_KEY, &bytes)?),
-            None => None,
-        };
-        let status = match &record {
-            Some(record) if record.was_cancelled() => RunStatus::Cancelled,
-            Some(_) => RunStatus::Finished,
-            None => match run.get_opt(FAILURE_KEY).await? {
-                Some(bytes) => {
-                    RunStatus::Failed(json::<Failure>(&run, FAILURE_KEY, &bytes)?.reason)
-                }
-                None => {
-                    let beat = match run.get_opt(HEARTBEAT_KEY).await? {
-                        Some(bytes) => Some(json::<Heartbeat>(&run, HEARTBEAT_KEY, &bytes)?),
-                        None => None,
-                    };
-                    let recent = 3 * HEARTBEAT_EVERY.as_millis() as u64;
-                    match beat {
-                        Some(beat) if now_unix_ms().saturating_sub(beat.unix_ms) < recent => {
-                            RunStatus::Running
-                        }
-                        _ => RunStatus::Lost,
-                    }
-                }
-            },
-        };
-        runs.push(RunSummary {
-            run_url,
-            spec: spec.redacted(),
-            status,
-            record,
-        });
+        match read_run(&run_url).await {
+            Ok(run) => listing.runs.push(run),
+            Err(error) => {
+                tracing::warn!(run = %run_url, %error, "a run that cannot be read");
+                listing.unreadable.push(UnreadableRun {
+                    job: job.to_string(),
+                    run_url,
+                    reason: error.to_string(),
+                });
+            }
+        }
     }
     // Job ids begin with their start (`crate::job_id`): the newest first.
-    runs.sort_by(|a, b| {
+    listing.runs.sort_by(|a, b| {
         started(b)
             .cmp(&started(a))
             .then(b.spec.job_id.cmp(&a.spec.job_id))
     });
-    Ok(runs)
+    listing.unreadable.sort_by(|a, b| b.job.cmp(&a.job));
+    Ok(listing)
+}
+
+/// The run at `run_url`: its spec, record and status.
+async fn read_run(run_url: &str) -> Result<RunSummary> {
+    let run = Store::open(run_url)?;
+    let spec: JobSpec = json(&run, SPEC_KEY, &run.get(SPEC_KEY).await?)?;
+    let record: Option<RunRecord> = match run.get_opt(RECORD_KEY).await? {
+        Some(bytes) => {
+            let record: RunRecord = json(&run, RECORD_KEY, &bytes)?;
+            record.check().map_err(|e| {
+                RuntimeError::InvalidJob(format!("{}: {e}", run.location(RECORD_KEY)))
+            })?;
+            Some(record)
+        }
+        None => None,
+    };
+    let status = match &record {
+        Some(record) if record.was_cancelled() => RunStatus::Cancelled,
+        Some(_) => RunStatus::Finished,
+        None => match run.get_opt(FAILURE_KEY).await? {
+            Some(bytes) => RunStatus::Failed(json::<Failure>(&run, FAILURE_KEY, &bytes)?.reason),
+            None => {
+                let beat = match run.get_opt(HEARTBEAT_KEY).await? {
+                    Some(bytes) => Some(json::<Heartbeat>(&run, HEARTBEAT_KEY, &bytes)?),
+                    None => None,
+                };
+                let recent = 3 * HEARTBEAT_EVERY.as_millis() as u64;
+                match beat {
+                    Some(beat) if now_unix_ms().saturating_sub(beat.unix_ms) < recent => {
+                        RunStatus::Running
+                    }
+                    _ => RunStatus::Lost,
+                }
+            }
+        },
+    };
+    Ok(RunSummary {
+        run_url: run_url.to_string(),
+        spec: spec.redacted(),
+        status,
+        record,
+    })
 }
 
 /// What [`clean_run`] removed.

@@ -101,4 +101,4 @@ pub use emulate::{CloudLatency, EmulatedChannel};
 pub use parse::{BUILT_FEATURES, ChannelScheme, StoreKind};
 pub use redact::redact_url;
 pub use requests::{RequestCounter, RequestCounts};
-pub use store::{SUPPORTED_STORE_URLS, Store, StoreError};
+pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, local_path};

@@ -795,6 +795,24 @@ fn percent_decode(s: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "path is not valid UTF-8 once decoded".to_string())
 }
 
+/// The directory of a local location (a path, or a `file://` URL), without creating it (as
+/// [`Store::open`] does); `None` for any other location or a malformed one.
+pub fn local_path(url: &str) -> Option<PathBuf> {
+    match split_scheme(url) {
+        None if !url.trim().is_empty() => Some(PathBuf::from(url)),
+        None => None,
+        Some((scheme, rest)) => match StoreKind::of_scheme(Some(scheme)) {
+            Some(StoreKind::Local) => {
+                let path = rest.strip_prefix("localhost").unwrap_or(rest);
+                path.starts_with('/')
+                    .then(|| percent_decode(path).ok().map(PathBuf::from))
+                    .flatten()
+            }
+            _ => None,
+        },
+    }
+}
+
 fn open_local(url: &str, path: PathBuf) -> Result<Store, StoreError> {
     let invalid = |reason: String| StoreError::InvalidUrl {
         url: redact_url(url),
@@ -906,6 +924,25 @@ impl object_store::CredentialProvider for ChainCredentials {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_path_resolves_local_locations_without_creating_them() {
+        assert_eq!(local_path("data/k"), Some(PathBuf::from("data/k")));
+        assert_eq!(
+            local_path("file:///tmp/a%20b"),
+            Some(PathBuf::from("/tmp/a b"))
+        );
+        assert_eq!(
+            local_path("file://localhost/tmp/x"),
+            Some(PathBuf::from("/tmp/x"))
+        );
+        for other in ["s3://bucket/k", "memory://m/k", "file://relative", ""] {
+            assert_eq!(local_path(other), None, "{other}");
+        }
+        let dir = std::env::temp_dir().join(format!("mlless-local-path-{}", std::process::id()));
+        assert_eq!(local_path(&dir.display().to_string()), Some(dir.clone()));
+        assert!(!dir.exists(), "resolving creates nothing");
+    }
 
     #[test]
     fn keys_are_validated() {

@@ -361,6 +361,49 @@ async fn down_server_is_a_clear_error() {
     }
 }
 
+/// A server that is not Redis (here an HTTP server on loopback): an error naming the address
+/// that says the server does not speak Redis. Needs no Redis server.
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_named_as_such() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 1024];
+                while let Ok(n) = socket.read(&mut buffer).await {
+                    if n == 0 {
+                        return;
+                    }
+                    let reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                    if socket.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    let e = connect_error(RedisChannel::connect(&url, "job").await);
+    server.abort();
+    let message = e.to_string();
+    assert!(matches!(e, ChannelError::InvalidUrl { .. }), "{message}");
+    assert!(
+        message.contains(&format!("127.0.0.1:{port}")),
+        "{message} does not name the address"
+    );
+    assert!(
+        message.contains("the server does not speak Redis"),
+        "{message}"
+    );
+}
+
 /// A server that wants a password: without one in the URL, a clear error naming the address;
 /// with the right one, a working channel; never the password in any message.
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! Criteo display-ads TSV: `label \t I1 .. I13 \t C1 .. C26`, 40 tab-separated columns.
 //!
-//! The label is 0 or 1. An empty column is a missing value and left out.
+//! The label is 0 or 1. An empty column is a missing value and left out, and so are the
+//! columns missing at the end of a shorter line (real Criteo files drop trailing empty fields);
+//! a line of more than 40 columns, or without a label, is an error.
 //!
 //! * Integer column `I(k+1)` (k = 0..13) with value x becomes feature k with value
 //!   `sign(x) * ln(1 + |x|)`; a zero is left out.
@@ -16,7 +18,7 @@ use mlless_core::SparseBatch;
 
 use std::path::Path;
 
-use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, label_range};
+use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, label_range, quoted};
 
 /// Integer columns of a Criteo line (features `0..13`).
 pub const CRITEO_INTEGER: usize = 13;
@@ -96,7 +98,10 @@ pub(super) fn push_features<'a>(
             let x: i64 = field.parse().map_err(|_| {
                 ctx.line(
                     no,
-                    format!("expected an integer in column I{column}, found {field:?}"),
+                    format!(
+                        "expected an integer in column I{column}, found {}",
+                        quoted(field)
+                    ),
                 )
             })?;
             if x != 0 {
@@ -144,16 +149,23 @@ pub(super) fn read<R: BufRead>(
             "0" => 0.0,
             "1" => 1.0,
             _ => {
-                return Err(ctx.line(no, format!("expected label 0 or 1, found {field:?}")));
+                return Err(ctx.line(
+                    no,
+                    format!("expected label 0 or 1, found {}", quoted(field)),
+                ));
             }
         };
         labels.observe(label, no);
         rows.labels.push(label);
         let columns = 1 + push_features(ctx, no, fields, features, &mut rows, &mut categorical)?;
-        if columns != CRITEO_COLUMNS {
+        // Fewer columns: the trailing ones, empty, were left out — missing values.
+        if columns > CRITEO_COLUMNS {
             return Err(ctx.line(
                 no,
-                format!("expected {CRITEO_COLUMNS} tab-separated columns, found {columns}"),
+                format!(
+                    "expected at most {CRITEO_COLUMNS} tab-separated columns (the label, 13 \
+                     integer and 26 categorical ones), found {columns}"
+                ),
             ));
         }
         lines.end_row(&mut rows, no)?;
@@ -221,6 +233,27 @@ mod tests {
             counts.iter().all(|&c| (800..1200).contains(&c)),
             "{counts:?}"
         );
+    }
+
+    #[test]
+    fn trailing_fields_left_out_are_missing_values() {
+        // As in the Kaggle train.txt: a line whose trailing empty fields were dropped.
+        let mut ints = [""; 13];
+        ints[0] = "1";
+        ints[1] = "-3";
+        let mut cats = [""; 26];
+        cats[0] = "68fd1e64";
+        let full = line("1", ints, cats);
+        let short = full.trim_end_matches('\t');
+        assert!(short.split('\t').count() < CRITEO_COLUMNS);
+        let text = format!("{full}\n{short}\n0\n1\t7\n");
+        let Parsed::Sparse { rows, .. } = parse_str(&text, Some(1000)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(rows.labels, vec![1.0, 1.0, 0.0, 1.0]);
+        assert_eq!(rows.row(0), rows.row(1));
+        assert_eq!(rows.row(2).1, &[] as &[u32]);
+        assert_eq!(rows.row(3).1, &[0]);
     }
 
     #[test]
@@ -306,14 +339,15 @@ mod tests {
                 "expected an integer in column I5, found \"1.5\"",
             ),
             (
-                format!("{good}\n1\t2\t3\n"),
-                2,
-                "expected 40 tab-separated columns, found 3",
-            ),
-            (
                 format!("{good}\t\n"),
                 1,
-                "expected 40 tab-separated columns, found 41",
+                "expected at most 40 tab-separated columns (the label, 13 integer and 26 \
+                 categorical ones), found 41",
+            ),
+            (
+                format!("{good}\n\t1\t2\n"),
+                2,
+                "expected label 0 or 1, found \"\"",
             ),
         ];
         for (text, no, message) in cases {

@@ -21,7 +21,9 @@ use std::str::FromStr;
 use ::csv::ByteRecord;
 use mlless_core::SparseBatch;
 
-use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, sparse_parts};
+use super::{
+    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, quoted, sparse_parts,
+};
 use crate::manifest::{CsvDialect, CsvHeader};
 
 /// How CSV input is read (`prepare --delimiter --header --label-column`).
@@ -275,16 +277,6 @@ pub(super) fn field(raw: &[u8]) -> &[u8] {
     raw.trim_ascii()
 }
 
-/// A field as an error message shows it: quoted, and cut after 40 characters (a stray quote
-/// can make one field of the rest of the input).
-fn shown(field: &str) -> String {
-    const MAX: usize = 40;
-    match field.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{:?}…", &field[..cut]),
-        None => format!("{field:?}"),
-    }
-}
-
 /// Whether the first row of a CSV input is a header: what `header` says, and for
 /// [`CsvHeader::Auto`], whether some field of it is not a number.
 pub(super) fn is_header(header: CsvHeader, record: &ByteRecord) -> bool {
@@ -301,32 +293,33 @@ pub(super) fn is_header(header: CsvHeader, record: &ByteRecord) -> bool {
     }
 }
 
-/// The label of line `no`, the (trimmed) field in column `column` (from 1): present and a
+/// The label of line `no`, the (trimmed) field in column `column` (from 0, as `--label-column`
+/// counts, and as the messages say): present and a
 /// finite number.
 pub(super) fn label(ctx: Ctx<'_>, no: u64, column: usize, field: &str) -> Result<f32, ParseError> {
     if field.is_empty() {
-        return Err(ctx.line(no, format!("missing label in column {column}")));
+        return Err(ctx.line(no, format!("missing label in column {column} (from 0)")));
     }
     parse_finite(field).ok_or_else(|| {
         ctx.line(
             no,
             format!(
-                "expected a numeric label in column {column}, found {}",
-                shown(field)
+                "expected a numeric label in column {column} (from 0), found {}",
+                quoted(field)
             ),
         )
     })
 }
 
-/// The value of the (trimmed, not empty) field in column `column` (from 1) of line `no`: a
+/// The value of the (trimmed, not empty) field in column `column` (from 0) of line `no`: a
 /// finite number.
 pub(super) fn value(ctx: Ctx<'_>, no: u64, column: usize, field: &str) -> Result<f32, ParseError> {
     parse_finite(field).ok_or_else(|| {
         ctx.line(
             no,
             format!(
-                "expected a number in column {column}, found {}",
-                shown(field)
+                "expected a number in column {column} (from 0), found {}",
+                quoted(field)
             ),
         )
     })
@@ -451,7 +444,7 @@ pub(super) fn read<R: BufRead>(
         }
         for (column, f) in records.fields(no)?.enumerate() {
             if column == label_at {
-                let label = label(ctx, no, column + 1, f)?;
+                let label = label(ctx, no, column, f)?;
                 labels.observe(label, no);
                 rows.labels.push(label);
                 continue;
@@ -459,7 +452,7 @@ pub(super) fn read<R: BufRead>(
             if f.is_empty() {
                 continue;
             }
-            let value = value(ctx, no, column + 1, f)?;
+            let value = value(ctx, no, column, f)?;
             if value != 0.0 {
                 let feature = column - usize::from(column > label_at);
                 let index =
@@ -713,7 +706,7 @@ mod tests {
         let err = parse_with("y,a\n1,2\n", csv).unwrap_err().to_string();
         assert_eq!(
             err,
-            "higgs.csv:1: expected a numeric label in column 1, found \"y\""
+            "higgs.csv:1: expected a numeric label in column 0 (from 0), found \"y\""
         );
         assert_eq!("TRUE".parse(), Ok(CsvHeader::Present));
         assert_eq!("no".parse(), Ok(CsvHeader::Absent));
@@ -728,18 +721,18 @@ mod tests {
             (
                 "1,2,3\n0,x,2\n",
                 2,
-                "expected a number in column 2, found \"x\"",
+                "expected a number in column 1 (from 0), found \"x\"",
             ),
-            ("1,2,3\n,1,2\n", 2, "missing label in column 1"),
+            ("1,2,3\n,1,2\n", 2, "missing label in column 0 (from 0)"),
             (
                 "1,2,3\nyes,1,2\n",
                 2,
-                "expected a numeric label in column 1, found \"yes\"",
+                "expected a numeric label in column 0 (from 0), found \"yes\"",
             ),
             (
                 "1,2,3\nnan,1,2\n",
                 2,
-                "expected a numeric label in column 1, found \"nan\"",
+                "expected a numeric label in column 0 (from 0), found \"nan\"",
             ),
             // Lines are the lines records start on, with CRLF, blank lines and quoted newlines.
             ("1,2,3\r\n\r\n\r\n0,x,2\r\n", 4, "expected a number"),
@@ -747,7 +740,7 @@ mod tests {
             (
                 "1,2,3\n0,1,\"2\n3,4,5\n",
                 2,
-                "expected a number in column 3, found \"2\\n3,4,5\"",
+                "expected a number in column 2 (from 0), found \"2\\n3,4,5\"",
             ),
         ];
         for (text, line, message) in cases {
@@ -793,7 +786,7 @@ mod tests {
             (
                 "a,y\n1,2\n1,\n",
                 "y",
-                "higgs.csv:3: missing label in column 2",
+                "higgs.csv:3: missing label in column 1 (from 0)",
             ),
         ];
         for (text, column, message) in cases {

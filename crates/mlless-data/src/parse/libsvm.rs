@@ -8,7 +8,9 @@ use std::io::BufRead;
 
 use mlless_core::SparseBatch;
 
-use super::{Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, sparse_parts};
+use super::{
+    Ctx, LabelSet, Lines, ParseError, ParseOptions, Parsed, parse_finite, quoted, sparse_parts,
+};
 
 /// One input as read: indices as written (the base is decided over all inputs).
 pub(super) struct Raw {
@@ -38,18 +40,26 @@ pub(super) fn for_each_feature<'a>(
     let mut previous: Option<u32> = None;
     for token in tokens {
         let Some((index, value)) = token.split_once(':') else {
-            return Err(ctx.line(no, format!("expected INDEX:VALUE, found {token:?}")));
+            return Err(ctx.line(no, format!("expected INDEX:VALUE, found {}", quoted(token))));
         };
         let index: u32 = index.parse().map_err(|_| {
             ctx.line(
                 no,
-                format!("expected a feature index, found {index:?} in {token:?}"),
+                format!(
+                    "expected a feature index, found {} in {}",
+                    quoted(index),
+                    quoted(token)
+                ),
             )
         })?;
         let value = parse_finite(value).ok_or_else(|| {
             ctx.line(
                 no,
-                format!("expected a numeric value, found {value:?} in {token:?}"),
+                format!(
+                    "expected a numeric value, found {} in {}",
+                    quoted(value),
+                    quoted(token)
+                ),
             )
         })?;
         if let Some(p) = previous.filter(|&p| index <= p) {

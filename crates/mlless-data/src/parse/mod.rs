@@ -525,8 +525,12 @@ impl Ctx<'_> {
 
     /// The label `field` of line `line`: a finite number.
     fn label(&self, line: u64, field: &str) -> Result<f32, ParseError> {
-        parse_finite(field)
-            .ok_or_else(|| self.line(line, format!("expected a numeric label, found {field:?}")))
+        parse_finite(field).ok_or_else(|| {
+            self.line(
+                line,
+                format!("expected a numeric label, found {}", quoted(field)),
+            )
+        })
     }
 
     fn invalid(&self, message: impl Into<String>) -> ParseError {
@@ -678,6 +682,19 @@ impl<'p, 's, R: BufRead> Lines<'p, 's, R> {
 }
 
 /// Parses a finite `f32`.
+/// The most characters of an offending input that an error quotes ([`quoted`]).
+pub const QUOTED_CHARS: usize = 64;
+
+/// A piece of input as an error message shows it: quoted (as `{:?}` does), and cut after
+/// [`QUOTED_CHARS`] characters with `…` after the closing quote, so that a huge token or a
+/// runaway field never makes a huge message.
+pub fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        Some((cut, _)) => format!("{:?}…", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
 fn parse_finite(s: &str) -> Option<f32> {
     s.parse::<f32>().ok().filter(|v| v.is_finite())
 }
@@ -921,6 +938,43 @@ fn dense_remap_parts(parts: &mut [&mut Vec<u32>]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A huge offending token is quoted by a bounded prefix, in every parser.
+    #[test]
+    fn errors_quote_a_bounded_prefix_of_the_input() {
+        let huge = "9".repeat(1_000_000) + "x";
+        let cases = [
+            (InputFormat::Libsvm, format!("1 3:{huge}\n")),
+            (InputFormat::Libsvm, format!("1 {huge}\n")),
+            (InputFormat::Libsvm, format!("{huge} 1:1\n")),
+            (InputFormat::Csv, format!("1,2\n1,{huge}\n")),
+            (InputFormat::Movielens, format!("1\t2\t{huge}\t4\n")),
+            (InputFormat::Movielens, format!("1\t{huge}\t3\t4\n")),
+            (InputFormat::Criteo, format!("1\t{huge}\n")),
+            (InputFormat::Criteo, format!("{huge}\t1\n")),
+        ];
+        for (format, text) in cases {
+            let options = ParseOptions {
+                features: (format == InputFormat::Criteo).then_some(100),
+                ..ParseOptions::default()
+            };
+            let err = parse_reader(text.as_bytes(), Path::new("in"), format, &options)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.len() < 400,
+                "{format}: {} bytes: {:.300}",
+                err.len(),
+                err
+            );
+            assert!(
+                err.contains(&format!("\"{}\"…", "9".repeat(QUOTED_CHARS))),
+                "{err}"
+            );
+        }
+        assert_eq!(quoted("short"), "\"short\"");
+        assert_eq!(quoted(&"é".repeat(70)), format!("\"{}\"…", "é".repeat(64)));
+    }
 
     #[test]
     fn format_names_round_trip() {

@@ -10,7 +10,7 @@ use std::io::BufRead;
 
 use mlless_core::RatingBatch;
 
-use super::{Ctx, Lines, ParseError, Parsed, dense_remap_parts, parse_finite};
+use super::{Ctx, Lines, ParseError, Parsed, dense_remap_parts, parse_finite, quoted};
 use crate::ids::IdMap;
 
 /// The layout of a MovieLens file.
@@ -59,10 +59,11 @@ fn not_movielens(ctx: Ctx<'_>, no: u64, line: &str) -> ParseError {
     ctx.line(
         no,
         format!(
-            "not a MovieLens ratings line: expected {}, {} or {}, found {line:?}",
+            "not a MovieLens ratings line: expected {}, {} or {}, found {}",
             Variant::UData.layout(),
             Variant::Dat.layout(),
-            Variant::Csv.layout()
+            Variant::Csv.layout(),
+            quoted(line)
         ),
     )
 }
@@ -143,12 +144,30 @@ pub(super) fn for_each_line<R: BufRead>(
 pub(super) fn parse_id(ctx: Ctx<'_>, no: u64, what: &str, field: &str) -> Result<u32, ParseError> {
     field
         .parse()
-        .map_err(|_| ctx.line(no, format!("expected {what}, found {field:?}")))
+        .map_err(|_| ctx.line(no, format!("expected {what}, found {}", quoted(field))))
 }
 
-/// The rating `field` of line `no`: a finite number.
+/// The largest magnitude a rating may have. Rating scales run from a few stars to a few
+/// hundred points; a rating beyond a million is a corrupt line, and one such rating makes
+/// matrix factorisation diverge (its squared error overflows `f32`), which `train` could only
+/// blame on the learning rate.
+pub const MAX_RATING: f32 = 1e6;
+
+/// The rating `field` of line `no`: a finite number of magnitude at most [`MAX_RATING`].
 pub(super) fn parse_rating(ctx: Ctx<'_>, no: u64, field: &str) -> Result<f32, ParseError> {
-    parse_finite(field).ok_or_else(|| ctx.line(no, format!("expected a rating, found {field:?}")))
+    let rating = parse_finite(field)
+        .ok_or_else(|| ctx.line(no, format!("expected a rating, found {}", quoted(field))))?;
+    if rating.abs() > MAX_RATING {
+        return Err(ctx.line(
+            no,
+            format!(
+                "rating {} is outside the plausible range of ratings (-{MAX_RATING:e} to \
+                 {MAX_RATING:e}): fix or remove the line, or rescale the ratings",
+                quoted(field)
+            ),
+        ));
+    }
+    Ok(rating)
 }
 
 /// Reads ratings with their original ids.
@@ -169,7 +188,11 @@ pub(super) fn read<R: BufRead>(lines: &mut Lines<'_, '_, R>) -> Result<RatingBat
         if let Some(extra) = fields.next() {
             return Err(ctx.line(
                 no,
-                format!("unexpected field {extra:?}: expected {}", v.layout()),
+                format!(
+                    "unexpected field {}: expected {}",
+                    quoted(extra),
+                    v.layout()
+                ),
             ));
         }
         ratings.push(user, item, rating);
@@ -272,6 +295,12 @@ mod tests {
                 "expected a rating, found \"good\"",
             ),
             ("1\t2\t3\t4\t5\n", 1, "unexpected field \"5\""),
+            (
+                "1\t2\t3\t4\n196\t242\t1e30\t881250949\n",
+                2,
+                "rating \"1e30\" is outside the plausible range of ratings (-1e6 to 1e6)",
+            ),
+            ("1,2,-2000000,4\n", 1, "rating \"-2000000\" is outside"),
             ("1 2 3 4\n", 1, "not a MovieLens ratings line"),
         ];
         for (text, line, message) in cases {

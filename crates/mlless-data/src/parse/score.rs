@@ -28,7 +28,7 @@ use mlless_core::{RatingBatch, SparseBatch};
 use super::criteo::{CRITEO_CATEGORICAL, CRITEO_COLUMNS, push_features};
 use super::csv::{Records, is_header};
 use super::movielens::{for_each_line, parse_id, parse_rating};
-use super::{Ctx, InputFormat, Lines, ParseError, end_row};
+use super::{Ctx, InputFormat, Lines, ParseError, end_row, quoted};
 use crate::manifest::{CsvDialect, LabelMap};
 
 /// How to read input to score: the data set's layout.
@@ -240,7 +240,9 @@ impl State<'_> {
                 index.checked_sub(1).ok_or_else(|| {
                     ctx.line(
                         no,
-                        "feature index 0 in a data set whose LIBSVM indices are 1-based",
+                        "feature index 0, but this file is read with 1-based indices (feature 1 \
+                         is the first), as the data set's LIBSVM input was (it had no index 0): \
+                         number this file's features from 1 as the training input's are",
                     )
                 })?
             };
@@ -270,7 +272,7 @@ impl State<'_> {
         }
         let at = match label_at {
             0 => "label first".to_string(),
-            n => format!("the label in column {}", n + 1),
+            n => format!("the label in column {n} from 0"),
         };
         let mut records = Records::new(reader, ctx, dialect.delimiter);
         let mut first = true;
@@ -284,7 +286,7 @@ impl State<'_> {
             let mut feature = 0usize;
             for (column, f) in records.fields(no)?.enumerate() {
                 if labelled && column == label_at {
-                    label = self.map_label(no, super::csv::label(ctx, no, column + 1, f)?)?;
+                    label = self.map_label(no, super::csv::label(ctx, no, column, f)?)?;
                     continue;
                 }
                 let index = feature;
@@ -292,7 +294,7 @@ impl State<'_> {
                 if f.is_empty() {
                     continue;
                 }
-                let value = super::csv::value(ctx, no, column + 1, f)?;
+                let value = super::csv::value(ctx, no, column, f)?;
                 if value == 0.0 {
                     continue;
                 }
@@ -330,7 +332,10 @@ impl State<'_> {
                 "0" => 0.0,
                 "1" => 1.0,
                 field => {
-                    return Err(ctx.line(no, format!("expected label 0 or 1, found {field:?}")));
+                    return Err(ctx.line(
+                        no,
+                        format!("expected label 0 or 1, found {}", quoted(field)),
+                    ));
                 }
             }
         } else {
@@ -442,7 +447,7 @@ mod tests {
             ),
             (
                 "1 0:1\n",
-                "in.txt:1: feature index 0 in a data set whose LIBSVM",
+                "in.txt:1: feature index 0, but this file is read with 1-based indices",
             ),
             ("1 2:1 x\n", "in.txt:1: expected INDEX:VALUE"),
             ("1 2:1 1:1\n", "in.txt:1: feature indices must ascend"),
@@ -474,7 +479,10 @@ mod tests {
             "in.txt:1: expected 3 columns (label first) or 2 (no label), found 4"
         );
         let err = read("1,2,3\n1,x,3\n", l).unwrap_err().to_string();
-        assert_eq!(err, "in.txt:2: expected a number in column 2, found \"x\"");
+        assert_eq!(
+            err,
+            "in.txt:2: expected a number in column 1 (from 0), found \"x\""
+        );
     }
 
     #[test]
@@ -503,12 +511,12 @@ mod tests {
         let err = read("1;2;3;4\n", l).unwrap_err().to_string();
         assert_eq!(
             err,
-            "in.txt:1: expected 3 columns (the label in column 3) or 2 (no label), found 4"
+            "in.txt:1: expected 3 columns (the label in column 2 from 0) or 2 (no label), found 4"
         );
         let err = read("1;2;1\n1;2;x\n", l).unwrap_err().to_string();
         assert_eq!(
             err,
-            "in.txt:2: expected a numeric label in column 3, found \"x\""
+            "in.txt:2: expected a numeric label in column 2 (from 0), found \"x\""
         );
         // A header the data set was told it has is skipped, numbers or not.
         let told = ScoringLayout {

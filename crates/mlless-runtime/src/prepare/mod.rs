@@ -477,6 +477,9 @@ pub async fn prepare_with(
         stage: &stage_tx,
         progress: Arc::clone(&progress),
     };
+    // The directories opening a new local location creates, which a failure must not leave
+    // behind empty: from the first that does not exist yet.
+    let created = mlless_store::local_path(&options.out_url).and_then(|path| first_missing(&path));
     let body = prepare_body(options, invoker, requests);
     tokio::pin!(body);
     let mut ticker = tokio::time::interval(POLL);
@@ -492,6 +495,9 @@ pub async fn prepare_with(
                     && let Ok(store) = Store::open(&options.out_url)
                 {
                     remove_written(&store).await;
+                }
+                if let (Err(_), Some(created)) = (&result, &created) {
+                    remove_empty_dirs(created);
                 }
                 return result;
             }
@@ -519,6 +525,33 @@ pub async fn prepare_with(
             }
         }
     }
+}
+
+/// The first directory of `path` and its ancestors that does not exist (`path` itself, or an
+/// ancestor that opening it would create); `None` if `path` exists.
+fn first_missing(path: &Path) -> Option<PathBuf> {
+    let mut missing = None;
+    let mut at = Some(path);
+    while let Some(dir) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing = Some(dir.to_path_buf());
+        at = dir.parent();
+    }
+    missing
+}
+
+/// Removes `dir` and the directories below it that are empty (after their own empty
+/// directories went), bottom up; never a file. A failed preparation thus leaves no empty
+/// directory where there was none.
+fn remove_empty_dirs(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&entry.path());
+            }
+        }
+    }
+    // Fails, as it should, where something is left.
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Removes what a cancelled preparation wrote (it has no manifest yet) and says what happened.

@@ -589,7 +589,7 @@ impl Deadline {
     /// `--worker-deadline` if given, else the one derived from `step_times`.
     fn of(spec: &mlless_job::JobSpec, step_times: &StepTimes) -> Self {
         match spec.training.worker_deadline_s {
-            Some(seconds) => Self::Given(Duration::from_secs_f64(seconds)),
+            Some(seconds) => Self::Given(mlless_job::config::saturating_seconds(seconds)),
             None => Self::Derived(step_times.deadline(spec.training.limits.timeout)),
         }
     }

@@ -58,7 +58,11 @@ impl Stopper {
         Self {
             target: spec.training.stop.target_loss,
             patience: spec.training.stop.target_patience.max(1),
-            max_time: spec.training.stop.max_time_s.map(Duration::from_secs_f64),
+            max_time: spec
+                .training
+                .stop
+                .max_time_s
+                .map(mlless_job::config::saturating_seconds),
             below_target: 0,
             reason: None,
         }

@@ -11,14 +11,15 @@ use mlless_store::{Channel, ChannelError, WorkerId};
 
 use super::Worker;
 use crate::exchange::SCATTER;
-use crate::messages::UPDATES;
+use crate::messages::{STOP_KEY, UPDATES};
 use mlless_job::Fault;
+use mlless_job::fault::{HOLD_KEY, RELEASE_KEY};
 
 impl Worker {
     /// Injects the faults due at the start of `step` (test aid).
-    pub(super) fn inject_faults(&self, step: u64) {
-        for fault in &self.faults {
-            match *fault {
+    pub(super) async fn inject_faults(&mut self, step: u64) {
+        for fault in self.faults.clone() {
+            match fault {
                 Fault::KillWorker { worker, step: at } if worker == self.id && at == step => {
                     tracing::error!(worker, step, "fault injection: killing this worker");
                     std::process::abort();
@@ -31,7 +32,56 @@ impl Worker {
                     std::hint::black_box(&hog);
                     std::thread::sleep(Duration::from_secs(30));
                 }
+                Fault::Hold { worker, step: at } if worker == self.id && at == step => {
+                    // Released by a stop: this worker has seen it, so the fleet stops after
+                    // this very step (not after the next poll of the stop, which is timed).
+                    let by_stop = self.hold(step).await;
+                    self.stop_seen |= by_stop;
+                }
                 _ => {}
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Holds at `step` ([`Fault::Hold`]): says so with [`HOLD_KEY`] in the run's store, then
+    /// waits for [`RELEASE_KEY`] there, or for the run to be asked to stop (the job's
+    /// [`STOP_KEY`]: a cancel lands at the held step). A store error ends the hold (logged): a
+    /// test aid must not wedge a run. Returns whether a stop released it.
+    async fn hold(&self, step: u64) -> bool {
+        let store = &self.ctx.run_store;
+        tracing::warn!(
+            worker = self.id,
+            step,
+            "fault injection: holding until released"
+        );
+        if let Err(e) = store.put(HOLD_KEY, Bytes::from(step.to_string())).await {
+            tracing::error!(worker = self.id, step, "fault injection: no hold: {e}");
+            return false;
+        }
+        loop {
+            let released = match store.get_opt(RELEASE_KEY).await {
+                Ok(Some(_)) => Ok(Some(false)),
+                Ok(None) => self
+                    .ctx
+                    .channel
+                    .get_key(STOP_KEY)
+                    .await
+                    .map(|stop| stop.map(|_| true))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match released {
+                Ok(Some(by_stop)) => {
+                    tracing::warn!(worker = self.id, step, by_stop, "fault injection: released");
+                    return by_stop;
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => {
+                    tracing::error!(worker = self.id, step, "fault injection: hold ended: {e}");
+                    return false;
+                }
             }
         }
     }
@@ -69,7 +119,8 @@ impl FaultyChannel {
                 }
                 Fault::KillWorker { .. }
                 | Fault::KillSupervisor { .. }
-                | Fault::ExceedMemory { .. } => false,
+                | Fault::ExceedMemory { .. }
+                | Fault::Hold { .. } => false,
             })
             .collect();
         if faults.is_empty() {

@@ -228,6 +228,12 @@ fn connect_failure(e: &RedisError, tls: bool) -> String {
         || e.kind() == ErrorKind::AuthenticationFailed
     {
         format!("authentication failed (wrong user name or password): {text}")
+    } else if speaks_another_protocol(e) {
+        format!(
+            "the server does not speak Redis: its answer is not in Redis's protocol (RESP); is \
+             this the port of another server, e.g. Memcached or HTTP? Give --channel the \
+             address of a Redis server: {text}"
+        )
     } else if e.is_connection_refusal() {
         format!("connection refused (is a Redis server listening there?): {text}")
     } else if e.is_timeout() {
@@ -240,6 +246,14 @@ fn connect_failure(e: &RedisError, tls: bool) -> String {
     } else {
         format!("cannot connect{}: {text}", tls_hint(tls))
     }
+}
+
+/// Whether the server answered something that is not Redis's protocol (RESP): the first byte
+/// of a RESP reply is a type marker (`+`, `-`, `:`, `$`, `*`, …), which an HTTP (`HTTP/1.1 …`)
+/// or Memcached (`ERROR`) answer is not.
+fn speaks_another_protocol(e: &RedisError) -> bool {
+    matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType)
+        || e.to_string().contains("Parse error")
 }
 
 /// A hint for a connection that failed or timed out: a plain server never completes a TLS
