@@ -38,6 +38,9 @@ impl JobContext {
                 location: format!("{}/{SPEC_KEY}", run_store.url()),
                 source,
             })?;
+        // A spec is the driver's, but may be old or hand-edited: nothing is sized by its model
+        // before the model is known to fit.
+        crate::driver::check_model_memory(&spec.model, spec.training.limits.memory_mb)?;
         let mut data_store =
             Store::open(spec.data_url.as_str())?.with_request_counter(requests.clone());
         if spec.training.emulate.is_some() {

@@ -128,6 +128,27 @@ pub enum RuntimeError {
         /// Where its run is.
         run_url: String,
     },
+    /// The model a data set asks for would not fit in a function's memory (`--memory-mb`):
+    /// refused before anything of that size is allocated.
+    #[error(
+        "the {model} model of this data set has {features} features ({params} parameters), \
+         which need at least {needed_mb} MB in every function, more than --memory-mb \
+         {memory_mb}: the data set's feature indices go that high (a sparse input with one huge \
+         index, or a hand-edited manifest); re-index the features into a smaller range (hash \
+         them), or give a --memory-mb of at least {needed_mb}"
+    )]
+    ModelTooLarge {
+        /// The model's short name (`lr`).
+        model: &'static str,
+        /// The data set's feature count (users + items for a factorisation).
+        features: u64,
+        /// The model's parameters.
+        params: u64,
+        /// The least memory the functions would need for them.
+        needed_mb: u64,
+        /// The memory cap given.
+        memory_mb: u32,
+    },
     /// The job's options are inconsistent with each other or with the data set.
     #[error("{0}")]
     InvalidJob(String),
@@ -168,6 +189,7 @@ impl RuntimeError {
             | RuntimeError::Model { .. }
             | RuntimeError::ForeignCheckpoint { .. }
             | RuntimeError::JobExists { .. }
+            | RuntimeError::ModelTooLarge { .. }
             | RuntimeError::InvalidJob(_)
             | RuntimeError::Config(_) => false,
             RuntimeError::Store(_)

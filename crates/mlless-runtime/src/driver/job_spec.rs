@@ -30,6 +30,7 @@ pub(super) fn job_spec(
     model
         .validate()
         .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+    super::models::check_model_memory(&model, options.training.limits.memory_mb)?;
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
     let plan = batch_plan(options, manifest);

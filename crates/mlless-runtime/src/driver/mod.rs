@@ -7,9 +7,10 @@ mod job_spec;
 mod models;
 
 pub use models::{
-    CURVATURE_ITERATIONS, DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_STEP_BOUND, DEFAULT_TOLERANCE,
-    DataSample, Defaults, Hyperparameters, IMBALANCE_MAX, LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2,
-    PMF_PRIOR, STABLE_STEP, estimate_sample, imbalance_factor, initial_bias,
+    BYTES_PER_PARAMETER, CURVATURE_ITERATIONS, DEFAULT_CLUSTERS, DEFAULT_HIDDEN,
+    DEFAULT_STEP_BOUND, DEFAULT_TOLERANCE, DataSample, Defaults, Hyperparameters, IMBALANCE_MAX,
+    LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, STABLE_STEP, check_model_memory,
+    estimate_sample, imbalance_factor, initial_bias,
 };
 
 use std::sync::Arc;
@@ -390,6 +391,7 @@ pub async fn resume(
     }
     info!(step, "resuming from the checkpoints of step {step}");
     let changed = changes.apply(&mut spec.training);
+    models::check_model_memory(&spec.model, spec.training.limits.memory_mb)?;
     if !changed.is_empty() {
         spec.training.validate(ModelChoice::of(&spec.model))?;
         info!(step, changes = ?changed, "resuming with new options");
