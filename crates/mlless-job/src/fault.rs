@@ -43,9 +43,31 @@ pub enum Fault {
         /// The step.
         step: u64,
     },
+    /// Worker `worker` pauses at the start of `step`: it writes [`pause_reached_key`] in the
+    /// run and waits until [`pause_release_key`] appears there. A test uses it to act at a
+    /// step (a signal, a second driver), not after a time a faster build would beat.
+    Pause {
+        /// The worker.
+        worker: u32,
+        /// The step.
+        step: u64,
+    },
 }
 
-/// `kill-worker:W@T`, `kill-supervisor@T`, `drop:W@T`, `delay:W@T:MS`, `oom:W@T`.
+/// The key, below the run, that worker `worker` writes when a [`Fault::Pause`] stops it at
+/// `step`.
+pub fn pause_reached_key(worker: u32, step: u64) -> String {
+    format!("faults/paused-{worker}-{step}")
+}
+
+/// The key, below the run, whose appearance lets worker `worker` go on from its
+/// [`Fault::Pause`] at `step`.
+pub fn pause_release_key(worker: u32, step: u64) -> String {
+    format!("faults/go-{worker}-{step}")
+}
+
+/// `kill-worker:W@T`, `kill-supervisor@T`, `drop:W@T`, `delay:W@T:MS`, `oom:W@T`,
+/// `pause:W@T`.
 impl std::str::FromStr for Fault {
     type Err = String;
 
@@ -53,7 +75,7 @@ impl std::str::FromStr for Fault {
         let bad = || {
             format!(
                 "bad --fault {text:?}: expected kill-worker:W@T, kill-supervisor@T, drop:W@T, \
-                 delay:W@T:MS or oom:W@T"
+                 delay:W@T:MS, oom:W@T or pause:W@T"
             )
         };
         let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
@@ -73,6 +95,10 @@ impl std::str::FromStr for Fault {
                 step: num(rest)?,
             }),
             "oom" => Ok(Self::ExceedMemory {
+                worker,
+                step: num(rest)?,
+            }),
+            "pause" => Ok(Self::Pause {
                 worker,
                 step: num(rest)?,
             }),
@@ -122,6 +148,7 @@ mod tests {
             "oom:3@1".parse(),
             Ok(Fault::ExceedMemory { worker: 3, step: 1 })
         );
+        assert_eq!("pause:0@2".parse(), Ok(Fault::Pause { worker: 0, step: 2 }));
         for bad in [
             "kill-worker:2",
             "kill",

@@ -300,3 +300,32 @@ pub fn wait_for_checkpoint(runs: &Path, step: u64) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Waits until a worker of the run below `runs` stopped by `--fault pause:WORKER@STEP` has
+/// reached its pause; returns the run's directory.
+pub fn wait_for_pause(runs: &Path, worker: u32, step: u64) -> PathBuf {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let key = mlless_job::fault::pause_reached_key(worker, step);
+    loop {
+        let found = std::fs::read_dir(runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|run| run.path())
+            .find(|run| run.join(&key).exists());
+        if let Some(run) = found {
+            return run;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker {worker} did not reach its pause at step {step}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Lets the worker paused by `--fault pause:WORKER@STEP` in `run` go on.
+pub fn release_pause(run: &Path, worker: u32, step: u64) {
+    let key = run.join(mlless_job::fault::pause_release_key(worker, step));
+    std::fs::write(key, b"").expect("write the release");
+}

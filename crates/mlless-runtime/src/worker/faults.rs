@@ -16,7 +16,7 @@ use mlless_job::Fault;
 
 impl Worker {
     /// Injects the faults due at the start of `step` (test aid).
-    pub(super) fn inject_faults(&self, step: u64) {
+    pub(super) async fn inject_faults(&self, step: u64) {
         for fault in &self.faults {
             match *fault {
                 Fault::KillWorker { worker, step: at } if worker == self.id && at == step => {
@@ -31,7 +31,39 @@ impl Worker {
                     std::hint::black_box(&hog);
                     std::thread::sleep(Duration::from_secs(30));
                 }
+                Fault::Pause { worker, step: at } if worker == self.id && at == step => {
+                    self.pause(step).await;
+                }
                 _ => {}
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// [`Fault::Pause`]: says it has reached `step` and waits for its release, both objects in
+    /// the run. A store that fails ends the pause (a test aid never fails a run).
+    async fn pause(&self, step: u64) {
+        let run = &self.ctx.run_store;
+        let reached = mlless_job::fault::pause_reached_key(self.id, step);
+        let release = mlless_job::fault::pause_release_key(self.id, step);
+        tracing::warn!(
+            worker = self.id,
+            step,
+            "fault injection: pausing until {release}"
+        );
+        if let Err(e) = run.put(&reached, Bytes::new()).await {
+            tracing::warn!("fault injection: could not write {reached}: {e}");
+            return;
+        }
+        loop {
+            match run.get_opt(&release).await {
+                Ok(Some(_)) => return,
+                Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => {
+                    tracing::warn!("fault injection: could not read {release}: {e}");
+                    return;
+                }
             }
         }
     }
@@ -69,7 +101,8 @@ impl FaultyChannel {
                 }
                 Fault::KillWorker { .. }
                 | Fault::KillSupervisor { .. }
-                | Fault::ExceedMemory { .. } => false,
+                | Fault::ExceedMemory { .. }
+                | Fault::Pause { .. } => false,
             })
             .collect();
         if faults.is_empty() {

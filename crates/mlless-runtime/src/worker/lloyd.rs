@@ -34,7 +34,7 @@ impl Worker {
         );
         let mut step = self.next_step;
         loop {
-            self.inject_faults(step);
+            self.inject_faults(step).await;
             let workers = self.fleet.workers(step).to_vec();
             let started = Instant::now();
             let started_unix_ms = now_unix_ms_f64();

@@ -47,7 +47,7 @@ impl Worker {
         let weight = 1.0 / peers as f32;
         let mut step = self.next_step;
         loop {
-            self.inject_faults(step);
+            self.inject_faults(step).await;
             let (computed, own) = self.compute(step).await?;
             let last = self.poll_stop().await? || self.fleet.positions_done(step) >= positions;
 

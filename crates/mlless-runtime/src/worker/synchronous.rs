@@ -26,7 +26,7 @@ impl Worker {
         );
         let mut step = self.next_step;
         loop {
-            self.inject_faults(step);
+            self.inject_faults(step).await;
             let workers = self.fleet.workers(step).to_vec();
             let (computed, own) = self.compute(step).await?;
             let stop = self.poll_stop().await?;
