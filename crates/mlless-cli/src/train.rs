@@ -571,12 +571,21 @@ impl std::fmt::Display for Cancelled {
 
 impl std::error::Error for Cancelled {}
 
-/// The hint of a cancelled run: its job and how to continue it.
-fn resume_hint(job_id: &str, run_url: &str) -> String {
-    format!(
-        "cancelled job {job_id}: continue it from its last checkpoint with `mlless train --resume \
-         {run_url}`"
-    )
+/// The line of a cancelled run: its job and how to continue it from the checkpoints of
+/// `resume_step`, or, with none, that there is nothing to resume (a `--resume` would be
+/// refused).
+fn resume_hint(job_id: &str, run_url: &str, resume_step: Option<u64>) -> String {
+    match resume_step {
+        Some(step) => format!(
+            "cancelled job {job_id}: continue it from its checkpoints of step {step} with \
+             `mlless train --resume {run_url}`"
+        ),
+        None => format!(
+            "cancelled job {job_id} before its first checkpoint: nothing to resume from (it \
+             was trained without --checkpoint-every, or stopped before the first); train it \
+             again"
+        ),
+    }
 }
 
 /// Runs `mlless train`, prints the summary and returns the record; a cancelled run prints its
@@ -595,8 +604,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
         }
     }
     if record.was_cancelled() {
+        let run_url = record.spec.run_url.as_str();
+        let resume_step = crate::runtime()?
+            .block_on(mlless_runtime::resumable_step(run_url))
+            .unwrap_or_else(|e| {
+                tracing::warn!("could not look for the run's checkpoints: {e}");
+                None
+            });
         return Err(Cancelled {
-            message: resume_hint(&record.spec.job_id, record.spec.run_url.as_str()),
+            message: resume_hint(&record.spec.job_id, run_url, resume_step),
         }
         .into());
     }
@@ -709,12 +725,15 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
     };
     reporter.finish();
     match result {
-        Err(RuntimeError::Cancelled { run_url }) => {
+        Err(RuntimeError::Cancelled {
+            run_url,
+            resume_step,
+        }) => {
             let job = run_url.rsplit('/').next().unwrap_or_default().to_owned();
             Err(Cancelled {
                 message: format!(
                     "{} (its functions were killed)",
-                    resume_hint(&job, &run_url)
+                    resume_hint(&job, &run_url, resume_step)
                 ),
             }
             .into())

@@ -417,3 +417,65 @@ fn a_cancelled_prepare_stops_its_map_tasks_cleans_up_and_prepares_again() {
         cancelled.stopped_in, killed.stopped_in
     );
 }
+
+#[test]
+fn a_run_cancelled_before_its_first_checkpoint_offers_no_resume() {
+    // Worker 0 pauses at step 2 (`--fault pause:0@2`), long before the first checkpoint of
+    // step 1000; the SIGINT comes then, and the pause ends once the driver has asked the
+    // functions to stop: the moment is the step's, whatever the machine's speed.
+    let dir = tempdir();
+    let spec = SparseLrSpec::new(4_000, 1_000, 20, 31);
+    let data = sparse_lr_prepared(dir.path(), &spec, &["--validation-fraction", "0"]);
+    let runs = dir.path().join("runs");
+    let (d, r) = (s(&data), s(&runs));
+    let mut child = mlless()
+        .env("RUST_LOG", "mlless_runtime::driver=info")
+        .args(["train", "--quiet", "--runs", &r, "--fault", "pause:0@2"])
+        .args([
+            "--data",
+            &d,
+            "--model",
+            "lr",
+            "--workers",
+            "2",
+            "--max-epochs",
+            "12",
+        ])
+        .args(["--checkpoint-every", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let run = wait_for_pause(&runs, 0, 2);
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("asked the functions to stop") {
+            break;
+        }
+    }
+    release_pause(&run, 0, 2);
+    for line in lines {
+        seen.push_str(&line.expect("a line"));
+        seen.push('\n');
+    }
+    let status = child.wait().expect("mlless ends");
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(seen.contains("before its first checkpoint"), "{seen}");
+    assert!(
+        !seen.contains("--resume"),
+        "a --resume that would fail: {seen}"
+    );
+    // And indeed there is nothing to resume.
+    let err = fails(&["train", "--resume", &s(&run)]);
+    assert!(err.contains("no checkpoint"), "{err}");
+}

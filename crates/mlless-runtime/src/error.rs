@@ -69,13 +69,13 @@ pub enum RuntimeError {
     FunctionFailed(String),
     /// The user cancelled the run and it did not stop by itself in time (or was asked twice):
     /// its functions were killed.
-    #[error(
-        "cancelled: the functions were stopped; continue the run from its last checkpoint with \
-         `mlless train --resume {run_url}`"
-    )]
+    #[error("{}", cancelled_message(run_url, *resume_step))]
     Cancelled {
         /// The run's location.
         run_url: String,
+        /// The step `--resume` would continue from (the newest checkpoint every role has
+        /// intact); `None`: there is none, and nothing to resume.
+        resume_step: Option<u64>,
     },
     /// The user cancelled a data preparation (Ctrl-C): it stopped, its map tasks ended or were
     /// killed, and what it had written is removed.
@@ -164,6 +164,21 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The message of [`RuntimeError::Cancelled`]: the hint to resume only where there is a
+/// checkpoint to resume from.
+fn cancelled_message(run_url: &str, resume_step: Option<u64>) -> String {
+    match resume_step {
+        Some(step) => format!(
+            "cancelled: the functions were stopped; continue the run from its checkpoints of \
+             step {step} with `mlless train --resume {run_url}`"
+        ),
+        None => format!(
+            "cancelled: the functions were stopped before the run at {run_url} had a \
+             checkpoint: nothing to resume from; train it again"
+        ),
+    }
 }
 
 /// A `Result` with a [`RuntimeError`].

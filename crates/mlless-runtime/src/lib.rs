@@ -72,7 +72,7 @@ pub mod fuzzing {
 
 pub use driver::{
     CANCEL_GRACE, Control, DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress,
-    ResumeOptions, TrainOptions, ValidationOptions, resume, train,
+    ResumeOptions, TrainOptions, ValidationOptions, resumable_step, resume, train,
 };
 pub use error::{NOT_RESUMABLE, Result, RuntimeError};
 pub use function::{Payload, Start, run_function};

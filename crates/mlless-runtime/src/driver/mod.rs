@@ -328,6 +328,21 @@ async fn resume_hint(spec: &JobSpec, run_store: &Store) -> String {
     }
 }
 
+/// The step `mlless train --resume` would continue the run at `run_url` from: the newest one of
+/// which its supervisor and every worker have a checkpoint intact. `None` when there is none
+/// (trained without `--checkpoint-every`, or stopped before the first): a cancel then offers
+/// no `--resume`, which would be refused.
+pub async fn resumable_step(run_url: &str) -> Result<Option<u64>> {
+    let run_store = Store::open(run_url)?;
+    let bytes = run_store.get(SPEC_KEY).await?;
+    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+        location: run_store.location(SPEC_KEY),
+        source,
+    })?;
+    let roles = mlless_job::roles(spec.training.workers);
+    checkpoint::newest_intact_step(&run_store, &spec.job_id, &roles, &mut Vec::new()).await
+}
+
 /// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
 /// supervisor and workers all have (`--checkpoint-every`), after a failure or a cancel that
 /// stopped it, with the limits and stops of `changes` (kept in the spec's
@@ -566,7 +581,6 @@ async fn run_job(
                     && cancelled.is_none()
                     && failure.is_none()
                 {
-                    info!(job = spec.job_id, reason, "asking the functions to stop");
                     cancelled = Some(Instant::now());
                     let stop = StopRequest { reason: reason.to_owned() };
                     if let Ok(json) = serde_json::to_vec(&stop)
@@ -574,6 +588,8 @@ async fn run_job(
                     {
                         warn!("could not publish the stop request: {e}");
                     }
+                    // Once the request is out (a test waits for this line to go on).
+                    info!(job = spec.job_id, reason, "asked the functions to stop");
                 }
                 let late = cancelled.is_some_and(|t| t.elapsed() >= CANCEL_GRACE);
                 if !killed && (control == Control::Kill || late) {
@@ -588,8 +604,20 @@ async fn run_job(
         warn!("could not clean up the channel: {e}");
     }
     if killed {
+        let roles = mlless_job::roles(spec.training.workers);
+        let resume_step =
+            match checkpoint::newest_intact_step(run_store, &spec.job_id, &roles, &mut Vec::new())
+                .await
+            {
+                Ok(step) => step,
+                Err(e) => {
+                    warn!("could not look for the run's checkpoints: {e}");
+                    None
+                }
+            };
         return Err(RuntimeError::Cancelled {
             run_url: spec.run_url.as_str().to_owned(),
+            resume_step,
         });
     }
     if let Some(mut message) = failure {
