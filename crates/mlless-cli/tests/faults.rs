@@ -809,3 +809,45 @@ fn sixteen_workers_on_a_full_memcached_stop_within_a_minute_saying_why() {
         assert!(stderr.contains(&memcached.url()), "{stderr}");
     }
 }
+
+/// A `--resume` of a run whose driver still drives it is refused, naming that driver's start,
+/// and the running run goes on untouched. The moment is a step's (`--fault pause:0@12`: worker
+/// 0 waits there until released), not a time.
+#[test]
+fn a_run_still_running_is_not_resumed_by_a_second_driver() {
+    let dir = tempdir();
+    let spec = SparseLrSpec::new(4_000, 1_000, 20, 29);
+    let data = sparse_lr_prepared(dir.path(), &spec, &["--validation-fraction", "0"]);
+    let runs = dir.path().join("runs");
+    let record_path = dir.path().join("first.json");
+    let (d, r, rec) = (s(&data), s(&runs), s(&record_path));
+    let child = mlless()
+        .args(["train", "--quiet", "--runs", &r, "--record", &rec])
+        .args(["--fault", "pause:0@12"])
+        .args(lr_checkpointed_args(&d, "12", &[]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let run = wait_for_pause(&runs, 0, 12);
+    let err = fails(&["train", "--resume", &s(&run), "--quiet"]);
+    assert!(
+        err.contains("still being driven") && err.contains("started at 20") && err.contains("UTC"),
+        "{err}"
+    );
+    release_pause(&run, 0, 12);
+    let output = child.wait_with_output().expect("the first driver ends");
+    assert!(
+        output.status.success(),
+        "the first run went on untouched: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let record = read_record(&record_path);
+    assert!(!record.was_cancelled());
+    assert_eq!(record.steps.len(), 24, "every step of 12 epochs");
+    assert!(!run.join("failure.json").exists());
+    assert!(!run.join("lease.json").exists(), "released at the end");
+    // A finished run is not resumed either (for its record, not a lease).
+    let err = fails(&["train", "--resume", &s(&run)]);
+    assert!(err.contains("nothing to resume"), "{err}");
+}

@@ -149,6 +149,24 @@ pub enum RuntimeError {
         /// The memory cap given.
         memory_mb: u32,
     },
+    /// Another driver holds the run's lease ([`crate::lease`]): the run is still running, and
+    /// a second driver would share its channel.
+    #[error(
+        "the run at {run_url} is still being driven by another `mlless train` (pid {pid}, \
+         started at {started_at}, its lease renewed {renewed_s_ago} s ago): two drivers would \
+         share one channel; let that one end, or stop it (Ctrl-C), before resuming (a driver \
+         not heard of for 30 s is taken as lost, and its run can be resumed then)"
+    )]
+    RunInUse {
+        /// The run.
+        run_url: String,
+        /// When the driver holding it started driving it (UTC).
+        started_at: String,
+        /// Its process id.
+        pid: u32,
+        /// How long ago it last renewed its lease, seconds.
+        renewed_s_ago: u64,
+    },
     /// The job's options are inconsistent with each other or with the data set.
     #[error("{0}")]
     InvalidJob(String),
@@ -205,6 +223,7 @@ impl RuntimeError {
             | RuntimeError::ForeignCheckpoint { .. }
             | RuntimeError::JobExists { .. }
             | RuntimeError::ModelTooLarge { .. }
+            | RuntimeError::RunInUse { .. }
             | RuntimeError::InvalidJob(_)
             | RuntimeError::Config(_) => false,
             RuntimeError::Store(_)

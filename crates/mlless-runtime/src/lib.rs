@@ -21,6 +21,7 @@ pub mod export;
 pub mod fleet;
 pub mod function;
 pub mod job_id;
+pub mod lease;
 pub mod messages;
 pub mod predict;
 pub mod prepare;

@@ -31,6 +31,7 @@ use crate::checkpoint;
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::function::Start;
+use crate::lease::Lease;
 use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
 use mlless_job::ModelChoice;
 use mlless_job::config::{ConfigError, SecretUrl, TrainingConfig};
@@ -219,8 +220,20 @@ pub async fn train(
         }
         Err(e) => return Err(e.into()),
     }
+    let mut lease = Lease::take(&run_store).await?;
     let starts = vec![Start::default(); spec.training.workers as usize + 1];
-    run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
+    let result = run_job(
+        &spec,
+        &run_store,
+        &mut lease,
+        &options.prices,
+        starts,
+        invoker,
+        observe,
+    )
+    .await;
+    lease.release(&run_store).await;
+    result
 }
 
 /// What `mlless train --resume` may change: the options that do not change the mathematics of
@@ -356,11 +369,33 @@ pub async fn resume(
 ) -> Result<RunRecord> {
     let run_store = Store::open(run_url)?.with_request_counter(RequestCounter::new());
     let bytes = run_store.get(SPEC_KEY).await?;
-    let mut spec: JobSpec =
-        serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
-            location: run_store.location(SPEC_KEY),
-            source,
-        })?;
+    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+        location: run_store.location(SPEC_KEY),
+        source,
+    })?;
+    // One driver at a time: a run still running (its driver renews the lease) is refused
+    // before anything of it is read further or written.
+    let mut lease = Lease::take(&run_store).await?;
+    let result = resume_leased(
+        run_url, spec, &run_store, &mut lease, changes, prices, invoker, observe,
+    )
+    .await;
+    lease.release(&run_store).await;
+    result
+}
+
+/// [`resume`] once the run's lease is this driver's.
+#[allow(clippy::too_many_arguments)]
+async fn resume_leased(
+    run_url: &str,
+    mut spec: JobSpec,
+    run_store: &Store,
+    lease: &mut Lease,
+    changes: &ResumeOptions,
+    prices: &PriceTable,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress) -> Control,
+) -> Result<RunRecord> {
     if let Some(bytes) = run_store.get_opt(RECORD_KEY).await? {
         let record: RunRecord =
             serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
@@ -383,7 +418,7 @@ pub async fn resume(
     // refused.
     let roles = mlless_job::roles(spec.training.workers);
     let mut damaged = Vec::new();
-    let step = checkpoint::newest_intact_step(&run_store, &spec.job_id, &roles, &mut damaged)
+    let step = checkpoint::newest_intact_step(run_store, &spec.job_id, &roles, &mut damaged)
         .await?
         .ok_or_else(|| {
             let damaged = if damaged.is_empty() {
@@ -429,7 +464,7 @@ pub async fn resume(
         resume_step: Some(step),
     };
     let starts = vec![start; spec.training.workers as usize + 1];
-    run_job(&spec, &run_store, prices, starts, invoker, observe).await
+    run_job(&spec, run_store, lease, prices, starts, invoker, observe).await
 }
 
 /// Invokes the supervisor and the workers of `spec` from `starts` (one per role, supervisor
@@ -438,6 +473,7 @@ pub async fn resume(
 async fn run_job(
     spec: &JobSpec,
     run_store: &Store,
+    lease: &mut Lease,
     prices: &PriceTable,
     starts: Vec<Start>,
     invoker: Arc<dyn Invoker>,
@@ -540,6 +576,9 @@ async fn run_job(
                     last_beat = Instant::now();
                     if let Err(e) = crate::runs::beat(run_store).await {
                         warn!("could not write the driver's heartbeat: {e}");
+                    }
+                    if let Err(e) = lease.renew(run_store).await {
+                        warn!("could not renew the run's lease: {e}");
                     }
                 }
                 if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
