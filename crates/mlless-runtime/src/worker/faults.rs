@@ -16,7 +16,7 @@ use mlless_job::Fault;
 
 impl Worker {
     /// Injects the faults due at the start of `step` (test aid).
-    pub(super) async fn inject_faults(&self, step: u64) {
+    pub(super) async fn inject_faults(&mut self, step: u64) {
         for fault in &self.faults {
             match *fault {
                 Fault::KillWorker { worker, step: at } if worker == self.id && at == step => {
@@ -31,11 +31,15 @@ impl Worker {
                     std::hint::black_box(&hog);
                     std::thread::sleep(Duration::from_secs(30));
                 }
-                Fault::Pause { worker, step: at } if worker == self.id && at == step => {
-                    self.pause(step).await;
-                }
                 _ => {}
             }
+        }
+        let id = self.id;
+        if self.faults.contains(&Fault::Pause { worker: id, step }) {
+            self.pause(step).await;
+            // Paused for who knows how long: what was asked meanwhile (a stop) is seen at
+            // this step, not after the next poll's interval.
+            self.last_stop_poll = None;
         }
     }
 }
