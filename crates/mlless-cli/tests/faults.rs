@@ -851,3 +851,92 @@ fn a_run_still_running_is_not_resumed_by_a_second_driver() {
     let err = fails(&["train", "--resume", &s(&run)]);
     assert!(err.contains("nothing to resume"), "{err}");
 }
+
+/// Every file below `dir`, by its path relative to `dir`, with its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).expect("a directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let bytes = std::fs::read(&path).expect("a file");
+                let relative = path.strip_prefix(dir).expect("below").to_path_buf();
+                files.insert(relative, bytes);
+            }
+        }
+    }
+    files
+}
+
+/// `cp -r from to`.
+fn copy_dir(from: &Path, to: &Path) {
+    for (relative, bytes) in snapshot(from) {
+        let path = to.join(relative);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, bytes).expect("write");
+    }
+}
+
+/// A sparse-LR set for the runs cancelled at a step: 4k rows × 1k features, batches of 500
+/// (12 epochs with 4 workers: 24 steps).
+fn small_lr_data(dir: &Path) -> PathBuf {
+    let spec = SparseLrSpec::new(4_000, 1_000, 20, 29);
+    sparse_lr_prepared(dir, &spec, &["--validation-fraction", "0"])
+}
+
+/// The functions follow the spec's run location: a run copied (`cp -r`) or moved (`mv`) is
+/// resumed where it is, and the original is neither written to nor made again.
+#[test]
+fn a_copied_or_moved_run_resumes_where_it_is() {
+    let dir = tempdir();
+    let data = small_lr_data(dir.path());
+    let d = s(&data);
+    let runs = dir.path().join("runs");
+    let run = cancelled_run(&runs, &lr_checkpointed_args(&d, "12", &[]), 12);
+    let name = run.file_name().expect("a job").to_owned();
+    let cancelled = read_record(&run.join("record.json"));
+    assert_eq!(
+        cancelled.steps.len(),
+        13,
+        "stopped after the step of the cancel"
+    );
+    let original = snapshot(&run);
+
+    let copy = dir.path().join("copies").join(&name);
+    copy_dir(&run, &copy);
+    let record_path = dir.path().join("copy.json");
+    ok(&[
+        "train",
+        "--resume",
+        &s(&copy),
+        "--quiet",
+        "--record",
+        &s(&record_path),
+    ]);
+    assert!(snapshot(&run) == original, "the original was written to");
+    let resumed = read_record(&record_path);
+    assert!(!resumed.was_cancelled());
+    assert_eq!(resumed.steps.len(), 24);
+    assert_eq!(resumed.spec.run_url.as_str(), s(&copy));
+    let copy_record = read_record(&copy.join("record.json"));
+    assert_eq!(
+        copy_record.steps.len(),
+        24,
+        "the copy has the finished record"
+    );
+
+    let moved = dir.path().join("moved").join(&name);
+    std::fs::create_dir_all(moved.parent().expect("a parent")).expect("mkdir");
+    std::fs::rename(&run, &moved).expect("mv");
+    ok(&["train", "--resume", &s(&moved), "--quiet"]);
+    assert!(!run.exists(), "the old location was made again");
+    assert_eq!(read_record(&moved.join("record.json")).steps.len(), 24);
+    // Both continued the same run from the same checkpoints: the same model, bit for bit.
+    assert!(
+        std::fs::read(moved.join("model.bin")).expect("model")
+            == std::fs::read(copy.join("model.bin")).expect("model")
+    );
+}

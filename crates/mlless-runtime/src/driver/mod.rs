@@ -442,6 +442,19 @@ async fn resume_leased(
     info!(step, "resuming from the checkpoints of step {step}");
     let changed = changes.apply(&mut spec.training);
     models::check_model_memory(&spec.model, spec.training.limits.memory_mb)?;
+    // The functions follow the spec's run location: a run copied or moved since is resumed
+    // where it is now, never written back to where it was.
+    let here = job_spec::absolute_location(run_url)?;
+    let moved = spec.run_url.as_str().trim_end_matches('/') != here.trim_end_matches('/');
+    if moved {
+        info!(
+            from = %spec.run_url.redacted(),
+            to = %mlless_store::redact_url(&here),
+            "the run is not where its spec says (copied or moved): resuming it where it is"
+        );
+        spec.run_url = here.into();
+    }
+    let rewrite = moved || !changed.is_empty();
     if !changed.is_empty() {
         spec.training.validate(ModelChoice::of(&spec.model))?;
         info!(step, changes = ?changed, "resuming with new options");
@@ -449,7 +462,9 @@ async fn resume_leased(
             from_step: step,
             changes: changed,
         });
-        // The functions read the new limits and stops from the spec.
+    }
+    if rewrite {
+        // The functions read the new location, limits and stops from the spec.
         let json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
             location: run_store.location(SPEC_KEY),
             source,
