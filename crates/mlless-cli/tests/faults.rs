@@ -940,3 +940,44 @@ fn a_copied_or_moved_run_resumes_where_it_is() {
             == std::fs::read(copy.join("model.bin")).expect("model")
     );
 }
+
+/// A run is bound to the preparation it started on: after `prepare` wrote the location again
+/// (another seed: another split), `--resume` refuses the run instead of continuing on rows
+/// whose test part was partly training rows; `prepare` says that the location has runs.
+#[test]
+fn a_run_is_not_resumed_on_a_data_set_prepared_again() {
+    let dir = tempdir();
+    let data = small_lr_data(dir.path());
+    let d = s(&data);
+    let runs = data.join("runs");
+    let run = cancelled_run(&runs, &lr_checkpointed_args(&d, "12", &[]), 12);
+    let input = dir.path().join("lr.libsvm");
+    assert!(input.exists(), "the input of the data set");
+    let output = ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &d,
+        "--batch-size",
+        "500",
+        "--validation-fraction",
+        "0",
+        "--seed",
+        "7",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("has 1 run(s)") && stderr.contains("will refuse them"),
+        "{stderr}"
+    );
+    let err = fails(&["train", "--resume", &s(&run)]);
+    assert!(
+        err.contains("now holds another preparation") && err.contains("data set id"),
+        "{err}"
+    );
+    // The run is as it was: still cancelled, resumable on its own data set were it back.
+    assert!(read_record(&run.join("record.json")).was_cancelled());
+}

@@ -48,6 +48,12 @@ impl JobContext {
             data_store = data_store.with_latency(&mlless_store::CloudLatency::s3());
         }
         let dataset = Dataset::open_store(data_store).await?;
+        crate::error::check_dataset_id(
+            spec.dataset_id.as_deref(),
+            dataset.manifest(),
+            spec.run_url.as_str(),
+            spec.data_url.as_str(),
+        )?;
         let mut channel = open_channel_with(
             spec.training
                 .channel

@@ -167,6 +167,25 @@ pub enum RuntimeError {
         /// How long ago it last renewed its lease, seconds.
         renewed_s_ago: u64,
     },
+    /// The data set a run started on was prepared again since (its manifest's `dataset_id` is
+    /// another): continuing on it would train on other rows.
+    #[error(
+        "the run at {run_url} started on the data set at {data_url} as it was prepared then \
+         (data set id {expected}), but that location now holds another preparation ({found}): \
+         continuing would train on other rows, and its test rows may have been training rows; \
+         start a new run on the data set as it is now (or prepare the original again \
+         elsewhere and train on that)"
+    )]
+    DatasetChanged {
+        /// The run.
+        run_url: String,
+        /// The data set's location.
+        data_url: String,
+        /// The id the run started on.
+        expected: String,
+        /// What the location holds now: `data set id …`, or that it has none.
+        found: String,
+    },
     /// The job's options are inconsistent with each other or with the data set.
     #[error("{0}")]
     InvalidJob(String),
@@ -199,6 +218,32 @@ fn cancelled_message(run_url: &str, resume_step: Option<u64>) -> String {
     }
 }
 
+/// Refuses the data set `manifest` (at `data_url`) for the run at `run_url` that started on
+/// the preparation `expected` (its spec's `dataset_id`; `None`, a run older than the id: not
+/// checked).
+pub(crate) fn check_dataset_id(
+    expected: Option<&str>,
+    manifest: &mlless_data::Manifest,
+    run_url: &str,
+    data_url: &str,
+) -> Result<()> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    if manifest.dataset_id.as_deref() == Some(expected) {
+        return Ok(());
+    }
+    Err(RuntimeError::DatasetChanged {
+        run_url: mlless_store::redact_url(run_url),
+        data_url: mlless_store::redact_url(data_url),
+        expected: expected.to_owned(),
+        found: manifest.dataset_id.as_ref().map_or_else(
+            || "one without a data set id".to_owned(),
+            |id| format!("data set id {id}"),
+        ),
+    })
+}
+
 /// A `Result` with a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -224,6 +269,7 @@ impl RuntimeError {
             | RuntimeError::JobExists { .. }
             | RuntimeError::ModelTooLarge { .. }
             | RuntimeError::RunInUse { .. }
+            | RuntimeError::DatasetChanged { .. }
             | RuntimeError::InvalidJob(_)
             | RuntimeError::Config(_) => false,
             RuntimeError::Store(_)

@@ -66,6 +66,7 @@ pub(super) fn job_spec(
         run_url: absolute_location(&options.run_url(&job_id))?.into(),
         job_id,
         data_url: absolute_location(options.data_url.as_str())?.into(),
+        dataset_id: manifest.dataset_id.clone(),
         model,
         optimizer: OptimizerConfig::new(defaults.optimizer),
         // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so
