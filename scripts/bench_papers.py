@@ -133,7 +133,7 @@ def scale_out(m, work, epochs):
     record = work / "ml20m-p4.json"
     if not record.exists():
         m.run("train", "--data", data, "--model", "pmf", "--workers", 4, "--global-batch", 12_000,
-              "--max-epochs", epochs, "--quiet", "--record", record)
+              "--sync", "isp", "--max-epochs", epochs, "--quiet", "--record", record)
     rec = record_of(record)
     target = round(best_metric(rec) * 1.01, 4)
     hit = reached(rec, target)
@@ -165,7 +165,7 @@ def scale_out(m, work, epochs):
         f"MovieLens-20M-shaped PMF (20,000,440 generated ratings, 138,493 × 26,744, rank 10), "
         f"ISP (V = 0.7), global batch 12,000 (minibatches of 3,000), ElastiCache's latency. "
         f"Target: validation RMSE ≤ {target} (the local run's best + 1%), reached after "
-        f"{steps} steps ({epoch:.2f} epochs; {local_s:.0f} s with 4 local workers on this "
+        f"{steps} steps ({epoch:.2f} epochs; {local_s:.0f} s with 4 local workers, ISP, on this "
         f"machine). Steps to the target are those of the local run at every P (the global batch "
         f"is held). `step ms`: the simulated fleet's; `model`: `mlless cost --emulate "
         f"elasticache` of the local run (its difference from the simulation). Redis 2 shards: "

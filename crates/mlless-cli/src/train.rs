@@ -322,9 +322,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Test aid: inject a fault (repeatable): kill-worker:W@T, kill-supervisor@T, drop:W@T
-    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T, hold:W@T
-    /// (worker W waits at step T until the run has `fault-release` or is asked to stop,
-    /// having written `fault-held`).
+    /// (worker W does not publish its update of step T), delay:W@T:MS, oom:W@T, pause:W@T
+    /// (worker W waits at step T until the run has `faults/go-W-T` or is asked to stop,
+    /// having written `faults/paused-W-T`).
     #[arg(long, hide_short_help = true)]
     pub fault: Vec<mlless_job::Fault>,
     /// Test aid, for tests only: the job id instead of a new one (letters, digits, `-`, `_`,
@@ -578,12 +578,21 @@ impl std::fmt::Display for Cancelled {
 
 impl std::error::Error for Cancelled {}
 
-/// The hint of a cancelled run: its job and how to continue it.
-fn resume_hint(job_id: &str, run_url: &str) -> String {
-    format!(
-        "cancelled job {job_id}: continue it from its last checkpoint with `mlless train --resume \
-         {run_url}`"
-    )
+/// The line of a cancelled run: its job and how to continue it from the checkpoints of
+/// `resume_step`, or, with none, that there is nothing to resume (a `--resume` would be
+/// refused).
+fn resume_hint(job_id: &str, run_url: &str, resume_step: Option<u64>) -> String {
+    match resume_step {
+        Some(step) => format!(
+            "cancelled job {job_id}: continue it from its checkpoints of step {step} with \
+             `mlless train --resume {run_url}`"
+        ),
+        None => format!(
+            "cancelled job {job_id} before its first checkpoint: nothing to resume from (it \
+             was trained without --checkpoint-every, or stopped before the first); train it \
+             again"
+        ),
+    }
 }
 
 /// Runs `mlless train`, prints the summary and returns the record; a cancelled run prints its
@@ -602,8 +611,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<RunRecord> {
         }
     }
     if record.was_cancelled() {
+        let run_url = record.spec.run_url.as_str();
+        let resume_step = crate::runtime()?
+            .block_on(mlless_runtime::resumable_step(run_url))
+            .unwrap_or_else(|e| {
+                tracing::warn!("could not look for the run's checkpoints: {e}");
+                None
+            });
         return Err(Cancelled {
-            message: resume_hint(&record.spec.job_id, record.spec.run_url.as_str()),
+            message: resume_hint(&record.spec.job_id, run_url, resume_step),
         }
         .into());
     }
@@ -716,12 +732,15 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
     };
     reporter.finish();
     match result {
-        Err(RuntimeError::Cancelled { run_url }) => {
+        Err(RuntimeError::Cancelled {
+            run_url,
+            resume_step,
+        }) => {
             let job = run_url.rsplit('/').next().unwrap_or_default().to_owned();
             Err(Cancelled {
                 message: format!(
                     "{} (its functions were killed)",
-                    resume_hint(&job, &run_url)
+                    resume_hint(&job, &run_url, resume_step)
                 ),
             }
             .into())

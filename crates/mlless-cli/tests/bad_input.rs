@@ -710,3 +710,41 @@ fn a_bad_csv_label_or_label_column_is_refused_at_prepare_naming_the_line() {
     let (stderr, _) = prepare_error("csv", "a.csv", "1,2\n", &["--delimiter", "ab"]);
     assert!(stderr.contains("--delimiter"), "{stderr}");
 }
+
+#[test]
+fn a_huge_feature_index_is_refused_before_any_allocation_of_its_size() {
+    // One index of 2·10⁹ makes a data set of 2·10⁹ features: an LR model of 8 GB a replica,
+    // refused by name against --memory-mb before the curvature estimate, a worker or the
+    // supervisor allocates anything of that size (the estimate itself is sparse).
+    let dir = tempdir();
+    let input = write(
+        dir.path(),
+        "huge.libsvm",
+        "1 3:1 2000000000:1\n0 1:1\n1 2:1\n0 3:1\n",
+    );
+    let data = dir.path().join("store");
+    prepare(
+        "libsvm",
+        &input,
+        &data,
+        &["--validation-fraction", "0", "--test-fraction", "0.25"],
+    );
+    let stderr = fails(&[
+        "train",
+        "--quiet",
+        "--data",
+        &s(&data),
+        "--model",
+        "lr",
+        "--workers",
+        "1",
+        "--max-epochs",
+        "1",
+    ]);
+    assert!(stderr.contains("2000000000 features"), "{stderr}");
+    assert!(stderr.contains("--memory-mb"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Refused before the run was written.
+    let runs = std::fs::read_dir(data.join("runs")).map_or(0, |d| d.count());
+    assert_eq!(runs, 0, "a run was written");
+}

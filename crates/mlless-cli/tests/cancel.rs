@@ -58,7 +58,7 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
     let record_path = dir.path().join("cancelled.json");
     let (r, rec) = (s(&runs), s(&record_path));
     let mut train_args = vec!["train"];
-    // Worker 0 holds at step 25 until the run is asked to stop: the SIGINT lands there, well
+    // Worker 0 pauses at step 25 until the run is asked to stop: the SIGINT lands there, well
     // into the run and far from its end, however fast the machine (no sleep, no race).
     train_args.extend(args(
         &d,
@@ -69,7 +69,7 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
             &rec,
             "--quiet",
             "--fault",
-            "hold:0@25",
+            "pause:0@25",
         ],
     ));
     let mut child = mlless()
@@ -83,7 +83,11 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
             .into_iter()
             .flatten()
             .flatten()
-            .any(|run| run.path().join(mlless_job::fault::HOLD_KEY).exists())
+            .any(|run| {
+                run.path()
+                    .join(mlless_job::fault::pause_reached_key(0, 25))
+                    .exists()
+            })
     });
     assert!(held, "worker 0 reached step 25");
     let run = std::fs::read_dir(&runs)
@@ -120,8 +124,8 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
     );
     assert_eq!(cancelled.stop_reason, "cancelled");
     let steps = cancelled.steps.len();
-    // Released by the stop, the held worker has seen it: the fleet stops after step 25.
-    assert_eq!(steps, 26, "stopped after the step it was held in (25)");
+    // Released by the stop, the paused worker has seen it: the fleet stops after step 25.
+    assert_eq!(steps, 26, "stopped after the step it was paused in (25)");
     assert!(
         cancelled.invocations.iter().all(|i| i.outcome.is_success()),
         "every function ended by itself: {:?}",
@@ -138,8 +142,8 @@ fn a_cancelled_run_stops_after_its_step_and_resumes_to_the_uninterrupted_model()
         "{listed}"
     );
 
-    // The resumed workers may hold at step 25 again: released from the start.
-    std::fs::write(run.join(mlless_job::fault::RELEASE_KEY), b"").expect("release");
+    // The resumed workers may pause at step 25 again: released from the start.
+    release_pause(&run, 0, 25);
     let resumed_path = dir.path().join("resumed.json");
     ok(&[
         "train",
@@ -365,9 +369,10 @@ fn assert_cleaned_and_prepared_again(
     let manifest = |dir: &Path| {
         let bytes = std::fs::read(dir.join("manifest.json")).expect("a manifest");
         let mut json: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
-        json.as_object_mut()
-            .expect("an object")
-            .remove("created_unix_s");
+        // Without the time it was written and the preparation's identity (new every time).
+        let object = json.as_object_mut().expect("an object");
+        object.remove("created_unix_s");
+        object.remove("dataset_id");
         json
     };
     assert_eq!(manifest(out), manifest(clean));
@@ -435,4 +440,66 @@ fn a_cancelled_prepare_stops_its_map_tasks_cleans_up_and_prepares_again() {
          SIGTERM + SIGINT",
         cancelled.stopped_in, killed.stopped_in
     );
+}
+
+#[test]
+fn a_run_cancelled_before_its_first_checkpoint_offers_no_resume() {
+    // Worker 0 pauses at step 2 (`--fault pause:0@2`), long before the first checkpoint of
+    // step 1000; the SIGINT comes then, and the pause ends once the driver has asked the
+    // functions to stop: the moment is the step's, whatever the machine's speed.
+    let dir = tempdir();
+    let spec = SparseLrSpec::new(4_000, 1_000, 20, 31);
+    let data = sparse_lr_prepared(dir.path(), &spec, &["--validation-fraction", "0"]);
+    let runs = dir.path().join("runs");
+    let (d, r) = (s(&data), s(&runs));
+    let mut child = mlless()
+        .env("RUST_LOG", "mlless_runtime::driver=info")
+        .args(["train", "--quiet", "--runs", &r, "--fault", "pause:0@2"])
+        .args([
+            "--data",
+            &d,
+            "--model",
+            "lr",
+            "--workers",
+            "2",
+            "--max-epochs",
+            "12",
+        ])
+        .args(["--checkpoint-every", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let run = wait_for_pause(&runs, 0, 2);
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("asked the functions to stop") {
+            break;
+        }
+    }
+    release_pause(&run, 0, 2);
+    for line in lines {
+        seen.push_str(&line.expect("a line"));
+        seen.push('\n');
+    }
+    let status = child.wait().expect("mlless ends");
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(seen.contains("before its first checkpoint"), "{seen}");
+    assert!(
+        !seen.contains("--resume"),
+        "a --resume that would fail: {seen}"
+    );
+    // And indeed there is nothing to resume.
+    let err = fails(&["train", "--resume", &s(&run)]);
+    assert!(err.contains("no checkpoint"), "{err}");
 }

@@ -32,7 +32,8 @@ fn write_libsvm(path: &Path, rows: u32) {
     out.flush().expect("flush");
 }
 
-/// The manifest at `url` as JSON, without the time it was written.
+/// The manifest at `url` as JSON, without the time it was written and the preparation's
+/// identity (new at every preparation).
 fn manifest(url: &str) -> serde_json::Value {
     let mut value: serde_json::Value = block_on(async {
         let store = mlless_store::Store::open(url).expect("store");
@@ -42,10 +43,9 @@ fn manifest(url: &str) -> serde_json::Value {
             .expect("manifest");
         serde_json::from_slice(&bytes).expect("manifest JSON")
     });
-    value
-        .as_object_mut()
-        .expect("an object")
-        .remove("created_unix_s");
+    let object = value.as_object_mut().expect("an object");
+    object.remove("created_unix_s");
+    object.remove("dataset_id");
     value
 }
 

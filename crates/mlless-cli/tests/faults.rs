@@ -809,3 +809,175 @@ fn sixteen_workers_on_a_full_memcached_stop_within_a_minute_saying_why() {
         assert!(stderr.contains(&memcached.url()), "{stderr}");
     }
 }
+
+/// A `--resume` of a run whose driver still drives it is refused, naming that driver's start,
+/// and the running run goes on untouched. The moment is a step's (`--fault pause:0@12`: worker
+/// 0 waits there until released), not a time.
+#[test]
+fn a_run_still_running_is_not_resumed_by_a_second_driver() {
+    let dir = tempdir();
+    let spec = SparseLrSpec::new(4_000, 1_000, 20, 29);
+    let data = sparse_lr_prepared(dir.path(), &spec, &["--validation-fraction", "0"]);
+    let runs = dir.path().join("runs");
+    let record_path = dir.path().join("first.json");
+    let (d, r, rec) = (s(&data), s(&runs), s(&record_path));
+    let child = mlless()
+        .args(["train", "--quiet", "--runs", &r, "--record", &rec])
+        .args(["--fault", "pause:0@12"])
+        .args(lr_checkpointed_args(&d, "12", &[]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let run = wait_for_pause(&runs, 0, 12);
+    let err = fails(&["train", "--resume", &s(&run), "--quiet"]);
+    assert!(
+        err.contains("still being driven") && err.contains("started at 20") && err.contains("UTC"),
+        "{err}"
+    );
+    release_pause(&run, 0, 12);
+    let output = child.wait_with_output().expect("the first driver ends");
+    assert!(
+        output.status.success(),
+        "the first run went on untouched: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let record = read_record(&record_path);
+    assert!(!record.was_cancelled());
+    assert_eq!(record.steps.len(), 24, "every step of 12 epochs");
+    assert!(!run.join("failure.json").exists());
+    assert!(!run.join("lease.json").exists(), "released at the end");
+    // A finished run is not resumed either (for its record, not a lease).
+    let err = fails(&["train", "--resume", &s(&run)]);
+    assert!(err.contains("nothing to resume"), "{err}");
+}
+
+/// Every file below `dir`, by its path relative to `dir`, with its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).expect("a directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let bytes = std::fs::read(&path).expect("a file");
+                let relative = path.strip_prefix(dir).expect("below").to_path_buf();
+                files.insert(relative, bytes);
+            }
+        }
+    }
+    files
+}
+
+/// `cp -r from to`.
+fn copy_dir(from: &Path, to: &Path) {
+    for (relative, bytes) in snapshot(from) {
+        let path = to.join(relative);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, bytes).expect("write");
+    }
+}
+
+/// A sparse-LR set for the runs cancelled at a step: 4k rows × 1k features, batches of 500
+/// (12 epochs with 4 workers: 24 steps).
+fn small_lr_data(dir: &Path) -> PathBuf {
+    let spec = SparseLrSpec::new(4_000, 1_000, 20, 29);
+    sparse_lr_prepared(dir, &spec, &["--validation-fraction", "0"])
+}
+
+/// The functions follow the spec's run location: a run copied (`cp -r`) or moved (`mv`) is
+/// resumed where it is, and the original is neither written to nor made again.
+#[test]
+fn a_copied_or_moved_run_resumes_where_it_is() {
+    let dir = tempdir();
+    let data = small_lr_data(dir.path());
+    let d = s(&data);
+    let runs = dir.path().join("runs");
+    let run = cancelled_run(&runs, &lr_checkpointed_args(&d, "12", &[]), 12);
+    let name = run.file_name().expect("a job").to_owned();
+    let cancelled = read_record(&run.join("record.json"));
+    assert_eq!(
+        cancelled.steps.len(),
+        13,
+        "stopped after the step of the cancel"
+    );
+    let original = snapshot(&run);
+
+    let copy = dir.path().join("copies").join(&name);
+    copy_dir(&run, &copy);
+    let record_path = dir.path().join("copy.json");
+    ok(&[
+        "train",
+        "--resume",
+        &s(&copy),
+        "--quiet",
+        "--record",
+        &s(&record_path),
+    ]);
+    assert!(snapshot(&run) == original, "the original was written to");
+    let resumed = read_record(&record_path);
+    assert!(!resumed.was_cancelled());
+    assert_eq!(resumed.steps.len(), 24);
+    assert_eq!(resumed.spec.run_url.as_str(), s(&copy));
+    let copy_record = read_record(&copy.join("record.json"));
+    assert_eq!(
+        copy_record.steps.len(),
+        24,
+        "the copy has the finished record"
+    );
+
+    let moved = dir.path().join("moved").join(&name);
+    std::fs::create_dir_all(moved.parent().expect("a parent")).expect("mkdir");
+    std::fs::rename(&run, &moved).expect("mv");
+    ok(&["train", "--resume", &s(&moved), "--quiet"]);
+    assert!(!run.exists(), "the old location was made again");
+    assert_eq!(read_record(&moved.join("record.json")).steps.len(), 24);
+    // Both continued the same run from the same checkpoints: the same model, bit for bit.
+    assert!(
+        std::fs::read(moved.join("model.bin")).expect("model")
+            == std::fs::read(copy.join("model.bin")).expect("model")
+    );
+}
+
+/// A run is bound to the preparation it started on: after `prepare` wrote the location again
+/// (another seed: another split), `--resume` refuses the run instead of continuing on rows
+/// whose test part was partly training rows; `prepare` says that the location has runs.
+#[test]
+fn a_run_is_not_resumed_on_a_data_set_prepared_again() {
+    let dir = tempdir();
+    let data = small_lr_data(dir.path());
+    let d = s(&data);
+    let runs = data.join("runs");
+    let run = cancelled_run(&runs, &lr_checkpointed_args(&d, "12", &[]), 12);
+    let input = dir.path().join("lr.libsvm");
+    assert!(input.exists(), "the input of the data set");
+    let output = ok(&[
+        "prepare",
+        "--format",
+        "libsvm",
+        "--input",
+        &s(&input),
+        "--out",
+        &d,
+        "--batch-size",
+        "500",
+        "--validation-fraction",
+        "0",
+        "--seed",
+        "7",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("has 1 run(s)") && stderr.contains("will refuse them"),
+        "{stderr}"
+    );
+    let err = fails(&["train", "--resume", &s(&run)]);
+    assert!(
+        err.contains("now holds another preparation") && err.contains("data set id"),
+        "{err}"
+    );
+    // The run is as it was: still cancelled, resumable on its own data set were it back.
+    assert!(read_record(&run.join("record.json")).was_cancelled());
+}

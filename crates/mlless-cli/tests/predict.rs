@@ -742,3 +742,71 @@ fn predict_reads_csv_with_the_delimiter_and_label_column_of_prepare() {
         "{err}"
     );
 }
+
+/// A LIBSVM file of `rows` rows over features `first..=last` (every row has `first` and `last`,
+/// so the data set's dimension and index base are known).
+fn libsvm_span(dir: &Path, name: &str, first: u32, last: u32, rows: u32) -> PathBuf {
+    let text: String = (0..rows)
+        .map(|r| {
+            let middle = first + 1 + r % (last - first - 1);
+            format!("{} {first}:1 {middle}:0.5 {last}:1\n", r % 2)
+        })
+        .collect();
+    write(dir, name, &text)
+}
+
+#[test]
+fn a_model_is_refused_on_a_data_set_of_another_dimension_or_index_base() {
+    let dir = tempdir();
+    let prepared = |name: &str, first: u32, last: u32| {
+        let input = libsvm_span(dir.path(), &format!("{name}.libsvm"), first, last, 40);
+        let data = dir.path().join("store").join(name);
+        common::prepare("libsvm", &input, &data, &["--validation-fraction", "0"]);
+        data
+    };
+    // 1-based, indices 1..=50: 50 features.
+    let trained_on = prepared("a", 1, 50);
+    let record = train_on(
+        dir.path(),
+        "a",
+        &trained_on,
+        &["--model", "lr", "--max-epochs", "1"],
+    );
+    let run = record.spec.run_url.as_str().to_owned();
+    let input = libsvm_span(dir.path(), "score.libsvm", 1, 50, 4);
+    let predict_on = |data: &Path| {
+        fails(&[
+            "predict",
+            "--model",
+            &run,
+            "--data",
+            &s(data),
+            "--input",
+            &s(&input),
+            "--format",
+            "libsvm",
+            "--out",
+            "-",
+        ])
+    };
+    // 0-based, indices 0..=47: 48 features.
+    let err = predict_on(&prepared("b", 0, 47));
+    assert!(
+        err.contains("50 features") && err.contains("has 48"),
+        "{err}"
+    );
+    // 0-based, indices 0..=49: 50 features, each one place off.
+    let err = predict_on(&prepared("c", 0, 49));
+    assert!(err.contains("1-based") && err.contains("0-based"), "{err}");
+    // Its own data set, given or not, scores.
+    for data in [Some(s(&trained_on)), None] {
+        let mut args = vec!["predict", "--model", &run, "--input"];
+        let input = s(&input);
+        args.push(&input);
+        args.extend(["--format", "libsvm", "--out", "-"]);
+        if let Some(data) = &data {
+            args.extend(["--data", data]);
+        }
+        ok(&args);
+    }
+}

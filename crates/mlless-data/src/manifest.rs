@@ -56,6 +56,12 @@ pub struct Manifest {
     /// kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rating_counts: Option<crate::CountsInfo>,
+    /// The identity of this preparation: a fresh id each time `prepare` writes the data set,
+    /// which a run keeps in its spec, so that it is never resumed on another preparation of
+    /// the same location (another split: its test rows may have been training rows). Absent
+    /// from data sets prepared before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_id: Option<String>,
 }
 
 /// How a data set's input was read: what reading new input like it needs beyond the kind, the
@@ -514,6 +520,7 @@ mod tests {
         test.push(BatchInfo::new(batch_key("test", 0), 1, b"f"));
         Manifest {
             format_version: MANIFEST_VERSION,
+            dataset_id: Some("data-test".into()),
             kind: DatasetKind::Sparse { features: 3 },
             batch_size: 2,
             train,

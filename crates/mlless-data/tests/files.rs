@@ -195,6 +195,7 @@ fn prepare_roundtrip(path: &Path, format: InputFormat) {
     assert_eq!(train_info.samples + test_info.samples, samples as u64);
     let manifest = Manifest {
         format_version: MANIFEST_VERSION,
+        dataset_id: None,
         kind: kind.clone(),
         batch_size: 64,
         train: train_info,

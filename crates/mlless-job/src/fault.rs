@@ -2,14 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The object a worker holding at a step ([`Fault::Hold`]) writes in its run's store when it
-/// starts to wait: a test waits for it, instead of for a time, to act while the run is held.
-pub const HOLD_KEY: &str = "fault-held";
-
-/// The object a test writes in the run's store to release a worker holding at a step
-/// ([`Fault::Hold`]).
-pub const RELEASE_KEY: &str = "fault-release";
-
 /// A fault to inject, for tests of the recovery (`--fault`; off by default). Each fires once,
 /// in the role's first invocation, never in a replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -51,10 +43,11 @@ pub enum Fault {
         /// The step.
         step: u64,
     },
-    /// Worker `worker` waits at the start of `step` until the run's store has [`RELEASE_KEY`]
-    /// or the run is asked to stop (a cancel), having written [`HOLD_KEY`]: a test's signal or
-    /// stop then lands at that step, whatever the machine's speed.
-    Hold {
+    /// Worker `worker` pauses at the start of `step`: it writes [`pause_reached_key`] in the
+    /// run and waits until [`pause_release_key`] appears there or the run is asked to stop (a
+    /// cancel then lands at that step: the worker has seen the stop). A test uses it to act at
+    /// a step (a signal, a second driver), not after a time a faster build would beat.
+    Pause {
         /// The worker.
         worker: u32,
         /// The step.
@@ -62,7 +55,20 @@ pub enum Fault {
     },
 }
 
-/// `kill-worker:W@T`, `kill-supervisor@T`, `drop:W@T`, `delay:W@T:MS`, `oom:W@T`, `hold:W@T`.
+/// The key, below the run, that worker `worker` writes when a [`Fault::Pause`] stops it at
+/// `step`.
+pub fn pause_reached_key(worker: u32, step: u64) -> String {
+    format!("faults/paused-{worker}-{step}")
+}
+
+/// The key, below the run, whose appearance lets worker `worker` go on from its
+/// [`Fault::Pause`] at `step`.
+pub fn pause_release_key(worker: u32, step: u64) -> String {
+    format!("faults/go-{worker}-{step}")
+}
+
+/// `kill-worker:W@T`, `kill-supervisor@T`, `drop:W@T`, `delay:W@T:MS`, `oom:W@T`,
+/// `pause:W@T`.
 impl std::str::FromStr for Fault {
     type Err = String;
 
@@ -70,7 +76,7 @@ impl std::str::FromStr for Fault {
         let bad = || {
             format!(
                 "bad --fault {text:?}: expected kill-worker:W@T, kill-supervisor@T, drop:W@T, \
-                 delay:W@T:MS, oom:W@T or hold:W@T"
+                 delay:W@T:MS, oom:W@T or pause:W@T"
             )
         };
         let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
@@ -93,7 +99,7 @@ impl std::str::FromStr for Fault {
                 worker,
                 step: num(rest)?,
             }),
-            "hold" => Ok(Self::Hold {
+            "pause" => Ok(Self::Pause {
                 worker,
                 step: num(rest)?,
             }),
@@ -132,8 +138,8 @@ mod tests {
             Ok(Fault::DropMessage { worker: 1, step: 3 })
         );
         assert_eq!(
-            "hold:0@25".parse(),
-            Ok(Fault::Hold {
+            "pause:0@25".parse(),
+            Ok(Fault::Pause {
                 worker: 0,
                 step: 25
             })
@@ -150,6 +156,7 @@ mod tests {
             "oom:3@1".parse(),
             Ok(Fault::ExceedMemory { worker: 3, step: 1 })
         );
+        assert_eq!("pause:0@2".parse(), Ok(Fault::Pause { worker: 0, step: 2 }));
         for bad in [
             "kill-worker:2",
             "kill",

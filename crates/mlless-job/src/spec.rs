@@ -26,6 +26,11 @@ pub struct JobSpec {
     pub job_id: String,
     /// Location of the prepared data set (the directory of its `manifest.json`).
     pub data_url: SecretUrl,
+    /// The identity of the data set's preparation the run started on (its manifest's
+    /// `dataset_id`): `--resume` and the functions refuse a data set prepared again since.
+    /// `None` for a data set prepared, or a run started, before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_id: Option<String>,
     /// Location where the job writes its spec, model and record.
     pub run_url: SecretUrl,
     /// The model to train.

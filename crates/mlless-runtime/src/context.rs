@@ -38,6 +38,9 @@ impl JobContext {
                 location: format!("{}/{SPEC_KEY}", run_store.url()),
                 source,
             })?;
+        // A spec is the driver's, but may be old or hand-edited: nothing is sized by its model
+        // before the model is known to fit.
+        crate::driver::check_model_memory(&spec.model, spec.training.limits.memory_mb)?;
         let mut data_store =
             Store::open(spec.data_url.as_str())?.with_request_counter(requests.clone());
         if spec.training.emulate.is_some() {
@@ -45,6 +48,12 @@ impl JobContext {
             data_store = data_store.with_latency(&mlless_store::CloudLatency::s3());
         }
         let dataset = Dataset::open_store(data_store).await?;
+        crate::error::check_dataset_id(
+            spec.dataset_id.as_deref(),
+            dataset.manifest(),
+            spec.run_url.as_str(),
+            spec.data_url.as_str(),
+        )?;
         let mut channel = open_channel_with(
             spec.training
                 .channel

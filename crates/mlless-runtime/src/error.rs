@@ -69,13 +69,13 @@ pub enum RuntimeError {
     FunctionFailed(String),
     /// The user cancelled the run and it did not stop by itself in time (or was asked twice):
     /// its functions were killed.
-    #[error(
-        "cancelled: the functions were stopped; continue the run from its last checkpoint with \
-         `mlless train --resume {run_url}`"
-    )]
+    #[error("{}", cancelled_message(run_url, *resume_step))]
     Cancelled {
         /// The run's location.
         run_url: String,
+        /// The step `--resume` would continue from (the newest checkpoint every role has
+        /// intact); `None`: there is none, and nothing to resume.
+        resume_step: Option<u64>,
     },
     /// The user cancelled a data preparation (Ctrl-C): it stopped, its map tasks ended or were
     /// killed, and what it had written is removed.
@@ -128,6 +128,64 @@ pub enum RuntimeError {
         /// Where its run is.
         run_url: String,
     },
+    /// The model a data set asks for would not fit in a function's memory (`--memory-mb`):
+    /// refused before anything of that size is allocated.
+    #[error(
+        "the {model} model of this data set has {features} features ({params} parameters), \
+         which need at least {needed_mb} MB in every function, more than --memory-mb \
+         {memory_mb}: the data set's feature indices go that high (a sparse input with one huge \
+         index, or a hand-edited manifest); re-index the features into a smaller range (hash \
+         them), or give a --memory-mb of at least {needed_mb}"
+    )]
+    ModelTooLarge {
+        /// The model's short name (`lr`).
+        model: &'static str,
+        /// The data set's feature count (users + items for a factorisation).
+        features: u64,
+        /// The model's parameters.
+        params: u64,
+        /// The least memory the functions would need for them.
+        needed_mb: u64,
+        /// The memory cap given.
+        memory_mb: u32,
+    },
+    /// Another driver holds the run's lease ([`crate::lease`]): the run is still running, and
+    /// a second driver would share its channel.
+    #[error(
+        "the run at {run_url} is still being driven by another `mlless train` (pid {pid}, \
+         started at {started_at}, its lease renewed {renewed_s_ago} s ago): two drivers would \
+         share one channel; let that one end, or stop it (Ctrl-C), before resuming (a driver \
+         not heard of for 30 s is taken as lost, and its run can be resumed then)"
+    )]
+    RunInUse {
+        /// The run.
+        run_url: String,
+        /// When the driver holding it started driving it (UTC).
+        started_at: String,
+        /// Its process id.
+        pid: u32,
+        /// How long ago it last renewed its lease, seconds.
+        renewed_s_ago: u64,
+    },
+    /// The data set a run started on was prepared again since (its manifest's `dataset_id` is
+    /// another): continuing on it would train on other rows.
+    #[error(
+        "the run at {run_url} started on the data set at {data_url} as it was prepared then \
+         (data set id {expected}), but that location now holds another preparation ({found}): \
+         continuing would train on other rows, and its test rows may have been training rows; \
+         start a new run on the data set as it is now (or prepare the original again \
+         elsewhere and train on that)"
+    )]
+    DatasetChanged {
+        /// The run.
+        run_url: String,
+        /// The data set's location.
+        data_url: String,
+        /// The id the run started on.
+        expected: String,
+        /// What the location holds now: `data set id …`, or that it has none.
+        found: String,
+    },
     /// The job's options are inconsistent with each other or with the data set.
     #[error("{0}")]
     InvalidJob(String),
@@ -143,6 +201,47 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The message of [`RuntimeError::Cancelled`]: the hint to resume only where there is a
+/// checkpoint to resume from.
+fn cancelled_message(run_url: &str, resume_step: Option<u64>) -> String {
+    match resume_step {
+        Some(step) => format!(
+            "cancelled: the functions were stopped; continue the run from its checkpoints of \
+             step {step} with `mlless train --resume {run_url}`"
+        ),
+        None => format!(
+            "cancelled: the functions were stopped before the run at {run_url} had a \
+             checkpoint: nothing to resume from; train it again"
+        ),
+    }
+}
+
+/// Refuses the data set `manifest` (at `data_url`) for the run at `run_url` that started on
+/// the preparation `expected` (its spec's `dataset_id`; `None`, a run older than the id: not
+/// checked).
+pub(crate) fn check_dataset_id(
+    expected: Option<&str>,
+    manifest: &mlless_data::Manifest,
+    run_url: &str,
+    data_url: &str,
+) -> Result<()> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    if manifest.dataset_id.as_deref() == Some(expected) {
+        return Ok(());
+    }
+    Err(RuntimeError::DatasetChanged {
+        run_url: mlless_store::redact_url(run_url),
+        data_url: mlless_store::redact_url(data_url),
+        expected: expected.to_owned(),
+        found: manifest.dataset_id.as_ref().map_or_else(
+            || "one without a data set id".to_owned(),
+            |id| format!("data set id {id}"),
+        ),
+    })
 }
 
 /// A `Result` with a [`RuntimeError`].
@@ -168,6 +267,9 @@ impl RuntimeError {
             | RuntimeError::Model { .. }
             | RuntimeError::ForeignCheckpoint { .. }
             | RuntimeError::JobExists { .. }
+            | RuntimeError::ModelTooLarge { .. }
+            | RuntimeError::RunInUse { .. }
+            | RuntimeError::DatasetChanged { .. }
             | RuntimeError::InvalidJob(_)
             | RuntimeError::Config(_) => false,
             RuntimeError::Store(_)

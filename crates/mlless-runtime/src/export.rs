@@ -167,6 +167,7 @@ mod tests {
             data_url: "memory://t".into(),
             manifest: Manifest {
                 format_version: MANIFEST_VERSION,
+                dataset_id: None,
                 kind,
                 batch_size: 1,
                 train,

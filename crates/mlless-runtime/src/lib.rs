@@ -21,6 +21,7 @@ pub mod export;
 pub mod fleet;
 pub mod function;
 pub mod job_id;
+pub mod lease;
 pub mod messages;
 pub mod predict;
 pub mod prepare;
@@ -72,7 +73,7 @@ pub mod fuzzing {
 
 pub use driver::{
     CANCEL_GRACE, Control, DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress,
-    ResumeOptions, TrainOptions, ValidationOptions, resume, train,
+    ResumeOptions, TrainOptions, ValidationOptions, resumable_step, resume, train,
 };
 pub use error::{NOT_RESUMABLE, Result, RuntimeError};
 pub use function::{Payload, Start, run_function};

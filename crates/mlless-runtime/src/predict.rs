@@ -130,7 +130,10 @@ impl TrainedModel {
         };
         let dataset = Dataset::open(&data_url).await?;
         let manifest = dataset.manifest().clone();
-        check_fits(&model.spec, &manifest.kind, &model_url)?;
+        check_fits(&model.spec, &manifest.kind, &model_url, dataset.url())?;
+        if let Some(spec) = &spec {
+            check_index_base(spec, &manifest, dataset.url(), &model_url).await?;
+        }
         let ids = match manifest.schema.as_ref().and_then(|s| s.ids.as_ref()) {
             Some(info) => Some(
                 dataset
@@ -270,7 +273,19 @@ impl TrainedModel {
 }
 
 /// Errs unless the model can have been trained on a data set of this kind.
-fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str) -> Result<()> {
+fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str, data_url: &str) -> Result<()> {
+    // A model over features reads the data set's indices as its own: another dimension
+    // would shift or drop features and score wrongly without a word.
+    if let (Some(model), DatasetKind::Sparse { features }) = (spec.input_features(), kind)
+        && model != *features
+    {
+        return Err(RuntimeError::InvalidJob(format!(
+            "{model_url}: the {} model has {model} features, but the data set at {data_url} \
+             has {features}: it was trained on another data set; give the --data it was \
+             trained on (or none, for the run's own)",
+            spec.name()
+        )));
+    }
     let fits = match (spec, kind) {
         (
             ModelSpec::MatrixFactorization { users, items, .. },
@@ -289,6 +304,43 @@ fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str) -> Result<(
             spec.name()
         )))
     }
+}
+
+/// Refuses a data set whose LIBSVM index base is not that of the one the model was trained on
+/// (the run's, from its spec), when the two differ: feature `j` of one is feature `j ± 1` of the
+/// other. The run's data set that cannot be read (moved, deleted) leaves nothing to compare.
+async fn check_index_base(
+    spec: &JobSpec,
+    manifest: &Manifest,
+    data_url: &str,
+    model_url: &str,
+) -> Result<()> {
+    let trained_on = spec.data_url.as_str();
+    if trained_on.trim_end_matches('/') == data_url.trim_end_matches('/') {
+        return Ok(());
+    }
+    let trained = match Dataset::open(trained_on).await {
+        Ok(dataset) => dataset.manifest().clone(),
+        Err(e) => {
+            tracing::warn!(
+                "could not read the data set the model was trained on ({e}): its index base is \
+                 not checked against {data_url}'s"
+            );
+            return Ok(());
+        }
+    };
+    let base = |m: &Manifest| m.schema.as_ref().is_some_and(|s| s.zero_based);
+    if matches!(manifest.kind, DatasetKind::Sparse { .. }) && base(&trained) != base(manifest) {
+        let name = |zero: bool| if zero { "0-based" } else { "1-based" };
+        return Err(RuntimeError::InvalidJob(format!(
+            "{model_url}: the model was trained on {trained_on}, whose feature indices are {}, \
+             but the data set at {data_url} reads them as {}: every feature would be scored as \
+             its neighbour; give the --data it was trained on (or none, for the run's own)",
+            name(base(&trained)),
+            name(base(manifest))
+        )));
+    }
+    Ok(())
 }
 
 /// A model's complaint about sample `row`, named by its file and line where it has a row.

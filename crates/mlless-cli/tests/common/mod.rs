@@ -300,3 +300,75 @@ pub fn wait_for_checkpoint(runs: &Path, step: u64) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Waits until a worker of the run below `runs` stopped by `--fault pause:WORKER@STEP` has
+/// reached its pause; returns the run's directory.
+pub fn wait_for_pause(runs: &Path, worker: u32, step: u64) -> PathBuf {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let key = mlless_job::fault::pause_reached_key(worker, step);
+    loop {
+        let found = std::fs::read_dir(runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|run| run.path())
+            .find(|run| run.join(&key).exists());
+        if let Some(run) = found {
+            return run;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker {worker} did not reach its pause at step {step}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Lets the worker paused by `--fault pause:WORKER@STEP` in `run` go on.
+pub fn release_pause(run: &Path, worker: u32, step: u64) {
+    let key = run.join(mlless_job::fault::pause_release_key(worker, step));
+    std::fs::write(key, b"").expect("write the release");
+}
+
+/// Trains with `args` (and `--runs RUNS --quiet`) with worker 0 paused at `step`
+/// (`--fault pause:0@STEP`), cancels the run there (SIGINT), lets it go on once the driver has
+/// asked its functions to stop, and waits for its exit 130; returns the run's directory. With
+/// `--checkpoint-every` below `step`, the run is resumable from a checkpoint before `step`,
+/// whatever the machine's speed.
+pub fn cancelled_run(runs: &Path, args: &[&str], step: u64) -> PathBuf {
+    use std::io::BufRead;
+    let fault = format!("pause:0@{step}");
+    let mut child = mlless()
+        .env("RUST_LOG", "mlless_runtime::driver=info")
+        .args(["train", "--quiet", "--runs", &s(runs), "--fault", &fault])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mlless starts");
+    let run = wait_for_pause(runs, 0, step);
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let stderr = child.stderr.take().expect("stderr");
+    let mut seen = String::new();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("asked the functions to stop") {
+            break;
+        }
+    }
+    release_pause(&run, 0, step);
+    for line in lines {
+        seen.push_str(&line.expect("a line"));
+        seen.push('\n');
+    }
+    let status = child.wait().expect("mlless ends");
+    assert_eq!(status.code(), Some(130), "{seen}");
+    run
+}

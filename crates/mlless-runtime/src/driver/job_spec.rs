@@ -30,6 +30,7 @@ pub(super) fn job_spec(
     model
         .validate()
         .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+    super::models::check_model_memory(&model, options.training.limits.memory_mb)?;
     let train_batches = u32::try_from(manifest.train.batches.len())
         .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
     let plan = batch_plan(options, manifest);
@@ -65,6 +66,7 @@ pub(super) fn job_spec(
         run_url: absolute_location(&options.run_url(&job_id))?.into(),
         job_id,
         data_url: absolute_location(options.data_url.as_str())?.into(),
+        dataset_id: manifest.dataset_id.clone(),
         model,
         optimizer: OptimizerConfig::new(defaults.optimizer),
         // Every algorithm: MA's and ADMM's local steps are averaged over the P replicas, so

@@ -7,9 +7,10 @@ mod job_spec;
 mod models;
 
 pub use models::{
-    CURVATURE_ITERATIONS, DEFAULT_CLUSTERS, DEFAULT_HIDDEN, DEFAULT_STEP_BOUND, DEFAULT_TOLERANCE,
-    DataSample, Defaults, Hyperparameters, IMBALANCE_MAX, LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2,
-    PMF_PRIOR, STABLE_STEP, estimate_sample, imbalance_factor, initial_bias,
+    BYTES_PER_PARAMETER, CURVATURE_ITERATIONS, DEFAULT_CLUSTERS, DEFAULT_HIDDEN,
+    DEFAULT_STEP_BOUND, DEFAULT_TOLERANCE, DataSample, Defaults, Hyperparameters, IMBALANCE_MAX,
+    LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, STABLE_STEP, check_model_memory,
+    estimate_sample, imbalance_factor, initial_bias,
 };
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use crate::checkpoint;
 use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use crate::function::Start;
+use crate::lease::Lease;
 use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
 use mlless_job::ModelChoice;
 use mlless_job::config::{ConfigError, SecretUrl, TrainingConfig};
@@ -218,8 +220,20 @@ pub async fn train(
         }
         Err(e) => return Err(e.into()),
     }
+    let mut lease = Lease::take(&run_store).await?;
     let starts = vec![Start::default(); spec.training.workers as usize + 1];
-    run_job(&spec, &run_store, &options.prices, starts, invoker, observe).await
+    let result = run_job(
+        &spec,
+        &run_store,
+        &mut lease,
+        &options.prices,
+        starts,
+        invoker,
+        observe,
+    )
+    .await;
+    lease.release(&run_store).await;
+    result
 }
 
 /// What `mlless train --resume` may change: the options that do not change the mathematics of
@@ -327,6 +341,21 @@ async fn resume_hint(spec: &JobSpec, run_store: &Store) -> String {
     }
 }
 
+/// The step `mlless train --resume` would continue the run at `run_url` from: the newest one of
+/// which its supervisor and every worker have a checkpoint intact. `None` when there is none
+/// (trained without `--checkpoint-every`, or stopped before the first): a cancel then offers
+/// no `--resume`, which would be refused.
+pub async fn resumable_step(run_url: &str) -> Result<Option<u64>> {
+    let run_store = Store::open(run_url)?;
+    let bytes = run_store.get(SPEC_KEY).await?;
+    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+        location: run_store.location(SPEC_KEY),
+        source,
+    })?;
+    let roles = mlless_job::roles(spec.training.workers);
+    checkpoint::newest_intact_step(&run_store, &spec.job_id, &roles, &mut Vec::new()).await
+}
+
 /// Continues the run at `run_url` (`mlless train --resume`) from the last checkpoint its
 /// supervisor and workers all have (`--checkpoint-every`), after a failure or a cancel that
 /// stopped it, with the limits and stops of `changes` (kept in the spec's
@@ -340,11 +369,33 @@ pub async fn resume(
 ) -> Result<RunRecord> {
     let run_store = Store::open(run_url)?.with_request_counter(RequestCounter::new());
     let bytes = run_store.get(SPEC_KEY).await?;
-    let mut spec: JobSpec =
-        serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
-            location: run_store.location(SPEC_KEY),
-            source,
-        })?;
+    let spec: JobSpec = serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
+        location: run_store.location(SPEC_KEY),
+        source,
+    })?;
+    // One driver at a time: a run still running (its driver renews the lease) is refused
+    // before anything of it is read further or written.
+    let mut lease = Lease::take(&run_store).await?;
+    let result = resume_leased(
+        run_url, spec, &run_store, &mut lease, changes, prices, invoker, observe,
+    )
+    .await;
+    lease.release(&run_store).await;
+    result
+}
+
+/// [`resume`] once the run's lease is this driver's.
+#[allow(clippy::too_many_arguments)]
+async fn resume_leased(
+    run_url: &str,
+    mut spec: JobSpec,
+    run_store: &Store,
+    lease: &mut Lease,
+    changes: &ResumeOptions,
+    prices: &PriceTable,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress) -> Control,
+) -> Result<RunRecord> {
     if let Some(bytes) = run_store.get_opt(RECORD_KEY).await? {
         let record: RunRecord =
             serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Json {
@@ -357,6 +408,14 @@ pub async fn resume(
             )));
         }
     }
+    // The data set as it was when the run started: prepared again since, it holds other rows.
+    let dataset = Dataset::open(spec.data_url.as_str()).await?;
+    crate::error::check_dataset_id(
+        spec.dataset_id.as_deref(),
+        dataset.manifest(),
+        run_url,
+        spec.data_url.as_str(),
+    )?;
     // The fleet as train checked it (the spec may be older than a check, or hand-made), before
     // anything is sized by it, and against what this invoker runs at once.
     spec.training.validate(ModelChoice::of(&spec.model))?;
@@ -367,7 +426,7 @@ pub async fn resume(
     // refused.
     let roles = mlless_job::roles(spec.training.workers);
     let mut damaged = Vec::new();
-    let step = checkpoint::newest_intact_step(&run_store, &spec.job_id, &roles, &mut damaged)
+    let step = checkpoint::newest_intact_step(run_store, &spec.job_id, &roles, &mut damaged)
         .await?
         .ok_or_else(|| {
             let damaged = if damaged.is_empty() {
@@ -390,6 +449,20 @@ pub async fn resume(
     }
     info!(step, "resuming from the checkpoints of step {step}");
     let changed = changes.apply(&mut spec.training);
+    models::check_model_memory(&spec.model, spec.training.limits.memory_mb)?;
+    // The functions follow the spec's run location: a run copied or moved since is resumed
+    // where it is now, never written back to where it was.
+    let here = job_spec::absolute_location(run_url)?;
+    let moved = spec.run_url.as_str().trim_end_matches('/') != here.trim_end_matches('/');
+    if moved {
+        info!(
+            from = %spec.run_url.redacted(),
+            to = %mlless_store::redact_url(&here),
+            "the run is not where its spec says (copied or moved): resuming it where it is"
+        );
+        spec.run_url = here.into();
+    }
+    let rewrite = moved || !changed.is_empty();
     if !changed.is_empty() {
         spec.training.validate(ModelChoice::of(&spec.model))?;
         info!(step, changes = ?changed, "resuming with new options");
@@ -397,7 +470,9 @@ pub async fn resume(
             from_step: step,
             changes: changed,
         });
-        // The functions read the new limits and stops from the spec.
+    }
+    if rewrite {
+        // The functions read the new location, limits and stops from the spec.
         let json = serde_json::to_vec_pretty(&spec).map_err(|source| RuntimeError::Json {
             location: run_store.location(SPEC_KEY),
             source,
@@ -412,7 +487,7 @@ pub async fn resume(
         resume_step: Some(step),
     };
     let starts = vec![start; spec.training.workers as usize + 1];
-    run_job(&spec, &run_store, prices, starts, invoker, observe).await
+    run_job(&spec, run_store, lease, prices, starts, invoker, observe).await
 }
 
 /// Invokes the supervisor and the workers of `spec` from `starts` (one per role, supervisor
@@ -421,6 +496,7 @@ pub async fn resume(
 async fn run_job(
     spec: &JobSpec,
     run_store: &Store,
+    lease: &mut Lease,
     prices: &PriceTable,
     starts: Vec<Start>,
     invoker: Arc<dyn Invoker>,
@@ -524,6 +600,9 @@ async fn run_job(
                     if let Err(e) = crate::runs::beat(run_store).await {
                         warn!("could not write the driver's heartbeat: {e}");
                     }
+                    if let Err(e) = lease.renew(run_store).await {
+                        warn!("could not renew the run's lease: {e}");
+                    }
                 }
                 if let Ok(Some(bytes)) = channel.get_key(PROGRESS_KEY).await
                     && let Ok(p) = serde_json::from_slice::<Progress>(&bytes)
@@ -564,7 +643,6 @@ async fn run_job(
                     && cancelled.is_none()
                     && failure.is_none()
                 {
-                    info!(job = spec.job_id, reason, "asking the functions to stop");
                     cancelled = Some(Instant::now());
                     let stop = StopRequest { reason: reason.to_owned() };
                     if let Ok(json) = serde_json::to_vec(&stop)
@@ -572,6 +650,8 @@ async fn run_job(
                     {
                         warn!("could not publish the stop request: {e}");
                     }
+                    // Once the request is out (a test waits for this line to go on).
+                    info!(job = spec.job_id, reason, "asked the functions to stop");
                 }
                 let late = cancelled.is_some_and(|t| t.elapsed() >= CANCEL_GRACE);
                 if !killed && (control == Control::Kill || late) {
@@ -586,8 +666,20 @@ async fn run_job(
         warn!("could not clean up the channel: {e}");
     }
     if killed {
+        let roles = mlless_job::roles(spec.training.workers);
+        let resume_step =
+            match checkpoint::newest_intact_step(run_store, &spec.job_id, &roles, &mut Vec::new())
+                .await
+            {
+                Ok(step) => step,
+                Err(e) => {
+                    warn!("could not look for the run's checkpoints: {e}");
+                    None
+                }
+            };
         return Err(RuntimeError::Cancelled {
             run_url: spec.run_url.as_str().to_owned(),
+            resume_step,
         });
     }
     if let Some(mut message) = failure {

@@ -537,3 +537,51 @@ mod tests {
         assert!(initial_bias(1.0).is_finite() && initial_bias(1.0) > 6.0);
     }
 }
+
+/// The least memory a function needs per parameter of the model: its replica, its optimiser's
+/// state and a gradient or delta, each an `f32` per parameter (the supervisor's averages and
+/// an ISP filter's residuals come on top).
+pub const BYTES_PER_PARAMETER: u64 = 12;
+
+/// Refuses a model that could not fit in a function's memory of `memory_mb`, before anything
+/// of its size is allocated (by the driver, a worker or the supervisor): its size comes from
+/// the data set (the largest feature index of a sparse input, a manifest's counts), which
+/// nothing else bounds.
+pub fn check_model_memory(model: &ModelSpec, memory_mb: u32) -> Result<()> {
+    let params = model.num_params() as u64;
+    let needed_mb = params.saturating_mul(BYTES_PER_PARAMETER).div_ceil(1 << 20);
+    if needed_mb <= u64::from(memory_mb) {
+        return Ok(());
+    }
+    let features = match *model {
+        ModelSpec::MatrixFactorization { users, items, .. } => u64::from(users) + u64::from(items),
+        _ => model.input_features().map_or(0, u64::from),
+    };
+    Err(RuntimeError::ModelTooLarge {
+        model: model.name(),
+        features,
+        params,
+        needed_mb,
+        memory_mb,
+    })
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn a_model_beyond_the_memory_cap_is_refused_naming_its_features() {
+        let lr = |features| ModelSpec::LogisticRegression {
+            features,
+            l2: 0.0,
+            init_bias: 0.0,
+        };
+        assert!(check_model_memory(&lr(1_000_000), 64).is_ok());
+        let err = check_model_memory(&lr(2_000_000_001), 1024).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("2000000001 features"), "{text}");
+        assert!(text.contains("--memory-mb 1024"), "{text}");
+        assert!(!err.resume_can_help());
+    }
+}

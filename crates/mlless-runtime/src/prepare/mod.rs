@@ -763,12 +763,37 @@ async fn prepare_body(
 /// Removes an old data set's manifest (first: it must not describe the new minibatches while
 /// they are being written), its record, id map and counts, and its minibatches.
 async fn clear(store: &Store) -> Result<()> {
+    warn_of_runs(store).await?;
     store.delete(MANIFEST_KEY).await?;
     store.delete(PREPARE_RECORD_KEY).await?;
     store.delete(IDS_KEY).await?;
     store.delete(COUNTS_KEY).await?;
     for prefix in ["train/", "test/", "validation/", "staging/"] {
         store.delete_prefix(prefix).await?;
+    }
+    Ok(())
+}
+
+/// Warns when the location being prepared has runs (`{out}/runs/`, where `train` puts them by
+/// default): they keep their models and records, but are bound to the data set they started
+/// on (the manifest's `dataset_id`), so none of them can be resumed on the new one. A warning,
+/// not a refusal: preparing a location again (a fixed input, another split) is legitimate,
+/// and the runs lose nothing that resuming them on other rows would not have spoilt.
+async fn warn_of_runs(store: &Store) -> Result<()> {
+    let runs = store
+        .list("runs/")
+        .await?
+        .iter()
+        .filter(|key| key.ends_with(&format!("/{}", mlless_job::SPEC_KEY)))
+        .count();
+    if runs > 0 {
+        warn!(
+            "{}/runs has {runs} run(s) of the data set being replaced: they keep their models \
+             and records, but are bound to the data set they started on, so `mlless train \
+             --resume` will refuse them on this one (prepare into another --out to keep \
+             resuming them)",
+            store.url()
+        );
     }
     Ok(())
 }
@@ -822,6 +847,9 @@ async fn finish(
 
     let manifest = Manifest {
         format_version: mlless_data::MANIFEST_VERSION,
+        // A new identity for every preparation, even of the same input and seed: a run is
+        // bound to the minibatches it started on, not to their recipe.
+        dataset_id: Some(uuid::Uuid::now_v7().to_string()),
         kind,
         batch_size: options.batch_size,
         train: SplitInfo {

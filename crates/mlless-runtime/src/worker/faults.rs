@@ -13,13 +13,12 @@ use super::Worker;
 use crate::exchange::SCATTER;
 use crate::messages::{STOP_KEY, UPDATES};
 use mlless_job::Fault;
-use mlless_job::fault::{HOLD_KEY, RELEASE_KEY};
 
 impl Worker {
     /// Injects the faults due at the start of `step` (test aid).
     pub(super) async fn inject_faults(&mut self, step: u64) {
-        for fault in self.faults.clone() {
-            match fault {
+        for fault in &self.faults {
+            match *fault {
                 Fault::KillWorker { worker, step: at } if worker == self.id && at == step => {
                     tracing::error!(worker, step, "fault injection: killing this worker");
                     std::process::abort();
@@ -32,36 +31,40 @@ impl Worker {
                     std::hint::black_box(&hog);
                     std::thread::sleep(Duration::from_secs(30));
                 }
-                Fault::Hold { worker, step: at } if worker == self.id && at == step => {
-                    // Released by a stop: this worker has seen it, so the fleet stops after
-                    // this very step (not after the next poll of the stop, which is timed).
-                    let by_stop = self.hold(step).await;
-                    self.stop_seen |= by_stop;
-                }
                 _ => {}
             }
+        }
+        let id = self.id;
+        if self.faults.contains(&Fault::Pause { worker: id, step }) {
+            // Released by a stop, this worker has seen it: the fleet stops after this very
+            // step. Otherwise, paused for who knows how long, what was asked meanwhile is
+            // looked up at this step, not after the next poll's interval.
+            self.stop_seen |= self.pause(step).await;
+            self.last_stop_poll = None;
         }
     }
 }
 
 impl Worker {
-    /// Holds at `step` ([`Fault::Hold`]): says so with [`HOLD_KEY`] in the run's store, then
-    /// waits for [`RELEASE_KEY`] there, or for the run to be asked to stop (the job's
-    /// [`STOP_KEY`]: a cancel lands at the held step). A store error ends the hold (logged): a
-    /// test aid must not wedge a run. Returns whether a stop released it.
-    async fn hold(&self, step: u64) -> bool {
-        let store = &self.ctx.run_store;
+    /// [`Fault::Pause`]: says it has reached `step` and waits for its release, both objects in
+    /// the run, or for the run to be asked to stop (the job's [`STOP_KEY`]). A store or
+    /// channel that fails ends the pause (a test aid never fails a run). Returns whether a
+    /// stop released it.
+    async fn pause(&self, step: u64) -> bool {
+        let run = &self.ctx.run_store;
+        let reached = mlless_job::fault::pause_reached_key(self.id, step);
+        let release = mlless_job::fault::pause_release_key(self.id, step);
         tracing::warn!(
             worker = self.id,
             step,
-            "fault injection: holding until released"
+            "fault injection: pausing until {release} or a stop"
         );
-        if let Err(e) = store.put(HOLD_KEY, Bytes::from(step.to_string())).await {
-            tracing::error!(worker = self.id, step, "fault injection: no hold: {e}");
+        if let Err(e) = run.put(&reached, Bytes::new()).await {
+            tracing::warn!("fault injection: could not write {reached}: {e}");
             return false;
         }
         loop {
-            let released = match store.get_opt(RELEASE_KEY).await {
+            let released = match run.get_opt(&release).await {
                 Ok(Some(_)) => Ok(Some(false)),
                 Ok(None) => self
                     .ctx
@@ -73,13 +76,10 @@ impl Worker {
                 Err(e) => Err(e.to_string()),
             };
             match released {
-                Ok(Some(by_stop)) => {
-                    tracing::warn!(worker = self.id, step, by_stop, "fault injection: released");
-                    return by_stop;
-                }
+                Ok(Some(by_stop)) => return by_stop,
                 Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(e) => {
-                    tracing::error!(worker = self.id, step, "fault injection: hold ended: {e}");
+                    tracing::warn!("fault injection: pause at step {step} ended: {e}");
                     return false;
                 }
             }
@@ -120,7 +120,7 @@ impl FaultyChannel {
                 Fault::KillWorker { .. }
                 | Fault::KillSupervisor { .. }
                 | Fault::ExceedMemory { .. }
-                | Fault::Hold { .. } => false,
+                | Fault::Pause { .. } => false,
             })
             .collect();
         if faults.is_empty() {
