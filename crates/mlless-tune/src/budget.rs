@@ -246,21 +246,22 @@ impl Ledger {
     }
 
     /// Seconds a trial is assumed to go on costing once asked to stop: the longest tail
-    /// seen × [`TAIL_MARGIN`] (at least [`MIN_TAIL_S`]); before any, [`DEFAULT_TAIL_S`], but
-    /// no more than the longest trial that ended × [`TAIL_MARGIN`] — a stop's tail (the step in
-    /// hand, the final evaluations, the model's write) is what every trial does at its end,
-    /// so it does not outlast a whole trial.
+    /// seen × [`TAIL_MARGIN`]; before any, [`DEFAULT_TAIL_S`]. A stop's tail (the step in
+    /// hand, the final evaluations, the model's write) is what every trial does at its end, so
+    /// it does not outlast a whole trial: neither the default nor the floor of
+    /// [`MIN_TAIL_S`] goes above the longest trial that ended × [`TAIL_MARGIN`].
     pub fn tail_s(&self) -> f64 {
+        let cap = self
+            .trials
+            .values()
+            .filter(|s| s.final_usd.is_some())
+            .map(Spend::duration_s)
+            .filter(|&d| d > 0.0)
+            .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d))))
+            .map_or(f64::INFINITY, |d| d * TAIL_MARGIN);
         match self.tail_seen_s {
-            Some(t) => (t * TAIL_MARGIN).max(MIN_TAIL_S),
-            None => self
-                .trials
-                .values()
-                .filter(|s| s.final_usd.is_some())
-                .map(Spend::duration_s)
-                .filter(|&d| d > 0.0)
-                .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d))))
-                .map_or(DEFAULT_TAIL_S, |d| (d * TAIL_MARGIN).min(DEFAULT_TAIL_S)),
+            Some(t) => (t * TAIL_MARGIN).max(MIN_TAIL_S.min(cap)),
+            None => DEFAULT_TAIL_S.min(cap),
         }
     }
 
@@ -473,6 +474,14 @@ mod tests {
         // 0.0036 + 2 trials running + a third fits below $0.05.
         let whole = ledger.new_trial_cost(3.0).unwrap();
         assert!(ledger.spent() + 3.0 * whole <= 0.05, "{whole}");
+        // A trial stopped at a rung goes on for 0.1 s: its tail, × 1.5, is not raised to the
+        // 1 s floor, longer than any trial.
+        ledger.observe(1, 0.1, 1.5, 0.0018);
+        ledger.stop_requested(1);
+        ledger.observe(1, 0.2, 2.0, 0.0036);
+        ledger.finish(1, 0.0036);
+        assert!((ledger.tail_s() - 0.3).abs() < 1e-9, "{}", ledger.tail_s());
+        assert_eq!(ledger.can_start(&[(2, 1.0), (3, 1.0)], 1.0), Some(true));
     }
 
     /// A trial that ended before a second sample with units trained (a short trial between
