@@ -241,7 +241,18 @@ struct JsonFields<'a> {
     cost_usd: f64,
     requests: RequestBasis,
     done: bool,
-    validation: Option<&'a mlless_runtime::messages::ValidationProgress>,
+    validation: Option<JsonValidation<'a>>,
+}
+
+/// The validation metric in a progress line: what the live line shows, without the latest
+/// evaluations themselves that the progress carries for a search.
+#[derive(Serialize)]
+struct JsonValidation<'a> {
+    metric: &'a str,
+    latest: f64,
+    best: f64,
+    evaluations: u32,
+    epoch: f64,
 }
 
 /// `p` as one JSON object: `{"timestamp", "level": "INFO", "fields": {"message": "progress",
@@ -265,7 +276,13 @@ pub fn json_line(p: &LiveProgress) -> String {
             cost_usd: p.bill_usd,
             requests: p.requests,
             done: p.done,
-            validation: p.validation.as_ref(),
+            validation: p.validation.as_ref().map(|v| JsonValidation {
+                metric: &v.metric,
+                latest: v.latest,
+                best: v.best,
+                evaluations: v.evaluations,
+                epoch: v.epoch,
+            }),
         },
         target: PROGRESS_TARGET,
     };
@@ -348,6 +365,7 @@ mod tests {
             metric: "logloss".into(),
             latest: 0.4,
             best: 0.3,
+            recent: vec![[1.0, 2.0, 0.4]],
             ..Default::default()
         });
         let v: serde_json::Value = serde_json::from_str(&json_line(&p)).expect("JSON");
@@ -364,6 +382,8 @@ mod tests {
         assert_eq!(f["done"], false);
         assert_eq!(f["validation"]["metric"], "logloss");
         assert_eq!(f["validation"]["best"], 0.3);
+        // The evaluations a search reads are not in the line.
+        assert!(f["validation"].get("recent").is_none());
     }
 
     #[test]

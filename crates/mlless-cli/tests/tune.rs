@@ -375,3 +375,58 @@ fn a_search_refuses_the_options_train_refuses() {
         assert!(err.contains(expected.as_str()), "{extra:?}: {err}");
     }
 }
+
+/// Issue 40, defect 13: trials shorter than the search's poll (a small set, 3 epochs in a
+/// fraction of a second) run two at once as `--concurrency 2` asks, and each records its rung
+/// with its value at the rung's epoch, from its own evaluations, not its final best.
+#[test]
+fn short_trials_run_concurrently_and_record_their_rungs_at_the_rungs_epoch() {
+    let dir = common::tempdir();
+    let spec = mlless_data::SparseLrSpec::new(20_000, 2_000, 20, 3);
+    let (input, _) = common::write_sparse_lr(dir.path(), &spec);
+    let data = dir.path().join("store/lr");
+    common::prepare(
+        "libsvm",
+        &input,
+        &data,
+        &["--validation-fraction", "0.1", "--batch-size", "100"],
+    );
+    let record = tune(
+        dir.path(),
+        &s(&data),
+        "short",
+        &[
+            "--param",
+            "lr=0.01,0.1,0.3,1",
+            "--eta",
+            "3",
+            "--min-rung",
+            "1",
+            "--budget-usd",
+            "10",
+            "--concurrency",
+            "2",
+        ],
+    );
+    assert_eq!(record.stop_reason, "every trial ran", "{record:#?}");
+    // Two trials ran at once: one started before another's run had ended (a run's wall time
+    // is within its interval on the search's clock, from its start to its end).
+    let overlap = record.trials.iter().any(|a| {
+        record.trials.iter().any(|b| {
+            a.trial != b.trial && a.started_s <= b.started_s && b.started_s < a.started_s + a.wall_s
+        })
+    });
+    assert!(overlap, "the trials ran one after another: {record:#?}");
+    for t in &record.trials {
+        assert!(t.epochs >= 1.0, "{t:?}");
+        let rung = t.rungs.first().unwrap_or_else(|| panic!("no rung: {t:?}"));
+        let points: Vec<(f64, f64)> = t.curve.iter().map(|p| (p.epoch, p.value)).collect();
+        let at_rung = mlless_tune::value_at_rung(&points, 1.0, record.direction);
+        assert_eq!(rung.value, at_rung, "{t:?}");
+        // A trial that ran its 3 epochs: the value at 1 epoch, not its best of the 3 (the
+        // rates here all still improve).
+        if t.status == TrialStatus::Finished {
+            assert_ne!(rung.value, t.best_metric, "{t:?}");
+        }
+    }
+}

@@ -214,7 +214,15 @@ pub struct ValidationProgress {
     /// The epochs done at the latest evaluation.
     #[serde(default)]
     pub epoch: f64,
+    /// The latest evaluations, oldest first (at most [`RECENT_EVALUATIONS`]), each `[epochs
+    /// done, seconds since the supervisor started, value]`, so that a reader that looks less often
+    /// than the evaluations come (a search's rungs) misses none of them.
+    #[serde(default)]
+    pub recent: Vec<[f64; 3]>,
 }
+
+/// How many of the latest evaluations a [`ValidationProgress`] carries.
+pub const RECENT_EVALUATIONS: usize = 16;
 
 /// The supervisor's request that the driver replace workers that sent nothing in time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -31,7 +31,7 @@ use mlless_tune::budget::DEFAULT_TAIL_S;
 use mlless_tune::{
     Asha, AshaConfig, Assignment, CurvePoint, Ledger, RungDecision, RungRecord, RungUnit, Sampler,
     SchedulerRecord, SearchSpace, TUNE_RECORD_VERSION, TrialRecord, TrialStatus, TuneRecord,
-    is_better,
+    is_better, value_at_rung,
 };
 use tracing::info;
 
@@ -206,6 +206,11 @@ struct TrialState {
     stop: Option<String>,
     rungs: Vec<RungRecord>,
     curve: Vec<CurvePoint>,
+    /// Its evaluations so far, each `[epochs done, seconds since its supervisor started,
+    /// value]` (every one, diverged ones included), for the values at its rungs.
+    evals: Vec<[f64; 3]>,
+    /// How many evaluations its progress has counted.
+    evaluations_seen: usize,
     /// The most it trains, in the search's unit.
     max_units: f64,
 }
@@ -316,13 +321,28 @@ impl Search {
                 }
             }
             let trial = &mut self.trials[i];
-            if v.evaluations as usize > trial.curve.len() && v.latest.is_finite() {
-                trial.curve.push(CurvePoint {
-                    time_s: start_s + p.elapsed_s,
-                    epoch: v.epoch,
-                    value: v.latest,
-                    cost_usd: p.bill_usd,
-                });
+            let seen = v.evaluations as usize;
+            if seen > trial.evaluations_seen {
+                // Every evaluation since the last progress, from the latest ones it carries
+                // (the latest alone from a supervisor that sends none).
+                let missed = seen - trial.evaluations_seen;
+                let new = if v.recent.is_empty() {
+                    vec![[v.epoch, p.elapsed_s, v.latest]]
+                } else {
+                    v.recent[v.recent.len().saturating_sub(missed)..].to_vec()
+                };
+                for [epoch, time_s, value] in new {
+                    trial.evals.push([epoch, time_s, value]);
+                    if value.is_finite() {
+                        trial.curve.push(CurvePoint {
+                            time_s: start_s + time_s,
+                            epoch,
+                            value,
+                            cost_usd: p.bill_usd,
+                        });
+                    }
+                }
+                trial.evaluations_seen = seen;
             }
             self.rung_check(i, p);
         }
@@ -337,9 +357,6 @@ impl Search {
     /// The scheduler's verdicts on trial `i` at the rungs it has reached.
     fn rung_check(&mut self, i: usize, p: &LiveProgress) {
         let Some(v) = &p.validation else { return };
-        let Some((metric, _)) = self.metric.clone() else {
-            return;
-        };
         while self.trials[i].stop.is_none() {
             let k = self.trials[i].next_rung;
             let Some(&at) = self.rungs().get(k) else {
@@ -355,49 +372,103 @@ impl Search {
             if !reached {
                 return;
             }
-            let Some(asha) = self.asha.as_mut() else {
+            // Its value at the rung; in seconds, before an evaluation past the rung, its best
+            // so far, all of it made before the rung.
+            let value = self.value_at(i, at).unwrap_or(v.best);
+            if !self.decide_rung(i, k, at, value, true) {
                 return;
-            };
-            let decision: RungDecision = asha.report(i, k, v.best);
-            self.trials[i].next_rung = k + 1;
-            let next = self.target(i, k + 1);
-            let went_on =
-                decision.promoted() && self.ledger.can_continue(i, next, &self.running_targets());
-            let rung = RungRecord {
-                rung: k,
-                at,
-                value: v.best.is_finite().then_some(v.best),
-                decision,
-                went_on,
-            };
-            let shown = self.unit.show(at);
-            self.trials[i].rungs.push(rung.clone());
-            self.events.push(TuneEvent::Rung {
-                trial: i,
-                rung,
-                at: shown.clone(),
-                metric: metric.clone(),
-            });
-            if !went_on {
-                let why = if decision.promoted() {
-                    format!(
-                        "promoted, but the budget left (${:.6} of ${:.6}) does not pay for its \
-                         next rung",
-                        self.ledger.budget() - self.ledger.spent(),
-                        self.ledger.budget()
-                    )
-                } else {
-                    format!(
-                        "{metric} {:.6} ranked {} of {}, the top {} go on",
-                        v.best, decision.rank, decision.of, decision.keep
-                    )
-                };
-                self.stop(
-                    i,
-                    format!("stopped by the search at rung {} ({shown}): {why}", k + 1),
-                );
             }
         }
+    }
+
+    /// Trial `i`'s value at the rung `at`, from its evaluations, once one has reached it.
+    fn value_at(&self, i: usize, at: f64) -> Option<f64> {
+        let direction = self.metric.as_ref().map_or(Direction::Lower, |m| m.1);
+        let points: Vec<(f64, f64)> = self.trials[i]
+            .evals
+            .iter()
+            .map(|&[epoch, time_s, value]| match self.unit {
+                RungUnit::Epochs => (epoch, value),
+                RungUnit::Seconds => (time_s, value),
+            })
+            .collect();
+        value_at_rung(&points, at, direction)
+    }
+
+    /// The rungs trial `i`, which has ended, passed between the search's looks at it (a trial
+    /// shorter than a poll): decided from its record's evaluations, for its record and for
+    /// the trials that reach them later. It went on past them.
+    fn catch_up_rungs(&mut self, i: usize) {
+        loop {
+            let k = self.trials[i].next_rung;
+            let Some(&at) = self.rungs().get(k) else {
+                return;
+            };
+            if at >= self.trials[i].max_units {
+                return;
+            }
+            let Some(value) = self.value_at(i, at) else {
+                return;
+            };
+            if !self.decide_rung(i, k, at, value, false) {
+                return;
+            }
+        }
+    }
+
+    /// Reports trial `i`'s `value` at rung `k` (at `at`) to the scheduler and records the
+    /// verdict; a trial still running (`live`) is stopped unless promoted and paid for.
+    /// `false` if there is no scheduler yet to ask.
+    fn decide_rung(&mut self, i: usize, k: usize, at: f64, value: f64, live: bool) -> bool {
+        let Some((metric, _)) = self.metric.clone() else {
+            return false;
+        };
+        let Some(asha) = self.asha.as_mut() else {
+            return false;
+        };
+        let decision: RungDecision = asha.report(i, k, value);
+        self.trials[i].next_rung = k + 1;
+        let went_on = if live {
+            let next = self.target(i, k + 1);
+            decision.promoted() && self.ledger.can_continue(i, next, &self.running_targets())
+        } else {
+            true
+        };
+        let rung = RungRecord {
+            rung: k,
+            at,
+            value: value.is_finite().then_some(value),
+            decision,
+            went_on,
+        };
+        let shown = self.unit.show(at);
+        self.trials[i].rungs.push(rung.clone());
+        self.events.push(TuneEvent::Rung {
+            trial: i,
+            rung,
+            at: shown.clone(),
+            metric: metric.clone(),
+        });
+        if !went_on {
+            let why = if decision.promoted() {
+                format!(
+                    "promoted, but the budget left (${:.6} of ${:.6}) does not pay for its \
+                     next rung",
+                    self.ledger.budget() - self.ledger.spent(),
+                    self.ledger.budget()
+                )
+            } else {
+                format!(
+                    "{metric} {value:.6} ranked {} of {}, the top {} go on",
+                    decision.rank, decision.of, decision.keep
+                )
+            };
+            self.stop(
+                i,
+                format!("stopped by the search at rung {} ({shown}): {why}", k + 1),
+            );
+        }
+        true
     }
 
     /// The hard rules, every poll: the budget and the time limit.
@@ -597,6 +668,18 @@ impl Search {
                     .zip(metric.as_deref())
                     .and_then(|(p, m)| p.metrics.get(m).copied());
                 if let (Some(validation), Some(metric)) = (validation, metric.as_deref()) {
+                    // The rungs it passed unseen, from its record's evaluations (every one).
+                    self.trials[i].evals = validation
+                        .points
+                        .iter()
+                        .map(|p| {
+                            let value = p.metrics.get(metric).copied().unwrap_or(f64::NAN);
+                            [p.epoch, p.time_s, value]
+                        })
+                        .collect();
+                    self.trials[i].rungs = std::mem::take(&mut record.rungs);
+                    self.catch_up_rungs(i);
+                    record.rungs = std::mem::take(&mut self.trials[i].rungs);
                     // The record's curve, on the search's clock.
                     let offset = run.started_at_unix_ms.saturating_sub(search_started_ms) as f64
                         / 1000.0

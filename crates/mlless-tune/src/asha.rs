@@ -187,6 +187,24 @@ impl Asha {
     }
 }
 
+/// The value a trial reports at the rung `at`, from its evaluations `(progress, value)` in the
+/// order made (progress in the rung's unit): the best of them up to and including the first at
+/// or past the rung, the model a trial stopped there keeps (a value that is not finite ranks
+/// below every finite one); `None` while no evaluation has reached the rung. Later evaluations
+/// do not count: a trial seen after it passed a rung reports what it had at the rung.
+pub fn value_at_rung(points: &[(f64, f64)], at: f64, direction: Direction) -> Option<f64> {
+    let mut best: Option<f64> = None;
+    for &(progress, value) in points {
+        if crate::is_better(direction, Some(value), best) {
+            best = Some(value);
+        }
+        if progress >= at - 1e-9 {
+            return Some(best.unwrap_or(value));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +261,27 @@ mod tests {
         assert!(asha.report(0, 1, 0.49).promoted());
         // Beyond the last rung: on.
         assert!(asha.report(0, 9, 1.0).promoted());
+    }
+
+    /// Issue 40, defect 13: a rung records the trial's value at the rung's epoch, not its best
+    /// at the time the search looked (a trial seen after it passed the rung).
+    #[test]
+    fn a_rung_takes_the_value_at_its_epoch() {
+        // Evaluations every epoch (a batch past each); lower is better.
+        let curve = [(1.01, 0.3489), (2.0, 0.33), (3.01, 0.3249)];
+        assert_eq!(value_at_rung(&curve, 1.0, Direction::Lower), Some(0.3489));
+        assert_eq!(value_at_rung(&curve, 2.0, Direction::Lower), Some(0.33));
+        assert_eq!(value_at_rung(&curve, 4.0, Direction::Lower), None);
+        assert_eq!(value_at_rung(&[], 1.0, Direction::Lower), None);
+        // The best up to the rung: an earlier evaluation better than the one at the rung.
+        let bumpy = [(0.5, 0.30), (1.0, 0.35), (1.5, 0.20)];
+        assert_eq!(value_at_rung(&bumpy, 1.0, Direction::Lower), Some(0.30));
+        assert_eq!(value_at_rung(&bumpy, 1.0, Direction::Higher), Some(0.35));
+        // A diverged evaluation is no best; one that diverged throughout reports NaN.
+        let diverged = [(0.5, f64::NAN), (1.0, 0.6)];
+        assert_eq!(value_at_rung(&diverged, 1.0, Direction::Lower), Some(0.6));
+        let nan = value_at_rung(&[(1.0, f64::NAN)], 1.0, Direction::Lower);
+        assert!(nan.is_some_and(f64::is_nan));
     }
 
     #[test]

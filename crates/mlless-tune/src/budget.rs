@@ -19,7 +19,8 @@
 //!    to reach their next rung and stop + what the new one needs to reach its first rung and
 //!    stop fits the budget; a trial's need is estimated from the most expensive trial seen
 //!    (start-up + unit cost × units, × [`ESTIMATE_MARGIN`]). Before any trial has trained a
-//!    measurable part of a unit there is no estimate, and trials start one at a time.
+//!    measurable part of a unit (or ended, which measures it over its whole run) there is no
+//!    estimate, and trials start one at a time.
 //! 2. [`Ledger::can_continue`]: a trial promoted at a rung goes on only if the budget pays for
 //!    its next rung beside the others' needs.
 //! 3. [`Ledger::to_stop`], the hard rule: every poll, the running trials, by priority, are
@@ -86,6 +87,23 @@ impl Spend {
     fn bill(&self) -> f64 {
         self.final_usd
             .unwrap_or_else(|| self.latest().map_or(0.0, |s| s.2))
+    }
+
+    /// The seconds it has run, as of its latest sample.
+    fn duration_s(&self) -> f64 {
+        self.latest().map_or(0.0, |s| s.0)
+    }
+
+    /// Its rate as a new trial's estimate takes it: while it runs, its recent rate; once it
+    /// ended, its mean (its bill over its duration), since the last samples of an ended trial
+    /// hold its final bill, which settles at once what the live bill had not counted yet
+    /// (the workers' last requests) and is no rate at which a trial spends.
+    fn estimate_rate(&self) -> f64 {
+        match self.final_usd {
+            Some(bill) if self.duration_s() > 0.0 => (bill / self.duration_s()).max(0.0),
+            Some(_) => 0.0,
+            None => self.rate(),
+        }
     }
 
     fn rate(&self) -> f64 {
@@ -189,6 +207,18 @@ impl Ledger {
             let tail = (bill_usd - at_stop).max(0.0) / rate;
             self.tail_seen_s = Some(self.tail_seen_s.map_or(tail, |t| t.max(tail)));
         }
+        // A trial too short to measure its unit cost while it ran (its first sample with units
+        // trained was its last) is measured over its whole run: every dollar counted against
+        // its units, start-up included.
+        if spend.unit_cost.is_none()
+            && let Some((_, units, _)) = spend.latest()
+            && units > 0.0
+        {
+            spend.unit_cost = Some(bill_usd / units);
+            if spend.first_unit.is_none() {
+                spend.first_unit = spend.latest();
+            }
+        }
         spend.final_usd = Some(bill_usd);
     }
 
@@ -215,10 +245,24 @@ impl Ledger {
         self.trials.get(&trial).and_then(|s| s.unit_cost)
     }
 
-    /// Seconds a trial is assumed to go on costing once asked to stop.
+    /// Seconds a trial is assumed to go on costing once asked to stop: the longest tail
+    /// seen × [`TAIL_MARGIN`]; before any, [`DEFAULT_TAIL_S`]. A stop's tail (the step in
+    /// hand, the final evaluations, the model's write) is what every trial does at its end, so
+    /// it does not outlast a whole trial: neither the default nor the floor of
+    /// [`MIN_TAIL_S`] goes above the longest trial that ended × [`TAIL_MARGIN`].
     pub fn tail_s(&self) -> f64 {
-        self.tail_seen_s
-            .map_or(DEFAULT_TAIL_S, |t| (t * TAIL_MARGIN).max(MIN_TAIL_S))
+        let cap = self
+            .trials
+            .values()
+            .filter(|s| s.final_usd.is_some())
+            .map(Spend::duration_s)
+            .filter(|&d| d > 0.0)
+            .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d))))
+            .map_or(f64::INFINITY, |d| d * TAIL_MARGIN);
+        match self.tail_seen_s {
+            Some(t) => (t * TAIL_MARGIN).max(MIN_TAIL_S.min(cap)),
+            None => DEFAULT_TAIL_S.min(cap),
+        }
     }
 
     /// The most expensive unit cost, rate and start-up seen, if any trial measured one.
@@ -228,7 +272,11 @@ impl Ledger {
             .values()
             .filter_map(|s| s.unit_cost)
             .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))?;
-        let rate = self.trials.values().map(Spend::rate).fold(0.0, f64::max);
+        let rate = self
+            .trials
+            .values()
+            .map(Spend::estimate_rate)
+            .fold(0.0, f64::max);
         let startup = self
             .trials
             .values()
@@ -399,6 +447,54 @@ mod tests {
         assert!((ledger.need(1, 1.0) - 0.12).abs() < 1e-9);
         assert!(ledger.can_continue(0, 5.0, &[(0, 5.0), (1, 1.0)]));
         assert!(!ledger.can_continue(0, 7.0, &[(0, 7.0), (1, 1.0)]));
+    }
+
+    /// Issue 40, defect 13: a budget of $0.05 and trials of about $0.0036 that each run a
+    /// fraction of a second. The first trial's end must not make the next trial's first rung
+    /// look dearer than the budget left: its final bill (which settles requests the live bill
+    /// had not counted yet) is no rate of spending, and a stop's tail is no longer than a
+    /// whole trial.
+    #[test]
+    fn a_small_budget_pays_for_many_short_trials() {
+        let mut ledger = Ledger::new(0.05).unwrap();
+        ledger.observe(0, 0.1, 1.5, 0.0012);
+        ledger.observe(0, 0.2, 3.0, 0.0036);
+        ledger.finish(0, 0.0036);
+        // The tail is at most 1.5 × the 0.2 s trial, at its mean rate of $0.018 a second.
+        assert!((ledger.tail_s() - 0.3).abs() < 1e-9, "{}", ledger.tail_s());
+        let first_rung = ledger.new_trial_cost(1.0).unwrap();
+        assert!(
+            (first_rung - 1.2 * (0.0016 + 0.018 * 0.3)).abs() < 1e-9,
+            "{first_rung}"
+        );
+        // So the next trials start, two at once, …
+        assert_eq!(ledger.can_start(&[], 1.0), Some(true));
+        assert_eq!(ledger.can_start(&[(1, 1.0)], 1.0), Some(true));
+        // … and a search of whole trials goes on while most of the budget is left to spend:
+        // 0.0036 + 2 trials running + a third fits below $0.05.
+        let whole = ledger.new_trial_cost(3.0).unwrap();
+        assert!(ledger.spent() + 3.0 * whole <= 0.05, "{whole}");
+        // A trial stopped at a rung goes on for 0.1 s: its tail, × 1.5, is not raised to the
+        // 1 s floor, longer than any trial.
+        ledger.observe(1, 0.1, 1.5, 0.0018);
+        ledger.stop_requested(1);
+        ledger.observe(1, 0.2, 2.0, 0.0036);
+        ledger.finish(1, 0.0036);
+        assert!((ledger.tail_s() - 0.3).abs() < 1e-9, "{}", ledger.tail_s());
+        assert_eq!(ledger.can_start(&[(2, 1.0), (3, 1.0)], 1.0), Some(true));
+    }
+
+    /// A trial that ended before a second sample with units trained (a short trial between
+    /// two polls) is measured over its whole run, so that the next trials need not start one
+    /// at a time for want of an estimate.
+    #[test]
+    fn a_trial_seen_only_at_its_end_gives_an_estimate() {
+        let mut ledger = Ledger::new(1.0).unwrap();
+        ledger.observe(0, 0.12, 3.0, 0.0033);
+        assert_eq!(ledger.new_trial_cost(1.0), None);
+        ledger.finish(0, 0.0033);
+        assert!((ledger.unit_cost(0).unwrap() - 0.0011).abs() < 1e-12);
+        assert_eq!(ledger.can_start(&[(1, 3.0)], 3.0), Some(true));
     }
 
     #[test]

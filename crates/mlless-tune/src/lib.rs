@@ -35,7 +35,7 @@ pub mod budget;
 pub mod record;
 pub mod space;
 
-pub use asha::{Asha, AshaConfig, AshaError, RungDecision, RungUnit};
+pub use asha::{Asha, AshaConfig, AshaError, RungDecision, RungUnit, value_at_rung};
 pub use budget::{BudgetError, Ledger};
 pub use record::{
     CurvePoint, RungRecord, SchedulerRecord, TUNE_RECORD_VERSION, TrialRecord, TrialStatus,

@@ -8,7 +8,7 @@ use tracing::warn;
 use crate::context::JobContext;
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
-use crate::messages::{EVAL, Message, ReplicaMessage, ValidationProgress};
+use crate::messages::{EVAL, Message, RECENT_EVALUATIONS, ReplicaMessage, ValidationProgress};
 use mlless_job::ValidationConfig;
 use mlless_job::record::{EvalPoint, TargetRecord, ValidationRecord};
 
@@ -233,6 +233,13 @@ impl Validation {
             best: self.stopping.best().map_or(latest, |(_, v)| v),
             evaluations: self.points.len() as u32,
             epoch: last.epoch,
+            recent: self.points[self.points.len().saturating_sub(RECENT_EVALUATIONS)..]
+                .iter()
+                .map(|p| {
+                    let value = p.metrics.get(metric).copied().unwrap_or(f64::NAN);
+                    [p.epoch, p.time_s, value]
+                })
+                .collect(),
         })
     }
 
