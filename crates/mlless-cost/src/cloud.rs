@@ -128,6 +128,21 @@ pub struct UpdateSize {
 }
 
 impl UpdateSize {
+    /// The update of a worker that sent `sent` bytes a step on average under `pattern` among
+    /// `workers`, for a model of `dense_bytes` as a dense update: sparse where that is under
+    /// half the dense model, decoded at [`DECODE_MS_PER_BYTE`] and [`CPU_MS_PER_MESSAGE`]
+    /// ([`UpdateSize::from_sent`]).
+    pub fn measured(dense_bytes: f64, pattern: PatternShape, workers: u32, sent: f64) -> Self {
+        UpdateSize {
+            bytes: 0.0,
+            dense_bytes,
+            sparse: sent < dense_bytes / 2.0,
+            cpu_ms_per_byte: DECODE_MS_PER_BYTE,
+            cpu_ms_per_message: CPU_MS_PER_MESSAGE,
+        }
+        .from_sent(pattern, workers, sent)
+    }
+
     /// The update of a worker that sent `sent` bytes a step on average in an exchange of
     /// `workers` under `pattern`, sparse or not and decoded as `self` says (its `bytes`
     /// ignored): under broadcast what it sent; under the reducing patterns what it sent less

@@ -1,7 +1,5 @@
 //! What a run record measured: the inputs of the cost model and of the cost plot.
 
-use mlless_cost::cloud::CPU_MS_PER_MESSAGE;
-use mlless_cost::cloud::DECODE_MS_PER_BYTE;
 use mlless_cost::{
     ChannelKind, CloudExchange, DEFAULT_VM_STARTUP_S, PatternShape, PhaseMeasurement, PriceTable,
     ProjectedPattern, RunMeasurements, ServiceLatency, UpdateSize, billed_duration_ms,
@@ -256,9 +254,7 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
 /// The exchange of `record`'s steps projected onto the cloud channel `latency` (billed as
 /// `channel`): the pattern the run used at every P if it named one, else the default choice by
 /// P on that channel ([`Pattern::broadcast_limit`]); the update a worker sent a step
-/// ([`UpdateSize::from_sent`] of the mean bytes it sent under the run's pattern), sparse where
-/// that is under half the dense model; decoding at [`DECODE_MS_PER_BYTE`] and
-/// [`CPU_MS_PER_MESSAGE`].
+/// ([`UpdateSize::measured`] from the mean bytes it sent under the run's pattern).
 pub fn cloud_exchange(
     record: &RunRecord,
     channel: ChannelKind,
@@ -279,14 +275,12 @@ pub fn cloud_exchange(
         .fold((0.0, 0.0), |(b, n), w| (b + w.bytes_sent as f64, n + 1.0));
     let sent = if n > 0.0 { sent / n } else { 0.0 };
     let dense_bytes = record.spec.model.num_params() as f64 * 4.0;
-    let update = UpdateSize {
-        bytes: 0.0,
+    let update = UpdateSize::measured(
         dense_bytes,
-        sparse: sent < dense_bytes / 2.0,
-        cpu_ms_per_byte: DECODE_MS_PER_BYTE,
-        cpu_ms_per_message: CPU_MS_PER_MESSAGE,
-    }
-    .from_sent(training.exchange_pattern().shape(), training.workers, sent);
+        training.exchange_pattern().shape(),
+        training.workers,
+        sent,
+    );
     CloudExchange {
         latency,
         pattern,

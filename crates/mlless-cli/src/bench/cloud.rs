@@ -4,7 +4,9 @@
 
 use mlless_cost::PriceTable;
 use mlless_job::Pattern;
-use mlless_runtime::bench::cloud::{CloudCase, CloudData, CloudJob, UpdateRule, simulate};
+use mlless_runtime::bench::cloud::{
+    CloudCase, CloudData, CloudJob, CloudReport, UpdateRule, simulate,
+};
 use mlless_store::CloudLatency;
 
 use super::BenchArgs;
@@ -58,80 +60,38 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let prices = PriceTable::aws_lambda();
     let mut diverging = 0;
     let steps = args.steps.unwrap_or(DEFAULT_STEPS);
-    if args.json {
-        for job in jobs {
-            let data = CloudData::generate(job.into(), 1)?;
-            for cloud in &clouds {
-                for &p in &workers {
-                    for &pattern in &patterns {
-                        for rule in &rules {
-                            let case = CloudCase {
-                                cloud: cloud.clone(),
-                                workers: p,
-                                pattern,
-                                rule: *rule,
-                                steps,
-                                memory_mb: args.memory_mb,
-                            };
-                            let report = simulate(&data, &case, &prices)?;
-                            let row = serde_json::json!({
-                                "job": data.job.name(),
-                                "cloud": cloud.name,
-                                "workers": p,
-                                "pattern": pattern.name(),
-                                "update": rule.name(),
-                                "step_ms": report.step_ms,
-                                "model_step_ms": report.model_step_ms,
-                                "compute_ms": report.compute_ms,
-                                "sent_bytes": report.sent_bytes,
-                                "received_bytes": report.received_bytes,
-                                "requests_per_step": report.requests_per_step,
-                                "usd_per_step": report.usd_per_step,
-                                "epoch_s": report.epoch_s,
-                                "usd_per_epoch": report.usd_per_epoch,
-                                "steps_per_epoch": report.steps_per_epoch,
-                                "loss": report.loss,
-                                "first_loss": report.first_loss,
-                                "diverging": report.diverging(),
-                            });
-                            println!("{row}");
-                        }
-                    }
-                }
-            }
-        }
-        return Ok(());
+    if !args.json {
+        println!(
+            "simulated: each worker a function of {} MB at {} prices; {} steps measured per case \
+             after {} of warm-up; epoch = a pass over the training minibatches",
+            args.memory_mb,
+            prices.name,
+            steps,
+            mlless_runtime::bench::cloud::WARM_UP_STEPS
+        );
+        println!(
+            "model ms: the step the cost model projects for the same case (mlless cost --emulate), \
+             from the case's latency, pattern and update size"
+        );
+        println!(
+            "{:<7} {:<12} {:>4} {:<15} {:<11} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>11} {:>9} {:>11} {:>7}",
+            "job",
+            "cloud",
+            "P",
+            "pattern",
+            "update",
+            "step ms",
+            "model ms",
+            "compute",
+            "sent KB",
+            "recv KB",
+            "req/step",
+            "$/1k steps",
+            "epoch s",
+            "$/epoch",
+            "loss"
+        );
     }
-    println!(
-        "simulated: each worker a function of {} MB at {} prices; {} steps measured per case \
-         after {} of warm-up; epoch = a pass over the training minibatches",
-        args.memory_mb,
-        prices.name,
-        steps,
-        mlless_runtime::bench::cloud::WARM_UP_STEPS
-    );
-    println!(
-        "model ms: the step the cost model projects for the same case (mlless cost --emulate), \
-         from the case's latency, pattern and update size"
-    );
-    println!(
-        "{:<7} {:<12} {:>4} {:<15} {:<11} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>11} {:>9} {:>11} {:>7}",
-        "job",
-        "cloud",
-        "P",
-        "pattern",
-        "update",
-        "step ms",
-        "model ms",
-        "compute",
-        "sent KB",
-        "recv KB",
-        "req/step",
-        "$/1k steps",
-        "epoch s",
-        "$/epoch",
-        "loss"
-    );
     for job in jobs {
         let data = CloudData::generate(job.into(), 1)?;
         for cloud in &clouds {
@@ -147,6 +107,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                             memory_mb: args.memory_mb,
                         };
                         let report = simulate(&data, &case, &prices)?;
+                        if args.json {
+                            println!("{}", json_row(data.job.name(), &case, &report));
+                            continue;
+                        }
                         println!(
                             "{:<7} {:<12} {:>4} {:<15} {:<11} {:>9.2} {:>9.2} {:>8.3} {:>9.1} {:>9.1} {:>8.0} {:>11.5} {:>9.2} {:>11.6} {:>7.4}",
                             data.job.name(),
@@ -184,6 +148,30 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// One case as `--json` prints it.
+fn json_row(job: &str, case: &CloudCase, report: &CloudReport) -> serde_json::Value {
+    serde_json::json!({
+        "job": job,
+        "cloud": case.cloud.name,
+        "workers": case.workers,
+        "pattern": case.pattern.name(),
+        "update": case.rule.name(),
+        "step_ms": report.step_ms,
+        "model_step_ms": report.model_step_ms,
+        "compute_ms": report.compute_ms,
+        "sent_bytes": report.sent_bytes,
+        "received_bytes": report.received_bytes,
+        "requests_per_step": report.requests_per_step,
+        "usd_per_step": report.usd_per_step,
+        "epoch_s": report.epoch_s,
+        "usd_per_epoch": report.usd_per_epoch,
+        "steps_per_epoch": report.steps_per_epoch,
+        "loss": report.loss,
+        "first_loss": report.first_loss,
+        "diverging": report.diverging(),
+    })
 }
 
 /// The jobs of `--job`.

@@ -39,7 +39,7 @@ use mlless_core::{
     build_optimizer,
 };
 use mlless_cost::PriceTable;
-use mlless_cost::cloud::{CPU_MS_PER_MESSAGE, DECODE_MS_PER_BYTE, UpdateSize, exchange_ms};
+use mlless_cost::cloud::{UpdateSize, exchange_ms};
 use mlless_data::{CriteoSpec, InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
 use mlless_job::batch_plan::DEFAULT_GLOBAL_BATCHES;
 use mlless_job::{BatchPlan, ModelChoice, Pattern};
@@ -612,14 +612,7 @@ fn summarise(
     let compute_ms = per_worker_step(&|r| r.compute_ms);
     let sent_bytes = per_worker_step(&|r| r.sent as f64);
     let dense_bytes = data.spec.num_params() as f64 * 4.0;
-    let update = UpdateSize {
-        bytes: 0.0,
-        dense_bytes,
-        sparse: sent_bytes < dense_bytes / 2.0,
-        cpu_ms_per_byte: DECODE_MS_PER_BYTE,
-        cpu_ms_per_message: CPU_MS_PER_MESSAGE,
-    }
-    .from_sent(case.pattern.shape(), case.workers, sent_bytes);
+    let update = UpdateSize::measured(dense_bytes, case.pattern.shape(), case.workers, sent_bytes);
     let latency = mlless_job::config::service_latency(&case.cloud);
     let model_step_ms =
         compute_ms + exchange_ms(case.pattern.shape(), &latency, case.workers, &update);
