@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use mlless_faas::clock::unix_ms;
+use mlless_faas::clock::{UtcTime, unix_ms};
 use mlless_store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
@@ -144,23 +144,10 @@ impl Lease {
 
 /// `unix_ms` as a UTC time, `2026-12-05 06:10:03 UTC`.
 pub fn utc(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days, for days since 1970-01-01 (never negative here).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = UtcTime::of_unix_s(unix_ms / 1000);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
     )
 }
 
