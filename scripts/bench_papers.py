@@ -100,7 +100,8 @@ def best_metric(record):
 
 
 def default_pattern(workers, cloud):
-    """`train`'s default pattern by P on the cloud's kind of channel (BSP and ISP)."""
+    """`train`'s default pattern by P on the cloud's kind of channel (BSP and ISP): the limits
+    of `mlless_job::Pattern::broadcast_limit` (`BROADCAST_MAX_ON_STORE`, `_ON_SERVER`)."""
     limit = 16 if cloud == "s3" else 64
     return "broadcast" if workers <= limit else "allreduce"
 
@@ -116,6 +117,33 @@ def pct(a, b):
     return f"{(a / b - 1) * 100:+.0f}%" if b else "n/a"
 
 
+def prepared(m, work, name, generate, prepare):
+    """The data set `work/name`, generated (`generate` arguments, into `work/name.data`) and
+    prepared (`prepare` arguments) unless it already is."""
+    data = work / name
+    if not (data / "manifest.json").exists():
+        raw = work / f"{name}.data"
+        m.run("generate", *generate, "--out", raw)
+        m.run("prepare", *prepare, "--input", raw, "--out", data)
+    return data
+
+
+def trained(m, record, *train):
+    """The record of `mlless train TRAIN… --quiet --record RECORD`, run unless it exists."""
+    if not record.exists():
+        m.run("train", *train, "--quiet", "--record", record)
+    return record_of(record)
+
+
+def own_target(rec, what):
+    """A run's own target (its best validation metric + 1%) and when it first reached it."""
+    target = round(best_metric(rec) * 1.01, 4)
+    hit = reached(rec, target)
+    if hit is None:
+        sys.exit(f"the {what} run never reached its own target")
+    return (target, *hit)
+
+
 def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -124,22 +152,13 @@ def table(header, rows):
 
 def scale_out(m, work, epochs):
     """MLLess's scale-out: MovieLens-20M-shaped PMF, global batch 12,000, P = 12 … 96, Redis."""
-    data = work / "ml20m"
-    if not (data / "manifest.json").exists():
-        m.run("generate", "ratings", "--users", 138_493, "--items", 26_744, "--density", 0.0054,
-              "--out", work / "ml20m.data")
-        m.run("prepare", "--format", "movielens", "--input", work / "ml20m.data", "--out", data,
-              "--batch-size", 3000)
+    data = prepared(m, work, "ml20m",
+                    ["ratings", "--users", 138_493, "--items", 26_744, "--density", 0.0054],
+                    ["--format", "movielens", "--batch-size", 3000])
     record = work / "ml20m-p4.json"
-    if not record.exists():
-        m.run("train", "--data", data, "--model", "pmf", "--workers", 4, "--global-batch", 12_000,
-              "--sync", "isp", "--max-epochs", epochs, "--quiet", "--record", record)
-    rec = record_of(record)
-    target = round(best_metric(rec) * 1.01, 4)
-    hit = reached(rec, target)
-    if hit is None:
-        sys.exit("the scale-out run never reached its own target")
-    steps, epoch, local_s = hit
+    rec = trained(m, record, "--data", data, "--model", "pmf", "--workers", 4,
+                  "--global-batch", 12_000, "--sync", "isp", "--max-epochs", epochs)
+    target, steps, epoch, local_s = own_target(rec, "scale-out")
     fleets = [12, 24, 48, 96]
     sim = m.bench_cloud("pmf-20m", ["elasticache"], fleets, ["broadcast", "allreduce"], ["isp", "bsp"])
     proj = m.cost(record, "elasticache", fleets)
@@ -179,22 +198,17 @@ def scale_out(m, work, epochs):
 
 def protocols(m, work, epochs):
     """MLLess's ISP vs SSP vs BSP at P = 12 and 24: time to the same target on this machine."""
-    data = work / "ml1m"
-    if not (data / "manifest.json").exists():
-        m.run("generate", "ratings", "--users", 6_040, "--items", 3_706, "--density", 0.0447,
-              "--out", work / "ml1m.data")
-        m.run("prepare", "--format", "movielens", "--input", work / "ml1m.data", "--out", data,
-              "--batch-size", 1000)
+    data = prepared(m, work, "ml1m",
+                    ["ratings", "--users", 6_040, "--items", 3_706, "--density", 0.0447],
+                    ["--format", "movielens", "--batch-size", 1000])
+    redis_port = os.environ.get("MLLESS_PAPERS_REDIS_PORT", "6399")
     runs = {}
     for p in (12, 24):
         for sync in ("bsp", "isp", "ssp"):
-            record = work / f"ml1m-{sync}-p{p}.json"
-            if not record.exists():
-                m.run("train", "--data", data, "--model", "pmf", "--workers", p, "--sync", sync,
-                      "--global-batch", 12_000, "--max-epochs", epochs, "--emulate", "elasticache",
-                      "--channel", "redis://127.0.0.1:" + os.environ.get("MLLESS_PAPERS_REDIS_PORT", "6399"),
-                      "--quiet", "--record", record)
-            runs[(p, sync)] = record_of(record)
+            runs[(p, sync)] = trained(
+                m, work / f"ml1m-{sync}-p{p}.json", "--data", data, "--model", "pmf",
+                "--workers", p, "--sync", sync, "--global-batch", 12_000, "--max-epochs", epochs,
+                "--emulate", "elasticache", "--channel", f"redis://127.0.0.1:{redis_port}")
     rows = []
     for p in (12, 24):
         target = round(max(best_metric(runs[(p, s)]) for s in ("bsp", "isp", "ssp")) * 1.01, 4)
@@ -224,21 +238,12 @@ def protocols(m, work, epochs):
 
 def criteo(m, work, epochs):
     """Criteo-shaped sparse LR at P = 16, 64, 256, on S3's and ElastiCache's latencies."""
-    data = work / "criteo"
-    if not (data / "manifest.json").exists():
-        m.run("generate", "criteo", "--samples", 1_000_000, "--out", work / "criteo.tsv")
-        m.run("prepare", "--format", "criteo", "--features", 1 << 20, "--input",
-              work / "criteo.tsv", "--out", data, "--batch-size", 1000)
+    data = prepared(m, work, "criteo", ["criteo", "--samples", 1_000_000],
+                    ["--format", "criteo", "--features", 1 << 20, "--batch-size", 1000])
     record = work / "criteo-p4.json"
-    if not record.exists():
-        m.run("train", "--data", data, "--model", "lr", "--workers", 4, "--max-epochs", epochs,
-              "--quiet", "--record", record)
-    rec = record_of(record)
-    target = round(best_metric(rec) * 1.01, 4)
-    hit = reached(rec, target)
-    if hit is None:
-        sys.exit("the Criteo-shaped run never reached its own target")
-    steps, epoch, local_s = hit
+    rec = trained(m, record, "--data", data, "--model", "lr", "--workers", 4,
+                  "--max-epochs", epochs)
+    target, steps, epoch, local_s = own_target(rec, "Criteo-shaped")
     fleets = [16, 64, 256]
     rows = []
     for cloud in ("s3", "elasticache"):
