@@ -76,6 +76,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         rank: 10,
         density: 0.2,
         noise: 0.5,
+        skew: 0.0,
+        stars: false,
         seed: 7,
         out: ratings_input.clone(),
     };

@@ -102,6 +102,14 @@ pub struct RatingsArgs {
     /// Standard deviation of the Gaussian noise on each rating.
     #[arg(long, default_value_t = 0.5)]
     pub noise: f64,
+    /// Popularity skew: user activity and item popularity follow a Zipf law of this exponent,
+    /// as in real ratings sets (most users and items rated a few times, a few very often); 0:
+    /// every pair equally likely. MovieLens is about 1.
+    #[arg(long, default_value_t = 0.0)]
+    pub skew: f64,
+    /// Round every rating to a whole star, 1 to 5, as MovieLens-100k's are.
+    #[arg(long)]
+    pub stars: bool,
     /// Seed of the generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -302,6 +310,8 @@ pub fn ratings_spec(args: &RatingsArgs) -> RatingsSpec {
         density: args.density,
         noise: args.noise,
         seed: args.seed,
+        skew: args.skew,
+        stars: args.stars,
     }
 }
 

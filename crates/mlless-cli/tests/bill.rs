@@ -21,6 +21,7 @@ fn ratings(dir: &Path) -> PathBuf {
         density: 0.1,
         noise: 0.5,
         seed: 3,
+        ..Default::default()
     };
     let (data, _) = common::ratings_prepared(
         dir,

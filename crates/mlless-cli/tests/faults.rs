@@ -741,6 +741,7 @@ fn sixteen_workers_on_a_full_memcached_stop_within_a_minute_saying_why() {
         density: 0.05,
         noise: 0.5,
         seed: 9,
+        ..Default::default()
     };
     let (data, _) = ratings_prepared(dir.path(), &spec, &["--batch-size", "500"]);
     let d = s(&data);

@@ -165,6 +165,7 @@ fn a_diverging_pmf_run_is_stopped_relative_to_its_first_loss_without_a_resume_hi
         density: 0.2,
         noise: 0.5,
         seed: 7,
+        ..Default::default()
     };
     let (data, _) = ratings_prepared(
         dir.path(),

@@ -316,6 +316,7 @@ fn pmf_on_lambda_matches_local_across_hand_offs() {
         density: 0.2,
         noise: 0.5,
         seed: 8,
+        ..Default::default()
     };
     let input = dir.path().join("ratings.tsv");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&input).expect("input"));

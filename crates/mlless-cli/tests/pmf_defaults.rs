@@ -19,6 +19,7 @@ fn small_ratings(dir: &Path) -> PathBuf {
         density: 0.2,
         noise: 0.5,
         seed: 8,
+        ..Default::default()
     };
     common::ratings_prepared(dir, &spec, &["--batch-size", "100"]).0
 }

@@ -219,6 +219,7 @@ fn check_pmf(dir: &Path) -> (String, PathBuf) {
         density: 0.2,
         noise: 0.3,
         seed: 4,
+        ..Default::default()
     };
     mlless_data::write_ratings(&spec, &mut text).expect("generate");
     // Users 1007, 2007, …; items up to about 10^6.

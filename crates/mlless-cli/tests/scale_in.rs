@@ -169,6 +169,7 @@ fn scale_in_auto_follows_the_validation_curve_for_a_smaller_bill() {
         density: 0.2,
         noise: 1.0,
         seed: 5,
+        ..Default::default()
     };
     let (data, truth) = ratings_prepared(dir.path(), &spec, &["--batch-size", "1000"]);
     let data = s(&data);

@@ -28,6 +28,7 @@ fn overfitting_ratings(dir: &Path) -> PathBuf {
         density: 0.15,
         noise: 0.5,
         seed: 4,
+        ..Default::default()
     };
     common::ratings_prepared(dir, &spec, &["--batch-size", "200"]).0
 }

@@ -244,6 +244,7 @@ fn generated_data_goes_through_preparation() {
         density: 0.1,
         noise: 0.3,
         seed: 2,
+        ..Default::default()
     };
     let truth = write_ratings(&spec, fs::File::create(&ml).unwrap()).unwrap();
     prepare_roundtrip(&ml, InputFormat::Movielens);

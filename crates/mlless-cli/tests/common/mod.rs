@@ -181,6 +181,7 @@ pub fn ratings_data(dir: &Path) -> (PathBuf, f64) {
         density: 0.2,
         noise: 0.5,
         seed: 5,
+        ..Default::default()
     };
     // Without a validation set: runs stop only by the criteria the tests name, so that runs
     // of one job compare bit for bit.

@@ -261,6 +261,7 @@ fn invalid_specs_are_rejected() {
         density,
         noise,
         seed: 0,
+        ..Default::default()
     };
     for s in [
         spec(0.0, 0.1),
@@ -268,6 +269,14 @@ fn invalid_specs_are_rejected() {
         spec(0.5, -1.0),
         RatingsSpec {
             rank: 0,
+            ..spec(0.5, 0.1)
+        },
+        RatingsSpec {
+            skew: -0.1,
+            ..spec(0.5, 0.1)
+        },
+        RatingsSpec {
+            skew: f64::NAN,
             ..spec(0.5, 0.1)
         },
     ] {
@@ -283,6 +292,7 @@ fn ratings_spec(noise: f64, seed: u64) -> RatingsSpec {
         density: 0.05,
         noise,
         seed,
+        ..Default::default()
     }
 }
 
@@ -357,6 +367,106 @@ fn ratings_noise_has_the_asked_for_std() {
     assert!((std - 0.7).abs() < 0.02, "noise std {std}");
 }
 
+/// Ratings per user and per item of a generated set, and its ratings.
+fn rating_counts(spec: &RatingsSpec) -> (Vec<u32>, Vec<u32>, Vec<f32>, RatingsTruth) {
+    let mut out = Vec::new();
+    let truth = write_ratings(spec, &mut out).unwrap();
+    let mut users = vec![0u32; spec.users as usize];
+    let mut items = vec![0u32; spec.items as usize];
+    let mut ratings = Vec::new();
+    for line in String::from_utf8(out).unwrap().lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        users[f[0].parse::<usize>().unwrap() - 1] += 1;
+        items[f[1].parse::<usize>().unwrap() - 1] += 1;
+        ratings.push(f[2].parse::<f32>().unwrap());
+    }
+    (users, items, ratings, truth)
+}
+
+/// The share of all ratings held by the most rated tenth.
+fn top_tenth_share(counts: &[u32]) -> f64 {
+    let mut sorted = counts.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let top: u32 = sorted[..sorted.len() / 10].iter().sum();
+    f64::from(top) / f64::from(sorted.iter().sum::<u32>())
+}
+
+#[test]
+fn skewed_ratings_fall_on_few_users_and_items_as_real_ones_do() {
+    let spec = RatingsSpec {
+        users: 943,
+        items: 1682,
+        density: 0.063,
+        noise: 0.8,
+        skew: 1.3,
+        seed: 4,
+        ..Default::default()
+    };
+    let (users, items, _, truth) = rating_counts(&spec);
+    let expected = spec.expected_ratings();
+    assert!(
+        (truth.ratings as f64 - expected).abs() < 0.01 * expected,
+        "{} ratings, expected {expected}",
+        truth.ratings
+    );
+    // Every user rates something, none more than half the items.
+    assert!(users.iter().all(|c| (1..=841).contains(c)), "{users:?}");
+    // The most rated tenth of the items holds most of the ratings (uniform: a tenth), and many
+    // items are rated a few times.
+    let item_share = top_tenth_share(&items);
+    assert!(item_share > 0.4, "top tenth of items: {item_share}");
+    assert!(items.iter().filter(|&&c| c <= 5).count() >= 10);
+    // Users are less unequal than items, but far from uniform.
+    let user_share = top_tenth_share(&users);
+    assert!(
+        (0.2..item_share).contains(&user_share),
+        "top tenth of users: {user_share}"
+    );
+    let uniform = RatingsSpec {
+        skew: 0.0,
+        ..spec.clone()
+    };
+    let (_, uniform_items, _, _) = rating_counts(&uniform);
+    assert!(top_tenth_share(&uniform_items) < 0.15);
+    // Deterministic.
+    assert_eq!(rating_counts(&spec).1, items);
+}
+
+#[test]
+fn stars_are_whole_and_the_truth_says_what_rounding_costs() {
+    let spec = RatingsSpec {
+        users: 300,
+        items: 200,
+        density: 0.2,
+        noise: 0.5,
+        stars: true,
+        seed: 9,
+        ..Default::default()
+    };
+    let (_, _, ratings, truth) = rating_counts(&spec);
+    assert!(
+        ratings
+            .iter()
+            .all(|&r| r.fract() == 0.0 && (1.0..=5.0).contains(&r))
+    );
+    assert!((1..=5).all(|star| ratings.contains(&(star as f32))));
+    // Rounding both the rating and the model adds error beyond the noise.
+    assert!(
+        truth.model_rmse > 0.5 && truth.model_rmse < 0.8,
+        "{}",
+        truth.model_rmse
+    );
+    let (_, _, _, smooth) = rating_counts(&RatingsSpec {
+        stars: false,
+        ..spec
+    });
+    assert!(
+        (smooth.model_rmse - 0.5).abs() < 0.02,
+        "{}",
+        smooth.model_rmse
+    );
+}
+
 #[test]
 fn full_density_writes_every_pair_in_order() {
     let spec = RatingsSpec {
@@ -366,6 +476,7 @@ fn full_density_writes_every_pair_in_order() {
         density: 1.0,
         noise: 0.1,
         seed: 1,
+        ..Default::default()
     };
     let mut out = Vec::new();
     let truth = write_ratings(&spec, &mut out).unwrap();

@@ -200,6 +200,7 @@ impl CloudData {
             density: count / (f64::from(users) * f64::from(items)),
             noise: 0.9,
             seed,
+            ..Default::default()
         };
         // (format, name, minibatch, feature space, rows of the full set if only a sample is
         // generated)
