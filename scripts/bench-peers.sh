@@ -4,7 +4,7 @@
 # Vowpal Wabbit (its own learner, through its Python bindings). Two jobs with P workers:
 #   pmf: MovieLens-100k-shaped ratings (943 users, 1,682 items, ~100k ratings, rank 10, noise
 #        0.5), minibatch 1,000 per worker, mlless's default PMF (10 factors, biases, global
-#        mean, L2 0.05 + count-aware prior, Adam 0.03, lr / sqrt(epoch + 1)); Spark runs ALS,
+#        mean, L2 0.1 + count-aware prior, Adam 0.07, lr / sqrt(epoch + 1)); Spark runs ALS,
 #        VW its -q ui --rank 10;
 #   lr:  a9a-shaped sparse LR (32,561 rows, 123 binary features, 14 a row, 24% positive),
 #        minibatch 256 per worker, mlless's default LR (momentum 0.9, its scaled rate, L2 1e-4);

@@ -110,6 +110,13 @@ pub struct RatingsArgs {
     /// Round every rating to a whole star, 1 to 5, as MovieLens-100k's are.
     #[arg(long)]
     pub stars: bool,
+    /// Variance of the user-item interaction of the true model (real ratings are mostly biases
+    /// and noise: about 0.15 reproduces MovieLens's small gain of a factor model over biases).
+    #[arg(long, default_value_t = 1.0)]
+    pub interaction: f64,
+    /// Standard deviation of the true user and item biases.
+    #[arg(long, default_value_t = mlless_data::generate::RATINGS_BIAS_STD)]
+    pub bias_std: f64,
     /// Seed of the generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -312,6 +319,8 @@ pub fn ratings_spec(args: &RatingsArgs) -> RatingsSpec {
         seed: args.seed,
         skew: args.skew,
         stars: args.stars,
+        interaction: args.interaction,
+        bias_std: args.bias_std,
     }
 }
 

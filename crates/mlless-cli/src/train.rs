@@ -187,14 +187,14 @@ pub struct TrainArgs {
     pub optimizer: Option<Optimizer>,
     /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, per 1,000 samples of
     /// the global batch and larger on imbalanced data, at most 16 times that and at most what
-    /// the features' curvature allows; 0.003 with adam; pmf 0.03 with adam, 3 with
+    /// the features' curvature allows; 0.003 with adam; pmf 0.07 with adam, 3 with
     /// momentum/nesterov, 30 with sgd].
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.
     #[arg(long, value_enum, default_value_t = LrSchedule::InvSqrtEpoch)]
     pub schedule: LrSchedule,
-    /// L2 regularisation, per example [default: lr 1e-4, pmf 0.05].
+    /// L2 regularisation, per example [default: lr 1e-4, pmf 0.1].
     #[arg(long)]
     pub l2: Option<f32>,
     /// pmf: the count-aware prior, added to --l2 as PRIOR / n per rating for a user or item

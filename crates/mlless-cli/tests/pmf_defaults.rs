@@ -104,10 +104,62 @@ fn the_prior_is_on_by_default_and_a_data_set_without_counts_trains_without_it() 
     );
 }
 
+/// Ratings shaped like MovieLens-100k, the way real ratings fail uniform ones' defaults: popular
+/// and rare films (Zipf 1.3), whole stars, mostly biases and noise. Prepared with 10% test and
+/// 10% validation (the defaults' early stopping on).
+fn realistic_ratings(dir: &Path) -> (PathBuf, mlless_data::RatingsTruth) {
+    let spec = mlless_data::RatingsSpec {
+        users: 943,
+        items: 1682,
+        rank: 10,
+        density: 0.063,
+        noise: 0.85,
+        skew: 1.3,
+        stars: true,
+        interaction: 0.15,
+        bias_std: 0.45,
+        seed: 1,
+    };
+    common::ratings_prepared(dir, &spec, &["--test-fraction", "0.1", "--seed", "7"])
+}
+
+/// On MovieLens-100k-shaped ratings the defaults (Adam 0.07, L2 0.1, prior 10) end 10 epochs
+/// within 10% of the true model's RMSE at 1 and 4 workers, and below the defaults of before
+/// (Adam 0.03, L2 0.05), which left quality on the table on real ratings (measured, seed 1:
+/// 1.093 and 1.094 times the true model's RMSE against 1.106 and 1.108).
+#[test]
+fn on_realistic_ratings_the_defaults_beat_the_earlier_ones_at_one_and_four_workers() {
+    let dir = tempdir();
+    let (data, truth) = realistic_ratings(dir.path());
+    let data = s(&data);
+    for workers in ["1", "4"] {
+        let args = ["--data", &data, "--model", "pmf", "--workers", workers];
+        let defaults = metric(&train(dir.path(), "defaults", &args), "test_rmse");
+        let earlier = metric(
+            &train(
+                dir.path(),
+                "earlier",
+                &[&args[..], &["--lr", "0.03", "--l2", "0.05"]].concat(),
+            ),
+            "test_rmse",
+        );
+        let model = truth.model_rmse;
+        assert!(
+            defaults <= 1.1 * model,
+            "P = {workers}: test RMSE {defaults} against the true model's {model}"
+        );
+        assert!(
+            defaults <= 0.995 * earlier,
+            "P = {workers}: test RMSE {defaults} against {earlier} with the earlier defaults"
+        );
+    }
+}
+
 /// MovieLens ml-latest-small (610 users, 9,724 movies, most rated a few times), 10% test,
 /// with the defaults and P = 4 for 40 epochs without early stopping: the validation RMSE
-/// ends within 0.5% of its best, and the best model's test RMSE is at most 0.86 (measured
-/// 0.842; per-example L2 alone rose 2.3% and reached 0.856).
+/// ends within 0.5% of its best, and the best model's test RMSE is at most 0.845 (measured
+/// 0.839 with Adam at 0.07 and L2 0.1, 0.842 before with 0.03 and 0.05; per-example L2 alone
+/// rose 2.3% and reached 0.856).
 #[test]
 fn on_real_ratings_the_default_curve_does_not_rise_as_training_goes_on() {
     let input = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -152,5 +204,5 @@ fn on_real_ratings_the_default_curve_does_not_rise_as_training_goes_on() {
     assert!(v.points.len() >= 40, "{} evaluations", v.points.len());
     assert!(last <= 1.005 * best, "the curve rose from {best} to {last}");
     let test = metric(&record, "test_rmse");
-    assert!(test <= 0.86, "test RMSE {test}");
+    assert!(test <= 0.845, "test RMSE {test}");
 }

@@ -16,11 +16,14 @@ fn scale_in_removes_workers_and_ends_their_invocations() {
     let dir = tempdir();
     let (data, sigma) = ratings_data(dir.path());
     let data = s(&data);
+    // The uniform ratings want less L2 than PMF's default, chosen for real ratings.
     let common = [
         "--data",
         data.as_str(),
         "--model",
         "pmf",
+        "--l2",
+        "0.05",
         "--workers",
         "4",
         "--max-epochs",

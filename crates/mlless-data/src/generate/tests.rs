@@ -450,7 +450,7 @@ fn stars_are_whole_and_the_truth_says_what_rounding_costs() {
             .all(|&r| r.fract() == 0.0 && (1.0..=5.0).contains(&r))
     );
     assert!((1..=5).all(|star| ratings.contains(&(star as f32))));
-    // Rounding both the rating and the model adds error beyond the noise.
+    // Rounding the ratings adds error beyond the noise.
     assert!(
         truth.model_rmse > 0.5 && truth.model_rmse < 0.8,
         "{}",

@@ -9,8 +9,8 @@ mod models;
 pub use models::{
     BYTES_PER_PARAMETER, CURVATURE_ITERATIONS, DEFAULT_CLUSTERS, DEFAULT_HIDDEN,
     DEFAULT_STEP_BOUND, DEFAULT_TOLERANCE, DataSample, Defaults, Hyperparameters, IMBALANCE_MAX,
-    LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_L2, PMF_PRIOR, STABLE_STEP, check_model_memory,
-    estimate_sample, imbalance_factor, initial_bias,
+    LR_MAX_SCALE, LR_REFERENCE_BATCH, PMF_ADAM_LR, PMF_L2, PMF_PRIOR, STABLE_STEP,
+    check_model_memory, estimate_sample, imbalance_factor, initial_bias,
 };
 
 use std::sync::Arc;
