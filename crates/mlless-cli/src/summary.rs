@@ -228,20 +228,23 @@ pub fn render(record: &RunRecord) -> String {
         total(&|w| w.bytes_received) as f64 / 1e6,
         record.replica_spread
     );
-    let metrics: Vec<String> = record
-        .metrics
-        .iter()
-        .map(|(k, v)| {
-            if k == "test_samples" {
-                format!("{k} {v}")
-            } else {
-                format!("{k} {v:.5}")
-            }
-        })
-        .collect();
-    let _ = writeln!(out, "  {}", metrics.join(" · "));
+    let _ = writeln!(out, "  {}", render_metrics(&record.metrics));
     if let Some(validation) = &record.validation {
         out.push_str(&render_validation(validation));
+    }
+    if let Some(refit) = &record.refit {
+        let again = &refit.record;
+        let _ = writeln!(
+            out,
+            "  refit: trained again on the training and validation sets ({} samples) for {} \
+             epoch(s) in {:.1} s, ${:.6}; that model is kept (the early-stopped one: {} · {})",
+            again.train_samples,
+            refit.epochs,
+            again.wall_s,
+            again.bill.as_ref().map_or(0.0, |b| b.total_usd),
+            render_metrics(&refit.early_stopped_metrics),
+            refit.early_stopped_model_url
+        );
     }
     if let Some(bill) = &record.bill {
         let _ = writeln!(
@@ -303,6 +306,21 @@ fn channel_name(kind: mlless_cost::ChannelKind, prices: &mlless_cost::PriceTable
             format!("{server} ({instances} instance{plural}, ${per_hour:.2}/h)")
         }
     }
+}
+
+/// Test metrics on one line: `test_rmse 0.83861 · test_samples 10084`.
+fn render_metrics(metrics: &mlless_core::Metrics) -> String {
+    let metrics: Vec<String> = metrics
+        .iter()
+        .map(|(k, v)| {
+            if k == "test_samples" {
+                format!("{k} {v}")
+            } else {
+                format!("{k} {v:.5}")
+            }
+        })
+        .collect();
+    metrics.join(" · ")
 }
 
 /// The validation lines of the summary: evaluations, latest and best, the model kept, and

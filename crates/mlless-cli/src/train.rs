@@ -233,6 +233,11 @@ pub struct TrainArgs {
     /// a validation set].
     #[arg(long, value_name = "PATIENCE")]
     pub early_stop: Option<u32>,
+    /// Once the run has stopped, train again on the training and validation sets together
+    /// for the epochs early stopping chose (the best evaluation's, rounded up), and keep that
+    /// model: the last tenth of data the validation set held back goes into the model.
+    #[arg(long)]
+    pub refit: bool,
     /// Stop once the validation metric reaches this (repeatable: once all are reached), e.g.
     /// rmse<=0.93, logloss<=0.33, auc>=0.8.
     #[arg(long, value_name = "METRIC<=X")]
@@ -559,6 +564,8 @@ impl TrainArgs {
             faults: self.fault.clone(),
             channel_grace_s: self.channel_grace,
             emulate: self.emulate.clone(),
+            refit: self.refit,
+            trains_on_validation: false,
         }
     }
 }

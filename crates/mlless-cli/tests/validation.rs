@@ -6,11 +6,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{batches, fails, ok, s, stored_params, tempdir, train};
+use common::{batches, block_on, fails, ok, s, stored_params, tempdir, train};
 use mlless_core::{Evaluation, Metrics, ModelSpec};
 use mlless_job::RunRecord;
 use mlless_job::record::ValidationRecord;
 use mlless_runtime::dataset::Split;
+use mlless_runtime::messages::{Message, StoredModel};
 
 /// Sparse LR, 40,000 rows × 5,000 features, prepared with 10% test and 10% validation in
 /// batches of 500.
@@ -225,6 +226,96 @@ fn early_stopping_stops_an_overfitting_run_and_keeps_the_best_model() {
     }
 }
 
+/// `--refit` trains a second job on the training and validation sets together for the epochs
+/// early stopping chose, and keeps its model: the record keeps the early-stopped model's
+/// metrics (those of the same run without `--refit`, bit for bit) and the refit's whole record.
+#[test]
+fn refit_trains_again_on_training_and_validation_for_the_chosen_epochs() {
+    let dir = tempdir();
+    let data = overfitting_ratings(dir.path());
+    let args = [
+        "--data",
+        &s(&data),
+        "--model",
+        "pmf",
+        "--workers",
+        "2",
+        "--factors",
+        "20",
+        "--l2",
+        "0",
+        "--prior",
+        "0",
+        "--max-epochs",
+        "200",
+        "--early-stop",
+        "3",
+        "--eval-every",
+        "1epoch",
+    ];
+    let plain = train(dir.path(), "plain", &args);
+    let record = train(dir.path(), "refit", &[&args[..], &["--refit"]].concat());
+    let refit = record.refit.as_ref().expect("a refit");
+    let again = &refit.record;
+
+    // The early-stopped model is the plain run's.
+    assert_eq!(refit.early_stopped_metrics, plain.metrics);
+    assert!(
+        refit
+            .early_stopped_model_url
+            .ends_with(mlless_job::record::EARLY_STOPPED_MODEL_KEY)
+    );
+    let early_stopped = block_on(async {
+        mlless_store::Store::open(&record.spec.run_url)
+            .expect("run store opens")
+            .get(mlless_job::record::EARLY_STOPPED_MODEL_KEY)
+            .await
+            .expect("the early-stopped model is kept")
+    });
+    let early_stopped = StoredModel::decode(&early_stopped, || "model".into()).expect("decodes");
+    assert_eq!(early_stopped.params, stored_params(&plain));
+    let best = validation(&record).best_point().expect("a best evaluation");
+    assert_eq!(refit.epochs, best.epoch.ceil() as u32);
+    let plain_best = validation(&plain).best_point().expect("a best evaluation");
+    assert_eq!(
+        (best.step, &best.metrics),
+        (plain_best.step, &plain_best.metrics)
+    );
+
+    // The refit trained that many epochs on training and validation, with no validation set.
+    assert!(again.spec.training.trains_on_validation);
+    assert!(!again.spec.training.refit);
+    assert!(again.validation.is_none());
+    assert!(
+        again.stop_reason.contains("--max-epochs"),
+        "{}",
+        again.stop_reason
+    );
+    assert!(
+        (again.epochs - f64::from(refit.epochs)).abs() < 1.0,
+        "{}",
+        again.epochs
+    );
+    let held_out: u64 = batches(&data, Split::Validation)
+        .iter()
+        .map(|b| b.samples() as u64)
+        .sum();
+    assert!(held_out > 0);
+    assert_eq!(again.train_samples, plain.train_samples + held_out);
+
+    // Its model is the one kept, and it has learnt the validation ratings: on them it is far
+    // better than the early-stopped model, which never saw them.
+    assert_eq!(stored_params(&record), stored_params(again));
+    assert_eq!(record.metrics, again.metrics);
+    let kept = validation_metrics(&data, &record.spec.model, &stored_params(&record));
+    let best_rmse = value(&best.metrics, "rmse");
+    assert!(
+        value(&kept, "rmse") < 0.9 * best_rmse,
+        "validation RMSE {} against the early-stopped {best_rmse}",
+        value(&kept, "rmse")
+    );
+}
+
 /// The validation log loss of the given evaluation of an LR run without stops: a target the
 /// other runs reach part of the way through.
 fn lr_target(dir: &Path, data: &Path) -> f64 {
@@ -346,6 +437,11 @@ fn validation_options_are_checked_before_anything_runs() {
         "auc>=0.9",
     ]);
     assert!(e.contains("needs a validation set"), "{e}");
+    let e = fails(&["train", "--data", &s(&none), "--model", "lr", "--refit"]);
+    assert!(
+        e.contains("--refit") && e.contains("no validation set") && e.contains(&s(&none)),
+        "{e}"
+    );
     let with = dir.path().join("with");
     ok(&[
         "prepare",

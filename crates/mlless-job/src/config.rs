@@ -136,6 +136,15 @@ pub struct TrainingConfig {
     /// what they would there.
     #[serde(default)]
     pub emulate: Option<mlless_store::CloudLatency>,
+    /// `--refit`: once the run has stopped, the driver trains a second job on the training and
+    /// validation sets together for the epochs early stopping chose, and keeps its model
+    /// ([`RunRecord::refit`](crate::RunRecord::refit)).
+    #[serde(default)]
+    pub refit: bool,
+    /// The second job of a `--refit` run: it trains on the training and validation sets
+    /// together, and has no validation set to evaluate on.
+    #[serde(default)]
+    pub trains_on_validation: bool,
 }
 
 /// A cloud latency of `--emulate` as the cost model takes it ([`mlless_cost::cloud`]).
@@ -586,6 +595,8 @@ mod tests {
             faults: Vec::new(),
             channel_grace_s: 30.0,
             emulate: None,
+            refit: false,
+            trains_on_validation: false,
         }
     }
 

@@ -28,7 +28,7 @@ pub use fault::Fault;
 pub use mlless_core::batch_plan::{self, BatchPlan};
 pub use model::{ModelChoice, UnknownModel};
 pub use protocol::{Algorithm, DEFAULT_ADMM_RHO, Pattern, SyncMode};
-pub use record::{PrepareRecord, RunRecord};
+pub use record::{PrepareRecord, Refit, RunRecord};
 pub use role::{SUPERVISOR_ROLE, roles, worker_role};
 pub use spec::{
     AUTO_EVAL_SECONDS, EvalEvery, JobSpec, Resumption, SPEC_KEY, StopCriteria, ValidationConfig,

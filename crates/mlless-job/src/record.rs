@@ -15,6 +15,9 @@ use crate::spec::JobSpec;
 pub const RECORD_KEY: &str = "record.json";
 /// Key of the trained model below the run's location.
 pub const MODEL_KEY: &str = "model.bin";
+/// Key below a `--refit` run's location of the early-stopped model, which the refit's model
+/// replaced as [`MODEL_KEY`].
+pub const EARLY_STOPPED_MODEL_KEY: &str = "early-stopped-model.bin";
 /// Version of the run-record format. Version 1 records (before the synchronisation models and
 /// scale-in) still read: the fields added since default to zero or empty.
 pub const RECORD_VERSION: u32 = 2;
@@ -69,6 +72,27 @@ pub struct RunRecord {
     /// data set has no validation set).
     #[serde(default)]
     pub validation: Option<ValidationRecord>,
+    /// `--refit`: the second job, trained on the training and validation sets together for the
+    /// epochs early stopping chose. Its model is the one kept: the run's [`MODEL_KEY`] (at
+    /// [`model_url`](Self::model_url)) is the refit's and [`metrics`](Self::metrics) are its
+    /// test metrics; this keeps the early-stopped model's (moved to
+    /// [`EARLY_STOPPED_MODEL_KEY`]) with the refit's whole record (its curve, its bill).
+    #[serde(default)]
+    pub refit: Option<Refit>,
+}
+
+/// What `--refit` trained after early stopping ([`RunRecord::refit`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refit {
+    /// The epochs the refit trained: the best evaluation's, rounded up.
+    pub epochs: u32,
+    /// The early-stopped model, trained without the validation set ([`EARLY_STOPPED_MODEL_KEY`]
+    /// below the run).
+    pub early_stopped_model_url: String,
+    /// The early-stopped model's test metrics.
+    pub early_stopped_metrics: Metrics,
+    /// The refit job's own record (its run, curve and bill).
+    pub record: Box<RunRecord>,
 }
 
 /// The model's evaluations on the validation set during a run.

@@ -47,13 +47,16 @@ impl JobContext {
             // In a cloud the data set is in its object store, whatever carries the exchange.
             data_store = data_store.with_latency(&mlless_store::CloudLatency::s3());
         }
-        let dataset = Dataset::open_store(data_store).await?;
+        let mut dataset = Dataset::open_store(data_store).await?;
         crate::error::check_dataset_id(
             spec.dataset_id.as_deref(),
             dataset.manifest(),
             spec.run_url.as_str(),
             spec.data_url.as_str(),
         )?;
+        if spec.training.trains_on_validation {
+            dataset = dataset.with_validation_in_training();
+        }
         let mut channel = open_channel_with(
             spec.training
                 .channel

@@ -46,6 +46,16 @@ impl Dataset {
         Ok(Self { store, manifest })
     }
 
+    /// This data set with its validation set moved into its training set (the validation
+    /// minibatches after the training ones, no validation set left): what a `--refit` job
+    /// trains on. The rating counts of PMF's prior stay the training set's.
+    pub fn with_validation_in_training(mut self) -> Self {
+        let validation = std::mem::take(&mut self.manifest.validation);
+        self.manifest.train.samples += validation.samples;
+        self.manifest.train.batches.extend(validation.batches);
+        self
+    }
+
     /// The manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest

@@ -123,6 +123,7 @@ pub fn record() -> RunRecord {
         rounds: 0,
         scale_in: Default::default(),
         validation: None,
+        refit: None,
     }
 }
 

@@ -28,14 +28,14 @@ use tracing::{info, warn};
 use mlless_faas::clock::unix_ms;
 
 use crate::checkpoint;
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, Split};
 use crate::error::{Result, RuntimeError};
 use crate::function::Start;
 use crate::lease::Lease;
 use crate::messages::{PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, STOP_KEY, StopRequest};
 use mlless_job::ModelChoice;
 use mlless_job::config::{ConfigError, SecretUrl, TrainingConfig};
-use mlless_job::record::{RECORD_KEY, RunRecord};
+use mlless_job::record::{EARLY_STOPPED_MODEL_KEY, MODEL_KEY, RECORD_KEY, RunRecord};
 use mlless_job::{EvalEvery, JobSpec, SPEC_KEY};
 
 use invocations::Invocations;
@@ -189,7 +189,17 @@ pub async fn train(
     observe: &mut dyn FnMut(&LiveProgress) -> Control,
 ) -> Result<RunRecord> {
     options.validate_for(&*invoker)?;
-    let dataset = Dataset::open(options.data_url.as_str()).await?;
+    let mut dataset = Dataset::open(options.data_url.as_str()).await?;
+    if options.training.trains_on_validation {
+        dataset = dataset.with_validation_in_training();
+    } else if options.training.refit && dataset.batches(Split::Validation) == 0 {
+        return Err(RuntimeError::InvalidJob(format!(
+            "--refit trains again on the training and validation sets for the epochs early \
+             stopping chose, and {} has no validation set: prepare it with \
+             --validation-fraction F or --validation-input FILE",
+            dataset.url()
+        )));
+    }
     let sample = match (options.model, &dataset.manifest().kind) {
         (ModelChoice::LogisticRegression, DatasetKind::Sparse { .. }) => {
             Some(estimate_sample(&dataset).await?)
@@ -228,12 +238,79 @@ pub async fn train(
         &mut lease,
         &options.prices,
         starts,
-        invoker,
+        invoker.clone(),
         observe,
     )
     .await;
     lease.release(&run_store).await;
-    result
+    let record = result?;
+    if options.training.refit {
+        return refit(options, record, &run_store, invoker, observe).await;
+    }
+    Ok(record)
+}
+
+/// `--refit`: trains a second job on the training and validation sets together for the epochs
+/// the early-stopped run `record` chose (its best evaluation's, rounded up), keeps that job's
+/// model as the run's ([`RunRecord::refit`]), and writes the record again. A run that was
+/// cancelled or has no best evaluation keeps its own model, with a warning.
+async fn refit(
+    options: &TrainOptions,
+    mut record: RunRecord,
+    run_store: &Store,
+    invoker: Arc<dyn Invoker>,
+    observe: &mut dyn FnMut(&LiveProgress) -> Control,
+) -> Result<RunRecord> {
+    if record.was_cancelled() {
+        warn!("--refit: the run was cancelled, so it is not trained again");
+        return Ok(record);
+    }
+    let best = record
+        .validation
+        .as_ref()
+        .and_then(|v| v.best.and_then(|i| v.points.get(i)));
+    let Some(best) = best else {
+        warn!("--refit: the run has no best evaluation, so it keeps its own model");
+        return Ok(record);
+    };
+    // At least one epoch; an epoch count too large for a u32 is saturated (far beyond any run).
+    let epochs = (best.epoch.ceil() as u32).max(1);
+    let mut again = options.clone();
+    again.job_id = None;
+    again.training.refit = false;
+    again.training.trains_on_validation = true;
+    again.training.stop.max_epochs = epochs;
+    again.training.stop.target_loss = None;
+    again.training.stop.max_time_s = None;
+    again.validation = ValidationOptions::default();
+    info!(
+        "--refit: training again on the training and validation sets for {epochs} epoch(s), \
+         the best evaluation's"
+    );
+    let refit = Box::pin(train(&again, invoker, observe)).await?;
+    // The run's model becomes the refit's, so that whatever loads the run's model (predict,
+    // export, Python) gets the one kept; the early-stopped one moves beside it. The record,
+    // written last, says which is which.
+    let early_stopped = run_store.get(MODEL_KEY).await?;
+    run_store
+        .put(EARLY_STOPPED_MODEL_KEY, early_stopped)
+        .await?;
+    let refit_store = Store::open(&again.run_url(&refit.spec.job_id))?;
+    run_store
+        .put(MODEL_KEY, refit_store.get(MODEL_KEY).await?)
+        .await?;
+    record.refit = Some(mlless_job::Refit {
+        epochs,
+        early_stopped_model_url: run_store.location(EARLY_STOPPED_MODEL_KEY),
+        early_stopped_metrics: std::mem::replace(&mut record.metrics, refit.metrics.clone()),
+        record: Box::new(refit),
+    });
+    let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+        location: format!("{}/{RECORD_KEY}", run_store.url()),
+        source,
+    })?;
+    run_store.put(RECORD_KEY, Bytes::from(json)).await?;
+    Ok(record)
 }
 
 /// What `mlless train --resume` may change: the options that do not change the mathematics of

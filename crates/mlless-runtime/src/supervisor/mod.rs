@@ -568,6 +568,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         rounds,
         scale_in: scale_in.map(ScaleIn::into_record).unwrap_or_default(),
         validation,
+        refit: None,
     };
     ctx.run_store
         .put(RECORD_KEY, Bytes::from(json(&record)?))
