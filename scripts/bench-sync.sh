@@ -11,7 +11,8 @@
 # nearly every coordinate is moved for the first time and nothing is insignificant yet. The
 # tuned V (30 for LR, 24 for PMF) is about the smallest with which ISP sent 5x fewer bytes
 # than BSP at P = 4; the table's last column shows what it costs in test metric. isp-mean-V
-# measures updates against the mean weight (--significance-scale mean; V 5 for LR, 6 for PMF).
+# measures updates against the mean weight (--significance-scale mean, the default since; V 5
+# for LR, 6 for PMF); isp-0.7 and isp-V are MLLess's rule (--significance-scale parameter).
 #
 # Usage: scripts/bench-sync.sh [WORKDIR]   (default: ./mlless-bench/sync; needs ~3 GB of disk)
 # Environment: MLLESS_BENCH_WORKERS (default "4 8"), MLLESS_BENCH_SETS (default "lr pmf"),
@@ -67,8 +68,8 @@ tail = [s["loss"] for s in steps[-max(10, len(steps) // 10):]]
 print(round(sum(tail) / len(tail) * (1 + float(sys.argv[2])), 5))' "$dir/reference.json" \
             "${MLLESS_BENCH_MARGIN:-0.005}")
         echo "$set P=$p: target training loss $target"
-        for config in "bsp:--sync bsp" "isp-0.7:--sync isp --significance 0.7" \
-            "isp-$isp_v:--sync isp --significance $isp_v" \
+        for config in "bsp:--sync bsp" "isp-0.7:--sync isp --significance 0.7 --significance-scale parameter" \
+            "isp-$isp_v:--sync isp --significance $isp_v --significance-scale parameter" \
             "isp-mean-$mean_v:--sync isp --significance $mean_v --significance-scale mean" \
             "ssp-3:--sync ssp --slack 3" \
             "asp:--sync asp" "topk-0.1:--compress topk:0.1" "onebit:--compress onebit"; do

@@ -248,13 +248,14 @@ pub struct TrainArgs {
     /// How the workers synchronise.
     #[arg(long, value_enum, default_value_t = Sync::Bsp)]
     pub sync: Sync,
-    /// ISP's threshold V: an accumulated update a_j is sent once |a_j / x_j| > V / sqrt(t+1).
-    #[arg(long, default_value_t = 0.7)]
-    pub significance: f32,
+    /// ISP's threshold V: an accumulated update a_j is sent once |a_j| > V / sqrt(t+1) times
+    /// its scale (see --significance-scale) [default: 4 for pmf, 1 for the other models].
+    #[arg(long)]
+    pub significance: Option<f32>,
     /// What ISP measures a_j against: the parameter x_j itself (MLLess), or the larger of |x_j|
     /// and the mean magnitude of the parameters, so that updates of weights near zero (rare
-    /// features of sparse LR) are held back too.
-    #[arg(long, value_enum, default_value_t = SignificanceScaleArg::Parameter)]
+    /// features of sparse LR, rarely rated films) are held back too.
+    #[arg(long, value_enum, default_value_t = SignificanceScaleArg::Mean)]
     pub significance_scale: SignificanceScaleArg,
     /// SSP's slack: how many steps a worker may run ahead of the slowest.
     #[arg(long, default_value_t = 3)]
@@ -546,7 +547,9 @@ impl TrainArgs {
             sync: match self.sync {
                 Sync::Bsp => SyncMode::Bsp,
                 Sync::Isp => SyncMode::Isp {
-                    significance: self.significance,
+                    significance: self
+                        .significance
+                        .unwrap_or_else(|| self.model.isp_significance()),
                     scale: match self.significance_scale {
                         SignificanceScaleArg::Parameter => SignificanceScale::Parameter,
                         SignificanceScaleArg::Mean => SignificanceScale::Mean,

@@ -74,18 +74,48 @@ fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
     let bsp_entries = total(&bsp, |w| w.entries_sent);
     let mut results = std::collections::HashMap::new();
     for (name, args, max_loss_ratio) in [
-        ("isp", &["--sync", "isp", "--significance", "0.7"][..], 1.01),
+        // MLLess's rule, measured against the parameter itself.
+        (
+            "isp",
+            &[
+                "--sync",
+                "isp",
+                "--significance",
+                "0.7",
+                "--significance-scale",
+                "parameter",
+            ][..],
+            1.01,
+        ),
+        // The defaults: V = 1 against the mean weight.
+        ("isp-default", &["--sync", "isp"][..], 1.01),
         ("topk", &["--compress", "topk:0.1"][..], 1.01),
         ("onebit", &["--compress", "onebit"][..], 1.01),
         (
             "isp-onebit",
-            &["--sync", "isp", "--compress", "onebit"][..],
+            &[
+                "--sync",
+                "isp",
+                "--significance",
+                "0.7",
+                "--significance-scale",
+                "parameter",
+                "--compress",
+                "onebit",
+            ][..],
             1.01,
         ),
         // A large V holds most updates back for long: it still converges, if more slowly.
         (
             "isp-large",
-            &["--sync", "isp", "--significance", "5"][..],
+            &[
+                "--sync",
+                "isp",
+                "--significance",
+                "5",
+                "--significance-scale",
+                "parameter",
+            ][..],
             1.15,
         ),
         // Measured against the mean weight, the rare features' small updates are held back too.
@@ -136,6 +166,14 @@ fn filtered_and_compressed_updates_lose_nothing_and_reach_the_bsp_target() {
             assert!(total(&record, |w| w.entries_sent) < bsp_entries, "{name}");
         }
     }
+    // ISP's defaults send at least twice fewer bytes than BSP (to BSP's test log loss, above):
+    // 2.35x measured on this long-tailed set, where V = 1 is too small a threshold for 5x (on
+    // the a9a- and web-shaped sets of the README it sends 5.9x and 6.9x).
+    let (default_bytes, _) = results["isp-default"];
+    assert!(
+        2 * default_bytes <= bsp_bytes,
+        "ISP's defaults sent {default_bytes} bytes, BSP {bsp_bytes}"
+    );
     // Against the mean weight, V = 2 sends fewer bytes than V = 5 against each weight, and
     // reaches a lower test log loss.
     let (mean_bytes, mean_loss) = results["isp-mean"];
