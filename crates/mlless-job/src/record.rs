@@ -390,6 +390,8 @@ pub fn channel_kind(channel: Option<&str>) -> ChannelKind {
         }
         Ok(ChannelScheme::Redis { shards }) => ChannelKind::Redis { instances: shards },
         Ok(ChannelScheme::Memcached) => ChannelKind::Memcached { instances: 1 },
+        // Its servers are VMs of the user's, whose instance type the run does not know yet.
+        Ok(ChannelScheme::Ps { .. }) => ChannelKind::ObjectStore,
     }
 }
 

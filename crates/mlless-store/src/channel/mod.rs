@@ -20,6 +20,7 @@
 //! | [`object_store`] | [`ObjectStoreChannel`](object_store::ObjectStoreChannel) on any [`Store`](crate::Store) |
 //! | [`redis`] | [`RedisChannel`](redis::RedisChannel) (feature `redis`) |
 //! | [`memcached`] | [`MemcachedChannel`](memcached::MemcachedChannel) (feature `memcached`) |
+//! | [`ps`] | [`PsChannel`](ps::PsChannel) and [`PsServer`](ps::PsServer), the hybrid parameter server (feature `ps`) |
 //! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
 //! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
@@ -45,6 +46,8 @@ mod local_files;
 pub mod memcached;
 pub mod object_store;
 pub mod open;
+#[cfg(feature = "ps")]
+pub mod ps;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod retry;
@@ -136,7 +139,7 @@ pub enum ChannelError {
     NotBuilt {
         /// The URL (credentials, if any were embedded, are redacted).
         url: String,
-        /// The feature that builds the backend: `redis`, `memcached` or `s3`.
+        /// The feature that builds the backend: `redis`, `memcached`, `s3` or `ps`.
         feature: &'static str,
     },
     /// A job id, topic or key is not usable as a name on this channel.
