@@ -107,9 +107,11 @@ fn train_on_every_channel(
 fn sparse_lr_converges_identically_through_every_channel() {
     let dir = tempdir();
     let (data, reference) = sparse_lr_data(dir.path());
-    let runs = train_on_every_channel(dir.path(), &s(&data), &["--model", "lr"]);
+    let args = ["--model", "lr", "--ps-instance", "m5.large:0.096"];
+    let runs = train_on_every_channel(dir.path(), &s(&data), &args);
     let (_, _, first) = &runs[0];
     for (name, record, params) in &runs {
+        assert_parameter_servers_billed(name, record, 0.096);
         let loss = metric(record, "test_logloss");
         assert!(
             loss <= 1.02 * reference,
@@ -121,6 +123,22 @@ fn sparse_lr_converges_identically_through_every_channel() {
         );
         assert_requests_counted(name, record);
     }
+}
+
+/// A run through `mlless ps` servers pays each server's VM at `usd_per_hour` for its wall time.
+fn assert_parameter_servers_billed(name: &str, record: &mlless_job::RunRecord, usd_per_hour: f64) {
+    let servers = match name {
+        "ps, 1 server" => 1.0,
+        "ps, 2 servers" => 2.0,
+        _ => return,
+    };
+    let bill = record.bill.as_ref().expect("a bill");
+    let expected = servers * usd_per_hour * record.wall_s / 3600.0;
+    assert!(
+        expected > 0.0 && (bill.services_usd - expected).abs() <= 1e-9 * expected.max(1.0),
+        "{name}: billed {} for its servers, expected {expected}",
+        bill.services_usd
+    );
 }
 
 /// The requests a run counted, against a hand count of what its protocol makes. Each worker
@@ -203,6 +221,8 @@ fn ratings_converge_identically_through_every_channel() {
     let runs = train_on_every_channel(dir.path(), &s(&data), &["--model", "pmf"]);
     let (_, _, first) = &runs[0];
     for (name, record, params) in &runs {
+        // No --ps-instance: a c5.large each.
+        assert_parameter_servers_billed(name, record, 0.085);
         let rmse = metric(record, "test_rmse");
         assert!(
             rmse <= 1.1 * noise,
