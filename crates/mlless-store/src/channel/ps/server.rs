@@ -262,6 +262,16 @@ impl Shared {
             .clone()
     }
 
+    /// The job's data, if it has any: what a request that only reads or removes looks at, so
+    /// that it makes no job.
+    fn existing_job(&self, name: &str) -> Option<Arc<Job>> {
+        self.jobs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
     /// Forgets a job (its bytes go back when the last request using it ends).
     fn forget(&self, name: &str) {
         self.jobs
@@ -393,8 +403,8 @@ enum ConnectionError {
     HelloTimeout,
     #[error("refused: {0}")]
     Refused(String),
-    #[error("the client sent bytes while its collect was waiting")]
-    Pipelined,
+    #[error("the client closed the connection or sent bytes while its collect was waiting")]
+    LeftDuringCollect,
 }
 
 /// Serves one connection: the hello, then requests one at a time until the client closes it or
@@ -479,7 +489,9 @@ async fn serve_connection(mut stream: TcpStream, shared: &Shared) -> Result<(), 
                 // A client that goes away stops its collect's wait.
                 tokio::select! {
                     response = collect(&job_data, &topic, step, &from, wait) => response,
-                    _ = stream.read(&mut probe) => return Err(ConnectionError::Pipelined),
+                    _ = stream.read(&mut probe) => {
+                        return Err(ConnectionError::LeftDuringCollect);
+                    }
                 }
             }
             request => handle(shared, &job, request),
@@ -541,15 +553,19 @@ fn handle(shared: &Shared, job_name: &str, request: Request) -> Response {
             }
         }
         Request::Poll { topic, step, from } => {
-            let job = shared.job(job_name);
-            let Some(entry) = job.existing(&topic, step) else {
+            let entry = shared
+                .existing_job(job_name)
+                .and_then(|job| job.existing(&topic, step));
+            let Some(entry) = entry else {
                 return Response::Polled(vec![None; from.len()]);
             };
             let messages = lock(&entry.messages);
             Response::Polled(from.iter().map(|w| messages.get(w).cloned()).collect())
         }
         Request::Discard { topic, step, from } => {
-            let job = shared.job(job_name);
+            let Some(job) = shared.existing_job(job_name) else {
+                return Response::Done;
+            };
             if let Some(entry) = job.existing(&topic, step) {
                 let freed: u64 = {
                     let mut messages = lock(&entry.messages);
@@ -577,9 +593,11 @@ fn handle(shared: &Shared, job_name: &str, request: Request) -> Response {
             }
             Response::Done
         }
-        Request::GetKey { key } => {
-            Response::Key(lock(&shared.job(job_name).keys).get(&key).cloned())
-        }
+        Request::GetKey { key } => Response::Key(
+            shared
+                .existing_job(job_name)
+                .and_then(|job| lock(&job.keys).get(&key).cloned()),
+        ),
         Request::Cleanup => {
             shared.forget(job_name);
             Response::Done
