@@ -299,7 +299,7 @@ pub struct TrainArgs {
     /// run's median steps, at least 30 s].
     #[arg(long, value_parser = crate::seconds("--worker-deadline", mlless_job::config::SecondsRange::Positive))]
     pub worker_deadline: Option<f64>,
-    /// How long the channel (Redis, Memcached, S3) may be unreachable before the run stops
+    /// How long the channel (Redis, Memcached, a parameter server, S3) may be unreachable before the run stops
     /// with an error naming it; operations are retried with backoff meanwhile.
     #[arg(
         long,

@@ -84,7 +84,7 @@ pub enum ChannelError {
     /// The store behind the channel failed (its message names the object's location).
     #[error("channel store error: {0}")]
     Store(#[from] StoreError),
-    /// The server behind the channel (Redis, Memcached) failed a command.
+    /// The server behind the channel (Redis, Memcached, a parameter server) failed a command.
     #[error("channel {endpoint}: {operation} failed: {source}")]
     Backend {
         /// The server, without credentials.
@@ -162,8 +162,8 @@ impl ChannelError {
     /// [`RetryingChannel`](retry::RetryingChannel) retries.
     ///
     /// Transient: a [`ChannelError::Backend`] its backend marked so (Redis: an I/O error,
-    /// dropped connection, timeout, or `LOADING`/`TRYAGAIN` reply; Memcached: an I/O error,
-    /// closed connection or timeout), and a [`ChannelError::Store`] whose backend error is
+    /// dropped connection, timeout, or `LOADING`/`TRYAGAIN` reply; Memcached and the parameter
+    /// server: an I/O error, closed connection or timeout), and a [`ChannelError::Store`] whose backend error is
     /// ([`StoreError::is_transient`]: an I/O error of a connection kind, or an HTTP request that
     /// failed to connect, timed out, was interrupted or could not be sent). Everything else is
     /// not: [`ChannelError::Timeout`] (the messages did not come), invalid names and URLs,
