@@ -15,6 +15,7 @@ pub mod generate;
 pub mod predict;
 pub mod prepare;
 pub mod progress;
+pub mod ps;
 pub mod reference;
 pub mod report;
 pub mod runs;

@@ -14,7 +14,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlless_cli::{
     bench, cost, demo, function_failure, generate, init_tracing, one_line, predict, prepare,
-    progress, reference, report, run_function, runs, serve_lambda, train, tune,
+    progress, ps, reference, report, run_function, runs, serve_lambda, train, tune,
 };
 
 /// Serverless data-parallel training of sparse logistic regression and matrix factorisation.
@@ -60,6 +60,9 @@ enum Command {
     Cost(cost::CostArgs),
     /// Measure the hot paths and the exchange.
     Bench(bench::BenchArgs),
+    /// Run a parameter server: the channel `--channel ps://:SECRET@host:port` of functions
+    /// that exchange their updates through a VM.
+    Ps(ps::PsArgs),
     /// Solve a converged reference model (L2 logistic regression by L-BFGS) on a prepared
     /// data set and print its test metrics.
     #[command(subcommand)]
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => runs::run(args),
         Command::Cost(args) => cost::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Ps(args) => ps::run(args),
         Command::Reference(command) => reference::run(command),
     };
     match result {

@@ -305,6 +305,10 @@ fn channel_name(kind: mlless_cost::ChannelKind, prices: &mlless_cost::PriceTable
             let plural = if instances == 1 { "" } else { "s" };
             format!("{server} ({instances} instance{plural}, ${per_hour:.2}/h)")
         }
+        ChannelKind::ParameterServer { instances } => {
+            let plural = if instances == 1 { "" } else { "s" };
+            format!("parameter server ({instances} VM{plural}, ${per_hour:.3}/h)")
+        }
     }
 }
 

@@ -305,7 +305,7 @@ pub struct TrainArgs {
     /// run's median steps, at least 30 s].
     #[arg(long, value_parser = crate::seconds("--worker-deadline", mlless_job::config::SecondsRange::Positive))]
     pub worker_deadline: Option<f64>,
-    /// How long the channel (Redis, Memcached, S3) may be unreachable before the run stops
+    /// How long the channel (Redis, Memcached, a parameter server, S3) may be unreachable before the run stops
     /// with an error naming it; operations are retried with backoff meanwhile.
     #[arg(
         long,
@@ -314,9 +314,15 @@ pub struct TrainArgs {
         value_parser = crate::seconds("--channel-grace", mlless_job::config::SecondsRange::NonNegative)
     )]
     pub channel_grace: f64,
+    /// The VM type of each parameter server of a `ps://` channel, which bills it per hour of
+    /// the run: a built-in type of `mlless cost --vm` (t3.medium, c5.large, c5.4xlarge) or
+    /// TYPE:PRICE in dollars an hour (m5.large:0.096) [default: c5.large].
+    #[arg(long, value_name = "TYPE[:PRICE]")]
+    pub ps_instance: Option<mlless_cost::VmPrice>,
     /// Add a cloud's latency to every request of the functions' channel (and S3's to their
     /// data reads), to see on this machine what the run's steps would take there: `s3` (20 ms
-    /// a request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s) or a TOML file (see `mlless
+    /// a request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s), `ps` (a parameter server's VM in the region:
+    /// 0.3 ms, 75 MB/s) or a TOML file (see `mlless
     /// bench`).
     #[arg(long, value_name = "CLOUD", value_parser = parse_cloud)]
     pub emulate: Option<CloudLatency>,
@@ -565,6 +571,7 @@ impl TrainArgs {
             checkpoint_every: self.checkpoint_every,
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),
+            ps_instance: self.ps_instance.clone(),
             channel_grace_s: self.channel_grace,
             emulate: self.emulate.clone(),
             refit: self.refit,

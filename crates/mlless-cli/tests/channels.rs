@@ -1,6 +1,6 @@
 //! The foundation's convergence runs through every channel backend: the object store on the
 //! local filesystem, Redis with one and two shards, Memcached, and S3 — the servers that
-//! `scripts/test.sh` starts on loopback. BSP applies the same updates in the same order whatever
+//! `scripts/test.sh` starts on loopback — and one and two `mlless ps` servers this test starts. BSP applies the same updates in the same order whatever
 //! carries them, so every channel must also yield the very same model.
 
 mod common;
@@ -8,9 +8,57 @@ mod common;
 use common::*;
 use mlless_store::RequestCounts;
 
-/// The channels to test: (name, URL); `None` is the default (the run's object store).
-fn channels() -> Vec<(&'static str, Option<String>)> {
-    let mut out = vec![("file", None)];
+/// `mlless ps` processes of a test, killed when it ends (also when it panics).
+struct PsServers(Vec<std::process::Child>);
+
+impl Drop for PsServers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+const PS_SECRET: &str = "channels-test-secret";
+
+impl PsServers {
+    /// Starts another `mlless ps` on a free loopback port; its `ps://` URL.
+    fn start(&mut self) -> String {
+        use std::io::BufRead;
+        let mut child = mlless()
+            .args(["ps", "--listen", "127.0.0.1:0"])
+            .env("MLLESS_PS_SECRET", PS_SECRET)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start mlless ps");
+        let stdout = child.stdout.take().expect("its standard output");
+        self.0.push(child);
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("mlless ps said where it listens")
+                .expect("a line");
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                break addr.trim().to_string();
+            }
+        };
+        format!("ps://:{PS_SECRET}@{addr}")
+    }
+}
+
+/// The channels to test: (name, URL); `None` is the default (the run's object store). The
+/// parameter servers they use live as long as the [`PsServers`].
+fn channels() -> (Vec<(&'static str, Option<String>)>, PsServers) {
+    let mut servers = PsServers(Vec::new());
+    let (first, second) = (servers.start(), servers.start());
+    let mut out = vec![
+        ("file", None),
+        ("ps, 1 server", Some(first.clone())),
+        ("ps, 2 servers", Some(format!("{first},{second}"))),
+    ];
     if let Ok(urls) = std::env::var("MLLESS_TEST_REDIS_URLS") {
         let first = urls.split(',').next().unwrap_or_default().to_string();
         out.push(("redis, 1 shard", Some(first)));
@@ -31,7 +79,7 @@ fn channels() -> Vec<(&'static str, Option<String>)> {
     } else {
         eprintln!("MLLESS_TEST_S3_URL not set: S3 skipped");
     }
-    out
+    (out, servers)
 }
 
 fn train_on_every_channel(
@@ -39,7 +87,8 @@ fn train_on_every_channel(
     data: &str,
     args: &[&str],
 ) -> Vec<(&'static str, mlless_job::RunRecord, Vec<f32>)> {
-    channels()
+    let (channels, _servers) = channels();
+    channels
         .into_iter()
         .map(|(name, channel)| {
             let mut all = vec!["--data", data, "--workers", "4"];
@@ -58,9 +107,11 @@ fn train_on_every_channel(
 fn sparse_lr_converges_identically_through_every_channel() {
     let dir = tempdir();
     let (data, reference) = sparse_lr_data(dir.path());
-    let runs = train_on_every_channel(dir.path(), &s(&data), &["--model", "lr"]);
+    let args = ["--model", "lr", "--ps-instance", "m5.large:0.096"];
+    let runs = train_on_every_channel(dir.path(), &s(&data), &args);
     let (_, _, first) = &runs[0];
     for (name, record, params) in &runs {
+        assert_parameter_servers_billed(name, record, 0.096);
         let loss = metric(record, "test_logloss");
         assert!(
             loss <= 1.02 * reference,
@@ -72,6 +123,22 @@ fn sparse_lr_converges_identically_through_every_channel() {
         );
         assert_requests_counted(name, record);
     }
+}
+
+/// A run through `mlless ps` servers pays each server's VM at `usd_per_hour` for its wall time.
+fn assert_parameter_servers_billed(name: &str, record: &mlless_job::RunRecord, usd_per_hour: f64) {
+    let servers = match name {
+        "ps, 1 server" => 1.0,
+        "ps, 2 servers" => 2.0,
+        _ => return,
+    };
+    let bill = record.bill.as_ref().expect("a bill");
+    let expected = servers * usd_per_hour * record.wall_s / 3600.0;
+    assert!(
+        expected > 0.0 && (bill.services_usd - expected).abs() <= 1e-9 * expected.max(1.0),
+        "{name}: billed {} for its servers, expected {expected}",
+        bill.services_usd
+    );
 }
 
 /// The requests a run counted, against a hand count of what its protocol makes. Each worker
@@ -156,6 +223,8 @@ fn ratings_converge_identically_through_every_channel() {
     let runs = train_on_every_channel(dir.path(), &s(&data), &["--model", "pmf", "--l2", "0.05"]);
     let (_, _, first) = &runs[0];
     for (name, record, params) in &runs {
+        // No --ps-instance: a c5.large each.
+        assert_parameter_servers_billed(name, record, 0.085);
         let rmse = metric(record, "test_rmse");
         assert!(
             rmse <= 1.1 * noise,

@@ -36,6 +36,9 @@ pub use vm::{DEFAULT_VM_STARTUP_S, VM_MINIMUM_BILLED_S, VmPrice, billed_vm_secon
 /// Price of one always-on Redis instance for the exchange, per hour (MLLess's estimate, DESIGN
 /// §8).
 pub const REDIS_USD_PER_HOUR: f64 = 0.17;
+/// The price per hour of a parameter server's VM when the run named none: a c5.large, the
+/// built-in VM type ([`VmPrice::builtins`]) LambdaML's comparisons used.
+pub const PS_USD_PER_HOUR: f64 = 0.085;
 /// Price of one always-on Memcached instance, per hour. An ElastiCache node of a given size costs
 /// the same whichever engine it runs, so this is MLLess's Redis estimate.
 pub const MEMCACHED_USD_PER_HOUR: f64 = 0.17;
@@ -89,6 +92,7 @@ pub enum CostError {
 ///     services_usd_per_hour = 0.15     # always-on services of every run (a broker, say)
 ///     redis_usd_per_hour = 0.17        # per Redis instance, when the channel is Redis
 ///     memcached_usd_per_hour = 0.17    # per Memcached instance, when the channel is Memcached
+///     ps_usd_per_hour = 0.085          # per parameter server, when the run named no --ps-instance
 ///     object_write_usd_per_1000 = 0.005
 ///     object_read_usd_per_1000 = 0.0004
 /// "#)?;
@@ -118,6 +122,11 @@ pub struct PriceTable {
     /// One Memcached instance of a Memcached channel, per hour of wall time.
     #[serde(default)]
     pub memcached_usd_per_hour: f64,
+    /// One VM of a parameter-server channel (`mlless ps`), per hour of wall time, for a run
+    /// that did not name its instance type (`--ps-instance`, which prices it from the VM
+    /// table instead).
+    #[serde(default)]
+    pub ps_usd_per_hour: f64,
     /// Object-store PUT, COPY, POST and LIST requests, per 1,000.
     #[serde(default)]
     pub object_write_usd_per_1000: f64,
@@ -138,6 +147,7 @@ impl PriceTable {
             services_usd_per_hour: 0.0,
             redis_usd_per_hour: REDIS_USD_PER_HOUR,
             memcached_usd_per_hour: MEMCACHED_USD_PER_HOUR,
+            ps_usd_per_hour: PS_USD_PER_HOUR,
             object_write_usd_per_1000: 0.005,
             object_read_usd_per_1000: 0.0004,
         }
@@ -153,6 +163,7 @@ impl PriceTable {
             services_usd_per_hour: 0.0,
             redis_usd_per_hour: REDIS_USD_PER_HOUR,
             memcached_usd_per_hour: MEMCACHED_USD_PER_HOUR,
+            ps_usd_per_hour: PS_USD_PER_HOUR,
             object_write_usd_per_1000: 0.005,
             object_read_usd_per_1000: 0.0004,
         }
@@ -198,6 +209,7 @@ impl PriceTable {
             ("services_usd_per_hour", self.services_usd_per_hour),
             ("redis_usd_per_hour", self.redis_usd_per_hour),
             ("memcached_usd_per_hour", self.memcached_usd_per_hour),
+            ("ps_usd_per_hour", self.ps_usd_per_hour),
             ("object_write_usd_per_1000", self.object_write_usd_per_1000),
             ("object_read_usd_per_1000", self.object_read_usd_per_1000),
         ];
@@ -236,6 +248,9 @@ impl PriceTable {
             ChannelKind::Memcached { instances } => {
                 f64::from(instances) * self.memcached_usd_per_hour
             }
+            ChannelKind::ParameterServer { instances } => {
+                f64::from(instances) * self.ps_usd_per_hour
+            }
         }
     }
 
@@ -261,7 +276,9 @@ impl PriceTable {
                 / 3600.0,
             request_usd: match channel {
                 ChannelKind::ObjectStore => [0.0, 2.0 * w + 2.0 * r, r],
-                ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => [0.0, r, 0.0],
+                ChannelKind::Redis { .. }
+                | ChannelKind::Memcached { .. }
+                | ChannelKind::ParameterServer { .. } => [0.0, r, 0.0],
             },
         }
     }
@@ -338,6 +355,12 @@ pub enum ChannelKind {
         /// Number of Memcached instances.
         instances: u32,
     },
+    /// Parameter servers (`mlless ps`) on `instances` VMs, each billed per hour of the run's
+    /// wall time at [`PriceTable::ps_usd_per_hour`].
+    ParameterServer {
+        /// Number of servers (VMs).
+        instances: u32,
+    },
 }
 
 /// How long one invocation ran and with how much configured memory.
@@ -377,7 +400,9 @@ impl ObjectRequests {
                 writes: worker_steps * 2,
                 reads: worker_steps * (1 + p) + p * steps,
             },
-            ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => Self {
+            ChannelKind::Redis { .. }
+            | ChannelKind::Memcached { .. }
+            | ChannelKind::ParameterServer { .. } => Self {
                 writes: 0,
                 reads: worker_steps,
             },
@@ -652,6 +677,10 @@ mod tests {
         assert!((bill.services_usd - 0.17).abs() < 1e-12);
         let store = aws.clone().for_channel(ChannelKind::ObjectStore);
         assert_eq!(store, aws);
+        let ps = aws
+            .clone()
+            .for_channel(ChannelKind::ParameterServer { instances: 2 });
+        assert!((ps.services_usd_per_hour - 2.0 * PS_USD_PER_HOUR).abs() < 1e-12);
     }
 
     #[test]

@@ -128,6 +128,10 @@ pub struct TrainingConfig {
     /// Test aid: faults to inject (empty in real runs).
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// The VM type each parameter server of a `ps://` channel runs on (`--ps-instance`), which
+    /// bills it per hour; `None`: the price table's `ps_usd_per_hour` (a c5.large).
+    #[serde(default)]
+    pub ps_instance: Option<mlless_cost::VmPrice>,
     /// How long a channel may be unreachable before a function gives up, in seconds.
     #[serde(default = "default_channel_grace_s")]
     pub channel_grace_s: f64,
@@ -593,6 +597,7 @@ mod tests {
             checkpoint_every: 0,
             worker_deadline_s: None,
             faults: Vec::new(),
+            ps_instance: None,
             channel_grace_s: 30.0,
             emulate: None,
             refit: false,

@@ -234,7 +234,9 @@ impl Pattern {
             mlless_cost::ChannelKind::ObjectStore => {
                 "the object store, where broadcast's P² reads a step are billed"
             }
-            mlless_cost::ChannelKind::Redis { .. } | mlless_cost::ChannelKind::Memcached { .. } => {
+            mlless_cost::ChannelKind::Redis { .. }
+            | mlless_cost::ChannelKind::Memcached { .. }
+            | mlless_cost::ChannelKind::ParameterServer { .. } => {
                 "a server channel, where every worker reading P − 1 updates outgrows a leader's \
                  extra round trip"
             }
@@ -261,9 +263,9 @@ impl Pattern {
         }
         Some(match channel {
             mlless_cost::ChannelKind::ObjectStore => BROADCAST_MAX_ON_STORE,
-            mlless_cost::ChannelKind::Redis { .. } | mlless_cost::ChannelKind::Memcached { .. } => {
-                BROADCAST_MAX_ON_SERVER
-            }
+            mlless_cost::ChannelKind::Redis { .. }
+            | mlless_cost::ChannelKind::Memcached { .. }
+            | mlless_cost::ChannelKind::ParameterServer { .. } => BROADCAST_MAX_ON_SERVER,
         })
     }
 

@@ -266,6 +266,16 @@ impl RunRecord {
         (estimate, RequestBasis::Estimated)
     }
 
+    /// `prices` with the run's parameter-server VM type (`--ps-instance`), if it named one, as
+    /// the price of each server.
+    fn with_ps_instance(&self, prices: &PriceTable) -> PriceTable {
+        let mut prices = prices.clone();
+        if let Some(vm) = &self.spec.training.ps_instance {
+            prices.ps_usd_per_hour = vm.usd_per_hour;
+        }
+        prices
+    }
+
     /// The run's bill at `prices`: its invocations' durations, its channel's servers for its
     /// wall time ([`PriceTable::for_channel`]) and its [`billed_requests`](Self::billed_requests).
     /// The one place a run is billed: the driver writes this as the record's
@@ -281,10 +291,11 @@ impl RunRecord {
             })
             .collect();
         let channel = channel_kind(self.spec.training.channel.as_deref());
-        prices
-            .clone()
-            .for_channel(channel)
-            .bill(&usages, self.wall_s, self.billed_requests().0)
+        self.with_ps_instance(prices).for_channel(channel).bill(
+            &usages,
+            self.wall_s,
+            self.billed_requests().0,
+        )
     }
 
     /// The run's billed cost over time at `prices` ([`CostClock`]), in seconds since the run
@@ -306,7 +317,10 @@ impl RunRecord {
         let (services_per_s, storage_usd) = match &self.bill {
             Some(bill) if self.wall_s > 0.0 => (bill.services_usd / self.wall_s, bill.storage_usd),
             _ => (
-                prices.clone().for_channel(channel).services_usd_per_hour / 3600.0,
+                self.with_ps_instance(prices)
+                    .for_channel(channel)
+                    .services_usd_per_hour
+                    / 3600.0,
                 0.0,
             ),
         };
@@ -414,6 +428,7 @@ pub fn channel_kind(channel: Option<&str>) -> ChannelKind {
         }
         Ok(ChannelScheme::Redis { shards }) => ChannelKind::Redis { instances: shards },
         Ok(ChannelScheme::Memcached) => ChannelKind::Memcached { instances: 1 },
+        Ok(ChannelScheme::Ps { servers }) => ChannelKind::ParameterServer { instances: servers },
     }
 }
 
@@ -441,6 +456,10 @@ mod tests {
         assert_eq!(
             channel_kind(Some("memcached://127.0.0.1:11211")),
             ChannelKind::Memcached { instances: 1 }
+        );
+        assert_eq!(
+            channel_kind(Some("ps://:pw@a:7450,ps://:pw@b:7450")),
+            ChannelKind::ParameterServer { instances: 2 }
         );
         // As the record shows them: redacted.
         assert_eq!(

@@ -104,7 +104,9 @@ pub fn dominant_part(record: &RunRecord, options: &ReportOptions) -> Option<Domi
         let own_usd = m.predict_faas(workers, &options.prices).cost_usd;
         m.channel = match own {
             ChannelKind::ObjectStore => ChannelKind::Redis { instances: 1 },
-            ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => ChannelKind::ObjectStore,
+            ChannelKind::Redis { .. }
+            | ChannelKind::Memcached { .. }
+            | ChannelKind::ParameterServer { .. } => ChannelKind::ObjectStore,
         };
         let other_usd = m.predict_faas(workers, &options.prices).cost_usd;
         (own, own_usd, m.channel, other_usd)

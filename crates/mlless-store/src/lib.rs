@@ -64,6 +64,9 @@
 //!   therefore for the object-store channel. Turns on `object_store`'s `aws` feature (reqwest,
 //!   rustls, the AWS signer). Without it [`StoreError::is_transient`] knows no HTTP errors, as
 //!   no store of such a build makes them.
+//! - `ps` (default): the hybrid parameter server, [`PsServer`] (`mlless ps`), and its channel
+//!   [`PsChannel`] (`ps://:SECRET@host:port`), the [`ps`] module. Its protocol is this crate's
+//!   own on tokio's sockets; brings in `postcard`, `crc32fast` and tokio's `net`.
 //!
 //! Always built: [`Channel`], [`ChannelError`], [`ChannelScheme`] and [`StoreKind`] with every
 //! variant (a left-out backend's URL still parses), [`redact_url`], [`Store`] on a local
@@ -74,7 +77,12 @@
 
 // The links to a backend lead nowhere in a build without it.
 #![cfg_attr(
-    not(all(feature = "redis", feature = "memcached", feature = "s3")),
+    not(all(
+        feature = "redis",
+        feature = "memcached",
+        feature = "s3",
+        feature = "ps"
+    )),
     allow(rustdoc::broken_intra_doc_links)
 )]
 
@@ -93,6 +101,8 @@ pub use channel::object_store::{
     DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF, ObjectStoreChannel,
 };
 pub use channel::open::{SUPPORTED_CHANNEL_URLS, open_channel, open_channel_with};
+#[cfg(feature = "ps")]
+pub use channel::ps::{self, PsChannel, PsServer};
 #[cfg(feature = "redis")]
 pub use channel::redis::{self, RedisChannel};
 pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};

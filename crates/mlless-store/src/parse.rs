@@ -14,7 +14,7 @@
 //! This module depends on no other module of the crate, so that every one of them may use it.
 
 /// The cargo features of this crate that build a backend and are on in this build, of
-/// `redis`, `memcached` and `s3` (see the crate's "Features").
+/// `redis`, `memcached`, `s3` and `ps` (see the crate's "Features").
 pub const BUILT_FEATURES: &[&str] = &[
     #[cfg(feature = "redis")]
     "redis",
@@ -22,6 +22,8 @@ pub const BUILT_FEATURES: &[&str] = &[
     "memcached",
     #[cfg(feature = "s3")]
     "s3",
+    #[cfg(feature = "ps")]
+    "ps",
 ];
 
 /// Whether `feature` (`None`: no feature needed) is on in this build.
@@ -113,6 +115,12 @@ pub enum ChannelScheme {
     },
     /// Memcached (`memcached://host:port`).
     Memcached,
+    /// Parameter servers of `mlless ps` (`ps://:SECRET@host:port`), one URL per server,
+    /// comma-separated.
+    Ps {
+        /// How many servers the list names, at least 1.
+        servers: u32,
+    },
 }
 
 impl ChannelScheme {
@@ -121,13 +129,13 @@ impl ChannelScheme {
     /// comma-separated URLs).
     pub(crate) fn of_scheme(scheme: Option<&str>, url: &str) -> Option<ChannelScheme> {
         match scheme {
-            Some("redis" | "rediss") => {
-                let shards = url.split(',').filter(|s| !s.trim().is_empty()).count();
-                Some(ChannelScheme::Redis {
-                    shards: u32::try_from(shards.max(1)).unwrap_or(u32::MAX),
-                })
-            }
+            Some("redis" | "rediss") => Some(ChannelScheme::Redis {
+                shards: list_len(url),
+            }),
             Some("memcached") => Some(ChannelScheme::Memcached),
+            Some("ps") => Some(ChannelScheme::Ps {
+                servers: list_len(url),
+            }),
             store => StoreKind::of_scheme(store).map(ChannelScheme::ObjectStore),
         }
     }
@@ -138,18 +146,21 @@ impl ChannelScheme {
     pub fn is_server(self) -> bool {
         match self {
             ChannelScheme::RunStore | ChannelScheme::ObjectStore(_) => false,
-            ChannelScheme::Redis { .. } | ChannelScheme::Memcached => true,
+            ChannelScheme::Redis { .. } | ChannelScheme::Memcached | ChannelScheme::Ps { .. } => {
+                true
+            }
         }
     }
 
     /// The cargo feature of this crate that builds the backend (`redis`, `memcached`, or `s3` for
-    /// an S3 store of its own), or `None` for the ones always built.
+    /// an S3 store of its own, `ps`), or `None` for the ones always built.
     pub fn required_feature(self) -> Option<&'static str> {
         match self {
             ChannelScheme::RunStore => None,
             ChannelScheme::ObjectStore(kind) => kind.required_feature(),
             ChannelScheme::Redis { .. } => Some("redis"),
             ChannelScheme::Memcached => Some("memcached"),
+            ChannelScheme::Ps { .. } => Some("ps"),
         }
     }
 
@@ -176,9 +187,17 @@ impl ChannelScheme {
         match self {
             ChannelScheme::RunStore => false,
             ChannelScheme::ObjectStore(kind) => kind.is_remote(),
-            ChannelScheme::Redis { .. } | ChannelScheme::Memcached => true,
+            ChannelScheme::Redis { .. } | ChannelScheme::Memcached | ChannelScheme::Ps { .. } => {
+                true
+            }
         }
     }
+}
+
+/// How many non-empty URLs a comma-separated list holds, at least 1.
+fn list_len(url: &str) -> u32 {
+    let count = url.split(',').filter(|s| !s.trim().is_empty()).count();
+    u32::try_from(count.max(1)).unwrap_or(u32::MAX)
 }
 
 /// Whether `scheme` (any case) is that of a server URL, with no path that could hold an `@`
@@ -221,7 +240,10 @@ mod tests {
         );
         assert!(ChannelScheme::RunStore.is_built());
         for feature in BUILT_FEATURES {
-            assert!(["redis", "memcached", "s3"].contains(feature), "{feature}");
+            assert!(
+                ["redis", "memcached", "s3", "ps"].contains(feature),
+                "{feature}"
+            );
         }
     }
 
@@ -234,6 +256,7 @@ mod tests {
             "redis+unix",
             "memcached",
             "valkeys",
+            "ps",
         ] {
             assert!(is_server_scheme(scheme), "{scheme}");
         }

@@ -20,6 +20,7 @@
 //! | [`object_store`] | [`ObjectStoreChannel`](object_store::ObjectStoreChannel) on any [`Store`](crate::Store) |
 //! | [`redis`] | [`RedisChannel`](redis::RedisChannel) (feature `redis`) |
 //! | [`memcached`] | [`MemcachedChannel`](memcached::MemcachedChannel) (feature `memcached`) |
+//! | [`ps`] | [`PsChannel`](ps::PsChannel) and [`PsServer`](ps::PsServer), the hybrid parameter server (feature `ps`) |
 //! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
 //! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
@@ -45,6 +46,8 @@ mod local_files;
 pub mod memcached;
 pub mod object_store;
 pub mod open;
+#[cfg(feature = "ps")]
+pub mod ps;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod retry;
@@ -81,7 +84,7 @@ pub enum ChannelError {
     /// The store behind the channel failed (its message names the object's location).
     #[error("channel store error: {0}")]
     Store(#[from] StoreError),
-    /// The server behind the channel (Redis, Memcached) failed a command.
+    /// The server behind the channel (Redis, Memcached, a parameter server) failed a command.
     #[error("channel {endpoint}: {operation} failed: {source}")]
     Backend {
         /// The server, without credentials.
@@ -136,7 +139,7 @@ pub enum ChannelError {
     NotBuilt {
         /// The URL (credentials, if any were embedded, are redacted).
         url: String,
-        /// The feature that builds the backend: `redis`, `memcached` or `s3`.
+        /// The feature that builds the backend: `redis`, `memcached`, `s3` or `ps`.
         feature: &'static str,
     },
     /// A job id, topic or key is not usable as a name on this channel.
@@ -159,8 +162,8 @@ impl ChannelError {
     /// [`RetryingChannel`](retry::RetryingChannel) retries.
     ///
     /// Transient: a [`ChannelError::Backend`] its backend marked so (Redis: an I/O error,
-    /// dropped connection, timeout, or `LOADING`/`TRYAGAIN` reply; Memcached: an I/O error,
-    /// closed connection or timeout), and a [`ChannelError::Store`] whose backend error is
+    /// dropped connection, timeout, or `LOADING`/`TRYAGAIN` reply; Memcached and the parameter
+    /// server: an I/O error, closed connection or timeout), and a [`ChannelError::Store`] whose backend error is
     /// ([`StoreError::is_transient`]: an I/O error of a connection kind, or an HTTP request that
     /// failed to connect, timed out, was interrupted or could not be sent). Everything else is
     /// not: [`ChannelError::Timeout`] (the messages did not come), invalid names and URLs,

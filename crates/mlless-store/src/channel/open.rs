@@ -8,6 +8,8 @@ use tracing::debug;
 #[cfg(feature = "memcached")]
 use super::memcached::MemcachedChannel;
 use super::object_store::ObjectStoreChannel;
+#[cfg(feature = "ps")]
+use super::ps::PsChannel;
 #[cfg(feature = "redis")]
 use super::redis::RedisChannel;
 use super::retry::{ChannelOptions, RetryingChannel};
@@ -20,7 +22,7 @@ use crate::store::Store;
 pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
      directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
      redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
-     memcached://host:port";
+     memcached://host:port, ps://:SECRET@host:port[,ps://:SECRET@host2:port…]";
 
 impl ChannelScheme {
     /// The backend `url` names (`--channel`; `None` is the default, the run's store), checked
@@ -156,9 +158,11 @@ pub async fn open_channel(
 /// - `redis://` / `rediss://` (a comma-separated list shards the exchange): a
 ///   [`RedisChannel`];
 /// - `memcached://host:port`: a [`MemcachedChannel`];
+/// - `ps://:SECRET@host:port` (a comma-separated list shards the exchange): a [`PsChannel`] on
+///   `mlless ps` servers;
 /// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
 ///
-/// A backend that this build left out (`redis`, `memcached` or `s3` feature off, see
+/// A backend that this build left out (`redis`, `memcached`, `s3` or `ps` feature off, see
 /// [`ChannelScheme::is_built`]) is [`ChannelError::NotBuilt`] naming the feature, before
 /// anything is opened.
 ///
@@ -192,6 +196,7 @@ pub async fn open_channel_with(
         ChannelScheme::ObjectStore(_) => Store::open(url)?,
         ChannelScheme::Redis { .. } => return connect_redis(url, job_id, options).await,
         ChannelScheme::Memcached => return connect_memcached(url, job_id, options).await,
+        ChannelScheme::Ps { .. } => return connect_ps(url, job_id, options).await,
     };
     // Its requests count where the run store's do.
     let channel_store = match store.request_counter() {
@@ -256,8 +261,29 @@ async fn connect_memcached(
     Err(not_built(url, "memcached"))
 }
 
+#[cfg(feature = "ps")]
+async fn connect_ps(
+    url: &str,
+    job_id: &str,
+    options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    let channel = PsChannel::connect(url, job_id).await?;
+    Ok(retrying(channel, options))
+}
+
+/// Without the `ps` feature: [`ChannelError::NotBuilt`] (as [`open_channel_with`] answers
+/// before it gets here).
+#[cfg(not(feature = "ps"))]
+async fn connect_ps(
+    url: &str,
+    _job_id: &str,
+    _options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    Err(not_built(url, "ps"))
+}
+
 /// A channel on a server, opened: wrapped in a [`RetryingChannel`] with the options' grace.
-#[cfg(any(feature = "redis", feature = "memcached"))]
+#[cfg(any(feature = "redis", feature = "memcached", feature = "ps"))]
 fn retrying<C: Channel + 'static>(channel: C, options: ChannelOptions) -> Arc<dyn Channel> {
     debug!(channel = %channel.describe(), grace = ?options.grace, "channel opened");
     Arc::new(RetryingChannel::new(channel, options.grace))
