@@ -127,6 +127,7 @@ pub fn spec_configuration(spec: &JobSpec) -> Vec<(&'static str, String)> {
         ChannelKind::Redis { instances: 1 } => "redis".to_string(),
         ChannelKind::Redis { instances } => format!("redis ×{instances}"),
         ChannelKind::Memcached { .. } => "memcached".to_string(),
+        ChannelKind::DynamoDb => "dynamodb".to_string(),
     };
     let targets = spec.validation.as_ref().map_or_else(
         || "none".to_string(),
