@@ -244,8 +244,8 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// # Cancel safety
     ///
     /// A cancelled publish may or may not have stored the message; publishing it again stores
-    /// it once. On a chunking backend (Memcached) it may leave chunks that no message names,
-    /// which expire with the item TTL.
+    /// it once. On a chunking backend (Memcached, DynamoDB) it may leave chunks that no message
+    /// names, which expire with the item TTL (DynamoDB's cleanup deletes them too).
     async fn publish(
         &self,
         topic: &str,
