@@ -1,7 +1,8 @@
 //! The channel conformance suite against DynamoDB, plus DynamoDB-specific checks: chunked
 //! messages (a 2 MB one crosses intact; a head whose chunks are missing, or chunks without a
 //! head, are never taken as a whole message), cleanup leaves no item, a missing table and an
-//! unreachable endpoint are clear errors, request units are counted.
+//! unreachable endpoint are clear errors, a table deleted under a run is a clear error at once,
+//! throttling is transient and ridden out by the retry decorator, request units are counted.
 //!
 //! The table comes from `MLLESS_TEST_DYNAMODB_URL=dynamodb://TABLE?create=true` with the usual
 //! `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_DYNAMODB`), `AWS_REGION`, `AWS_ACCESS_KEY_ID` and
@@ -12,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlless_store::{Channel, ChannelError, DynamoDbChannel, RequestCounter, conformance};
+use mlless_store::{
+    Channel, ChannelError, DynamoDbChannel, RequestCounter, RetryingChannel, conformance,
+};
 use serde_json::{Value, json};
 
 fn table_url() -> Option<String> {
@@ -348,4 +351,140 @@ async fn describe_names_table_and_endpoint_and_nothing_else() {
             endpoint.trim_end_matches('/')
         )
     );
+}
+
+#[tokio::test]
+async fn a_table_deleted_under_a_run_is_a_clear_error_not_retried() {
+    let _url = table_or_skip!();
+    let table = format!("mlless-lost-{}", std::process::id());
+    let channel = connect(&format!("dynamodb://{table}?create=true"), "job").await;
+    channel
+        .publish("updates", 0, 0, Bytes::from_static(b"x"))
+        .await
+        .expect("publish");
+    channel
+        .call_api("DeleteTable", &json!({ "TableName": table }))
+        .await
+        .expect("delete the table");
+    // Within a grace of an hour: an error that were retried would not come back at all.
+    let retrying = RetryingChannel::new(channel, Duration::from_secs(3600));
+    match retrying
+        .publish("updates", 1, 0, Bytes::from_static(b"y"))
+        .await
+    {
+        Err(e @ ChannelError::Backend { .. }) => {
+            assert!(!e.is_transient(), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(&table), "{text}");
+            assert!(text.contains("ResourceNotFoundException"), "{text}");
+        }
+        other => panic!("expected a clear error naming table {table}, got {other:?}"),
+    }
+}
+
+/// A loopback DynamoDB that answers `DescribeTable` with the channel's table and throttles the
+/// first `throttled` `PutItem`s (`ThrottlingException`, as DynamoDB does), then accepts them;
+/// returns its address and the count of `PutItem`s it received.
+fn throttling_server(throttled: usize) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = format!("http://{}", listener.local_addr().expect("addr"));
+    let puts = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&puts);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let seen = Arc::clone(&seen);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let (mut target, mut length) = (String::new(), 0usize);
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let line = line.trim_end().to_ascii_lowercase();
+                        if line.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = line.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if let Some(v) = line.strip_prefix("x-amz-target:") {
+                            target = v.trim().to_string();
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let (status, answer) = if target.ends_with(".describetable") {
+                        (
+                            "200 OK",
+                            json!({ "Table": {
+                                "TableStatus": "ACTIVE",
+                                "KeySchema": [
+                                    { "AttributeName": "pk", "KeyType": "HASH" },
+                                    { "AttributeName": "sk", "KeyType": "RANGE" },
+                                ],
+                                "AttributeDefinitions": [
+                                    { "AttributeName": "pk", "AttributeType": "S" },
+                                    { "AttributeName": "sk", "AttributeType": "S" },
+                                ],
+                            }}),
+                        )
+                    } else if target.ends_with(".putitem")
+                        && seen.fetch_add(1, Ordering::SeqCst) < throttled
+                    {
+                        (
+                            "400 Bad Request",
+                            json!({
+                                "__type": "com.amazon.coral.availability#ThrottlingException",
+                                "message": "Rate of requests exceeds the allowed throughput.",
+                            }),
+                        )
+                    } else {
+                        ("200 OK", json!({}))
+                    };
+                    let answer = answer.to_string();
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/x-amz-json-1.0\r\n\
+                         content-length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    if reader.get_mut().write_all(response.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (address, puts)
+}
+
+#[tokio::test]
+async fn throttling_is_transient_and_ridden_out_by_the_retry_decorator() {
+    let _url = table_or_skip!();
+    let (endpoint, puts) = throttling_server(2);
+    let url = format!("dynamodb://throttled?endpoint={endpoint}");
+    let channel = connect(&url, "job").await;
+    match channel
+        .publish("updates", 0, 0, Bytes::from_static(b"x"))
+        .await
+    {
+        Err(e @ ChannelError::Backend { .. }) => {
+            assert!(e.is_transient(), "{e}");
+            assert!(e.to_string().contains("ThrottlingException"), "{e}");
+        }
+        other => panic!("expected a throttled publish, got {other:?}"),
+    }
+    // The second throttled attempt and a third that succeeds, within the grace.
+    let retrying = RetryingChannel::new(channel, Duration::from_secs(3600));
+    retrying
+        .publish("updates", 0, 0, Bytes::from_static(b"x"))
+        .await
+        .expect("published once the throttling ends");
+    assert_eq!(puts.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
