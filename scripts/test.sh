@@ -2,7 +2,7 @@
 # The test command of the README. It starts the servers the tests talk to on loopback — two
 # redis-servers and a password-protected one, a memcached (from Debian's packages, like the
 # headless `chromium` the report's browser test renders the page in), and a
-# moto_server for S3 (from PyPI) — installing what is missing, `safetensors` and `numpy` (PyPI)
+# moto_server for S3 and DynamoDB (from PyPI) — installing what is missing, `safetensors` and `numpy` (PyPI)
 # for the README's Python snippets, and `cargo-lambda` (PyPI) whose
 # Lambda emulator the Lambda tests start themselves — runs every test of the workspace
 # in release mode (the convergence tests train real models), then builds and installs the Python
@@ -80,7 +80,9 @@ pids+=($!)
 wait_for_port "$memcached_port"
 export MLLESS_TEST_MEMCACHED_URL="memcached://127.0.0.1:$memcached_port"
 
-# S3: moto_server on a free loopback port, with one bucket for the tests.
+# S3 and DynamoDB: moto_server on a free loopback port, with one bucket for the tests.
+# `moto[server]` brings what moto's DynamoDB needs (its `dynamodb` extra: docker,
+# py-partiql-parser).
 if ! command -v moto_server >/dev/null 2>&1; then
     python3 -m pip install --quiet 'moto[server]'
 fi
@@ -92,6 +94,8 @@ curl -sf -X PUT "http://127.0.0.1:$s3_port/mlless-test" >/dev/null
 export AWS_ENDPOINT_URL="http://127.0.0.1:$s3_port"
 export AWS_ACCESS_KEY_ID=mlless-test AWS_SECRET_ACCESS_KEY=mlless-test AWS_REGION=us-east-1
 export MLLESS_TEST_S3_URL="s3://mlless-test/tests"
+# DynamoDB: the same moto_server serves it; the tests create their table.
+export MLLESS_TEST_DYNAMODB_URL="dynamodb://mlless-test?create=true"
 # The AWS chain never asks EC2 instance metadata (a link-local address, not loopback).
 export AWS_EC2_METADATA_DISABLED=true
 

@@ -74,8 +74,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub params: usize,
     /// Clouds whose latency to add to every channel request, comma-separated: `s3` (20 ms a
-    /// request, 75 MB/s, 32 reads at once), `elasticache` (0.3 ms, 75 MB/s), `ps` (a parameter server's VM in the
-    /// region: 0.3 ms, 75 MB/s), `none`, or a TOML
+    /// request, 75 MB/s, 32 reads at once), `elasticache` (0.3 ms, 75 MB/s), `ps` (a parameter
+    /// server's VM in the region: 0.3 ms, 75 MB/s), `dynamodb` (5 ms, 75 MB/s), `none`, or a TOML
     /// file with `name`, `request_ms`, `mb_per_s` and optionally `reads_at_once`. The channel
     /// benchmark runs once per cloud [default: none]; the cloud benchmark [default:
     /// s3,elasticache].

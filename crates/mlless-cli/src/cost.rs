@@ -48,7 +48,8 @@ pub struct ModelArgs {
     /// Seconds VMs take to boot and start the job.
     #[arg(long, default_value_t = DEFAULT_VM_STARTUP_S, value_parser = crate::seconds("--vm-startup-s", mlless_job::config::SecondsRange::NonNegative))]
     pub vm_startup_s: f64,
-    /// Project the exchange onto a cloud channel: s3, elasticache or a TOML latency file, as
+    /// Project the exchange onto a cloud channel: s3, elasticache, dynamodb or a TOML latency
+    /// file, as
     /// `train --emulate` takes them (the projection is then billed as that kind of channel)
     /// [default: the latency the run emulated, if it did; otherwise the exchange it measured].
     #[arg(long, value_parser = crate::train::parse_cloud)]
@@ -262,7 +263,7 @@ fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
     let bill = record.bill_at(prices);
     let mut out = format!(
         "the run at {} prices: ${:.6} = compute {:.6} ({:.1} GB-s) + requests {:.6} + channel \
-         servers {:.6} + object-store requests {:.6} ({})\n",
+         servers {:.6} + object-store requests {:.6} ({}){}\n",
         bill.platform,
         bill.total_usd,
         bill.compute_usd,
@@ -270,7 +271,8 @@ fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
         bill.request_usd,
         bill.services_usd,
         bill.storage_usd,
-        record.billed_requests().1
+        record.billed_requests().1,
+        dynamodb_units(record, &bill)
     );
     if let Some(recorded) = &record.bill
         && recorded.platform == bill.platform
@@ -282,7 +284,7 @@ fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
             "       (the record's own bill says ${:.6}: billed by an older version of mlless, or \
              at other prices of that name{})",
             recorded.total_usd,
-            if recorded.services_usd + recorded.storage_usd == 0.0 {
+            if recorded.services_usd + recorded.storage_usd + recorded.table_usd == 0.0 {
                 ", without the channel's servers and the object-store requests"
             } else {
                 ""
@@ -290,6 +292,21 @@ fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
         );
     }
     out
+}
+
+/// ` + DynamoDB request units $X (W write, R read units)` for a run whose channel is DynamoDB;
+/// nothing for the others.
+fn dynamodb_units(record: &RunRecord, bill: &mlless_cost::Bill) -> String {
+    let requests = record.billed_requests().0;
+    if mlless_job::record::channel_kind(record.spec.training.channel.as_deref())
+        != mlless_cost::ChannelKind::DynamoDb
+    {
+        return String::new();
+    }
+    format!(
+        " + DynamoDB request units {:.6} ({} write, {} read units)",
+        bill.table_usd, requests.table_write_units, requests.table_read_units
+    )
 }
 
 /// The model in a few lines: the step at the run's fleet size, where its compute comes from,

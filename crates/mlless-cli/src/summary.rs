@@ -296,6 +296,7 @@ fn channel_name(kind: mlless_cost::ChannelKind, prices: &mlless_cost::PriceTable
     let per_hour = prices.channel_usd_per_hour(kind);
     match kind {
         ChannelKind::ObjectStore => "the object store (its requests billed)".to_string(),
+        ChannelKind::DynamoDb => "DynamoDB on demand (its request units billed)".to_string(),
         ChannelKind::Redis { instances } | ChannelKind::Memcached { instances } => {
             let server = if matches!(kind, ChannelKind::Redis { .. }) {
                 "Redis"

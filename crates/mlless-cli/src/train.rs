@@ -321,8 +321,8 @@ pub struct TrainArgs {
     pub ps_instance: Option<mlless_cost::VmPrice>,
     /// Add a cloud's latency to every request of the functions' channel (and S3's to their
     /// data reads), to see on this machine what the run's steps would take there: `s3` (20 ms
-    /// a request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s), `ps` (a parameter server's VM in the region:
-    /// 0.3 ms, 75 MB/s) or a TOML file (see `mlless
+    /// a request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s), `ps` (a parameter server's VM in
+    /// the region: 0.3 ms, 75 MB/s), `dynamodb` (5 ms, 75 MB/s) or a TOML file (see `mlless
     /// bench`).
     #[arg(long, value_name = "CLOUD", value_parser = parse_cloud)]
     pub emulate: Option<CloudLatency>,

@@ -1,6 +1,8 @@
 //! The foundation's convergence runs through every channel backend: the object store on the
 //! local filesystem, Redis with one and two shards, Memcached, and S3 — the servers that
-//! `scripts/test.sh` starts on loopback — and one and two `mlless ps` servers this test starts. BSP applies the same updates in the same order whatever
+//! `scripts/test.sh` starts on loopback — and one and two `mlless ps` servers this test starts;
+//! DynamoDB (on moto_server, whose every request takes tens of milliseconds) in the
+//! MovieLens-100k-shaped run only. BSP applies the same updates in the same order whatever
 //! carries them, so every channel must also yield the very same model.
 
 mod common;
@@ -82,6 +84,15 @@ fn channels() -> (Vec<(&'static str, Option<String>)>, PsServers) {
     (out, servers)
 }
 
+/// The DynamoDB channel of the tests (`MLLESS_TEST_DYNAMODB_URL`, on moto_server), if set.
+fn dynamodb_url() -> Option<String> {
+    let url = std::env::var("MLLESS_TEST_DYNAMODB_URL").ok();
+    if url.is_none() {
+        eprintln!("MLLESS_TEST_DYNAMODB_URL not set: DynamoDB skipped");
+    }
+    url
+}
+
 fn train_on_every_channel(
     dir: &std::path::Path,
     data: &str,
@@ -147,7 +158,9 @@ fn assert_parameter_servers_billed(name: &str, record: &mlless_job::RunRecord, u
 /// and its count (2 · steps + 2); on a server channel only its count; on both, one checkpoint
 /// every `checkpoint_every` steps but after the last. Every worker-step reads
 /// its minibatch, and on the object store also the P updates of its step (GETs). The record's
-/// total holds at least the workers' counts, and the bill charges exactly the total.
+/// total holds at least the workers' counts, and the bill charges exactly the total. On
+/// DynamoDB every worker-step writes its update (a write unit at least) and reads the step's
+/// (a read unit at least), which the bill charges at DynamoDB's prices.
 fn assert_requests_counted(name: &str, record: &mlless_job::RunRecord) {
     let total = record
         .requests
@@ -211,6 +224,22 @@ fn assert_requests_counted(name: &str, record: &mlless_job::RunRecord) {
         "{name}: billed {} for requests worth {storage}",
         bill.storage_usd
     );
+    let worker_steps: u64 = record.steps.iter().map(|s| s.workers.len() as u64).sum();
+    if name == "dynamodb" {
+        assert!(
+            workers.table_write_units >= worker_steps && workers.table_read_units >= worker_steps,
+            "{name}: {worker_steps} worker-steps: {workers:?}"
+        );
+        let table = total.table_write_units as f64 / 1e6 * prices.dynamodb_write_usd_per_million
+            + total.table_read_units as f64 / 1e6 * prices.dynamodb_read_usd_per_million;
+        assert!(
+            table > 0.0 && (bill.table_usd - table).abs() <= 1e-12,
+            "{name}: billed {} for request units worth {table}",
+            bill.table_usd
+        );
+    } else {
+        assert_eq!(bill.table_usd, 0.0, "{name}: {bill:?}");
+    }
 }
 
 /// Synthetic ratings, 2,000 users × 1,500 items, rank 10: test RMSE ≤ 1.1 σ with 4 workers.
@@ -235,6 +264,56 @@ fn ratings_converge_identically_through_every_channel() {
             params == first,
             "{name}: the model differs from the file channel's"
         );
+    }
+}
+
+/// MovieLens-100k-shaped PMF (943 users × 1,682 items, about 100,000 ratings, rank 10) with
+/// P = 4 reaches the same test RMSE, within 0.5%, through one and two `mlless ps` servers and
+/// through DynamoDB as through the default channel: the very same model, as BSP applies the
+/// same updates in the same order.
+#[test]
+fn ml100k_shaped_pmf_reaches_the_default_channels_rmse_through_ps_and_dynamodb() {
+    let dir = tempdir();
+    let spec = mlless_data::RatingsSpec {
+        users: 943,
+        items: 1682,
+        rank: 10,
+        density: 100_000.0 / (943.0 * 1682.0),
+        noise: 0.5,
+        seed: 11,
+        ..Default::default()
+    };
+    let (data, _) = ratings_prepared(
+        dir.path(),
+        &spec,
+        &["--validation-fraction", "0", "--batch-size", "1000"],
+    );
+    let data = s(&data);
+    let args = ["--data", data.as_str(), "--model", "pmf", "--workers", "4"];
+    let default = train(dir.path(), "ml100k-default", &args);
+    let mut servers = PsServers(Vec::new());
+    let (first, second) = (servers.start(), servers.start());
+    let mut channels = vec![
+        ("ps, 1 server", first.clone()),
+        ("ps, 2 servers", format!("{first},{second}")),
+    ];
+    if let Some(url) = dynamodb_url() {
+        channels.push(("dynamodb", url));
+    }
+    for (name, url) in &channels {
+        let mut through = args.to_vec();
+        through.extend(["--channel", url.as_str()]);
+        let record = train(dir.path(), &name.replace([' ', ','], "-"), &through);
+        let (a, b) = (metric(&default, "test_rmse"), metric(&record, "test_rmse"));
+        assert!(
+            (a - b).abs() <= 0.005 * a,
+            "test RMSE {b} through {name}, {a} through the default channel"
+        );
+        assert!(
+            stored_params(&default) == stored_params(&record),
+            "{name}: the model differs from the default channel's"
+        );
+        assert_requests_counted(name, &record);
     }
 }
 

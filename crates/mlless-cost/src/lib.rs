@@ -42,6 +42,14 @@ pub const PS_USD_PER_HOUR: f64 = 0.085;
 /// Price of one always-on Memcached instance, per hour. An ElastiCache node of a given size costs
 /// the same whichever engine it runs, so this is MLLess's Redis estimate.
 pub const MEMCACHED_USD_PER_HOUR: f64 = 0.17;
+/// DynamoDB on-demand (us-east-1, standard table class): one million write request units.
+/// AWS's list price since November 2024, when on-demand throughput was halved from $1.25
+/// (aws.amazon.com/dynamodb/pricing/on-demand/). A write unit is one started KB of an item
+/// written or deleted.
+pub const DYNAMODB_WRITE_USD_PER_MILLION: f64 = 0.625;
+/// DynamoDB on-demand (us-east-1, standard table class): one million read request units (same
+/// source). A read unit is one started 4 KB of a strongly consistent read.
+pub const DYNAMODB_READ_USD_PER_MILLION: f64 = 0.125;
 /// Price of a RabbitMQ broker, per hour (MLLess's estimate, DESIGN §8).
 pub const RABBITMQ_USD_PER_HOUR: f64 = 0.15;
 
@@ -95,6 +103,8 @@ pub enum CostError {
 ///     ps_usd_per_hour = 0.085          # per parameter server, when the run named no --ps-instance
 ///     object_write_usd_per_1000 = 0.005
 ///     object_read_usd_per_1000 = 0.0004
+///     dynamodb_write_usd_per_million = 0.625   # per million write request units (on demand)
+///     dynamodb_read_usd_per_million = 0.125    # per million read request units
 /// "#)?;
 /// assert_eq!(table.name, "my-lambda");
 /// assert_eq!(table.granularity_ms, 1);
@@ -133,11 +143,18 @@ pub struct PriceTable {
     /// Object-store GET and other read requests, per 1,000.
     #[serde(default)]
     pub object_read_usd_per_1000: f64,
+    /// DynamoDB write request units (on-demand), per million: the DynamoDB channel's writes.
+    #[serde(default)]
+    pub dynamodb_write_usd_per_million: f64,
+    /// DynamoDB read request units (on-demand), per million: the DynamoDB channel's reads.
+    #[serde(default)]
+    pub dynamodb_read_usd_per_million: f64,
 }
 
 impl PriceTable {
-    /// AWS Lambda (x86, first pricing tier) with S3 standard request prices and MLLess's
-    /// estimate for a Redis or Memcached instance.
+    /// AWS Lambda (x86, first pricing tier) with S3 standard request prices, DynamoDB
+    /// on-demand request-unit prices (us-east-1) and MLLess's estimate for a Redis or Memcached
+    /// instance.
     pub fn aws_lambda() -> Self {
         Self {
             name: "aws-lambda".into(),
@@ -150,10 +167,13 @@ impl PriceTable {
             ps_usd_per_hour: PS_USD_PER_HOUR,
             object_write_usd_per_1000: 0.005,
             object_read_usd_per_1000: 0.0004,
+            dynamodb_write_usd_per_million: DYNAMODB_WRITE_USD_PER_MILLION,
+            dynamodb_read_usd_per_million: DYNAMODB_READ_USD_PER_MILLION,
         }
     }
 
-    /// IBM Cloud Functions, the platform of the MLLess paper (100 ms granularity).
+    /// IBM Cloud Functions, the platform of the MLLess paper (100 ms granularity); a DynamoDB
+    /// channel is billed at AWS's prices (IBM has no DynamoDB).
     pub fn ibm_cloud_functions() -> Self {
         Self {
             name: "ibm-cf".into(),
@@ -166,6 +186,8 @@ impl PriceTable {
             ps_usd_per_hour: PS_USD_PER_HOUR,
             object_write_usd_per_1000: 0.005,
             object_read_usd_per_1000: 0.0004,
+            dynamodb_write_usd_per_million: DYNAMODB_WRITE_USD_PER_MILLION,
+            dynamodb_read_usd_per_million: DYNAMODB_READ_USD_PER_MILLION,
         }
     }
 
@@ -212,6 +234,14 @@ impl PriceTable {
             ("ps_usd_per_hour", self.ps_usd_per_hour),
             ("object_write_usd_per_1000", self.object_write_usd_per_1000),
             ("object_read_usd_per_1000", self.object_read_usd_per_1000),
+            (
+                "dynamodb_write_usd_per_million",
+                self.dynamodb_write_usd_per_million,
+            ),
+            (
+                "dynamodb_read_usd_per_million",
+                self.dynamodb_read_usd_per_million,
+            ),
         ];
         for (field, value) in prices {
             if !(value.is_finite() && value >= 0.0) {
@@ -240,10 +270,11 @@ impl PriceTable {
     }
 
     /// What the servers of a channel of this kind cost per hour at these prices (Redis and
-    /// Memcached: per instance; the object store: nothing, its requests are billed instead).
+    /// Memcached: per instance; the object store and DynamoDB on demand: nothing, their
+    /// requests are billed instead).
     pub fn channel_usd_per_hour(&self, channel: ChannelKind) -> f64 {
         match channel {
-            ChannelKind::ObjectStore => 0.0,
+            ChannelKind::ObjectStore | ChannelKind::DynamoDb => 0.0,
             ChannelKind::Redis { instances } => f64::from(instances) * self.redis_usd_per_hour,
             ChannelKind::Memcached { instances } => {
                 f64::from(instances) * self.memcached_usd_per_hour
@@ -264,12 +295,15 @@ impl PriceTable {
     /// What a training step costs at these prices, as the scale-in tuner weighs it: each
     /// worker's GB-s at `memory_mb`, the services and `channel`'s servers per second, and the
     /// channel's requests per step of [`ObjectRequests::estimate`] (on the object store
-    /// `2p` writes and `p² + 2p` reads: broadcast makes the reads grow as p²).
+    /// `2p` writes and `p² + 2p` reads: broadcast makes the reads grow as p²; on DynamoDB a
+    /// write unit and a read unit per worker, at least).
     pub fn step_cost(&self, channel: ChannelKind, memory_mb: u32) -> mlless_core::StepCost {
         let (w, r) = (
             self.object_write_usd_per_1000 / 1000.0,
             self.object_read_usd_per_1000 / 1000.0,
         );
+        let table =
+            (self.dynamodb_write_usd_per_million + self.dynamodb_read_usd_per_million) / 1e6;
         mlless_core::StepCost {
             worker_usd_per_s: f64::from(memory_mb) / 1024.0 * self.gb_second_usd,
             services_usd_per_s: (self.services_usd_per_hour + self.channel_usd_per_hour(channel))
@@ -279,6 +313,7 @@ impl PriceTable {
                 ChannelKind::Redis { .. }
                 | ChannelKind::Memcached { .. }
                 | ChannelKind::ParameterServer { .. } => [0.0, r, 0.0],
+                ChannelKind::DynamoDb => [0.0, r + table, 0.0],
             },
         }
     }
@@ -289,8 +324,8 @@ impl PriceTable {
         gb_seconds(billed, usage.memory_mb) * self.gb_second_usd + self.request_usd
     }
 
-    /// The bill of a run: its invocations, its wall time (for always-on services) and the
-    /// object-store requests it made.
+    /// The bill of a run: its invocations, its wall time (for always-on services), the
+    /// object-store requests it made and the DynamoDB request units of its channel.
     pub fn bill(&self, invocations: &[Usage], wall_s: f64, requests: ObjectRequests) -> Bill {
         let mut billed_ms = 0;
         let mut gb_s = 0.0;
@@ -304,6 +339,9 @@ impl PriceTable {
         let services_usd = wall_s.max(0.0) / 3600.0 * self.services_usd_per_hour;
         let storage_usd = requests.writes as f64 / 1000.0 * self.object_write_usd_per_1000
             + requests.reads as f64 / 1000.0 * self.object_read_usd_per_1000;
+        let table_usd = requests.table_write_units as f64 / 1e6
+            * self.dynamodb_write_usd_per_million
+            + requests.table_read_units as f64 / 1e6 * self.dynamodb_read_usd_per_million;
         Bill {
             platform: self.name.clone(),
             invocations: invocations.len() as u64,
@@ -313,7 +351,8 @@ impl PriceTable {
             request_usd,
             services_usd,
             storage_usd,
-            total_usd: compute_usd + request_usd + services_usd + storage_usd,
+            table_usd,
+            total_usd: compute_usd + request_usd + services_usd + storage_usd + table_usd,
         }
     }
 
@@ -334,7 +373,11 @@ impl PriceTable {
         bill.gb_seconds = gb_seconds(billed, usage.memory_mb) * n;
         bill.compute_usd = bill.gb_seconds * self.gb_second_usd;
         bill.request_usd = n * self.request_usd;
-        bill.total_usd = bill.compute_usd + bill.request_usd + bill.services_usd + bill.storage_usd;
+        bill.total_usd = bill.compute_usd
+            + bill.request_usd
+            + bill.services_usd
+            + bill.storage_usd
+            + bill.table_usd;
         bill
     }
 }
@@ -361,6 +404,9 @@ pub enum ChannelKind {
         /// Number of servers (VMs).
         instances: u32,
     },
+    /// A DynamoDB table on demand: no server, its request units billed.
+    #[serde(rename = "dynamodb")]
+    DynamoDb,
 }
 
 /// How long one invocation ran and with how much configured memory.
@@ -373,13 +419,19 @@ pub struct Usage {
 }
 
 /// Object-store requests a run made (its data reads and, on the object-store channel, its
-/// exchange).
+/// exchange), and the DynamoDB request units of a DynamoDB channel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRequests {
     /// PUT, LIST, COPY and DELETE-class requests.
     pub writes: u64,
     /// GET and HEAD requests.
     pub reads: u64,
+    /// DynamoDB write request units.
+    #[serde(default)]
+    pub table_write_units: u64,
+    /// DynamoDB read request units.
+    #[serde(default)]
+    pub table_read_units: u64,
 }
 
 impl ObjectRequests {
@@ -391,7 +443,9 @@ impl ObjectRequests {
     /// A collect that finds a message not there yet reads it again (a GET answered "not found",
     /// billed as a read); those polls, checkpoints, the final replicas and the driver's own
     /// requests are not counted, so this is a lower bound: on the local object store a 4-worker
-    /// PMF run's counted requests cost 1.2 times the estimate of its steps.
+    /// PMF run's counted requests cost 1.2 times the estimate of its steps. On DynamoDB, per
+    /// worker and step, a write unit (its update) and a read unit (the step's `Query`): the
+    /// least they can cost, whatever their size.
     pub fn estimate(channel: ChannelKind, workers: u32, steps: u64) -> Self {
         let p = u64::from(workers);
         let worker_steps = p * steps;
@@ -399,12 +453,20 @@ impl ObjectRequests {
             ChannelKind::ObjectStore => Self {
                 writes: worker_steps * 2,
                 reads: worker_steps * (1 + p) + p * steps,
+                ..Self::default()
             },
             ChannelKind::Redis { .. }
             | ChannelKind::Memcached { .. }
             | ChannelKind::ParameterServer { .. } => Self {
                 writes: 0,
                 reads: worker_steps,
+                ..Self::default()
+            },
+            ChannelKind::DynamoDb => Self {
+                writes: 0,
+                reads: worker_steps,
+                table_write_units: worker_steps,
+                table_read_units: worker_steps,
             },
         }
     }
@@ -434,6 +496,8 @@ impl std::ops::AddAssign for ObjectRequests {
     fn add_assign(&mut self, other: Self) {
         self.writes += other.writes;
         self.reads += other.reads;
+        self.table_write_units += other.table_write_units;
+        self.table_read_units += other.table_read_units;
     }
 }
 
@@ -456,6 +520,9 @@ pub struct Bill {
     pub services_usd: f64,
     /// Object-store requests.
     pub storage_usd: f64,
+    /// DynamoDB request units (a DynamoDB channel's; 0 in records of versions before it).
+    #[serde(default)]
+    pub table_usd: f64,
     /// Everything together.
     pub total_usd: f64,
 }
@@ -620,6 +687,8 @@ mod tests {
         let requests = ObjectRequests {
             writes: 30,
             reads: 700,
+            table_write_units: 5000,
+            table_read_units: 9000,
         };
         let listed = prices.bill(&[usage; 9], 60.0, requests);
         let many = prices.bill_of_many(usage, 9, 60.0, requests);
@@ -645,6 +714,8 @@ mod tests {
         let requests = ObjectRequests {
             writes: 2000,
             reads: 10_000,
+            table_write_units: 2_000_000,
+            table_read_units: 8_000_000,
         };
         let bill = prices.bill(
             &[Usage {
@@ -658,7 +729,13 @@ mod tests {
         assert!((bill.storage_usd - expected_storage).abs() < 1e-12);
         assert!((bill.services_usd - 0.17).abs() < 1e-12);
         assert!((bill.request_usd - 0.2e-6).abs() < 1e-15);
-        let sum = bill.compute_usd + bill.request_usd + bill.services_usd + bill.storage_usd;
+        // DynamoDB on demand: $0.625 a million write units, $0.125 a million read units.
+        assert!((bill.table_usd - (2.0 * 0.625 + 8.0 * 0.125)).abs() < 1e-12);
+        let sum = bill.compute_usd
+            + bill.request_usd
+            + bill.services_usd
+            + bill.storage_usd
+            + bill.table_usd;
         assert!((bill.total_usd - sum).abs() < 1e-15);
         assert_eq!(
             PriceTable::by_name("aws-lambda"),
@@ -727,9 +804,17 @@ mod tests {
             redis,
             ObjectRequests {
                 writes: 0,
-                reads: 40
+                reads: 40,
+                ..ObjectRequests::default()
             }
         );
+        // On DynamoDB a write and a read unit per worker and step, at least, and no server.
+        let dynamodb = ObjectRequests::estimate(ChannelKind::DynamoDb, 4, 10);
+        assert_eq!(
+            (dynamodb.table_write_units, dynamodb.table_read_units),
+            (40, 40)
+        );
+        assert_eq!(aws.channel_usd_per_hour(ChannelKind::DynamoDb), 0.0);
         let bill = aws.bill(&[], 0.0, est);
         let expected = 80.0 / 1000.0 * 0.005 + 240.0 / 1000.0 * 0.0004;
         assert!((bill.storage_usd - expected).abs() < 1e-15);

@@ -200,8 +200,8 @@ pub enum Pattern {
     ScatterReduce,
 }
 
-/// The largest fleet for which a job on the object store broadcasts when `--pattern` is not
-/// given ([`Pattern::for_fleet`]).
+/// The largest fleet for which a job on the object store (or DynamoDB, whose reads are billed
+/// too) broadcasts when `--pattern` is not given ([`Pattern::for_fleet`]).
 pub const BROADCAST_MAX_ON_STORE: u32 = 16;
 
 /// The largest fleet for which a job on a server channel (Redis, Memcached) broadcasts when
@@ -234,6 +234,9 @@ impl Pattern {
             mlless_cost::ChannelKind::ObjectStore => {
                 "the object store, where broadcast's P² reads a step are billed"
             }
+            mlless_cost::ChannelKind::DynamoDb => {
+                "DynamoDB, where broadcast's P² reads of updates a step are billed by the KB"
+            }
             mlless_cost::ChannelKind::Redis { .. }
             | mlless_cost::ChannelKind::Memcached { .. }
             | mlless_cost::ChannelKind::ParameterServer { .. } => {
@@ -262,7 +265,11 @@ impl Pattern {
             return None;
         }
         Some(match channel {
-            mlless_cost::ChannelKind::ObjectStore => BROADCAST_MAX_ON_STORE,
+            // Every worker's Query reads the step's P updates, billed per 4 KB: as on the
+            // object store, broadcast's reads cost P² a step.
+            mlless_cost::ChannelKind::ObjectStore | mlless_cost::ChannelKind::DynamoDb => {
+                BROADCAST_MAX_ON_STORE
+            }
             mlless_cost::ChannelKind::Redis { .. }
             | mlless_cost::ChannelKind::Memcached { .. }
             | mlless_cost::ChannelKind::ParameterServer { .. } => BROADCAST_MAX_ON_SERVER,

@@ -251,11 +251,7 @@ impl RunRecord {
     /// the workers of each step.
     pub fn billed_requests(&self) -> (ObjectRequests, RequestBasis) {
         if let Some(counted) = &self.requests {
-            let requests = ObjectRequests {
-                writes: counted.writes(),
-                reads: counted.reads(),
-            };
-            return (requests, RequestBasis::Counted);
+            return (billed_requests(counted), RequestBasis::Counted);
         }
         let channel = channel_kind(self.spec.training.channel.as_deref());
         let mut estimate = ObjectRequests::default();
@@ -429,6 +425,19 @@ pub fn channel_kind(channel: Option<&str>) -> ChannelKind {
         Ok(ChannelScheme::Redis { shards }) => ChannelKind::Redis { instances: shards },
         Ok(ChannelScheme::Memcached) => ChannelKind::Memcached { instances: 1 },
         Ok(ChannelScheme::Ps { servers }) => ChannelKind::ParameterServer { instances: servers },
+        Ok(ChannelScheme::DynamoDb) => ChannelKind::DynamoDb,
+    }
+}
+
+/// The requests and request units of `counts` as a bill charges them: PUTs and LIST pages at the
+/// object store's write rate, GETs, misses and HEADs at its read rate, and the DynamoDB
+/// channel's write and read request units at DynamoDB's.
+pub fn billed_requests(counts: &mlless_store::RequestCounts) -> ObjectRequests {
+    ObjectRequests {
+        writes: counts.writes(),
+        reads: counts.reads(),
+        table_write_units: counts.table_write_units,
+        table_read_units: counts.table_read_units,
     }
 }
 
@@ -460,6 +469,10 @@ mod tests {
         assert_eq!(
             channel_kind(Some("ps://:pw@a:7450,ps://:pw@b:7450")),
             ChannelKind::ParameterServer { instances: 2 }
+        );
+        assert_eq!(
+            channel_kind(Some("dynamodb://mlless-updates?create=true")),
+            ChannelKind::DynamoDb
         );
         // As the record shows them: redacted.
         assert_eq!(

@@ -252,7 +252,7 @@ fn summary(out: &mut String, record: &RunRecord) {
             "billed cost",
             format!(
                 "{} at {} prices: {} invocations, {} s billed, {:.3} GB-s \
-                 (compute {}, requests {}, services {}, object store {}, its requests {})",
+                 (compute {}, requests {}, services {}, object store {}, its requests {}{})",
                 format_usd(bill.total_usd),
                 bill.platform,
                 bill.invocations,
@@ -263,6 +263,11 @@ fn summary(out: &mut String, record: &RunRecord) {
                 format_usd(bill.services_usd),
                 format_usd(bill.storage_usd),
                 record.billed_requests().1,
+                if bill.table_usd > 0.0 {
+                    format!(", DynamoDB request units {}", format_usd(bill.table_usd))
+                } else {
+                    String::new()
+                },
             ),
         )),
         None => rows.push(("billed cost", "not recorded".into())),

@@ -97,9 +97,10 @@ pub struct ReportOptions {
     /// The cloud channel to project the exchange onto ([`mlless_cost::cloud`]; default: the
     /// latency the run emulated, if it did); `None`: the exchange the run measured.
     pub cloud: Option<ServiceLatency>,
-    /// Whether `cloud` also sets the kind of channel the projection is billed as (an object
-    /// store where a cloud reads several messages at once, a Redis server where one read
-    /// returns them all): when the user named it, not when it is the run's own.
+    /// Whether `cloud` also sets the kind of channel the projection is billed as (DynamoDB for
+    /// the built-in `dynamodb`, an object store where a cloud reads several messages at once, a
+    /// Redis server where one read returns them all): when the user named it, not when it is
+    /// the run's own.
     pub cloud_sets_channel: bool,
 }
 
@@ -130,6 +131,10 @@ impl ReportOptions {
         if let Some(latency) = &self.cloud {
             if self.cloud_sets_channel {
                 m.channel = match latency.reads_at_once {
+                    // The built-in DynamoDB latency (`--emulate dynamodb`, the name of
+                    // `mlless_store::CloudLatency::dynamodb`): billed by its request units, not
+                    // as a server.
+                    _ if latency.name == "dynamodb" => mlless_cost::ChannelKind::DynamoDb,
                     Some(_) => mlless_cost::ChannelKind::ObjectStore,
                     None => match m.channel {
                         redis @ mlless_cost::ChannelKind::Redis { .. } => redis,

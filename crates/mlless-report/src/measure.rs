@@ -75,7 +75,7 @@ pub struct DominantPart {
     /// Its share of the bill, 0 to 1.
     pub share: f64,
     /// The cost model's figure for the same run on the channel it ran on, and on the other kind
-    /// (Redis with one instance for the object store; the object store for Redis or
+    /// (Redis with one instance for the object store or DynamoDB; the object store for Redis or
     /// Memcached): `(run's channel, its cost, other channel, its cost)`. `None` when the part is
     /// not the channel's.
     pub channels: Option<(ChannelKind, f64, ChannelKind, f64)>,
@@ -91,6 +91,7 @@ pub fn dominant_part(record: &RunRecord, options: &ReportOptions) -> Option<Domi
         ("invocation fees", bill.request_usd, false),
         ("channel servers", bill.services_usd, true),
         ("object-store requests", bill.storage_usd, true),
+        ("DynamoDB request units", bill.table_usd, true),
     ];
     let (part, usd, of_channel) = parts.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
     let share = usd / bill.total_usd;
@@ -103,7 +104,7 @@ pub fn dominant_part(record: &RunRecord, options: &ReportOptions) -> Option<Domi
         let own = m.channel;
         let own_usd = m.predict_faas(workers, &options.prices).cost_usd;
         m.channel = match own {
-            ChannelKind::ObjectStore => ChannelKind::Redis { instances: 1 },
+            ChannelKind::ObjectStore | ChannelKind::DynamoDb => ChannelKind::Redis { instances: 1 },
             ChannelKind::Redis { .. }
             | ChannelKind::Memcached { .. }
             | ChannelKind::ParameterServer { .. } => ChannelKind::ObjectStore,

@@ -129,6 +129,7 @@ pub fn spec_configuration(spec: &JobSpec) -> Vec<(&'static str, String)> {
         ChannelKind::Memcached { .. } => "memcached".to_string(),
         ChannelKind::ParameterServer { instances: 1 } => "ps".to_string(),
         ChannelKind::ParameterServer { instances } => format!("ps ×{instances}"),
+        ChannelKind::DynamoDb => "dynamodb".to_string(),
     };
     let targets = spec.validation.as_ref().map_or_else(
         || "none".to_string(),

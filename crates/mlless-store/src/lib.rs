@@ -11,7 +11,8 @@
 //! - [`Channel`]: publish a message per (topic, step, worker), collect a step's messages from a
 //!   set of workers (blocking, with backoff, up to a timeout), plus last-write-wins keys; all
 //!   namespaced by job id. [`ObjectStoreChannel`] implements it on any [`Store`] (LambdaML's S3
-//!   channel); [`open_channel`] picks a backend from a URL. [`InProcessChannel`] is the channel
+//!   channel); [`RedisChannel`], [`MemcachedChannel`] and [`DynamoDbChannel`] on servers;
+//!   [`open_channel`] picks a backend from a URL. [`InProcessChannel`] is the channel
 //!   of functions that are tasks of one process (the cloud benchmark's), and has no URL.
 //! - [`ChannelScheme`]: which backend a channel URL names, parsed once ([`ChannelScheme::parse`])
 //!   and used to open, redact, bill and check it; [`parse`] is the one place a URL scheme is
@@ -60,6 +61,10 @@
 //! - `memcached` (default): the Memcached channel, [`MemcachedChannel`] and the [`memcached`]
 //!   module (`memcached://`). Its client is this crate's own, on tokio's sockets; brings in
 //!   `crc32fast` and tokio's `net`.
+//! - `dynamodb` (default): the DynamoDB channel, [`DynamoDbChannel`] and the [`dynamodb`]
+//!   module (`dynamodb://TABLE`). Speaks DynamoDB's JSON API over `reqwest`, signed with
+//!   `aws-sigv4`, credentials and region from `mlless-aws`; brings in those, `base64`,
+//!   `serde_json` and `crc32fast`.
 //! - `s3` (default): S3 and S3-compatible object stores (`s3://`, `s3a://`) for [`Store`] and
 //!   therefore for the object-store channel. Turns on `object_store`'s `aws` feature (reqwest,
 //!   rustls, the AWS signer). Without it [`StoreError::is_transient`] knows no HTTP errors, as
@@ -81,7 +86,8 @@
         feature = "redis",
         feature = "memcached",
         feature = "s3",
-        feature = "ps"
+        feature = "ps",
+        feature = "dynamodb"
     )),
     allow(rustdoc::broken_intra_doc_links)
 )]
@@ -94,6 +100,8 @@ pub mod redact;
 pub mod requests;
 pub mod store;
 
+#[cfg(feature = "dynamodb")]
+pub use channel::dynamodb::{self, DynamoDbChannel};
 pub use channel::in_process::InProcessChannel;
 #[cfg(feature = "memcached")]
 pub use channel::memcached::{self, MemcachedChannel};

@@ -14,7 +14,7 @@
 //! This module depends on no other module of the crate, so that every one of them may use it.
 
 /// The cargo features of this crate that build a backend and are on in this build, of
-/// `redis`, `memcached`, `s3` and `ps` (see the crate's "Features").
+/// `redis`, `memcached`, `s3`, `ps` and `dynamodb` (see the crate's "Features").
 pub const BUILT_FEATURES: &[&str] = &[
     #[cfg(feature = "redis")]
     "redis",
@@ -24,6 +24,8 @@ pub const BUILT_FEATURES: &[&str] = &[
     "s3",
     #[cfg(feature = "ps")]
     "ps",
+    #[cfg(feature = "dynamodb")]
+    "dynamodb",
 ];
 
 /// Whether `feature` (`None`: no feature needed) is on in this build.
@@ -121,6 +123,8 @@ pub enum ChannelScheme {
         /// How many servers the list names, at least 1.
         servers: u32,
     },
+    /// A DynamoDB table (`dynamodb://TABLE`), billed by request units.
+    DynamoDb,
 }
 
 impl ChannelScheme {
@@ -136,6 +140,7 @@ impl ChannelScheme {
             Some("ps") => Some(ChannelScheme::Ps {
                 servers: list_len(url),
             }),
+            Some("dynamodb") => Some(ChannelScheme::DynamoDb),
             store => StoreKind::of_scheme(store).map(ChannelScheme::ObjectStore),
         }
     }
@@ -143,17 +148,20 @@ impl ChannelScheme {
     /// Whether the channel is a server whose URL is `scheme://[userinfo@]host[:port][/db]`,
     /// with no path that could hold an `@`: there a URL's userinfo ends at its last `@`, even
     /// when a password holds a `/` (what [`redact_url`](crate::redact_url) relies on).
+    /// A DynamoDB URL names a table, not a host, and holds no credentials.
     pub fn is_server(self) -> bool {
         match self {
-            ChannelScheme::RunStore | ChannelScheme::ObjectStore(_) => false,
+            ChannelScheme::RunStore | ChannelScheme::ObjectStore(_) | ChannelScheme::DynamoDb => {
+                false
+            }
             ChannelScheme::Redis { .. } | ChannelScheme::Memcached | ChannelScheme::Ps { .. } => {
                 true
             }
         }
     }
 
-    /// The cargo feature of this crate that builds the backend (`redis`, `memcached`, or `s3` for
-    /// an S3 store of its own, `ps`), or `None` for the ones always built.
+    /// The cargo feature of this crate that builds the backend (`redis`, `memcached`, `ps`,
+    /// `dynamodb`, or `s3` for an S3 store of its own), or `None` for the ones always built.
     pub fn required_feature(self) -> Option<&'static str> {
         match self {
             ChannelScheme::RunStore => None,
@@ -161,6 +169,7 @@ impl ChannelScheme {
             ChannelScheme::Redis { .. } => Some("redis"),
             ChannelScheme::Memcached => Some("memcached"),
             ChannelScheme::Ps { .. } => Some("ps"),
+            ChannelScheme::DynamoDb => Some("dynamodb"),
         }
     }
 
@@ -187,9 +196,10 @@ impl ChannelScheme {
         match self {
             ChannelScheme::RunStore => false,
             ChannelScheme::ObjectStore(kind) => kind.is_remote(),
-            ChannelScheme::Redis { .. } | ChannelScheme::Memcached | ChannelScheme::Ps { .. } => {
-                true
-            }
+            ChannelScheme::Redis { .. }
+            | ChannelScheme::Memcached
+            | ChannelScheme::Ps { .. }
+            | ChannelScheme::DynamoDb => true,
         }
     }
 }
@@ -239,9 +249,14 @@ mod tests {
             Some("s3")
         );
         assert!(ChannelScheme::RunStore.is_built());
+        assert_eq!(ChannelScheme::DynamoDb.required_feature(), Some("dynamodb"));
+        assert_eq!(
+            ChannelScheme::DynamoDb.is_built(),
+            cfg!(feature = "dynamodb")
+        );
         for feature in BUILT_FEATURES {
             assert!(
-                ["redis", "memcached", "s3", "ps"].contains(feature),
+                ["redis", "memcached", "s3", "ps", "dynamodb"].contains(feature),
                 "{feature}"
             );
         }
@@ -260,7 +275,7 @@ mod tests {
         ] {
             assert!(is_server_scheme(scheme), "{scheme}");
         }
-        for scheme in ["s3", "s3a", "file", "memory", "https", "amqp"] {
+        for scheme in ["s3", "s3a", "file", "memory", "https", "amqp", "dynamodb"] {
             assert!(!is_server_scheme(scheme), "{scheme}");
         }
     }

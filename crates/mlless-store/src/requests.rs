@@ -7,6 +7,10 @@
 //! (S3 bills the GET that answers 404 like any other). A listing counts one LIST per 1,000
 //! keys it returns (S3's page), at least one; a bulk delete one request per 1,000 keys (S3's
 //! `DeleteObjects`); a request retried after a failure counts each attempt.
+//!
+//! The DynamoDB channel counts here too, in the units DynamoDB on-demand bills rather than in
+//! requests: [`Request::TableWrite`] and [`Request::TableRead`] (see
+//! `DynamoDbChannel`'s "Cost").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +33,10 @@ pub enum Request {
     List,
     /// A delete, of one object or of a batch.
     Delete,
+    /// DynamoDB write request units (one per started KB of an item written or deleted).
+    TableWrite,
+    /// DynamoDB read request units (one per started 4 KB of a strongly consistent read).
+    TableRead,
 }
 
 /// Counts of requests by kind: what [`RequestCounter::counts`] returns and what a run adds up.
@@ -46,6 +54,12 @@ pub struct RequestCounts {
     pub lists: u64,
     /// Deletes (single or batched).
     pub deletes: u64,
+    /// DynamoDB write request units (not requests; not in [`total`](Self::total)).
+    #[serde(default)]
+    pub table_write_units: u64,
+    /// DynamoDB read request units (not requests; not in [`total`](Self::total)).
+    #[serde(default)]
+    pub table_read_units: u64,
 }
 
 impl RequestCounts {
@@ -59,7 +73,8 @@ impl RequestCounts {
         self.gets + self.misses + self.heads
     }
 
-    /// Every request, of every kind.
+    /// Every object-store request, of every kind (DynamoDB's request units are not requests
+    /// and not counted here).
     pub fn total(&self) -> u64 {
         self.puts + self.gets + self.misses + self.heads + self.lists + self.deletes
     }
@@ -73,6 +88,12 @@ impl RequestCounts {
             heads: self.heads.saturating_sub(earlier.heads),
             lists: self.lists.saturating_sub(earlier.lists),
             deletes: self.deletes.saturating_sub(earlier.deletes),
+            table_write_units: self
+                .table_write_units
+                .saturating_sub(earlier.table_write_units),
+            table_read_units: self
+                .table_read_units
+                .saturating_sub(earlier.table_read_units),
         }
     }
 }
@@ -85,6 +106,8 @@ impl std::ops::AddAssign for RequestCounts {
         self.heads += other.heads;
         self.lists += other.lists;
         self.deletes += other.deletes;
+        self.table_write_units += other.table_write_units;
+        self.table_read_units += other.table_read_units;
     }
 }
 
@@ -104,6 +127,8 @@ struct Tally {
     heads: AtomicU64,
     lists: AtomicU64,
     deletes: AtomicU64,
+    table_write_units: AtomicU64,
+    table_read_units: AtomicU64,
 }
 
 impl RequestCounter {
@@ -122,6 +147,8 @@ impl RequestCounter {
             Request::Head => &t.heads,
             Request::List => &t.lists,
             Request::Delete => &t.deletes,
+            Request::TableWrite => &t.table_write_units,
+            Request::TableRead => &t.table_read_units,
         };
         cell.fetch_add(n, Ordering::Relaxed);
     }
@@ -136,6 +163,8 @@ impl RequestCounter {
             heads: t.heads.load(Ordering::Relaxed),
             lists: t.lists.load(Ordering::Relaxed),
             deletes: t.deletes.load(Ordering::Relaxed),
+            table_write_units: t.table_write_units.load(Ordering::Relaxed),
+            table_read_units: t.table_read_units.load(Ordering::Relaxed),
         }
     }
 }

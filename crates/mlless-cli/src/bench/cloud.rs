@@ -29,7 +29,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     };
     anyhow::ensure!(
         !clouds.is_empty(),
-        "bench cloud needs a cloud to emulate: --emulate s3, elasticache or a file, not none"
+        "bench cloud needs a cloud to emulate: --emulate s3, elasticache, dynamodb or a file, \
+         not none"
     );
     let workers = if args.workers.is_empty() {
         vec![4, 16, 64, 256]

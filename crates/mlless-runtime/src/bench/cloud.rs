@@ -593,7 +593,15 @@ fn summarise(
     let all_steps = (case.steps + WARM_UP_STEPS) as f64;
     let minibatch_gets = p * all_steps;
     let step_s = step_ms / 1e3;
-    let (channel_writes, channel_reads, services_per_hour) = if case.cloud.reads_at_once.is_some() {
+    let mut table_usd = 0.0;
+    let (channel_writes, channel_reads, services_per_hour) = if case.cloud.name
+        == CloudLatency::dynamodb().name
+    {
+        // DynamoDB on demand: its request units are billed.
+        table_usd = requests.table_write_units as f64 / 1e6 * prices.dynamodb_write_usd_per_million
+            + requests.table_read_units as f64 / 1e6 * prices.dynamodb_read_usd_per_million;
+        (0.0, 0.0, 0.0)
+    } else if case.cloud.reads_at_once.is_some() {
         // An object store: its requests are billed.
         (requests.writes() as f64, requests.reads() as f64, 0.0)
     } else {
@@ -605,6 +613,7 @@ fn summarise(
     let usd_per_step = p * step_s * f64::from(case.memory_mb) / 1024.0 * prices.gb_second_usd
         + writes_per_step / 1000.0 * prices.object_write_usd_per_1000
         + reads_per_step / 1000.0 * prices.object_read_usd_per_1000
+        + table_usd / all_steps
         + (services_per_hour + prices.services_usd_per_hour) * step_s / 3600.0;
     let steps_per_epoch = data.plan(case.workers).steps_per_epoch(
         u32::try_from(data.batches()).unwrap_or(u32::MAX),
@@ -702,7 +711,9 @@ impl<F: Future> Future for Metered<F> {
 }
 
 /// One worker's handle on the shared channel: charges the worker's CPU time to the simulated
-/// clock before each request, and counts the requests an object-store channel would make.
+/// clock before each request, and counts the requests an object-store channel would make and
+/// the request units DynamoDB would bill (a write unit per started KB published or deleted, a
+/// read unit per started 4 KB a collect reads, as `DynamoDbChannel` counts them).
 #[derive(Debug)]
 struct MeteredChannel {
     inner: Arc<dyn Channel>,
@@ -728,6 +739,8 @@ impl Channel for MeteredChannel {
         from: WorkerId,
         payload: Bytes,
     ) -> std::result::Result<(), ChannelError> {
+        self.requests
+            .add(Request::TableWrite, write_units(payload.len()));
         self.charge(Request::Put, 1).await;
         self.inner.publish(topic, step, from, payload).await
     }
@@ -740,7 +753,10 @@ impl Channel for MeteredChannel {
         timeout: Duration,
     ) -> std::result::Result<Vec<Bytes>, ChannelError> {
         self.charge(Request::Get, from.len() as u64).await;
-        self.inner.collect(topic, step, from, timeout).await
+        let collected = self.inner.collect(topic, step, from, timeout).await?;
+        let bytes: usize = collected.iter().map(Bytes::len).sum();
+        self.requests.add(Request::TableRead, read_units(bytes));
+        Ok(collected)
     }
 
     async fn poll(
@@ -752,6 +768,8 @@ impl Channel for MeteredChannel {
         sleep_cpu(self.account.take()).await;
         let found = self.inner.poll(topic, step, from).await?;
         let present = found.iter().flatten().count() as u64;
+        let bytes: usize = found.iter().flatten().map(Bytes::len).sum();
+        self.requests.add(Request::TableRead, read_units(bytes));
         self.requests.add(Request::Get, present);
         self.requests
             .add(Request::Miss, found.len() as u64 - present);
@@ -764,6 +782,7 @@ impl Channel for MeteredChannel {
         step: u64,
         from: &[WorkerId],
     ) -> std::result::Result<(), ChannelError> {
+        self.requests.add(Request::TableWrite, from.len() as u64);
         self.charge(Request::Delete, pages(from.len())).await;
         self.inner.discard(topic, step, from).await
     }
@@ -789,6 +808,17 @@ impl Channel for MeteredChannel {
     async fn explain_missing(&self) -> std::result::Result<Option<String>, ChannelError> {
         self.inner.explain_missing().await
     }
+}
+
+/// DynamoDB's write units of writing `bytes`: one per started KB, at least one.
+fn write_units(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(1024).max(1)
+}
+
+/// DynamoDB's read units of a strongly consistent read of `bytes`: one per started 4 KB, at
+/// least one.
+fn read_units(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4096).max(1)
 }
 
 #[cfg(test)]
@@ -872,6 +902,41 @@ mod tests {
         // reads every message, P² GETs a step, plus P minibatch GETs.
         assert!(wide.requests_per_step >= 40.0 * 40.0 + 40.0);
         assert!(wide.usd_per_step > 9.0 * bsp.usd_per_step);
+    }
+
+    /// On DynamoDB's latency a step is billed DynamoDB's request units, not a server's hours:
+    /// at $1 a unit and every other price 0, a broadcast step of P workers costs at least P
+    /// write units (each publishes its update) and P read units (each collects the step), and
+    /// the same latency under another name (a server) costs nothing.
+    #[test]
+    fn dynamodb_is_billed_by_request_units() {
+        let data = CloudData::generate(CloudJob::SparseLr, 2).expect("data");
+        let prices = PriceTable {
+            name: "units only".into(),
+            gb_second_usd: 0.0,
+            granularity_ms: 1,
+            request_usd: 0.0,
+            services_usd_per_hour: 0.0,
+            redis_usd_per_hour: 0.0,
+            memcached_usd_per_hour: 0.0,
+            ps_usd_per_hour: 0.0,
+            object_write_usd_per_1000: 0.0,
+            object_read_usd_per_1000: 0.0,
+            dynamodb_write_usd_per_million: 1e6,
+            dynamodb_read_usd_per_million: 1e6,
+        };
+        let run = |cloud| {
+            let mut case = case(cloud, 4, Pattern::Broadcast, UpdateRule::Bsp);
+            case.steps = 3;
+            simulate(&data, &case, &prices).expect("simulate")
+        };
+        let dynamodb = run(CloudLatency::dynamodb());
+        assert!(dynamodb.usd_per_step >= 8.0, "{}", dynamodb.usd_per_step);
+        let server = run(CloudLatency {
+            name: "a server".into(),
+            ..CloudLatency::dynamodb()
+        });
+        assert_eq!(server.usd_per_step, 0.0);
     }
 
     /// Top-k sends less than BSP; under ISP sparse LR's workers still learn: the loss falls

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use mlless_core::OptimizerKind;
-use mlless_cost::{ObjectRequests, PriceTable, RequestBasis};
+use mlless_cost::{PriceTable, RequestBasis};
 use mlless_data::DatasetKind;
 use mlless_faas::Invoker;
 use mlless_store::requests::Request;
@@ -640,12 +640,9 @@ async fn run_job(
         if let Some(driver) = run_store.request_counter() {
             counted += driver.counts();
         }
-        let requests = ObjectRequests {
-            writes: counted.writes(),
-            reads: counted.reads(),
-        };
+        let requests = mlless_job::record::billed_requests(&counted);
         let others = bill_prices.bill(&[], started.elapsed().as_secs_f64(), requests);
-        invocations + others.services_usd + others.storage_usd
+        invocations + others.services_usd + others.storage_usd + others.table_usd
     };
     progress.loss = f64::NAN;
     progress.workers = spec.training.workers;

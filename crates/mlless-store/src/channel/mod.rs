@@ -21,6 +21,7 @@
 //! | [`redis`] | [`RedisChannel`](redis::RedisChannel) (feature `redis`) |
 //! | [`memcached`] | [`MemcachedChannel`](memcached::MemcachedChannel) (feature `memcached`) |
 //! | [`ps`] | [`PsChannel`](ps::PsChannel) and [`PsServer`](ps::PsServer), the hybrid parameter server (feature `ps`) |
+//! | [`dynamodb`] | [`DynamoDbChannel`](dynamodb::DynamoDbChannel) (feature `dynamodb`) |
 //! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
 //! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
@@ -40,6 +41,8 @@ use bytes::Bytes;
 use crate::store::{StoreError, check_segment};
 
 pub(crate) mod collect;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 pub mod in_process;
 mod local_files;
 #[cfg(feature = "memcached")]
@@ -84,7 +87,8 @@ pub enum ChannelError {
     /// The store behind the channel failed (its message names the object's location).
     #[error("channel store error: {0}")]
     Store(#[from] StoreError),
-    /// The server behind the channel (Redis, Memcached, a parameter server) failed a command.
+    /// The server behind the channel (Redis, Memcached, a parameter server, DynamoDB) failed a
+    /// command.
     #[error("channel {endpoint}: {operation} failed: {source}")]
     Backend {
         /// The server, without credentials.
@@ -139,7 +143,7 @@ pub enum ChannelError {
     NotBuilt {
         /// The URL (credentials, if any were embedded, are redacted).
         url: String,
-        /// The feature that builds the backend: `redis`, `memcached`, `s3` or `ps`.
+        /// The feature that builds the backend: `redis`, `memcached`, `s3`, `ps` or `dynamodb`.
         feature: &'static str,
     },
     /// A job id, topic or key is not usable as a name on this channel.
@@ -163,7 +167,8 @@ impl ChannelError {
     ///
     /// Transient: a [`ChannelError::Backend`] its backend marked so (Redis: an I/O error,
     /// dropped connection, timeout, or `LOADING`/`TRYAGAIN` reply; Memcached and the parameter
-    /// server: an I/O error, closed connection or timeout), and a [`ChannelError::Store`] whose backend error is
+    /// server: an I/O error, closed connection or timeout; DynamoDB: no answer, throttling or
+    /// HTTP 5xx), and a [`ChannelError::Store`] whose backend error is
     /// ([`StoreError::is_transient`]: an I/O error of a connection kind, or an HTTP request that
     /// failed to connect, timed out, was interrupted or could not be sent). Everything else is
     /// not: [`ChannelError::Timeout`] (the messages did not come), invalid names and URLs,
@@ -244,8 +249,8 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// # Cancel safety
     ///
     /// A cancelled publish may or may not have stored the message; publishing it again stores
-    /// it once. On a chunking backend (Memcached) it may leave chunks that no message names,
-    /// which expire with the item TTL.
+    /// it once. On a chunking backend (Memcached, DynamoDB) it may leave chunks that no message
+    /// names, which expire with the item TTL (DynamoDB's cleanup deletes them too).
     async fn publish(
         &self,
         topic: &str,

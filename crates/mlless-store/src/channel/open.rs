@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use tracing::debug;
 
+#[cfg(feature = "dynamodb")]
+use super::dynamodb::DynamoDbChannel;
 #[cfg(feature = "memcached")]
 use super::memcached::MemcachedChannel;
 use super::object_store::ObjectStoreChannel;
@@ -22,7 +24,8 @@ use crate::store::Store;
 pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
      directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
      redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
-     memcached://host:port, ps://:SECRET@host:port[,ps://:SECRET@host2:port…]";
+     memcached://host:port, ps://:SECRET@host:port[,ps://:SECRET@host2:port…], \
+     dynamodb://TABLE[?create=true&ttl=SECONDS&endpoint=URL]";
 
 impl ChannelScheme {
     /// The backend `url` names (`--channel`; `None` is the default, the run's store), checked
@@ -160,13 +163,16 @@ pub async fn open_channel(
 /// - `memcached://host:port`: a [`MemcachedChannel`];
 /// - `ps://:SECRET@host:port` (a comma-separated list shards the exchange): a [`PsChannel`] on
 ///   `mlless ps` servers;
+/// - `dynamodb://TABLE`: a [`DynamoDbChannel`] (region, credentials and endpoint from the AWS
+///   environment), which counts its request units in `store`'s
+///   [`RequestCounter`](crate::RequestCounter), if it has one;
 /// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
 ///
-/// A backend that this build left out (`redis`, `memcached`, `s3` or `ps` feature off, see
+/// A backend that this build left out (`redis`, `memcached`, `s3`, `ps` or `dynamodb` feature off, see
 /// [`ChannelScheme::is_built`]) is [`ChannelError::NotBuilt`] naming the feature, before
 /// anything is opened.
 ///
-/// Channels on a server (Redis, Memcached, and object-store channels on S3) are wrapped in a
+/// Channels on a server (Redis, Memcached, DynamoDB, and object-store channels on S3) are wrapped in a
 /// [`RetryingChannel`] with `options.grace`: operations that fail on the connection are retried
 /// with backoff, and fail with [`ChannelError::Unavailable`] once the outage outlasts the grace.
 /// Local and in-memory channels are not wrapped. Connecting itself is not retried: a server that
@@ -197,6 +203,7 @@ pub async fn open_channel_with(
         ChannelScheme::Redis { .. } => return connect_redis(url, job_id, options).await,
         ChannelScheme::Memcached => return connect_memcached(url, job_id, options).await,
         ChannelScheme::Ps { .. } => return connect_ps(url, job_id, options).await,
+        ChannelScheme::DynamoDb => return connect_dynamodb(url, store, job_id, options).await,
     };
     // Its requests count where the run store's do.
     let channel_store = match store.request_counter() {
@@ -282,8 +289,40 @@ async fn connect_ps(
     Err(not_built(url, "ps"))
 }
 
+#[cfg(feature = "dynamodb")]
+async fn connect_dynamodb(
+    url: &str,
+    store: &Store,
+    job_id: &str,
+    options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    let mut channel = DynamoDbChannel::connect(url, job_id).await?;
+    // Its request units count where the run store's requests do.
+    if let Some(counter) = store.request_counter() {
+        channel = channel.with_request_counter(counter.clone());
+    }
+    Ok(retrying(channel, options))
+}
+
+/// Without the `dynamodb` feature: [`ChannelError::NotBuilt`] (as [`open_channel_with`]
+/// answers before it gets here).
+#[cfg(not(feature = "dynamodb"))]
+async fn connect_dynamodb(
+    url: &str,
+    _store: &Store,
+    _job_id: &str,
+    _options: ChannelOptions,
+) -> Result<Arc<dyn Channel>, ChannelError> {
+    Err(not_built(url, "dynamodb"))
+}
+
 /// A channel on a server, opened: wrapped in a [`RetryingChannel`] with the options' grace.
-#[cfg(any(feature = "redis", feature = "memcached", feature = "ps"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "memcached",
+    feature = "ps",
+    feature = "dynamodb"
+))]
 fn retrying<C: Channel + 'static>(channel: C, options: ChannelOptions) -> Arc<dyn Channel> {
     debug!(channel = %channel.describe(), grace = ?options.grace, "channel opened");
     Arc::new(RetryingChannel::new(channel, options.grace))

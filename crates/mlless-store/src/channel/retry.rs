@@ -42,11 +42,16 @@
 //!   written last with `add`: a repeat writes its own chunks, finds the head of the first attempt
 //!   (`NOT_STORED`), and deletes its own unused chunks; chunks of an attempt that failed before its
 //!   head was stored are never referenced and expire with the item TTL; a repeated index line is
-//!   harmless. On an object store a message is one atomic `PUT` of the same payload.
+//!   harmless. On DynamoDB the same holds with a conditional `PutItem` of the head
+//!   (`attribute_not_exists`): a repeat finds the first attempt's head and deletes its own
+//!   chunks, and chunks no head names are deleted by cleanup (they are in the job's partition)
+//!   or expire with their TTL. On an object store a message is one atomic `PUT` of the same
+//!   payload.
 //! - [`discard`](Channel::discard): deleting what is already gone is not an error (the Redis
 //!   script looks each worker up in the index first; Memcached `delete`s answer `NOT_FOUND`).
 //! - [`cleanup`](Channel::cleanup) is restartable: Redis scans and unlinks what is left,
-//!   Memcached deletes its index item last so a repeat finds it again.
+//!   Memcached deletes its index item last so a repeat finds it again, DynamoDB queries the
+//!   job's partition again.
 //! - [`put_key`](Channel::put_key) is last-write-wins with the same value; reads
 //!   ([`get_key`](Channel::get_key), [`poll`](Channel::poll), [`collect`](Channel::collect))
 //!   change nothing.
@@ -59,9 +64,9 @@
 //! instead of being deleted by [`cleanup`](Channel::cleanup).
 //!
 //! Each attempt is bounded by the backend's own timeouts (Redis: connect 5 s, reply 30 s;
-//! Memcached: connect 3 s, exchange 10 s; S3: `object_store`'s retry policy, which retries
-//! requests itself before an error reaches this decorator), so an operation that gives up does
-//! so within the grace plus one attempt.
+//! Memcached: connect 3 s, exchange 10 s; DynamoDB: connect 5 s, request 60 s; S3:
+//! `object_store`'s retry policy, which retries requests itself before an error reaches this
+//! decorator), so an operation that gives up does so within the grace plus one attempt.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
