@@ -229,11 +229,18 @@ async fn channel_on_its_own_store() {
 #[tokio::test]
 async fn unsupported_channel_schemes_are_clear_errors() {
     let store = Store::open("memory://unsupported").expect("open");
-    for url in ["amqp://127.0.0.1:5672", "dynamodb://table", ""] {
+    for url in ["amqp://127.0.0.1:5672", "kafka://broker:9092", ""] {
         match open_channel(Some(url), &store, "j").await {
             Err(e @ ChannelError::InvalidUrl { .. }) => {
                 let message = e.to_string();
-                for scheme in ["s3://", "store", "redis://", "memcached://"] {
+                for scheme in [
+                    "s3://",
+                    "store",
+                    "redis://",
+                    "memcached://",
+                    "ps://",
+                    "dynamodb://",
+                ] {
                     assert!(message.contains(scheme), "{message}");
                 }
             }

@@ -530,7 +530,7 @@ mod tests {
         let pmf = Defaults::for_model(ModelChoice::MatrixFactorization, None);
         assert_eq!(
             pmf.lr_for(ModelChoice::MatrixFactorization, 8000, sample(0.5)),
-            0.03
+            PMF_ADAM_LR
         );
         let svm = Defaults::for_model(ModelChoice::Svm, None);
         assert_eq!(svm.lr_for(ModelChoice::Svm, 8000, sample(0.03)), 0.2);
