@@ -52,6 +52,21 @@ pub enum AwsError {
     /// The chain could not be loaded at all.
     #[error("could not load the AWS configuration: {0}")]
     Load(String),
+    /// No source of the chain named a region.
+    #[error(
+        "no AWS region: set AWS_REGION (e.g. eu-west-1) or `region` in the profile's section of \
+         ~/.aws/config"
+    )]
+    NoRegion,
+}
+
+/// Where a service's API is ([`AwsChain::endpoint`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The API's base URL, without a trailing `/`.
+    pub url: String,
+    /// The region requests are signed for.
+    pub region: String,
 }
 
 /// Credentials and region from the default chain, credentials cached and refreshed.
@@ -94,6 +109,31 @@ impl AwsChain {
         self.region.as_deref()
     }
 
+    /// Where the API of `service` (`lambda`, `dynamodb`: the name in its endpoint) is, as the
+    /// AWS SDKs find it: `given` if any, else `AWS_ENDPOINT_URL_{SERVICE}` (upper case), else
+    /// `AWS_ENDPOINT_URL`, else `https://{service}.{region}.amazonaws.com`.
+    ///
+    /// # Errors
+    ///
+    /// [`AwsError::NoRegion`] when the chain found no region.
+    pub fn endpoint(&self, service: &str, given: Option<String>) -> Result<Endpoint, AwsError> {
+        let region = self.region.clone().ok_or(AwsError::NoRegion)?;
+        let setting = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let url = given
+            .or_else(|| setting(&format!("AWS_ENDPOINT_URL_{}", service.to_uppercase())))
+            .or_else(|| setting("AWS_ENDPOINT_URL"))
+            .unwrap_or_else(|| format!("https://{service}.{region}.amazonaws.com"));
+        Ok(Endpoint {
+            url: url.trim_end_matches('/').to_owned(),
+            region,
+        })
+    }
+
     /// Credentials valid for at least [`REFRESH_BEFORE`] (or without expiry), fetched again once
     /// the ones held are that close to expiring.
     ///
@@ -109,6 +149,19 @@ impl AwsChain {
                 reason,
             })
     }
+}
+
+/// An error with its causes on one line, `: `-separated: what the errors of calls to AWS's APIs
+/// and of the chain's sources say (reqwest's and the SDK's own messages are terse).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The process's one chain, loaded on first use. Safe to call from synchronous code and from
@@ -162,18 +215,6 @@ impl Source for Option<SharedCredentialsProvider> {
             None => Err("no credentials provider was configured".into()),
         }
     }
-}
-
-/// An error and its sources, in one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }
 
 /// Credentials of a [`Source`], kept until [`REFRESH_BEFORE`] ahead of their expiry. Callers

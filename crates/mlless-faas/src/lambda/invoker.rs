@@ -73,26 +73,15 @@ impl LambdaConfig {
     ///
     /// [`InvokeError::Config`] when no region is found.
     pub fn from_env() -> Result<Self, InvokeError> {
-        let var = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
         let chain = mlless_aws::shared();
-        let Some(region) = chain.region().map(str::to_owned) else {
-            return Err(InvokeError::Config {
-                reason: "no AWS region: set AWS_REGION (e.g. eu-west-1) or `region` in the \
-                         profile's section of ~/.aws/config"
-                    .into(),
-            });
-        };
-        let endpoint = var("AWS_ENDPOINT_URL_LAMBDA")
-            .or_else(|| var("AWS_ENDPOINT_URL"))
-            .unwrap_or_else(|| format!("https://lambda.{region}.amazonaws.com"));
+        let endpoint = chain
+            .endpoint("lambda", None)
+            .map_err(|e| InvokeError::Config {
+                reason: e.to_string(),
+            })?;
         Ok(Self {
-            endpoint: endpoint.trim_end_matches('/').to_owned(),
-            region,
+            endpoint: endpoint.url,
+            region: endpoint.region,
             credentials: CredentialSource::Chain(chain),
         })
     }
@@ -318,7 +307,7 @@ impl LambdaInvoker {
                         message: format!(
                             "cannot reach the Lambda API at {}: {}",
                             self.config.endpoint,
-                            error_chain(&e)
+                            mlless_aws::error_chain(&e)
                         ),
                     });
                 }
@@ -371,7 +360,7 @@ impl LambdaInvoker {
             let body = response.bytes().await.map_err(|e| InvokeError::Platform {
                 function: name.clone(),
                 status: Some(status.as_u16()),
-                message: format!("reading the response: {}", error_chain(&e)),
+                message: format!("reading the response: {}", mlless_aws::error_chain(&e)),
             })?;
             Ok::<_, InvokeError>((status, function_error, platform_error, log_tail, body))
         };
@@ -507,16 +496,4 @@ fn jittered(pause: Duration) -> Duration {
         .map_or(0, |d| d.subsec_nanos());
     let factor = 0.75 + f64::from(nanos % 1000) / 2000.0;
     pause.mul_f64(factor)
-}
-
-/// An error with its causes, on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

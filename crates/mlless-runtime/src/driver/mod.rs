@@ -305,12 +305,18 @@ async fn refit(
         early_stopped_metrics: std::mem::replace(&mut record.metrics, refit.metrics.clone()),
         record: Box::new(refit),
     });
-    let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
+    write_record(run_store, &record).await?;
+    Ok(record)
+}
+
+/// Writes `record` as the run's [`RECORD_KEY`] (pretty JSON).
+async fn write_record(run_store: &Store, record: &RunRecord) -> Result<()> {
+    let json = serde_json::to_vec_pretty(record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{RECORD_KEY}", run_store.url()),
         source,
     })?;
     run_store.put(RECORD_KEY, Bytes::from(json)).await?;
-    Ok(record)
+    Ok(())
 }
 
 /// What `mlless train --resume` may change: the options that do not change the mathematics of
@@ -821,10 +827,6 @@ async fn run_job(
         record.billed_requests().1,
         true,
     ));
-    let json = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
-        location: format!("{}/{RECORD_KEY}", run_store.url()),
-        source,
-    })?;
-    run_store.put(RECORD_KEY, Bytes::from(json)).await?;
+    write_record(run_store, &record).await?;
     Ok(record)
 }

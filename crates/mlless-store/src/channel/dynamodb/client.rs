@@ -126,7 +126,7 @@ impl Client {
         trace!(endpoint = %self.endpoint, op, "dynamodb request");
         let unreachable = |e: reqwest::Error| DynamoDbError::Unreachable {
             endpoint: crate::redact_url(&self.endpoint),
-            reason: error_chain(&e),
+            reason: mlless_aws::error_chain(&e),
         };
         let response = self.http.execute(request).await.map_err(unreachable)?;
         let status = response.status();
@@ -228,18 +228,6 @@ impl Units {
             counter.add(kind, units);
         }
     }
-}
-
-/// An error and its sources, `: `-separated (reqwest's own message is terse).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

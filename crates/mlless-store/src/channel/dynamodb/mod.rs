@@ -183,27 +183,13 @@ impl DynamoDbChannel {
             url: redact_url(url),
             reason,
         };
-        let var = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
         let chain = mlless_aws::shared();
-        let Some(region) = chain.region().map(str::to_owned) else {
-            return Err(invalid(
-                "no AWS region: set AWS_REGION (e.g. eu-west-1) or `region` in the profile's \
-                 section of ~/.aws/config"
-                    .into(),
-            ));
-        };
-        let endpoint = settings
-            .endpoint
-            .clone()
-            .or_else(|| var("AWS_ENDPOINT_URL_DYNAMODB"))
-            .or_else(|| var("AWS_ENDPOINT_URL"))
-            .unwrap_or_else(|| format!("https://dynamodb.{region}.amazonaws.com"));
-        let endpoint = endpoint.trim_end_matches('/').to_owned();
+        let mlless_aws::Endpoint {
+            url: endpoint,
+            region,
+        } = chain
+            .endpoint("dynamodb", settings.endpoint.clone())
+            .map_err(|e| invalid(e.to_string()))?;
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
