@@ -206,8 +206,16 @@ impl ChannelScheme {
 
 /// How many non-empty URLs a comma-separated list holds, at least 1.
 fn list_len(url: &str) -> u32 {
-    let count = url.split(',').filter(|s| !s.trim().is_empty()).count();
-    u32::try_from(count.max(1)).unwrap_or(u32::MAX)
+    u32::try_from(url_list(url).len().max(1)).unwrap_or(u32::MAX)
+}
+
+/// The URLs of a comma-separated list (Redis shards, parameter servers), trimmed, the empty
+/// ones left out.
+pub(crate) fn url_list(urls: &str) -> Vec<&str> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect()
 }
 
 /// Whether `scheme` (any case) is that of a server URL, with no path that could hold an `@`

@@ -129,11 +129,7 @@ impl PsChannel {
     ///
     /// Cancel-safe: connecting writes nothing.
     pub async fn connect(urls: &str, job_id: &str) -> Result<PsChannel, ChannelError> {
-        let list: Vec<&str> = urls
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .collect();
+        let list = crate::parse::url_list(urls);
         if list.is_empty() {
             return Err(ChannelError::InvalidUrl {
                 url: redact_url(urls.trim()),

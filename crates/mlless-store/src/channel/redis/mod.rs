@@ -184,11 +184,7 @@ impl RedisChannel {
     ///
     /// Cancel-safe: connecting writes nothing; a cancelled connect drops its connections.
     pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel, ChannelError> {
-        let list: Vec<&str> = urls
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .collect();
+        let list = crate::parse::url_list(urls);
         if list.is_empty() {
             return Err(ChannelError::InvalidUrl {
                 url: redact_url(urls.trim()),
