@@ -42,7 +42,7 @@ impl ModelChoice {
     /// default scale, [`SignificanceScale::Mean`](crate::SignificanceScale::Mean). Chosen to
     /// send at least 5 times fewer bytes than BSP at BSP's test metric (within 0.5%), 4 workers,
     /// the defaults otherwise: matrix factorisation at 4 (ml-latest-small: 5.5× fewer bytes,
-    /// test RMSE +0.04%; MovieLens-100k-shaped ratings: 5.0×, −0.1%), sparse LR at 1 (a9a-shaped:
+    /// test RMSE +0.04%; MovieLens-100k-shaped ratings: 5.5×, +0.2%), sparse LR at 1 (a9a-shaped:
     /// 5.9×, test log loss +0.3%; web-shaped, 3% positive: 6.9×, −0.1%). SVM and the MLP take
     /// LR's, unmeasured; k-means does not filter.
     pub fn isp_significance(&self) -> f32 {

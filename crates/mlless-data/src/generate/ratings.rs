@@ -1,6 +1,5 @@
 //! Ratings from a low-rank model plus noise: [`write_ratings`].
 
-use std::collections::HashSet;
 use std::io::{self, BufWriter, Write};
 
 use rand::Rng;
@@ -12,7 +11,7 @@ use super::shared::{
     STREAM_MODEL, STREAM_SAMPLES, check_non_negative, gaussian, invalid, push_fixed4, push_u64,
     stream_rng,
 };
-use super::sparse_lr::AliasTable;
+use super::sparse_lr::DistinctSampler;
 
 /// Global mean of the generated ratings model.
 pub const RATINGS_BASE: f64 = 3.0;
@@ -149,9 +148,9 @@ pub struct RatingsTruth {
 /// that (users and items take their popularity ranks in a random order; in MovieLens, users
 /// are less unequal than films: every user has rated at least 20). Each user rates a number of
 /// items proportional to its weight, at most half of them, drawn without replacement in
-/// proportion to the items' weights (by an alias table, and by one pass over the items for a
-/// user whose ratings take more than half their weight), so the cost is O(ratings) plus
-/// O(items) for each such user.
+/// proportion to the items' weights (by `generate sparse-lr`'s sampler: an alias table, and one
+/// pass over the items for a user whose draws are mostly repeats), so the cost is O(ratings)
+/// plus O(items) for each such user.
 ///
 /// Lines are `user<TAB>item<TAB>rating<TAB>0` with 1-based ids, the rating with 4 decimals, in
 /// user-major order. The output is buffered internally. Errors if the spec is invalid
@@ -213,16 +212,17 @@ pub fn write_ratings(spec: &RatingsSpec, out: impl Write) -> io::Result<RatingsT
     };
     if spec.skew > 0.0 {
         let users = zipf_weights(spec.users, spec.skew / 2.0, &mut rng);
-        let items = ZipfItems::new(spec.items, spec.skew, &mut rng);
+        let mut items = DistinctSampler::new(zipf_weights(spec.items, spec.skew, &mut rng));
         let expected = user_counts(&users, spec.expected_ratings(), spec.items);
         let mut chosen = Vec::new();
         for (u, expected) in expected.iter().enumerate() {
             // Rounded up with probability its fraction: the counts add up to the expected total.
             let wanted = expected.floor() + f64::from(rng.random::<f64>() < expected.fract());
             let wanted = (wanted as usize).clamp(1, spec.items as usize);
-            items.draw(wanted, &mut rng, &mut chosen);
+            items.sample(&mut rng, wanted, &mut chosen);
+            chosen.sort_unstable();
             for &i in &chosen {
-                write(&mut rng, u, i)?;
+                write(&mut rng, u, i as usize)?;
             }
         }
     } else {
@@ -290,59 +290,4 @@ fn zipf_weights(n: u32, skew: f64, rng: &mut StdRng) -> Vec<f64> {
     let mut weights: Vec<f64> = (1..=n).map(|rank| f64::from(rank).powf(-skew)).collect();
     weights.shuffle(rng);
     weights
-}
-
-/// Items drawn without replacement in proportion to their Zipf weights.
-struct ZipfItems {
-    weights: Vec<f64>,
-    total: f64,
-    table: AliasTable,
-}
-
-impl ZipfItems {
-    fn new(n: u32, skew: f64, rng: &mut StdRng) -> ZipfItems {
-        let weights = zipf_weights(n, skew, rng);
-        let table = AliasTable::new(&weights);
-        let total = weights.iter().sum();
-        ZipfItems {
-            weights,
-            total,
-            table,
-        }
-    }
-
-    /// Fills `chosen` with `count` distinct items (at most all of them), in increasing order:
-    /// successive draws in proportion to the weights of the items not drawn yet.
-    fn draw(&self, count: usize, rng: &mut StdRng, chosen: &mut Vec<usize>) {
-        let count = count.min(self.weights.len());
-        chosen.clear();
-        // Draw from all and redraw repeats while the drawn hold less than half the weight (a
-        // draw is then new with probability at least 1/2)…
-        let mut drawn = HashSet::with_capacity(count);
-        let mut held = 0.0;
-        while chosen.len() < count && held < self.total / 2.0 {
-            let i = self.table.sample(rng) as usize;
-            if drawn.insert(i) {
-                held += self.weights[i];
-                chosen.push(i);
-            }
-        }
-        // …then the rest at once by Efraimidis and Spirakis's keys u^(1/w) over the items
-        // left: the largest keys win, as successive draws without replacement would.
-        let rest = count - chosen.len();
-        if rest > 0 {
-            let mut keys: Vec<(f64, usize)> = self
-                .weights
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !drawn.contains(i))
-                .map(|(i, &w)| ((1.0 - rng.random::<f64>()).ln() / w, i))
-                .collect();
-            if rest < keys.len() {
-                keys.select_nth_unstable_by(rest, |a, b| b.0.total_cmp(&a.0));
-            }
-            chosen.extend(keys[..rest].iter().map(|&(_, i)| i));
-        }
-        chosen.sort_unstable();
-    }
 }

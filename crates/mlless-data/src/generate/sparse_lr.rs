@@ -175,62 +175,62 @@ impl AliasTable {
     }
 }
 
-/// Samples rows of distinct feature ranks.
-struct RowSampler {
+/// Draws sets of distinct ids, one after the other in proportion to their weights among the
+/// ids not drawn yet (successive sampling without replacement): the ranks of a sparse row, the
+/// films a user rates.
+pub(super) struct DistinctSampler {
+    weights: Vec<f64>,
     table: AliasTable,
-    zipf_exponent: f64,
-    nnz: usize,
-    /// `marks[r] == stamp` iff rank r is in the current row.
+    /// `marks[r] == stamp` iff id r is in the current set.
     marks: Vec<u32>,
     stamp: u32,
     scratch: Vec<(f64, u32)>,
 }
 
-impl RowSampler {
-    fn new(spec: &SparseLrSpec) -> Self {
-        let weights: Vec<f64> = (0..spec.features)
-            .map(|r| f64::from(r + 1).powf(-spec.zipf_exponent))
-            .collect();
+impl DistinctSampler {
+    /// A sampler of ids `0..weights.len()` with these weights.
+    pub(super) fn new(weights: Vec<f64>) -> Self {
         Self {
             table: AliasTable::new(&weights),
-            zipf_exponent: spec.zipf_exponent,
-            nnz: spec.nnz as usize,
-            marks: vec![0; spec.features as usize],
+            marks: vec![0; weights.len()],
+            weights,
             stamp: 0,
             scratch: Vec::new(),
         }
     }
 
-    /// Fills `ranks` with `nnz` distinct ranks, drawn one after the other in proportion to
-    /// their popularity among the ranks not drawn yet.
-    fn sample(&mut self, rng: &mut impl RngCore, ranks: &mut Vec<u32>) {
-        ranks.clear();
+    /// Fills `ids` with `count` distinct ids (at most all of them).
+    pub(super) fn sample(&mut self, rng: &mut impl RngCore, count: usize, ids: &mut Vec<u32>) {
+        let count = count.min(self.weights.len());
+        ids.clear();
+        if count == 0 {
+            return;
+        }
         self.next_stamp();
-        let budget = 64 * self.nnz + 1024;
+        let budget = 64 * count + 1024;
         for _ in 0..budget {
             let r = self.table.sample(rng);
             if self.marks[r as usize] != self.stamp {
                 self.marks[r as usize] = self.stamp;
-                ranks.push(r);
-                if ranks.len() == self.nnz {
+                ids.push(r);
+                if ids.len() == count {
                     return;
                 }
             }
         }
-        // Rejection is too slow when the row must take most of the popularity mass; draw the
-        // same distribution (successive sampling without replacement) with Efraimidis-Spirakis
-        // keys: the nnz largest of u^(1/w), here ln(u)/w.
-        ranks.clear();
+        // Rejection is too slow when the set must take most of the weight; draw the same
+        // distribution (successive sampling without replacement) with Efraimidis-Spirakis
+        // keys: the `count` largest of u^(1/w), here ln(u)/w.
+        ids.clear();
         self.scratch.clear();
-        self.scratch.extend((0..self.marks.len() as u32).map(|r| {
-            let u = 1.0 - rng.random::<f64>(); // (0, 1]
-            let w = f64::from(r + 1).powf(-self.zipf_exponent);
-            (u.ln() / w, r)
-        }));
-        let k = self.nnz - 1;
         self.scratch
-            .select_nth_unstable_by(k, |a, b| b.0.total_cmp(&a.0));
-        ranks.extend(self.scratch[..self.nnz].iter().map(|&(_, r)| r));
+            .extend(self.weights.iter().zip(0u32..).map(|(&w, r)| {
+                let u = 1.0 - rng.random::<f64>(); // (0, 1]
+                (u.ln() / w, r)
+            }));
+        self.scratch
+            .select_nth_unstable_by(count - 1, |a, b| b.0.total_cmp(&a.0));
+        ids.extend(self.scratch[..count].iter().map(|&(_, r)| r));
     }
 
     fn next_stamp(&mut self) {
@@ -242,8 +242,20 @@ impl RowSampler {
     }
 }
 
+/// The sampler of a spec's rows: feature ranks with Zipf weights `(r + 1)^-s`.
+fn row_sampler(spec: &SparseLrSpec) -> DistinctSampler {
+    DistinctSampler::new(
+        (0..spec.features)
+            .map(|r| f64::from(r + 1).powf(-spec.zipf_exponent))
+            .collect(),
+    )
+}
+
 /// The model of a spec: the permutation from popularity rank to feature id, and the truth.
-fn sparse_lr_model(spec: &SparseLrSpec, sampler: &mut RowSampler) -> (Vec<u32>, SparseLrTruth) {
+fn sparse_lr_model(
+    spec: &SparseLrSpec,
+    sampler: &mut DistinctSampler,
+) -> (Vec<u32>, SparseLrTruth) {
     let mut rng = stream_rng(spec.seed, STREAM_MODEL);
     let n = spec.features as usize;
     let mut perm: Vec<u32> = (0..spec.features).collect();
@@ -257,7 +269,7 @@ fn sparse_lr_model(spec: &SparseLrSpec, sampler: &mut RowSampler) -> (Vec<u32>, 
     const CALIBRATION_ROWS: u32 = 2048;
     let mut informative_seen = 0u64;
     for _ in 0..CALIBRATION_ROWS {
-        sampler.sample(&mut calibration, &mut ranks);
+        sampler.sample(&mut calibration, spec.nnz as usize, &mut ranks);
         informative_seen += ranks.iter().filter(|&&r| r < spec.informative).count() as u64;
     }
     let mean_informative = informative_seen as f64 / f64::from(CALIBRATION_ROWS);
@@ -293,7 +305,7 @@ fn draw_value(values: FeatureValues, rng: &mut impl Rng) -> f64 {
 /// (from their own stream) is `rate`, by bisection: the mean is increasing in `b`.
 fn calibrate_bias(
     spec: &SparseLrSpec,
-    sampler: &mut RowSampler,
+    sampler: &mut DistinctSampler,
     perm: &[u32],
     weights: &[f32],
     rate: f64,
@@ -302,7 +314,7 @@ fn calibrate_bias(
     let mut ranks = Vec::with_capacity(spec.nnz as usize);
     let margins: Vec<f64> = (0..8192)
         .map(|_| {
-            sampler.sample(&mut rng, &mut ranks);
+            sampler.sample(&mut rng, spec.nnz as usize, &mut ranks);
             ranks
                 .iter()
                 .map(|&r| {
@@ -332,7 +344,7 @@ fn calibrate_bias(
 pub fn sparse_lr_truth(spec: &SparseLrSpec) -> SparseLrTruth {
     spec.validate()
         .unwrap_or_else(|e| panic!("sparse_lr_truth: {e}"));
-    sparse_lr_model(spec, &mut RowSampler::new(spec)).1
+    sparse_lr_model(spec, &mut row_sampler(spec)).1
 }
 
 /// Writes `spec.samples` rows of a synthetic sparse logistic-regression dataset as LIBSVM text
@@ -362,7 +374,7 @@ pub fn sparse_lr_truth(spec: &SparseLrSpec) -> SparseLrTruth {
 /// (`ErrorKind::InvalidInput`) or on a write error.
 pub fn write_sparse_lr(spec: &SparseLrSpec, out: impl Write) -> io::Result<SparseLrTruth> {
     spec.validate()?;
-    let mut sampler = RowSampler::new(spec);
+    let mut sampler = row_sampler(spec);
     let (perm, truth) = sparse_lr_model(spec, &mut sampler);
     let mut rng = stream_rng(spec.seed, STREAM_SAMPLES);
     let mut out = BufWriter::with_capacity(1 << 20, out);
@@ -370,7 +382,7 @@ pub fn write_sparse_lr(spec: &SparseLrSpec, out: impl Write) -> io::Result<Spars
     let mut ids: Vec<(u32, f64)> = Vec::with_capacity(spec.nnz as usize);
     let mut line = Vec::with_capacity(16 + 12 * spec.nnz as usize);
     for _ in 0..spec.samples {
-        sampler.sample(&mut rng, &mut ranks);
+        sampler.sample(&mut rng, spec.nnz as usize, &mut ranks);
         ids.clear();
         ids.extend(
             ranks

@@ -80,7 +80,7 @@ pub struct Defaults {
 /// (`generate ratings --skew 1.3 --stars --interaction 0.15 --bias-std 0.45`: popular and rare
 /// films, whole stars, mostly biases and noise) together, at 1, 4 and 16 workers: 0.1 beat 0.05
 /// on both (real, P = 4: test RMSE 0.839 against 0.847 after 10 epochs; the MovieLens-100k-shaped
-/// set: 0.926 against 0.932), as weighted-λ ALS's best λ on such data is about 0.1–0.2. On
+/// set: 0.921 against 0.929), as weighted-λ ALS's best λ on such data is about 0.1–0.2. On
 /// synthetic ratings where the interaction dominates the noise (the uniform default of
 /// `generate ratings`) it costs a little (1.13 σ against 1.07 σ after 10 epochs), which is not
 /// what real ratings look like. Per-example L2 alone lets the many users and items with few
