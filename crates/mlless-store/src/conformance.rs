@@ -29,6 +29,9 @@ use bytes::Bytes;
 use crate::channel::{Channel, ChannelError, WorkerId};
 use crate::store::{Store, StoreError};
 
+mod average;
+pub use average::{average_refuses_what_does_not_fit, publish_and_average_step};
+
 /// A factory of channels of one backend: given a job id, the channel of that job.
 pub type ChannelFactory<'a> = &'a dyn Fn(&str) -> Arc<dyn Channel>;
 
@@ -677,6 +680,8 @@ pub const JOB_IDS: &[&str] = &[
     "conformance-keys",
     "conformance-discard",
     "conformance-poll",
+    "conformance-average",
+    "conformance-average-bad",
 ];
 
 /// Runs every channel conformance test, each on its own job id (one of [`JOB_IDS`]).
@@ -692,6 +697,8 @@ pub async fn run_all(factory: ChannelFactory<'_>) {
     keys_last_write_wins(factory("conformance-keys").as_ref()).await;
     discard_removes_messages(factory("conformance-discard").as_ref()).await;
     poll_returns_what_is_there(factory("conformance-poll").as_ref()).await;
+    publish_and_average_step(factory("conformance-average").as_ref()).await;
+    average_refuses_what_does_not_fit(factory("conformance-average-bad").as_ref()).await;
 }
 
 fn store_must<T>(store: &Store, what: &str, result: Result<T, StoreError>) -> T {

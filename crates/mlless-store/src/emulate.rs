@@ -21,6 +21,10 @@
 //! - [`publish_and_collect`](Channel::publish_and_collect): a publish, then a collect (two
 //!   requests: even where a server does both in one script, the last peer's message usually
 //!   lands after the first read).
+//! - [`publish_and_average`](Channel::publish_and_average): the request that sends the share,
+//!   and a read of what came back — one message (the mean) from each parameter server, or the
+//!   peers' shares where the worker averages — paid once the inner channel has answered (a
+//!   constant latency on every share moves the step as much before the wait as after it).
 //! - [`poll`](Channel::poll): one request plus the bytes found. [`discard`](Channel::discard),
 //!   [`put_key`](Channel::put_key), [`get_key`](Channel::get_key): one request each (plus their
 //!   bytes). [`cleanup`](Channel::cleanup) and [`describe`](Channel::describe) add nothing.
@@ -61,6 +65,7 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::channel::average::{Averaged, Share};
 use crate::channel::collect::thread_sleep;
 use crate::channel::{Channel, ChannelError, WorkerId};
 use crate::store::Store;
@@ -367,6 +372,26 @@ impl EmulatedChannel {
         self.wait(self.latency.request(bytes)).await;
     }
 
+    /// `error`, a timeout naming this channel, emulation and all.
+    fn renamed(&self, error: ChannelError) -> ChannelError {
+        match error {
+            ChannelError::Timeout {
+                topic,
+                step,
+                missing,
+                waited,
+                endpoint: _,
+            } => ChannelError::Timeout {
+                topic,
+                step,
+                missing,
+                waited,
+                endpoint: self.describe(),
+            },
+            other => other,
+        }
+    }
+
     /// Waits for `duration`.
     async fn wait(&self, duration: Duration) {
         if self.on_timer {
@@ -402,29 +427,36 @@ impl Channel for EmulatedChannel {
         from: &[WorkerId],
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        let messages = match self.inner.collect(topic, step, from, timeout).await {
-            Ok(messages) => messages,
-            // The timeout names this channel, emulation and all.
-            Err(ChannelError::Timeout {
-                topic,
-                step,
-                missing,
-                waited,
-                endpoint: _,
-            }) => {
-                return Err(ChannelError::Timeout {
-                    topic,
-                    step,
-                    missing,
-                    waited,
-                    endpoint: self.describe(),
-                });
-            }
-            Err(e) => return Err(e),
-        };
+        let messages = self
+            .inner
+            .collect(topic, step, from, timeout)
+            .await
+            .map_err(|e| self.renamed(e))?;
         self.wait(self.latency.read(messages.len(), total_len(&messages)))
             .await;
         Ok(messages)
+    }
+
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Averaged, ChannelError> {
+        let averaged = self
+            .inner
+            .publish_and_average(topic, step, from, share, peers, timeout)
+            .await
+            .map_err(|e| self.renamed(e))?;
+        let sent = usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX);
+        let received = usize::try_from(averaged.bytes_received).unwrap_or(usize::MAX);
+        let messages = averaged.messages_received.max(1) as usize;
+        self.wait(self.latency.request(sent) + self.latency.read(messages, received))
+            .await;
+        Ok(averaged)
     }
 
     async fn poll(

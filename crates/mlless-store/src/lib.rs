@@ -100,6 +100,7 @@ pub mod redact;
 pub mod requests;
 pub mod store;
 
+pub use channel::average::{Averaged, Share};
 #[cfg(feature = "dynamodb")]
 pub use channel::dynamodb::{self, DynamoDbChannel};
 pub use channel::in_process::InProcessChannel;

@@ -105,6 +105,68 @@ async fn conformance_two_servers() {
     b.kill().await;
 }
 
+/// The servers average: with 8 workers whose updates touch the same 4,000 parameters, each
+/// worker receives about one update's bytes (the mean, in one message per server), where on a
+/// channel that only carries messages it receives its 7 peers' updates; both means are the
+/// same bits. With two servers each averages its half of the parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_average_so_a_worker_receives_one_mean() {
+    use mlless_core::{SparseVector, WireDelta};
+    use mlless_store::{InProcessChannel, Share};
+    let a = Running::start("127.0.0.1:0", PsLimits::default()).await;
+    let b = Running::start("127.0.0.1:0", PsLimits::default()).await;
+    let (dim, peers): (usize, Vec<u32>) = (50_000, (0..8).collect());
+    let share = |w: u32| {
+        let indices: Vec<u32> = (0..4_000).map(|i| i * 12 + 1).collect();
+        let values = indices.iter().map(|&i| ((i + w) as f32).cos()).collect();
+        Share {
+            header: Bytes::from(vec![w as u8; 10]),
+            delta: WireDelta::Sparse(SparseVector::from_parts(indices, values).expect("ascending")),
+            dim,
+        }
+    };
+    let average_all = |channel: Arc<dyn Channel>| {
+        let peers = peers.clone();
+        async move {
+            let calls = peers.iter().map(|&w| {
+                let channel = channel.clone();
+                let peers = peers.clone();
+                async move {
+                    channel
+                        .publish_and_average("means", 0, w, share(w), &peers, PATIENT)
+                        .await
+                        .expect("average")
+                }
+            });
+            futures::future::join_all(calls).await
+        }
+    };
+    let workers_average = average_all(Arc::new(InProcessChannel::new("averaging"))).await;
+    let one_share = workers_average[0].bytes_sent;
+    for (name, url, servers) in [
+        ("one server", a.url(), 1),
+        ("two servers", urls(&[&a, &b]), 2),
+    ] {
+        let channel: Arc<dyn Channel> = Arc::new(connect(&url, "averaging").await);
+        let averaged = average_all(channel.clone()).await;
+        for (w, (here, there)) in averaged.iter().zip(&workers_average).enumerate() {
+            assert!(here.mean == there.mean, "{name}: worker {w}'s mean differs");
+            assert_eq!(here.headers, there.headers, "{name}: worker {w}");
+            assert_eq!(here.messages_received, servers, "{name}: worker {w}");
+            assert!(
+                here.bytes_received < 2 * one_share && there.bytes_received >= 7 * one_share,
+                "{name}: worker {w} received {} bytes through the servers, {} averaging \
+                 itself ({one_share} a share)",
+                here.bytes_received,
+                there.bytes_received
+            );
+        }
+        channel.cleanup().await.expect("cleanup");
+    }
+    a.kill().await;
+    b.kill().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_without_the_secret_are_refused() {
     let server = Running::start("127.0.0.1:0", PsLimits::default()).await;

@@ -25,6 +25,7 @@
 //! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
 //! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
+//! | [`average`] | [`Share`](average::Share) and [`Averaged`](average::Averaged), what [`Channel::publish_and_average`] takes and gives, and its default (the worker averages) |
 //!
 //! A new backend is a module here that implements [`Channel`], marks its
 //! [`ChannelError::Backend`] errors transient or not, and passes the conformance suite; its URL
@@ -40,6 +41,7 @@ use bytes::Bytes;
 
 use crate::store::{StoreError, check_segment};
 
+pub mod average;
 pub(crate) mod collect;
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
@@ -146,6 +148,23 @@ pub enum ChannelError {
         /// The feature that builds the backend: `redis`, `memcached`, `s3`, `ps` or `dynamodb`.
         feature: &'static str,
     },
+    /// A worker's share of a mean ([`Channel::publish_and_average`]) cannot be read or does not
+    /// fit the model.
+    #[error(
+        "channel {endpoint}: the share of worker {worker} in step {step} of topic {topic:?}: {reason}"
+    )]
+    BadShare {
+        /// Where the channel is.
+        endpoint: String,
+        /// The topic.
+        topic: String,
+        /// The step.
+        step: u64,
+        /// The worker whose share it is.
+        worker: WorkerId,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A job id, topic or key is not usable as a name on this channel.
     #[error("invalid {what} {name:?} on channel {endpoint}: {reason}")]
     InvalidName {
@@ -183,6 +202,7 @@ impl ChannelError {
             | ChannelError::Unavailable { .. }
             | ChannelError::InvalidUrl { .. }
             | ChannelError::NotBuilt { .. }
+            | ChannelError::BadShare { .. }
             | ChannelError::InvalidName { .. } => false,
         }
     }
@@ -296,6 +316,34 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<Bytes>, ChannelError> {
         self.publish(topic, step, from, payload).await?;
         self.collect(topic, step, peers, timeout).await
+    }
+
+    /// Publishes worker `from`'s [`Share`](average::Share) of `step` on `topic` and returns,
+    /// once every worker of `peers` (which includes `from`) has published its own, the mean of
+    /// their deltas ([`mlless_core::mean_of`] in the order of `peers`) and their headers. After
+    /// `timeout` fails with [`ChannelError::Timeout`] naming the missing workers.
+    ///
+    /// The default publishes the share as a message and averages the peers' on the worker
+    /// ([`average`]); a backend that can average on its side (the parameter server) overrides
+    /// it, so that a worker receives one mean instead of every peer's update. Either way the
+    /// share is a message of (`topic`, `step`, `from`) for [`poll`](Channel::poll) (whose
+    /// header [`average::share_header`] reads) and [`discard`](Channel::discard). A decorator
+    /// must forward it, or the backend's own is bypassed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`publish_and_collect`](Channel::publish_and_collect): cancelled, it may or may not
+    /// have stored the share, and calling it again stores it once.
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: average::Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<average::Averaged, ChannelError> {
+        average::average_on_worker(self, (topic, step, from), share, peers, timeout).await
     }
 
     /// Returns, without waiting, the messages of `step` on `topic` from the workers in `from`

@@ -75,6 +75,7 @@ use bytes::Bytes;
 use rand::Rng;
 use tracing::{debug, info, warn};
 
+use super::average::{Averaged, Share};
 use super::{Channel, ChannelError, WorkerId};
 
 /// How long an outage of a remote channel is ridden out by default: what [`open_channel`]
@@ -334,6 +335,28 @@ impl<C: Channel> Channel for RetryingChannel<C> {
             };
             self.inner
                 .publish_and_collect(topic, step, from, payload.clone(), peers, remaining)
+        })
+        .await
+    }
+
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Averaged, ChannelError> {
+        // As `collect`: the retries do not extend the wait; a repeated share is stored once.
+        let deadline = Instant::now().checked_add(timeout);
+        self.run("publish_and_average", || {
+            let remaining = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => timeout,
+            };
+            self.inner
+                .publish_and_average(topic, step, from, share.clone(), peers, remaining)
         })
         .await
     }

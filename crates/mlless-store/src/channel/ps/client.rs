@@ -64,6 +64,15 @@ impl PsClientError {
     }
 }
 
+/// The bytes of one request's frame and of its answer's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct FrameBytes {
+    /// Sent.
+    pub(super) sent: u64,
+    /// Received.
+    pub(super) received: u64,
+}
+
 /// One server of a `ps://` channel.
 #[derive(Debug)]
 pub(super) struct Server {
@@ -200,6 +209,21 @@ impl Server {
         request: &Request,
         wait: Duration,
     ) -> Result<Response, PsClientError> {
+        self.call_counted(request, wait)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`call`](Self::call), with the bytes of the frames sent and received.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`call`](Self::call).
+    pub(super) async fn call_counted(
+        &self,
+        request: &Request,
+        wait: Duration,
+    ) -> Result<(Response, FrameBytes), PsClientError> {
         let bound = wait.saturating_add(OP_TIMEOUT);
         let frame = wire::encode(request)?;
         let len = (frame.len() - wire::HEADER_LEN) as u64;
@@ -213,9 +237,14 @@ impl Server {
         let mut stream = self.connection().await?;
         let exchange = async {
             stream.write_all(&frame).await.map_err(WireError::Io)?;
-            wire::read_frame::<_, Response>(&mut stream, MAX_RESPONSE_BYTES).await
+            match wire::read_header(&mut stream, MAX_RESPONSE_BYTES).await? {
+                Some((len, crc)) => wire::read_body::<_, Response>(&mut stream, len, crc)
+                    .await
+                    .map(|response| (response, len)),
+                None => Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            }
         };
-        let response = tokio::time::timeout(bound, exchange)
+        let (response, received) = tokio::time::timeout(bound, exchange)
             .await
             .map_err(|_| PsClientError::Timeout(bound))??;
         self.put_back(stream);
@@ -224,7 +253,13 @@ impl Server {
                 debug!(server = %self.endpoint, %reason, "request refused");
                 Err(PsClientError::Refused(reason))
             }
-            response => Ok(response),
+            response => Ok((
+                response,
+                FrameBytes {
+                    sent: frame.len() as u64,
+                    received: (received + wire::HEADER_LEN) as u64,
+                },
+            )),
         }
     }
 
@@ -245,6 +280,7 @@ pub(super) fn unexpected(response: &Response) -> PsClientError {
         Response::Welcome { .. } => "welcome",
         Response::Done => "done",
         Response::Messages(_) => "messages",
+        Response::Mean { .. } => "mean",
         Response::TimedOut { .. } => "timed out",
         Response::Polled(_) => "polled",
         Response::Key(_) => "key",

@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | [`wire`] | request and response frames over TCP (postcard in a checked, length-prefixed frame; why not gRPC) |
 //! | [`server`] | [`PsServer`]: every job's messages and keys in memory, a lock and a wake-up per step, the limits |
+//! | `means` | the server's averaging: each step's parts of the updates and their mean |
 //! | `client` | one server's connections, its hello and boot id |
 //! | this one | [`PsChannel`]: the URL, sharding over several servers |
 //!
@@ -16,6 +17,15 @@
 //! With K servers (`ps://:S@h1:p1,ps://:S@h2:p2`), the message of (topic, step, worker) lives on
 //! server `hash(topic, step, worker) % K` and a key on `hash(key) % K` (FNV-1a: the same in every
 //! process); a collect asks every server holding wanted messages at once.
+//!
+//! # Averaging
+//!
+//! The servers average the workers' updates themselves
+//! ([`Channel::publish_and_average`], the `server` pattern): each worker sends its update and
+//! receives the mean, one request to each server whatever the fleet, where broadcast has it
+//! read every peer's update. With K servers, server `k` averages the `k`-th range of the
+//! parameters (a K-th of each update's bytes). Why the servers average rather than apply the
+//! mean to a model of their own: see `means.rs`.
 //!
 //! # Faults
 //!
@@ -34,11 +44,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::future::{join_all, try_join_all};
 
+use mlless_core::{SparseVector, WireDelta};
+
+use crate::channel::average::{Averaged, Share, encode_share, share_header};
 use crate::channel::collect::timeout_error;
 use crate::channel::{Channel, ChannelError, WorkerId, check_name};
 use crate::redact::redact_url;
 
 mod client;
+mod means;
 pub mod server;
 pub mod wire;
 
@@ -370,6 +384,140 @@ impl Channel for PsChannel {
             &present,
             start.elapsed(),
         ))
+    }
+
+    /// The servers average: with K servers, server `k` averages the parameters
+    /// `[k·dim/K, (k+1)·dim/K)`, so that each sums a K-th of every update; the worker's header
+    /// goes to the server that holds its message of the step.
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Averaged, ChannelError> {
+        self.check_topic(topic)?;
+        let start = Instant::now();
+        let bad = |reason: String| ChannelError::BadShare {
+            endpoint: self.describe(),
+            topic: topic.to_string(),
+            step,
+            worker: from,
+            reason,
+        };
+        let k = self.servers.len();
+        let bounds: Vec<u64> = (0..=k as u64)
+            .map(|i| i * share.dim as u64 / k as u64)
+            .collect();
+        let parts = if k == 1 {
+            vec![share.delta]
+        } else {
+            let whole = share
+                .delta
+                .into_sparse(share.dim)
+                .map_err(|e| bad(e.to_string()))?;
+            whole
+                .split_at_bounds(&bounds)
+                .into_iter()
+                .map(WireDelta::Sparse)
+                .collect()
+        };
+        let header = encode_share(&share.header, &WireDelta::Sparse(SparseVector::new()))
+            .map_err(|e| bad(format!("cannot encode its header: {e}")))?;
+        let home = self.server_of_message(topic, step, from);
+        let timeout_ms = u64::try_from(timeout.as_millis().max(1)).unwrap_or(u64::MAX);
+        let calls = parts.into_iter().enumerate().map(|(index, part)| {
+            let server = &self.servers[index];
+            let request = Request::Average {
+                topic: topic.to_string(),
+                step,
+                from,
+                header: (index == home).then(|| header.clone()),
+                part,
+                range: (bounds[index], bounds[index + 1]),
+                peers: peers.to_vec(),
+                timeout_ms,
+            };
+            async move {
+                server.call_counted(&request, timeout).await.map_err(|e| {
+                    server.error(
+                        format!("average of step {step} of topic {topic:?} from worker {from}"),
+                        e,
+                    )
+                })
+            }
+        });
+        let answers = try_join_all(calls).await?;
+        let mut means = Vec::with_capacity(k);
+        let mut headers: Vec<Option<Bytes>> = vec![None; peers.len()];
+        let mut present = vec![true; peers.len()];
+        let (mut timed_out, mut bytes_sent, mut bytes_received) = (false, 0, 0);
+        for ((response, frames), server) in answers.into_iter().zip(self.servers.iter()) {
+            bytes_sent += frames.sent;
+            bytes_received += frames.received;
+            match response {
+                Response::Mean {
+                    mean,
+                    headers: found,
+                } if found.len() == peers.len() => {
+                    means.push(mean);
+                    for (slot, header) in headers.iter_mut().zip(found) {
+                        if slot.is_none() {
+                            *slot = header;
+                        }
+                    }
+                }
+                Response::TimedOut { present: found } if found.len() == peers.len() => {
+                    timed_out = true;
+                    for (all, here) in present.iter_mut().zip(found) {
+                        *all &= here;
+                    }
+                }
+                other => {
+                    return Err(server.error(
+                        format!("average of step {step} of topic {topic:?} from worker {from}"),
+                        unexpected(&other),
+                    ));
+                }
+            }
+        }
+        if timed_out {
+            return Err(timeout_error(
+                self.describe(),
+                topic,
+                step,
+                peers,
+                &present,
+                start.elapsed(),
+            ));
+        }
+        let mean = SparseVector::concat(means)
+            .map_err(|e| bad(format!("the servers' means do not join up: {e}")))?;
+        let headers = headers
+            .into_iter()
+            .zip(peers)
+            .map(|(header, &peer)| {
+                let header = header.ok_or_else(|| "no server holds its header".to_string());
+                header
+                    .and_then(|h| share_header(&h))
+                    .map_err(|reason| ChannelError::BadShare {
+                        endpoint: self.describe(),
+                        topic: topic.to_string(),
+                        step,
+                        worker: peer,
+                        reason,
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Averaged {
+            headers,
+            mean,
+            bytes_sent,
+            bytes_received,
+            messages_received: k as u32,
+        })
     }
 
     async fn poll(

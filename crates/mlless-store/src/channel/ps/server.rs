@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use super::means::{self, Averaging, MeanEntry};
 use super::wire::{self, Request, Response, WireError};
 use crate::channel::WorkerId;
 
@@ -148,7 +149,7 @@ impl Budget {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -161,8 +162,10 @@ struct StepEntry {
 
 /// One job's data; its bytes are given back to the server's budget when it is dropped.
 #[derive(Debug)]
-struct Job {
+pub(super) struct Job {
     steps: Mutex<HashMap<(String, u64), Arc<StepEntry>>>,
+    /// The parts and means of [`Request::Average`], by (topic, step).
+    pub(super) means: Mutex<HashMap<(String, u64), Arc<MeanEntry>>>,
     keys: Mutex<HashMap<String, Bytes>>,
     budget: Budget,
     total: Arc<Budget>,
@@ -175,13 +178,13 @@ impl Drop for Job {
 }
 
 /// What a message or key of `len` bytes under `name` costs against the limits.
-fn cost(name: &str, len: usize) -> u64 {
+pub(super) fn cost(name: &str, len: usize) -> u64 {
     ENTRY_OVERHEAD + name.len() as u64 + len as u64
 }
 
 impl Job {
     /// Takes `n` bytes from the job's and the server's budgets, or says which is full.
-    fn take(&self, n: u64, job: &str) -> Result<(), String> {
+    pub(super) fn take(&self, n: u64, job: &str) -> Result<(), String> {
         if !self.budget.try_take(n) {
             return Err(format!(
                 "job {job:?} would hold more than its limit of {} bytes (--max-job-bytes)",
@@ -198,7 +201,8 @@ impl Job {
         Ok(())
     }
 
-    fn give(&self, n: u64) {
+    /// Gives `n` bytes back to the job's and the server's budgets.
+    pub(super) fn give(&self, n: u64) {
         self.budget.give(n);
         self.total.give(n);
     }
@@ -214,6 +218,22 @@ impl Job {
     /// The entry of (topic, step), if present.
     fn existing(&self, topic: &str, step: u64) -> Option<Arc<StepEntry>> {
         lock(&self.steps).get(&(topic.to_string(), step)).cloned()
+    }
+
+    /// The messages of (topic, step) from `from`, `None` where absent.
+    pub(super) fn messages_of(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Vec<Option<Bytes>> {
+        match self.existing(topic, step) {
+            Some(entry) => {
+                let messages = lock(&entry.messages);
+                from.iter().map(|w| messages.get(w).cloned()).collect()
+            }
+            None => vec![None; from.len()],
+        }
     }
 
     /// Forgets the entry of (topic, step) if it holds no message and nobody else holds it.
@@ -254,6 +274,7 @@ impl Shared {
             .or_insert_with(|| {
                 Arc::new(Job {
                     steps: Mutex::default(),
+                    means: Mutex::default(),
                     keys: Mutex::default(),
                     budget: Budget::new(self.limits.max_job_bytes),
                     total: self.total.clone(),
@@ -494,6 +515,41 @@ async fn serve_connection(mut stream: TcpStream, shared: &Shared) -> Result<(), 
                     }
                 }
             }
+            Request::Average {
+                topic,
+                step,
+                from,
+                header,
+                part,
+                range,
+                peers,
+                timeout_ms,
+            } => {
+                let job_data = shared.job(&job);
+                if let Some(header) = header
+                    && let Err(reason) = store_message(&job_data, &job, &topic, step, from, header)
+                {
+                    Response::Refused(reason)
+                } else {
+                    let averaging = Averaging {
+                        job_name: &job,
+                        topic: &topic,
+                        step,
+                        from,
+                        range,
+                        peers: &peers,
+                    };
+                    let wait = Duration::from_millis(timeout_ms).min(MAX_COLLECT_WAIT);
+                    let mut probe = [0u8; 1];
+                    // A client that goes away stops its wait.
+                    tokio::select! {
+                        response = means::average(&job_data, averaging, part, wait) => response,
+                        _ = stream.read(&mut probe) => {
+                            return Err(ConnectionError::LeftDuringCollect);
+                        }
+                    }
+                }
+            }
             request => handle(shared, &job, request),
         };
         wire::write_frame(&mut stream, &response).await?;
@@ -516,7 +572,9 @@ fn handle(shared: &Shared, job_name: &str, request: Request) -> Response {
     let refuse = Response::Refused;
     match request {
         Request::Hello { .. } => refuse("hello twice on one connection".into()),
-        Request::Collect { .. } => refuse("collect is served apart".into()),
+        Request::Collect { .. } | Request::Average { .. } => {
+            refuse("collect and average are served apart".into())
+        }
         Request::Publish {
             topic,
             step,
@@ -527,29 +585,9 @@ fn handle(shared: &Shared, job_name: &str, request: Request) -> Response {
                 return refuse(reason);
             }
             let job = shared.job(job_name);
-            let entry = job.entry(&topic, step);
-            let n = cost(&topic, payload.len());
-            let stored = {
-                let mut messages = lock(&entry.messages);
-                match messages.entry(from) {
-                    // Idempotent: the first message stays.
-                    Entry::Occupied(_) => Ok(false),
-                    Entry::Vacant(vacant) => job.take(n, job_name).map(|()| {
-                        vacant.insert(payload);
-                        true
-                    }),
-                }
-            };
-            match stored {
-                Ok(true) => {
-                    entry.landed.notify_waiters();
-                    Response::Done
-                }
-                Ok(false) => Response::Done,
-                Err(reason) => {
-                    job.prune(&topic, step, entry);
-                    refuse(reason)
-                }
+            match store_message(&job, job_name, &topic, step, from, payload) {
+                Ok(()) => Response::Done,
+                Err(reason) => refuse(reason),
             }
         }
         Request::Poll { topic, step, from } => {
@@ -577,6 +615,7 @@ fn handle(shared: &Shared, job_name: &str, request: Request) -> Response {
                 job.give(freed);
                 job.prune(&topic, step, entry);
             }
+            means::discard(&job, &topic, step, &from);
             Response::Done
         }
         Request::PutKey { key, value } => {
@@ -601,6 +640,43 @@ fn handle(shared: &Shared, job_name: &str, request: Request) -> Response {
         Request::Cleanup => {
             shared.forget(job_name);
             Response::Done
+        }
+    }
+}
+
+/// Stores worker `from`'s message of (topic, step) unless it has one (idempotent), waking the
+/// collects of the step; a refusal says which limit it would exceed.
+fn store_message(
+    job: &Job,
+    job_name: &str,
+    topic: &str,
+    step: u64,
+    from: WorkerId,
+    payload: Bytes,
+) -> Result<(), String> {
+    check_name("topic", topic)?;
+    let entry = job.entry(topic, step);
+    let n = cost(topic, payload.len());
+    let stored = {
+        let mut messages = lock(&entry.messages);
+        match messages.entry(from) {
+            // Idempotent: the first message stays.
+            Entry::Occupied(_) => Ok(false),
+            Entry::Vacant(vacant) => job.take(n, job_name).map(|()| {
+                vacant.insert(payload);
+                true
+            }),
+        }
+    };
+    match stored {
+        Ok(true) => {
+            entry.landed.notify_waiters();
+            Ok(())
+        }
+        Ok(false) => Ok(()),
+        Err(reason) => {
+            job.prune(topic, step, entry);
+            Err(reason)
         }
     }
 }
@@ -658,6 +734,7 @@ mod tests {
         let total = Arc::new(Budget::new(300));
         let job = Job {
             steps: Mutex::default(),
+            means: Mutex::default(),
             keys: Mutex::default(),
             budget: Budget::new(200),
             total: total.clone(),

@@ -5,7 +5,7 @@
 //! in postcard. One request, then its response, on a connection at a time.
 //!
 //! Why this and not an RPC crate such as tonic: gRPC needs a protobuf toolchain at build time
-//! and brings HTTP/2 (hyper, h2, tower) for what is one small protocol of eight requests between
+//! and brings HTTP/2 (hyper, h2, tower) for what is one small protocol of nine requests between
 //! mlless and itself; and LambdaML found the hybrid parameter server's time going to
 //! serialisation, so the payloads should cross as raw bytes with nothing in between. Postcard is
 //! already how mlless encodes its own structures, its payloads ([`Bytes`]) are written as a
@@ -13,6 +13,7 @@
 //! before it allocates it ([`read_frame`]).
 
 use bytes::Bytes;
+use mlless_core::{SparseVector, WireDelta};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -21,7 +22,7 @@ use crate::channel::WorkerId;
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"MLPS";
 /// The protocol version in every frame's header; a peer speaking another is refused.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Length of a frame's header: magic, version, body length, body CRC-32.
 pub const HEADER_LEN: usize = 14;
 
@@ -70,7 +71,7 @@ impl WireError {
 }
 
 /// What a client asks the server; the first request on a connection is [`Request::Hello`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     /// Opens the connection for a job: the server's secret and the job every later request of
     /// the connection is about.
@@ -100,6 +101,28 @@ pub enum Request {
         step: u64,
         /// The workers whose messages are wanted.
         from: Vec<WorkerId>,
+        /// How long the server waits, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// [`Channel::publish_and_average`](crate::Channel::publish_and_average), for the
+    /// parameters in `range`: stores the worker's part (and its header, as its message of the
+    /// step), then answers with the mean of the parts of every worker in `peers` when all are
+    /// there, or after `timeout_ms`.
+    Average {
+        /// The topic.
+        topic: String,
+        /// The step.
+        step: u64,
+        /// The publishing worker.
+        from: WorkerId,
+        /// Its header, on the server that holds its message of the step (`None` on the others).
+        header: Option<Bytes>,
+        /// Its delta's entries in `range`.
+        part: WireDelta,
+        /// The parameters this server averages, `[start, end)`.
+        range: (u64, u64),
+        /// The workers whose parts make the mean, in the order of the sum.
+        peers: Vec<WorkerId>,
         /// How long the server waits, in milliseconds.
         timeout_ms: u64,
     },
@@ -138,7 +161,7 @@ pub enum Request {
 }
 
 /// What the server answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
     /// The secret matched: the server's boot id, drawn at random when it started (a new one
     /// means a server restarted empty).
@@ -153,7 +176,15 @@ pub enum Response {
     Done,
     /// A collect's messages, in the order asked for.
     Messages(Vec<Bytes>),
-    /// A collect that timed out: which of the asked-for messages were there.
+    /// An average's mean of the range asked for, and the headers this server holds.
+    Mean {
+        /// The mean of the peers' parts.
+        mean: SparseVector,
+        /// Per peer, its header if this server holds it.
+        headers: Vec<Option<Bytes>>,
+    },
+    /// A collect or average that timed out: which of the asked-for messages (or parts) were
+    /// there.
     TimedOut {
         /// Per worker asked for, whether its message was present.
         present: Vec<bool>,
