@@ -430,6 +430,15 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
+    let on_servers = matches!(
+        mlless_job::record::channel_kind(args.channel.as_deref()),
+        mlless_cost::ChannelKind::ParameterServer { .. }
+    );
+    anyhow::ensure!(
+        on_servers || !args.pattern.contains(&crate::train::CommPattern::Server),
+        "--pattern server has the parameter servers average the updates: it needs a ps:// \
+         --channel (mlless ps)"
+    );
     let clouds = if args.emulate.is_empty() {
         vec![None]
     } else {

@@ -81,6 +81,9 @@ pub enum CommPattern {
     /// Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's
     /// ScatterReduce).
     ScatterReduce,
+    /// The parameter servers average everyone's update; everyone reads the mean (a ps://
+    /// channel; its default there).
+    Server,
 }
 
 impl From<CommPattern> for Pattern {
@@ -89,6 +92,7 @@ impl From<CommPattern> for Pattern {
             CommPattern::Broadcast => Pattern::Broadcast,
             CommPattern::Allreduce => Pattern::AllReduce,
             CommPattern::ScatterReduce => Pattern::ScatterReduce,
+            CommPattern::Server => Pattern::Server,
         }
     }
 }

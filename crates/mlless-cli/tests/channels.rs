@@ -317,6 +317,86 @@ fn ml100k_shaped_pmf_reaches_the_default_channels_rmse_through_ps_and_dynamodb()
     }
 }
 
+/// Through two `mlless ps` servers a job uses the server pattern by default: the servers
+/// average, so each worker receives one mean a step instead of its peers' updates — fewer
+/// bytes than broadcast through the same servers (by the overlap of the updates) — and BSP
+/// trains broadcast's model bit for bit. Under ISP the part a worker held back joins the servers' mean: nothing is lost (the
+/// replicas agree) and the model reaches broadcast ISP's test log loss.
+#[test]
+fn the_parameter_servers_average() {
+    use mlless_job::{Pattern, RunRecord};
+    let dir = tempdir();
+    let spec = mlless_data::SparseLrSpec::new(40_000, 10_000, 20, 23);
+    let data = sparse_lr_prepared(dir.path(), &spec, &[]);
+    let data = s(&data);
+    let mut servers = PsServers(Vec::new());
+    let url = format!("{},{}", servers.start(), servers.start());
+    let base = [
+        "--data",
+        &data,
+        "--model",
+        "lr",
+        "--workers",
+        "4",
+        "--max-epochs",
+        "2",
+        "--channel",
+        &url,
+    ];
+    let run = |name: &str, extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        train(dir.path(), name, &args)
+    };
+    let received = |r: &RunRecord| -> u64 {
+        r.steps
+            .iter()
+            .flat_map(|s| &s.workers)
+            .map(|w| w.bytes_received)
+            .sum()
+    };
+    let averaged = run("servers-average", &[]);
+    assert_eq!(
+        averaged.spec.training.exchange_pattern(),
+        Pattern::Server,
+        "the default on parameter servers"
+    );
+    let broadcast = run("servers-broadcast", &["--pattern", "broadcast"]);
+    assert_eq!(averaged.steps.len(), broadcast.steps.len());
+    assert!(
+        stored_params(&averaged) == stored_params(&broadcast),
+        "the servers' mean trained another model than broadcast"
+    );
+    // Sparse LR updates of 4 workers barely overlap, so their mean is nearly as large as
+    // the 3 peers' updates together: the saving is the overlap (about a quarter here) and
+    // the messages (one per server, not one per peer).
+    assert!(
+        (received(&averaged) as f64) < 0.9 * received(&broadcast) as f64,
+        "received {} bytes through the servers' mean, {} by broadcast",
+        received(&averaged),
+        received(&broadcast)
+    );
+
+    let isp = run("servers-isp", &["--sync", "isp"]);
+    let isp_broadcast = run(
+        "servers-isp-broadcast",
+        &["--sync", "isp", "--pattern", "broadcast"],
+    );
+    let (loss, target) = (
+        metric(&isp, "test_logloss"),
+        metric(&isp_broadcast, "test_logloss"),
+    );
+    assert!(loss <= target * 1.01, "ISP: {loss} vs broadcast's {target}");
+    assert!(isp.replica_spread < 1e-4, "spread {}", isp.replica_spread);
+    let held: u64 = isp
+        .steps
+        .iter()
+        .flat_map(|s| &s.workers)
+        .map(|w| w.entries_held)
+        .sum();
+    assert!(held > 0, "ISP held nothing back");
+}
+
 /// `--emulate` puts a cloud's latency on every request of the functions' channel: at 25 ms a
 /// request each worker's exchange (a publish, then a collect) takes at least 50 ms, where the
 /// bare channel takes a few; and the run trains the bare run's model (the latency changes when

@@ -148,6 +148,7 @@ fn senseless_combinations_are_refused() {
             &["--algorithm", "admm:0"][..],
             "RHO must be a positive number",
         ),
+        (&["--pattern", "server"][..], "needs a ps:// channel"),
     ] {
         let mut args = base.to_vec();
         args.extend_from_slice(extra);

@@ -97,6 +97,8 @@ pub enum PatternShape {
     AllReduce,
     /// Worker k averages chunk k of every update; everyone reads the averaged chunks.
     ScatterReduce,
+    /// Parameter servers average the updates; every worker sends its own and reads the mean.
+    Server,
 }
 
 impl PatternShape {
@@ -106,6 +108,7 @@ impl PatternShape {
             PatternShape::Broadcast => "broadcast",
             PatternShape::AllReduce => "allreduce",
             PatternShape::ScatterReduce => "scatter-reduce",
+            PatternShape::Server => "server",
         }
     }
 }
@@ -145,7 +148,8 @@ impl UpdateSize {
 
     /// The update of a worker that sent `sent` bytes a step on average in an exchange of
     /// `workers` under `pattern`, sparse or not and decoded as `self` says (its `bytes`
-    /// ignored): under broadcast what it sent; under the reducing patterns what it sent less
+    /// ignored): under broadcast and through parameter servers what it sent; under the reducing
+    /// patterns what it sent less
     /// its share of the means published (the leader's mean over P workers, or a scatter-reduce
     /// owner's chunk of it), `sent = s + u(s)/P`, solved by bisection (the left side grows with
     /// `s`).
@@ -155,7 +159,11 @@ impl UpdateSize {
             bytes: sent,
             ..self
         };
-        if pattern != PatternShape::Broadcast {
+        let publishes_means = match pattern {
+            PatternShape::Broadcast | PatternShape::Server => false,
+            PatternShape::AllReduce | PatternShape::ScatterReduce => true,
+        };
+        if publishes_means {
             let p = f64::from(workers.max(1));
             let (mut low, mut high) = (0.0, sent);
             for _ in 0..60 {
@@ -217,6 +225,10 @@ pub fn exchange_ms(
             let reduce = latency.reads(p) * r + t(s) + cpu(s);
             let share = r + t(u / pf) + latency.reads(p) * r + t(u) + cpu(u);
             publish + reduce + share + messages(3.0 * pf + 1.0)
+        }
+        PatternShape::Server => {
+            // The push, the servers' sum of the P updates once the last has landed, the pull.
+            r + t(s) + cpu(pf * s) + t(u) + cpu(u) + messages(2.0)
         }
     }
 }
@@ -292,6 +304,29 @@ mod tests {
         // Scatter-reduce: 8 rounds of chunk publishes, 8 of reads, a publish, 8 reads.
         let e = exchange_ms(PatternShape::ScatterReduce, &s3(), 256, &tiny);
         assert!((e - 20.0 * (8.0 + 8.0 + 1.0 + 8.0)).abs() < 1e-9, "{e}");
+        // Parameter servers: one push and pull at any P.
+        for p in [4, 256] {
+            let e = exchange_ms(PatternShape::Server, &elasticache(), p, &tiny);
+            assert!((e - 0.3).abs() < 1e-9, "P = {p}: {e}");
+        }
+    }
+
+    #[test]
+    fn parameter_servers_send_each_worker_one_mean() {
+        // A dense update of 400 KB: a worker pushes one and pulls one whatever P.
+        let update = dense(400_000.0);
+        let server = exchange_ms(PatternShape::Server, &elasticache(), 64, &update);
+        assert!(
+            (server - (0.3 + 2.0 * 400_000.0 / 75e3)).abs() < 1e-9,
+            "{server}"
+        );
+        let broadcast = exchange_ms(PatternShape::Broadcast, &elasticache(), 64, &update);
+        assert!(broadcast > 30.0 * server, "{broadcast} against {server}");
+        // What it sent is its update: the servers publish no mean of its making.
+        assert_eq!(
+            update.from_sent(PatternShape::Server, 64, 400_000.0).bytes,
+            400_000.0
+        );
     }
 
     #[test]

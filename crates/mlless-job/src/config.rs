@@ -304,6 +304,15 @@ pub enum ConfigError {
         /// The synchronisation asked for.
         sync: SyncMode,
     },
+    /// The server pattern on a channel without parameter servers.
+    #[error(
+        "--pattern server has the parameter servers average the updates: it needs a ps:// \
+         channel (mlless ps), not {channel}"
+    )]
+    PatternNeedsParameterServer {
+        /// The channel asked for (redacted).
+        channel: String,
+    },
     /// MA or ADMM under a synchronisation other than BSP.
     #[error(
         "--algorithm {} averages models at barriers: it needs --sync bsp, not {}",
@@ -484,6 +493,19 @@ impl TrainingConfig {
             return Err(ConfigError::PatternNeedsBarrier {
                 pattern,
                 sync: self.sync,
+            });
+        }
+        if self.pattern == Some(Pattern::Server)
+            && !matches!(
+                crate::record::channel_kind(self.channel.as_deref()),
+                mlless_cost::ChannelKind::ParameterServer { .. }
+            )
+        {
+            return Err(ConfigError::PatternNeedsParameterServer {
+                channel: self
+                    .channel
+                    .as_deref()
+                    .map_or_else(|| "the run's store".to_string(), mlless_store::redact_url),
             });
         }
         let algorithm = self.algorithm;

@@ -198,6 +198,9 @@ pub enum Pattern {
     /// The vector is cut into one chunk per worker; worker k averages chunk k of everyone's and
     /// publishes it; everyone reads the averaged chunks (LambdaML's ScatterReduce).
     ScatterReduce,
+    /// Every worker pushes its vector to the parameter servers, which average them; everyone
+    /// pulls the mean (LambdaML's hybrid parameter server; `ps://` channels only).
+    Server,
 }
 
 /// The largest fleet for which a job on the object store (or DynamoDB, whose reads are billed
@@ -219,29 +222,43 @@ impl Pattern {
     /// broadcast was faster up to P = 64 (LR 0.8 against 1.4 ms at 16) and all-reduce beyond
     /// (LR 4.2 against 16.4 ms at 256). Synchronisations without a barrier (SSP, ASP) can only
     /// broadcast.
+    ///
+    /// On parameter servers the servers average ([`Pattern::Server`]) at every P: a worker
+    /// sends its update once and receives one mean whatever the fleet.
     pub fn for_fleet(
         workers: u32,
         channel: mlless_cost::ChannelKind,
         sync: SyncMode,
     ) -> (Pattern, String) {
-        let Some(max) = Self::broadcast_limit(channel, sync) else {
+        if !sync.is_synchronous() {
             return (
                 Pattern::Broadcast,
                 format!("{} has no barrier for a leader to reduce at", sync.name()),
             );
-        };
-        let on = match channel {
-            mlless_cost::ChannelKind::ObjectStore => {
-                "the object store, where broadcast's P² reads a step are billed"
+        }
+        let (max, on) = match channel {
+            mlless_cost::ChannelKind::ParameterServer { .. } => {
+                return (
+                    Pattern::Server,
+                    "the parameter servers average: each worker sends its update and receives \
+                     the mean, whatever the fleet"
+                        .to_string(),
+                );
             }
-            mlless_cost::ChannelKind::DynamoDb => {
-                "DynamoDB, where broadcast's P² reads of updates a step are billed by the KB"
-            }
-            mlless_cost::ChannelKind::Redis { .. }
-            | mlless_cost::ChannelKind::Memcached { .. }
-            | mlless_cost::ChannelKind::ParameterServer { .. } => {
-                "a server channel, where every worker reading P − 1 updates outgrows a leader's \
-                 extra round trip"
+            mlless_cost::ChannelKind::ObjectStore => (
+                BROADCAST_MAX_ON_STORE,
+                "the object store, where broadcast's P² reads a step are billed",
+            ),
+            mlless_cost::ChannelKind::DynamoDb => (
+                BROADCAST_MAX_ON_STORE,
+                "DynamoDB, where broadcast's P² reads of updates a step are billed by the KB",
+            ),
+            mlless_cost::ChannelKind::Redis { .. } | mlless_cost::ChannelKind::Memcached { .. } => {
+                (
+                    BROADCAST_MAX_ON_SERVER,
+                    "a server channel, where every worker reading P − 1 updates outgrows a leader's \
+                 extra round trip",
+                )
             }
         };
         if workers <= max {
@@ -257,23 +274,25 @@ impl Pattern {
         }
     }
 
-    /// The largest fleet that broadcasts by default ([`Pattern::for_fleet`]) on a channel of
-    /// kind `channel` under `sync`: all-reduce beyond it; `None` where every fleet broadcasts
-    /// (no barrier).
-    pub fn broadcast_limit(channel: mlless_cost::ChannelKind, sync: SyncMode) -> Option<u32> {
+    /// The patterns [`Pattern::for_fleet`] chooses at every P on a channel of kind `channel`
+    /// under `sync`, for the cost model's projection to other fleets.
+    pub fn by_fleet(
+        channel: mlless_cost::ChannelKind,
+        sync: SyncMode,
+    ) -> mlless_cost::ProjectedPattern {
+        use mlless_cost::{ChannelKind, PatternShape, ProjectedPattern};
         if !sync.is_synchronous() {
-            return None;
+            return ProjectedPattern::Fixed(PatternShape::Broadcast);
         }
-        Some(match channel {
-            // Every worker's Query reads the step's P updates, billed per 4 KB: as on the
-            // object store, broadcast's reads cost P² a step.
-            mlless_cost::ChannelKind::ObjectStore | mlless_cost::ChannelKind::DynamoDb => {
-                BROADCAST_MAX_ON_STORE
+        match channel {
+            ChannelKind::ParameterServer { .. } => ProjectedPattern::Fixed(PatternShape::Server),
+            ChannelKind::ObjectStore | ChannelKind::DynamoDb => {
+                ProjectedPattern::BroadcastUpTo(BROADCAST_MAX_ON_STORE)
             }
-            mlless_cost::ChannelKind::Redis { .. }
-            | mlless_cost::ChannelKind::Memcached { .. }
-            | mlless_cost::ChannelKind::ParameterServer { .. } => BROADCAST_MAX_ON_SERVER,
-        })
+            ChannelKind::Redis { .. } | ChannelKind::Memcached { .. } => {
+                ProjectedPattern::BroadcastUpTo(BROADCAST_MAX_ON_SERVER)
+            }
+        }
     }
 
     /// The pattern as the cost model's exchange sees it.
@@ -282,6 +301,7 @@ impl Pattern {
             Self::Broadcast => mlless_cost::PatternShape::Broadcast,
             Self::AllReduce => mlless_cost::PatternShape::AllReduce,
             Self::ScatterReduce => mlless_cost::PatternShape::ScatterReduce,
+            Self::Server => mlless_cost::PatternShape::Server,
         }
     }
 
@@ -291,6 +311,7 @@ impl Pattern {
             Self::Broadcast => "broadcast",
             Self::AllReduce => "allreduce",
             Self::ScatterReduce => "scatter-reduce",
+            Self::Server => "server",
         }
     }
 }

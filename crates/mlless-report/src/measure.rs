@@ -1,7 +1,7 @@
 //! What a run record measured: the inputs of the cost model and of the cost plot.
 
 use mlless_cost::{
-    ChannelKind, CloudExchange, DEFAULT_VM_STARTUP_S, PatternShape, PhaseMeasurement, PriceTable,
+    ChannelKind, CloudExchange, DEFAULT_VM_STARTUP_S, PhaseMeasurement, PriceTable,
     ProjectedPattern, RunMeasurements, ServiceLatency, UpdateSize, billed_duration_ms,
 };
 use mlless_job::{Pattern, RunRecord};
@@ -256,7 +256,7 @@ pub fn measurements(record: &RunRecord, cores: Option<u32>) -> RunMeasurements {
 
 /// The exchange of `record`'s steps projected onto the cloud channel `latency` (billed as
 /// `channel`): the pattern the run used at every P if it named one, else the default choice by
-/// P on that channel ([`Pattern::broadcast_limit`]); the update a worker sent a step
+/// P on that channel ([`Pattern::by_fleet`]); the update a worker sent a step
 /// ([`UpdateSize::measured`] from the mean bytes it sent under the run's pattern).
 pub fn cloud_exchange(
     record: &RunRecord,
@@ -266,10 +266,7 @@ pub fn cloud_exchange(
     let training = &record.spec.training;
     let pattern = match training.pattern {
         Some(pattern) => ProjectedPattern::Fixed(pattern.shape()),
-        None => match Pattern::broadcast_limit(channel, training.sync) {
-            Some(max) => ProjectedPattern::BroadcastUpTo(max),
-            None => ProjectedPattern::Fixed(PatternShape::Broadcast),
-        },
+        None => Pattern::by_fleet(channel, training.sync),
     };
     let (sent, n) = record
         .steps

@@ -6,9 +6,11 @@
 //!   reads them all and publishes the mean on [`REDUCED`]; the others read that one message;
 //! - scatter-reduce: the vector is cut into one chunk per worker (index ranges of equal width);
 //!   every worker publishes chunk `c` for the worker in position `c` on [`SCATTER`], that worker
-//!   averages its chunk and publishes it on [`REDUCED`], and everyone reads the averaged chunks.
+//!   averages its chunk and publishes it on [`REDUCED`], and everyone reads the averaged chunks;
+//! - server: every worker hands its vector to the channel on [`MEANS`] and gets the mean back
+//!   ([`Channel::publish_and_average`]): the parameter servers average it.
 //!
-//! Every pattern averages with [`mean_of`] in worker order, so without a filter all three give
+//! Every pattern averages with [`mean_of`] in worker order, so without a filter all four give
 //! the same bits. A worker whose filter holds part of its update back applies its own update in
 //! full (DESIGN §4): under broadcast its full update takes its place in the mean; under the
 //! other patterns the part it held back is added at the same weight after the mean.
@@ -18,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{SparseVector, WireDelta, mean_of};
-use mlless_store::Channel;
+use mlless_store::{Channel, Share};
 
 use mlless_faas::clock::now_unix_ms_f64;
 
@@ -34,6 +36,8 @@ pub const SCATTER: &str = "scatter";
 const PUBLISH_CONCURRENCY: usize = 32;
 /// Topic of the means an all-reduce leader or a scatter-reduce chunk owner publishes.
 pub const REDUCED: &str = "reduced";
+/// Topic of the shares the parameter servers average (the server pattern).
+pub const MEANS: &str = "means";
 
 /// The traffic of one step, for the supervisor.
 #[derive(Debug, Default)]
@@ -185,6 +189,51 @@ impl Exchange<'_> {
                 traffic.updates_applied = self.workers.len() as u32;
                 Ok(flags.with_mean(self.add_held(mean, held)))
             }
+            Pattern::Server => {
+                let held = own.map(|own| self.held(own, &message)).transpose()?;
+                let entries = message.delta.nnz() as u64;
+                let header = UpdateMessage {
+                    delta: WireDelta::Sparse(SparseVector::new()),
+                    ..message.clone()
+                };
+                let share = Share {
+                    header: header.encode(),
+                    delta: message.delta,
+                    dim: self.dim,
+                };
+                let averaged = self
+                    .channel
+                    .publish_and_average(
+                        MEANS,
+                        step,
+                        self.worker,
+                        share,
+                        self.workers,
+                        self.timeout,
+                    )
+                    .await?;
+                traffic.bytes_sent += averaged.bytes_sent;
+                traffic.messages_sent += 1;
+                traffic.entries_sent += entries;
+                traffic.published_unix_ms = now_unix_ms_f64();
+                traffic.bytes_received += averaged.bytes_received;
+                traffic.messages_received += averaged.messages_received;
+                let mut flags = Flags::new(self.expected_removal);
+                for (header, &id) in averaged.headers.iter().zip(self.workers) {
+                    let update = UpdateMessage::decode(header, || {
+                        format!("{MEANS} header of worker {id} for step {step}")
+                    })?;
+                    if update.step != step {
+                        return Err(RuntimeError::FunctionFailed(format!(
+                            "the {MEANS} header of worker {id} for step {step} claims step {}",
+                            update.step
+                        )));
+                    }
+                    flags.take(&update);
+                }
+                traffic.updates_applied = self.workers.len() as u32;
+                Ok(flags.with_mean(self.add_held(averaged.mean, held)))
+            }
         }
     }
 
@@ -197,12 +246,20 @@ impl Exchange<'_> {
     pub async fn published(&self, step: u64) -> Result<Option<UpdateMessage>> {
         let (topic, id) = first_message(self.pattern, self.worker, self.job_workers)?;
         let found = self.channel.poll(topic, step, &[id]).await?;
-        match found.into_iter().next().flatten() {
-            Some(payload) => Ok(Some(UpdateMessage::decode(&payload, || {
-                format!("{topic} message {id} for step {step}")
-            })?)),
-            None => Ok(None),
-        }
+        let Some(payload) = found.into_iter().next().flatten() else {
+            return Ok(None);
+        };
+        let location = || format!("{topic} message {id} for step {step}");
+        let payload = match self.pattern {
+            Pattern::Broadcast | Pattern::AllReduce | Pattern::ScatterReduce => payload,
+            // A share: its header is the update message without its delta.
+            Pattern::Server => {
+                mlless_store::channel::average::share_header(&payload).map_err(|reason| {
+                    RuntimeError::FunctionFailed(format!("{}: {reason}", location()))
+                })?
+            }
+        };
+        Ok(Some(UpdateMessage::decode(&payload, location)?))
     }
 
     /// Deletes what this worker published in the exchange of `step`, once no peer needs it.
@@ -412,6 +469,7 @@ pub(crate) async fn discard_published(
             channel.discard(SCATTER, step, &ids).await?;
             channel.discard(REDUCED, step, &[worker]).await?;
         }
+        Pattern::Server => channel.discard(MEANS, step, &[worker]).await?,
     }
     Ok(())
 }
@@ -426,6 +484,7 @@ pub(crate) fn first_message(
     Ok(match pattern {
         Pattern::Broadcast | Pattern::AllReduce => (UPDATES, worker),
         Pattern::ScatterReduce => (SCATTER, scatter_id(worker, 0, u64::from(job_workers))?),
+        Pattern::Server => (MEANS, worker),
     })
 }
 

@@ -42,6 +42,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             CommPattern::Broadcast,
             CommPattern::Allreduce,
             CommPattern::ScatterReduce,
+            CommPattern::Server,
         ]
     } else {
         args.pattern.clone()
@@ -49,6 +50,17 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     .into_iter()
     .map(Pattern::from)
     .collect();
+    let ps = CloudLatency::ps().name;
+    if let Some(cloud) = clouds.iter().find(|c| c.name != ps)
+        && !args.pattern.is_empty()
+        && patterns.contains(&Pattern::Server)
+    {
+        anyhow::bail!(
+            "--pattern server has parameter servers average the updates: it needs --emulate ps, \
+             not {}",
+            cloud.name
+        );
+    }
     let rules = if args.update.is_empty() {
         vec![
             UpdateRule::Bsp,
@@ -97,7 +109,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let data = CloudData::generate(job.into(), 1)?;
         for cloud in &clouds {
             for &p in &workers {
-                for &pattern in &patterns {
+                // Only parameter servers average.
+                let for_cloud = patterns
+                    .iter()
+                    .filter(|&&pattern| pattern != Pattern::Server || cloud.name == ps);
+                for &pattern in for_cloud {
                     for rule in &rules {
                         let case = CloudCase {
                             cloud: cloud.clone(),

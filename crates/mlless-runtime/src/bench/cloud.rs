@@ -5,8 +5,9 @@
 //!
 //! P workers run as tasks of one thread, each with its own replica, optimiser and update
 //! filter, training a real model on real minibatches and exchanging real updates through the
-//! runtime's own [`Exchange`] (broadcast, all-reduce, scatter-reduce) over an
-//! [`InProcessChannel`] behind an [`EmulatedChannel`]: every request pays the cloud's latency
+//! runtime's own [`Exchange`] (broadcast, all-reduce, scatter-reduce, and the server pattern
+//! through simulated parameter servers) over an [`InProcessChannel`] behind an
+//! [`EmulatedChannel`]: every request pays the cloud's latency
 //! and bandwidth ([`CloudLatency`]). Time is simulated: tokio's clock is paused and moves from
 //! timer to timer, so the waits of hundreds of functions cost no real time, and every task's
 //! CPU time (measured around each of its polls) is charged to its own clock before each
@@ -43,11 +44,14 @@ use mlless_cost::cloud::{UpdateSize, exchange_ms};
 use mlless_data::{CriteoSpec, InputFormat, ParseOptions, Parsed, RatingsSpec, SparseLrSpec};
 use mlless_job::batch_plan::DEFAULT_GLOBAL_BATCHES;
 use mlless_job::{BatchPlan, ModelChoice, Pattern};
+
+mod parameter_server;
 use mlless_store::requests::{Request, pages};
 use mlless_store::{
-    Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel, RequestCounter,
-    RequestCounts, WorkerId,
+    Averaged, Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel,
+    RequestCounter, RequestCounts, Share, WorkerId,
 };
+use parameter_server::SimulatedServers;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
@@ -454,10 +458,15 @@ pub fn simulate(data: &CloudData, case: &CloudCase, prices: &PriceTable) -> Resu
         .build()
         .map_err(|e| RuntimeError::InvalidJob(format!("cannot start a runtime: {e}")))?;
     let slowed = case.cloud.slowed(f64::from(SLOWDOWN));
-    let shared: Arc<dyn Channel> = Arc::new(
-        EmulatedChannel::new(Arc::new(InProcessChannel::new("cloud-bench")), slowed)
-            .on_tokio_timer(),
-    );
+    if case.pattern == Pattern::Server && case.cloud.name != CloudLatency::ps().name {
+        return Err(RuntimeError::InvalidJob(format!(
+            "the server pattern needs parameter servers: --emulate ps, not {}",
+            case.cloud.name
+        )));
+    }
+    let servers = SimulatedServers(InProcessChannel::new("cloud-bench"));
+    let shared: Arc<dyn Channel> =
+        Arc::new(EmulatedChannel::new(Arc::new(servers), slowed).on_tokio_timer());
     let workers: Vec<WorkerId> = (0..case.workers).collect();
     let requests = RequestCounter::new();
     let results = runtime.block_on(async {
@@ -757,6 +766,34 @@ impl Channel for MeteredChannel {
         let bytes: usize = collected.iter().map(Bytes::len).sum();
         self.requests.add(Request::TableRead, read_units(bytes));
         Ok(collected)
+    }
+
+    /// One request to push the share and pull the mean (a request to each server).
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> std::result::Result<Averaged, ChannelError> {
+        self.charge(Request::Put, 1).await;
+        let averaged = self
+            .inner
+            .publish_and_average(topic, step, from, share, peers, timeout)
+            .await?;
+        self.requests.add(
+            Request::TableWrite,
+            write_units(usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX)),
+        );
+        self.requests.add(
+            Request::TableRead,
+            read_units(usize::try_from(averaged.bytes_received).unwrap_or(usize::MAX)),
+        );
+        self.requests
+            .add(Request::Get, u64::from(averaged.messages_received));
+        Ok(averaged)
     }
 
     async fn poll(

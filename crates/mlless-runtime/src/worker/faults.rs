@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlless_store::{Channel, ChannelError, WorkerId};
+use mlless_store::{Averaged, Channel, ChannelError, Share, WorkerId};
 
 use super::Worker;
-use crate::exchange::SCATTER;
+use crate::exchange::{MEANS, SCATTER};
 use crate::messages::{STOP_KEY, UPDATES};
 use mlless_job::Fault;
 
@@ -97,8 +97,8 @@ enum PublishFault {
 }
 
 /// A channel that drops or delays worker `worker`'s own exchange messages (the first ones of a
-/// step: on [`UPDATES`], or a scatter-reduce's chunks on [`SCATTER`]) of the steps its faults
-/// name. Everything else passes through unchanged.
+/// step: on [`UPDATES`], a scatter-reduce's chunks on [`SCATTER`], or its share on [`MEANS`])
+/// of the steps its faults name. Everything else passes through unchanged.
 #[derive(Debug)]
 pub(super) struct FaultyChannel {
     inner: Arc<dyn Channel>,
@@ -182,6 +182,37 @@ impl Channel for FaultyChannel {
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
         self.inner.collect(topic, step, from, timeout).await
+    }
+
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Averaged, ChannelError> {
+        // Cancel safety: as `publish`.
+        match self.fault(step).filter(|_| topic == MEANS) {
+            Some(PublishFault::Drop) => {
+                tracing::error!(
+                    worker = self.worker,
+                    step,
+                    "fault injection: dropping a share"
+                );
+                // Waits for the peers' shares as the average would, its own never arriving.
+                self.inner.collect(topic, step, peers, timeout).await?;
+            }
+            Some(PublishFault::Delay(delay)) => {
+                tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
+                tokio::time::sleep(delay).await;
+            }
+            None => {}
+        }
+        self.inner
+            .publish_and_average(topic, step, from, share, peers, timeout)
+            .await
     }
 
     async fn poll(

@@ -1,0 +1,103 @@
+//! The parameter servers of a simulated cloud: the shared in-process channel averaging as they
+//! would, so that the server pattern's traffic is theirs.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use mlless_core::WireDelta;
+use mlless_store::{Averaged, Channel, ChannelError, Share, WorkerId};
+
+use crate::messages::{Message, UpdateMessage};
+
+/// A channel whose [`Channel::publish_and_average`] answers as a parameter server does: one
+/// message, the mean and the peers' headers, whatever the fleet. The mean is computed by the
+/// channel it wraps (each worker, on the in-process channel: CPU that a server spends once,
+/// charged to every worker at once, which is the server's time on the step's critical path).
+#[derive(Debug)]
+pub(super) struct SimulatedServers<C>(pub(super) C);
+
+#[async_trait::async_trait]
+impl<C: Channel> Channel for SimulatedServers<C> {
+    async fn publish(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        self.0.publish(topic, step, from, payload).await
+    }
+
+    async fn collect(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Vec<Bytes>, ChannelError> {
+        self.0.collect(topic, step, from, timeout).await
+    }
+
+    async fn publish_and_average(
+        &self,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        share: Share,
+        peers: &[WorkerId],
+        timeout: Duration,
+    ) -> Result<Averaged, ChannelError> {
+        let mut averaged = self
+            .0
+            .publish_and_average(topic, step, from, share, peers, timeout)
+            .await?;
+        // What the server sends back: the mean as an update message, and the headers.
+        let mean = UpdateMessage {
+            step,
+            worker: from,
+            loss: Default::default(),
+            stop: false,
+            last: false,
+            applied_through: step,
+            removal: None,
+            delta: WireDelta::Sparse(averaged.mean.clone()),
+        };
+        let headers: usize = averaged.headers.iter().map(Bytes::len).sum();
+        averaged.bytes_received = (mean.encode().len() + headers) as u64;
+        averaged.messages_received = 1;
+        Ok(averaged)
+    }
+
+    async fn poll(
+        &self,
+        topic: &str,
+        step: u64,
+        from: &[WorkerId],
+    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.0.poll(topic, step, from).await
+    }
+
+    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+        self.0.discard(topic, step, from).await
+    }
+
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+        self.0.put_key(key, value).await
+    }
+
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+        self.0.get_key(key).await
+    }
+
+    async fn cleanup(&self) -> Result<(), ChannelError> {
+        self.0.cleanup().await
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (as parameter servers)", self.0.describe())
+    }
+
+    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+        self.0.explain_missing().await
+    }
+}
