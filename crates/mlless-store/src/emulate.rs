@@ -21,10 +21,10 @@
 //! - [`publish_and_collect`](Channel::publish_and_collect): a publish, then a collect (two
 //!   requests: even where a server does both in one script, the last peer's message usually
 //!   lands after the first read).
-//! - [`publish_and_average`](Channel::publish_and_average): the request that sends the share,
-//!   and a read of what came back — one message (the mean) from each parameter server, or the
-//!   peers' shares where the worker averages — paid once the inner channel has answered (a
-//!   constant latency on every share moves the step as much before the wait as after it).
+//! - [`publish_and_average`](Channel::publish_and_average): where servers average, one request
+//!   that sends the share and brings the mean back; where the worker averages, a publish and a
+//!   collect of the peers' shares. Paid once the inner channel has answered (a constant latency
+//!   on every share moves the step as much before the wait as after it).
 //! - [`poll`](Channel::poll): one request plus the bytes found. [`discard`](Channel::discard),
 //!   [`put_key`](Channel::put_key), [`get_key`](Channel::get_key): one request each (plus their
 //!   bytes). [`cleanup`](Channel::cleanup) and [`describe`](Channel::describe) add nothing.
@@ -453,9 +453,14 @@ impl Channel for EmulatedChannel {
             .map_err(|e| self.renamed(e))?;
         let sent = usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX);
         let received = usize::try_from(averaged.bytes_received).unwrap_or(usize::MAX);
-        let messages = averaged.messages_received.max(1) as usize;
-        self.wait(self.latency.request(sent) + self.latency.read(messages, received))
-            .await;
+        let wait = if averaged.by_servers {
+            // The share's request, answered with the mean.
+            self.latency.request(sent.saturating_add(received))
+        } else {
+            let messages = averaged.messages_received.max(1) as usize;
+            self.latency.request(sent) + self.latency.read(messages, received)
+        };
+        self.wait(wait).await;
         Ok(averaged)
     }
 

@@ -42,6 +42,9 @@ pub struct Averaged {
     pub bytes_received: u64,
     /// Messages received from the others: one per server that averaged, or one per peer.
     pub messages_received: u32,
+    /// Whether servers computed the mean (each answered the share's request with its part of
+    /// it: one round trip), rather than the worker from its peers' shares.
+    pub by_servers: bool,
 }
 
 /// A share as it crosses a channel that only carries messages (the default
@@ -125,6 +128,7 @@ pub(crate) async fn average_on_worker<C: Channel + ?Sized>(
         bytes_sent,
         bytes_received,
         messages_received,
+        by_servers: false,
     })
 }
 

@@ -65,6 +65,7 @@ impl<C: Channel> Channel for SimulatedServers<C> {
         let headers: usize = averaged.headers.iter().map(Bytes::len).sum();
         averaged.bytes_received = (mean.encode().len() + headers) as u64;
         averaged.messages_received = 1;
+        averaged.by_servers = true;
         Ok(averaged)
     }
 

@@ -517,6 +517,7 @@ impl Channel for PsChannel {
             bytes_sent,
             bytes_received,
             messages_received: k as u32,
+            by_servers: true,
         })
     }
 
