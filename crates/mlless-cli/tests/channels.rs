@@ -320,7 +320,7 @@ fn ml100k_shaped_pmf_reaches_the_default_channels_rmse_through_ps_and_dynamodb()
 /// Through two `mlless ps` servers a job uses the server pattern by default: the servers
 /// average, so each worker receives one mean a step instead of its peers' updates — fewer
 /// bytes than broadcast through the same servers (by the overlap of the updates) — and BSP
-/// trains broadcast's model bit for bit. Under ISP the part a worker held back joins the servers' mean: nothing is lost (the
+/// trains broadcast's model bit for bit, with GA-SGD and MA-SGD. Under ISP the part a worker held back joins the servers' mean: nothing is lost (the
 /// replicas agree) and the model reaches broadcast ISP's test log loss.
 #[test]
 fn the_parameter_servers_average() {
@@ -375,6 +375,22 @@ fn the_parameter_servers_average() {
         "received {} bytes through the servers' mean, {} by broadcast",
         received(&averaged),
         received(&broadcast)
+    );
+
+    // MA-SGD averages the replicas through the servers' mean too: broadcast's model.
+    let ma = run("servers-ma", &["--algorithm", "ma"]);
+    let ma_broadcast = run(
+        "servers-ma-broadcast",
+        &["--algorithm", "ma", "--pattern", "broadcast"],
+    );
+    assert!(
+        ma.rounds > 0 && ma.rounds == ma_broadcast.rounds,
+        "{} rounds",
+        ma.rounds
+    );
+    assert!(
+        stored_params(&ma) == stored_params(&ma_broadcast),
+        "MA through the servers' mean trained another model than broadcast"
     );
 
     let isp = run("servers-isp", &["--sync", "isp"]);
