@@ -5,9 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use mlless_core::{
-    Batch, Evaluation, LrReferenceOptions, LrRegularization, ModelSpec, solve_lr_reference,
-};
+use mlless_core::{Batch, LrReferenceOptions, LrRegularization, ModelSpec, solve_lr_reference};
 use mlless_data::DatasetKind;
 use mlless_runtime::dataset::{Dataset, Split};
 
@@ -80,7 +78,7 @@ pub fn run(command: ReferenceCommand) -> anyhow::Result<()> {
         init_bias: 0.0,
     };
     let model = spec.model();
-    let mut eval = Evaluation::for_spec(&spec);
+    let mut eval = spec.evaluation();
     for batch in &test {
         model.evaluate(&solved.params, batch, &mut eval)?;
     }

@@ -5,9 +5,7 @@
 mod common;
 
 use common::*;
-use mlless_core::{
-    Evaluation, LrReferenceOptions, LrRegularization, ModelSpec, solve_lr_reference,
-};
+use mlless_core::{LrReferenceOptions, LrRegularization, ModelSpec, solve_lr_reference};
 use mlless_data::SparseLrSpec;
 use mlless_runtime::dataset::Split;
 
@@ -42,7 +40,7 @@ fn data_and_optimum(dir: &std::path::Path, spec: &SparseLrSpec) -> (std::path::P
         l2: 0.0,
         init_bias: 0.0,
     };
-    let mut eval = Evaluation::for_spec(&lr);
+    let mut eval = lr.evaluation();
     for batch in test_batches(&data) {
         lr.model()
             .evaluate(&optimum.params, &batch, &mut eval)

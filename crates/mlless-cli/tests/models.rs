@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use mlless_core::{Batch, Evaluation, ModelSpec};
+use mlless_core::{Batch, ModelSpec};
 use mlless_runtime::dataset::Split;
 
 /// Writes data with `write` to `dir/name.libsvm` and prepares it into `dir/store/name`.
@@ -29,7 +29,7 @@ fn prepared(
 /// The test metrics of `params` for `spec` on the test set of `data`.
 fn evaluate(spec: &ModelSpec, params: &[f32], data: &Path) -> mlless_core::Metrics {
     let model = spec.model();
-    let mut evaluation = Evaluation::for_spec(spec);
+    let mut evaluation = spec.evaluation();
     for batch in test_batches(data) {
         model
             .evaluate(params, &batch, &mut evaluation)

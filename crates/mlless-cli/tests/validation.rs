@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{batches, block_on, fails, ok, s, stored_params, tempdir, train};
-use mlless_core::{Evaluation, Metrics, ModelSpec};
+use mlless_core::{Metrics, ModelSpec};
 use mlless_job::RunRecord;
 use mlless_job::record::ValidationRecord;
 use mlless_runtime::dataset::Split;
@@ -54,7 +54,7 @@ fn value(metrics: &Metrics, name: &str) -> f64 {
 /// The metrics of `params` on the data set's validation set, as the supervisor computes them.
 fn validation_metrics(data: &Path, spec: &ModelSpec, params: &[f32]) -> Metrics {
     let model = spec.model();
-    let mut evaluation = Evaluation::for_spec(spec);
+    let mut evaluation = spec.evaluation();
     for batch in batches(data, Split::Validation) {
         model
             .evaluate(params, &batch, &mut evaluation)

@@ -39,7 +39,7 @@
 //!     let delta = optimizer.step(&params, &acc.take(), 0.1);
 //!     apply_mean(&mut params, &[&delta]);
 //! }
-//! let mut eval = Evaluation::for_spec(&spec);
+//! let mut eval = spec.evaluation();
 //! model.evaluate(&params, &batch, &mut eval)?;
 //! assert_eq!(eval.finish()["test_accuracy"], 1.0);
 //! # Ok::<(), mlless_core::ModelError>(())
@@ -64,7 +64,7 @@ pub use filter::{
     Compression, CompressionParseError, FilterConfig, FilterStats, SignVector, SignificanceScale,
     UpdateFilter, WireDelta,
 };
-pub use metrics::{Evaluation, Metrics, Task, auc, log_loss, log_loss_from_logit};
+pub use metrics::{Evaluation, EvaluationError, Metrics, Task, auc, log_loss, log_loss_from_logit};
 pub use model::{
     BatchLoss, GradientAccumulator, KMeans, LabelRule, LloydRun, LloydSums, LogisticRegression,
     LrReference, LrReferenceOptions, LrRegularization, MAX_PARAMS, MatrixFactorization, Mlp, Model,

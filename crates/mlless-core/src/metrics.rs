@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ModelError, ModelSpec};
-
 /// Named metric values, e.g. `test_logloss`; ordered so that reports are stable.
 pub type Metrics = BTreeMap<String, f64>;
 
@@ -60,6 +58,30 @@ enum Score {
     Margin,
 }
 
+/// Why an [`Evaluation`] refused a prediction or another evaluation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EvaluationError {
+    /// The evaluation is for another kind of task.
+    #[error("a {got} evaluation cannot take {expected} predictions")]
+    Kind {
+        /// The kind of predictions offered.
+        expected: &'static str,
+        /// The kind of the evaluation.
+        got: &'static str,
+    },
+    /// A multiclass label is not one of the classes predicted.
+    #[error("sample {sample}: label {label} is not a class id in 0..{classes}")]
+    ClassLabel {
+        /// The sample's position in the evaluation.
+        sample: usize,
+        /// The offending label.
+        label: u32,
+        /// The number of classes predicted.
+        classes: u32,
+    },
+}
+
 /// What a model's predictions are, and so how it is evaluated and which metrics it reports
 /// ([`ModelSpec::task`]). A new model of an existing kind needs nothing here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,11 +100,6 @@ pub enum Task {
 }
 
 impl Evaluation {
-    /// The evaluation that fits the model `spec`: that of its [`Task`].
-    pub fn for_spec(spec: &ModelSpec) -> Self {
-        Self::for_task(spec.task())
-    }
-
     /// An empty evaluation of `task`.
     pub fn for_task(task: Task) -> Self {
         match task {
@@ -181,30 +198,30 @@ impl Evaluation {
     }
 
     /// `Ok` when the evaluation's [`task`](Self::task) is `expected`.
-    pub(crate) fn check_task(&self, expected: &'static str) -> Result<(), ModelError> {
+    pub(crate) fn check_task(&self, expected: &'static str) -> Result<(), EvaluationError> {
         let got = self.task();
         if got == expected {
             Ok(())
         } else {
-            Err(ModelError::EvaluationKind { expected, got })
+            Err(EvaluationError::Kind { expected, got })
         }
     }
 
-    pub(crate) fn check_binary(&self) -> Result<(), ModelError> {
+    pub(crate) fn check_binary(&self) -> Result<(), EvaluationError> {
         self.check_task("binary")
     }
 
-    pub(crate) fn check_regression(&self) -> Result<(), ModelError> {
+    pub(crate) fn check_regression(&self) -> Result<(), EvaluationError> {
         self.check_task("regression")
     }
 
-    pub(crate) fn check_multiclass(&self) -> Result<(), ModelError> {
+    pub(crate) fn check_multiclass(&self) -> Result<(), EvaluationError> {
         self.check_task("multiclass")
     }
 
     /// Adds a binary prediction given as a logit `z` (probability `σ(z)`); the sample counts as
     /// predicted positive when `σ(z) > 0.5`, i.e. `z > 0`.
-    pub fn push_logit(&mut self, logit: f64, label: bool) -> Result<(), ModelError> {
+    pub fn push_logit(&mut self, logit: f64, label: bool) -> Result<(), EvaluationError> {
         self.check_binary()?;
         self.push_score(
             logit,
@@ -216,7 +233,7 @@ impl Evaluation {
 
     /// Adds a margin-classifier prediction given as a margin `m = w·x + b`; the sample counts as
     /// predicted positive when `m > 0`, and its hinge loss is `max(0, 1 - y m)` with `y = ±1`.
-    pub fn push_margin(&mut self, margin: f64, label: bool) -> Result<(), ModelError> {
+    pub fn push_margin(&mut self, margin: f64, label: bool) -> Result<(), EvaluationError> {
         self.check_task("margin")?;
         let y = if label { 1.0 } else { -1.0 };
         self.push_score(margin, label, (1.0 - y * margin).max(0.0));
@@ -240,7 +257,7 @@ impl Evaluation {
     }
 
     /// Adds a clustering point at squared distance `sq_distance` from its nearest centroid.
-    pub fn push_sq_distance(&mut self, sq_distance: f64) -> Result<(), ModelError> {
+    pub fn push_sq_distance(&mut self, sq_distance: f64) -> Result<(), EvaluationError> {
         self.check_task("clustering")?;
         if let State::Clustering { inertia, count } = &mut self.state {
             *inertia += sq_distance;
@@ -250,7 +267,7 @@ impl Evaluation {
     }
 
     /// Adds a regression prediction.
-    pub fn push_rating(&mut self, predicted: f64, actual: f64) -> Result<(), ModelError> {
+    pub fn push_rating(&mut self, predicted: f64, actual: f64) -> Result<(), EvaluationError> {
         self.check_regression()?;
         if let State::Regression {
             squared_error,
@@ -267,12 +284,12 @@ impl Evaluation {
     /// `softmax(logits)`); the predicted class is the first one with the largest logit.
     ///
     /// Errs when `label` is not below `logits.len()`.
-    pub fn push_class_logits(&mut self, logits: &[f32], label: u32) -> Result<(), ModelError> {
+    pub fn push_class_logits(&mut self, logits: &[f32], label: u32) -> Result<(), EvaluationError> {
         self.check_multiclass()?;
         let Some(&target) = logits.get(label as usize) else {
-            return Err(ModelError::BadClassLabel {
-                row: self.samples() as usize,
-                label: label as f32,
+            return Err(EvaluationError::ClassLabel {
+                sample: self.samples() as usize,
+                label,
                 classes: logits.len() as u32,
             });
         };
@@ -298,7 +315,7 @@ impl Evaluation {
     }
 
     /// Adds the predictions of `other` (e.g. another shard of the test set).
-    pub fn merge(&mut self, other: &Evaluation) -> Result<(), ModelError> {
+    pub fn merge(&mut self, other: &Evaluation) -> Result<(), EvaluationError> {
         match (&mut self.state, &other.state) {
             (
                 State::Binary {
@@ -363,7 +380,7 @@ impl Evaluation {
                 *count += c2;
                 Ok(())
             }
-            _ => Err(ModelError::EvaluationKind {
+            _ => Err(EvaluationError::Kind {
                 expected: other.task(),
                 got: self.task(),
             }),
@@ -598,52 +615,6 @@ mod tests {
     }
 
     #[test]
-    fn for_spec_picks_the_task() {
-        let tasks = [
-            (
-                ModelSpec::LogisticRegression {
-                    features: 1,
-                    l2: 0.0,
-                    init_bias: 0.0,
-                },
-                "binary",
-            ),
-            (
-                ModelSpec::MatrixFactorization {
-                    users: 1,
-                    items: 1,
-                    factors: 1,
-                    l2: 0.0,
-                    mean: 0.0,
-                    init_std: 0.1,
-                    prior: 0.0,
-                },
-                "regression",
-            ),
-            (
-                ModelSpec::Svm {
-                    features: 1,
-                    l2: 0.0,
-                },
-                "margin",
-            ),
-            (ModelSpec::KMeans { features: 1, k: 1 }, "clustering"),
-            (
-                ModelSpec::Mlp {
-                    features: 2,
-                    hidden: vec![3],
-                    classes: 3,
-                    l2: 0.0,
-                },
-                "multiclass",
-            ),
-        ];
-        for (spec, task) in tasks {
-            assert_eq!(Evaluation::for_spec(&spec).task(), task, "{}", spec.name());
-        }
-    }
-
-    #[test]
     fn margin_metrics_have_hinge_not_log_loss() {
         let mut e = Evaluation::margin_classifier();
         e.push_margin(2.0, true).unwrap(); // hinge 0, correct
@@ -703,7 +674,7 @@ mod tests {
         // Errors leave the evaluation unchanged.
         assert!(matches!(
             a.push_class_logits(&[0.0, 0.0], 2),
-            Err(ModelError::BadClassLabel { classes: 2, .. })
+            Err(EvaluationError::ClassLabel { classes: 2, .. })
         ));
         assert!(a.push_logit(0.0, true).is_err());
         assert!(a.push_rating(0.0, 0.0).is_err());

@@ -348,6 +348,11 @@ impl ModelSpec {
         }
     }
 
+    /// An empty evaluation of the model's predictions: that of its [`task`](Self::task).
+    pub fn evaluation(&self) -> Evaluation {
+        Evaluation::for_task(self.task())
+    }
+
     /// Checks that the spec describes a trainable model: finite, non-negative hyper-parameters,
     /// at least one feature and one cluster for k-means, and at most [`MAX_PARAMS`] parameters.
     pub fn validate(&self) -> Result<(), ModelError> {

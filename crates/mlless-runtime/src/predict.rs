@@ -22,7 +22,7 @@
 
 use std::io::Write;
 
-use mlless_core::{Batch, Evaluation, Metrics, ModelError, ModelSpec, Prediction, Predictor};
+use mlless_core::{Batch, Metrics, ModelError, ModelSpec, Prediction, Predictor};
 use mlless_data::{
     DatasetKind, IdMap, InputFormat, LabelMap, Manifest, RatingBatch, ScoringInput, ScoringLayout,
     ScoringRows,
@@ -256,12 +256,13 @@ impl TrainedModel {
                     }
                 }
                 if evaluate {
-                    let mut eval = Evaluation::for_spec(spec);
+                    let mut eval = spec.evaluation();
                     spec.model()
                         .evaluate(params, &Batch::Ratings(known), &mut eval)
                         .map_err(model_error)?;
                     for (predicted, actual) in unknown {
-                        eval.push_rating(predicted, actual).map_err(model_error)?;
+                        eval.push_rating(predicted, actual)
+                            .map_err(|e| model_error(e.into()))?;
                     }
                     summary.metrics = Some(eval.finish());
                 }
@@ -367,7 +368,7 @@ fn evaluate_batch(
     path: &str,
     lines: &[u64],
 ) -> Result<Metrics> {
-    let mut eval = Evaluation::for_spec(spec);
+    let mut eval = spec.evaluation();
     spec.model()
         .evaluate(params, &batch, &mut eval)
         .map_err(|source| line_error(path, lines, source))?;

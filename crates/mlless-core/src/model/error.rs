@@ -104,14 +104,9 @@ pub enum ModelError {
         /// The accumulator's dimension.
         got: usize,
     },
-    /// The evaluation is for another kind of task.
-    #[error("a {got} evaluation cannot take {expected} predictions")]
-    EvaluationKind {
-        /// The kind of predictions offered.
-        expected: &'static str,
-        /// The kind of the evaluation.
-        got: &'static str,
-    },
+    /// The evaluation refused the model's predictions (another kind of task).
+    #[error(transparent)]
+    Evaluation(#[from] crate::metrics::EvaluationError),
     /// The model spec is not trainable.
     #[error("invalid model spec: {reason}")]
     InvalidSpec {

@@ -10,7 +10,7 @@ use super::{
     check_dims,
 };
 use crate::batch::{Batch, SparseBatch};
-use crate::metrics::Evaluation;
+use crate::metrics::{Evaluation, EvaluationError};
 
 /// A linear model over sparse rows with binary labels, parameters `[w_0 .. w_{features-1},
 /// bias]` and per-example L2 on the weights: logistic regression and the linear SVM, told
@@ -24,7 +24,7 @@ pub(crate) trait LinearModel: Send + Sync {
     /// A row's prediction from its margin.
     const PREDICTION: fn(f64) -> Prediction;
     /// Adds a row's margin and label to an evaluation of [`Self::TASK`].
-    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), ModelError>;
+    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), EvaluationError>;
 
     /// The number of features (the bias is extra) and the L2 coefficient.
     fn shape(&self) -> (u32, f32);

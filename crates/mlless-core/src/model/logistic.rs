@@ -1,8 +1,8 @@
 //! Sparse binary logistic regression.
 
+use super::Prediction;
 use super::linear::LinearModel;
-use super::{ModelError, Prediction};
-use crate::metrics::Evaluation;
+use crate::metrics::{Evaluation, EvaluationError};
 
 /// Binary logistic regression over sparse features: `p(y = 1 | x) = σ(w·x + b)`.
 ///
@@ -38,7 +38,8 @@ impl LinearModel for LogisticRegression {
     const NAME: &'static str = "lr";
     const TASK: &'static str = "binary";
     const PREDICTION: fn(f64) -> Prediction = Prediction::Logit;
-    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), ModelError> = Evaluation::push_logit;
+    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), EvaluationError> =
+        Evaluation::push_logit;
 
     fn shape(&self) -> (u32, f32) {
         (self.features, self.l2)
@@ -58,6 +59,7 @@ mod tests {
 
     use super::*;
     use crate::metrics::log_loss;
+    use crate::model::ModelError;
     use crate::model::testutil::{
         assert_close, dense, finite_difference, spec_gradient, split_rows, synthetic_linear,
     };
@@ -269,7 +271,7 @@ mod tests {
         let mut regression = Evaluation::regression();
         assert!(matches!(
             model.evaluate(&params, &ok, &mut regression),
-            Err(ModelError::EvaluationKind { .. })
+            Err(ModelError::Evaluation(EvaluationError::Kind { .. }))
         ));
         // None of the failures left anything behind.
         assert!(acc.is_empty());

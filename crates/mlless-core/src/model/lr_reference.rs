@@ -312,7 +312,6 @@ mod tests {
 
     use super::*;
     use crate::batch::SparseBatch;
-    use crate::metrics::Evaluation;
     use crate::model::ModelSpec;
     use crate::model::testutil::{
         assert_close, finite_difference, spec_gradient, split_rows, synthetic_linear,
@@ -515,7 +514,7 @@ mod tests {
         }
         assert!(objective(&sgd) > r.objective);
         // The test log loss of the reference is that of a model which learnt something.
-        let mut eval = Evaluation::for_spec(&spec);
+        let mut eval = spec.evaluation();
         spec.model()
             .evaluate(&r.params, &Batch::Sparse(batch), &mut eval)
             .unwrap();

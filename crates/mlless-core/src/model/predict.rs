@@ -160,7 +160,7 @@ mod tests {
 
     /// Scoring then pushing into an evaluation gives the model's own evaluation.
     fn assert_same_metrics(spec: &ModelSpec, params: &[f32], batch: &Batch, pushed: Evaluation) {
-        let mut want = Evaluation::for_spec(spec);
+        let mut want = spec.evaluation();
         spec.model().evaluate(params, batch, &mut want).unwrap();
         assert_eq!(pushed.finish(), want.finish(), "{}", spec.name());
     }
@@ -184,7 +184,7 @@ mod tests {
                 .unwrap()
                 .predict_rows(&rows)
                 .unwrap();
-            let mut eval = Evaluation::for_spec(&spec);
+            let mut eval = spec.evaluation();
             for (p, (label, _, _)) in predictions.iter().zip(rows.iter_rows()) {
                 match *p {
                     Prediction::Logit(z) => eval.push_logit(z, label == 1.0).unwrap(),
@@ -211,7 +211,7 @@ mod tests {
             .unwrap()
             .predict_rows(&rows)
             .unwrap();
-        let mut eval = Evaluation::for_spec(&spec);
+        let mut eval = spec.evaluation();
         for p in &predictions {
             let Prediction::Cluster { sq_distance, .. } = p else {
                 panic!("{p:?}")
@@ -234,7 +234,7 @@ mod tests {
             .unwrap()
             .predict_rows(&rows)
             .unwrap();
-        let mut eval = Evaluation::for_spec(&spec);
+        let mut eval = spec.evaluation();
         for (p, &label) in predictions.iter().zip(&labelled.labels) {
             let Prediction::Classes(logits) = p else {
                 panic!("{p:?}")
@@ -282,7 +282,7 @@ mod tests {
             items: vec![2, 0, 1],
             ratings: vec![4.0, 2.0, 3.5],
         };
-        let mut eval = Evaluation::for_spec(&spec);
+        let mut eval = spec.evaluation();
         for (u, i, r) in ratings.iter() {
             let predicted = p.predict_rating(Some(u), Some(i)).unwrap();
             eval.push_rating(predicted, f64::from(r)).unwrap();

@@ -8,7 +8,7 @@
 use super::linear::{LinearModel, margins, prepare_linear};
 use super::{ModelError, Prediction};
 use crate::batch::Batch;
-use crate::metrics::Evaluation;
+use crate::metrics::{Evaluation, EvaluationError};
 
 /// Linear SVM: predicts the positive class when the margin `w·x + b` is positive, trained on
 /// the hinge loss with per-example L2.
@@ -45,7 +45,8 @@ impl LinearModel for Svm {
     const NAME: &'static str = "svm";
     const TASK: &'static str = "margin";
     const PREDICTION: fn(f64) -> Prediction = Prediction::Margin;
-    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), ModelError> = Evaluation::push_margin;
+    const PUSH: fn(&mut Evaluation, f64, bool) -> Result<(), EvaluationError> =
+        Evaluation::push_margin;
 
     fn shape(&self) -> (u32, f32) {
         (self.features, self.l2)
@@ -403,10 +404,10 @@ mod tests {
         let mut binary = Evaluation::binary();
         assert!(matches!(
             model.evaluate(&params, &ok, &mut binary),
-            Err(ModelError::EvaluationKind {
+            Err(ModelError::Evaluation(EvaluationError::Kind {
                 expected: "margin",
                 got: "binary"
-            })
+            }))
         ));
         model.evaluate(&params, &ok, &mut eval).unwrap();
         let m = eval.finish();
@@ -443,7 +444,7 @@ mod tests {
             solve_svm_reference(&train, features, l2, 500).unwrap()
         );
         let spec = ModelSpec::Svm { features, l2 };
-        let mut eval = Evaluation::for_spec(&spec);
+        let mut eval = spec.evaluation();
         assert_eq!(eval.task(), "margin");
         spec.model().evaluate(&params, &test, &mut eval).unwrap();
         let accuracy = eval.finish()["test_accuracy"];

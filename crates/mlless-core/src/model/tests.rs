@@ -1,4 +1,4 @@
-//! Tests of `ModelSpec` and `BatchLoss`: shapes and names, validation, seeded initial parameters, merging losses.
+//! Tests of `ModelSpec` and `BatchLoss`: shapes and names, evaluations, validation, seeded initial parameters, merging losses.
 
 use super::*;
 
@@ -140,4 +140,50 @@ fn batch_loss_merges() {
     assert!(BatchLoss::default().mean().is_nan());
     let total: BatchLoss = [a, BatchLoss::new(1.0, 1)].into_iter().sum();
     assert_eq!(total, BatchLoss::new(5.0, 5));
+}
+
+#[test]
+fn the_evaluation_fits_the_task() {
+    let tasks = [
+        (
+            ModelSpec::LogisticRegression {
+                features: 1,
+                l2: 0.0,
+                init_bias: 0.0,
+            },
+            "binary",
+        ),
+        (
+            ModelSpec::MatrixFactorization {
+                users: 1,
+                items: 1,
+                factors: 1,
+                l2: 0.0,
+                mean: 0.0,
+                init_std: 0.1,
+                prior: 0.0,
+            },
+            "regression",
+        ),
+        (
+            ModelSpec::Svm {
+                features: 1,
+                l2: 0.0,
+            },
+            "margin",
+        ),
+        (ModelSpec::KMeans { features: 1, k: 1 }, "clustering"),
+        (
+            ModelSpec::Mlp {
+                features: 2,
+                hidden: vec![3],
+                classes: 3,
+                l2: 0.0,
+            },
+            "multiclass",
+        ),
+    ];
+    for (spec, task) in tasks {
+        assert_eq!(spec.evaluation().task(), task, "{}", spec.name());
+    }
 }

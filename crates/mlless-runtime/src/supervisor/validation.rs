@@ -16,7 +16,7 @@ use mlless_job::record::{EvalPoint, TargetRecord, ValidationRecord};
 /// fit in the supervisor's memory).
 pub(super) async fn evaluate(ctx: &JobContext, params: &[f32]) -> Result<mlless_core::Metrics> {
     let model = ctx.spec.model.model();
-    let mut evaluation = Evaluation::for_spec(&ctx.spec.model);
+    let mut evaluation = ctx.spec.model.evaluation();
     for index in 0..ctx.dataset.batches(Split::Test) {
         let batch = ctx.dataset.read_batch(Split::Test, index).await?;
         evaluate_batch(
@@ -72,7 +72,7 @@ pub(super) fn evaluate_on(
     split: Split,
 ) -> Result<mlless_core::Metrics> {
     let model = ctx.spec.model.model();
-    let mut evaluation = Evaluation::for_spec(&ctx.spec.model);
+    let mut evaluation = ctx.spec.model.evaluation();
     for (index, batch) in batches.iter().enumerate() {
         evaluate_batch(ctx, &*model, params, batch, &mut evaluation, split, index)?;
     }

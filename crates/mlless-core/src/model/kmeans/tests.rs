@@ -96,7 +96,7 @@ fn lloyd_from_kmeans_plus_plus_finds_the_blob_centres() {
 
         // The evaluation measures the same inertia.
         let spec = ModelSpec::KMeans { features, k };
-        let mut eval = Evaluation::for_spec(&spec);
+        let mut eval = spec.evaluation();
         for b in &data {
             spec.model().evaluate(&run.centroids, b, &mut eval).unwrap();
         }

@@ -5,6 +5,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
 use super::*;
+use crate::metrics::EvaluationError;
 use crate::model::ModelSpec;
 use crate::model::testutil::{assert_close, finite_difference, spec_gradient};
 use crate::{RatingBatch, SparseVector};
@@ -184,7 +185,7 @@ fn sgd(spec: &ModelSpec, params: &mut [f32], batch: &Batch, lr: f32, steps: usiz
 }
 
 fn accuracy(spec: &ModelSpec, params: &[f32], batch: &Batch) -> f64 {
-    let mut eval = Evaluation::for_spec(spec);
+    let mut eval = spec.evaluation();
     spec.model().evaluate(params, batch, &mut eval).unwrap();
     eval.finish()["test_accuracy"]
 }
@@ -257,7 +258,7 @@ fn evaluation_agrees_with_the_training_loss() {
     let spec = spec(2, &[6], 2, 0.0);
     let params = spec.init_params(1);
     let (loss, _) = spec_gradient(&spec, &params, &batch);
-    let mut eval = Evaluation::for_spec(&spec);
+    let mut eval = spec.evaluation();
     spec.model().evaluate(&params, &batch, &mut eval).unwrap();
     let m = eval.finish();
     assert_eq!(m["test_samples"], 50.0);
@@ -271,7 +272,7 @@ fn errors_for_untrusted_batches() {
     let params = spec.init_params(0);
     let n = spec.num_params();
     let mut acc = GradientAccumulator::new(n);
-    let mut eval = Evaluation::for_spec(&spec);
+    let mut eval = spec.evaluation();
     let mut run = |batch: SparseBatch, acc: &mut GradientAccumulator| {
         let batch = Batch::Sparse(batch);
         let err = model.evaluate(&params, &batch, &mut eval).err();
@@ -353,7 +354,7 @@ fn errors_for_untrusted_batches() {
     let mut binary = Evaluation::binary();
     assert!(matches!(
         model.evaluate(&params, &ok, &mut binary),
-        Err(ModelError::EvaluationKind { .. })
+        Err(ModelError::Evaluation(EvaluationError::Kind { .. }))
     ));
     // An untrainable shape fails instead of panicking.
     let flat = Mlp::new(2, &[], 2, 0.0);
