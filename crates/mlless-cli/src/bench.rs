@@ -431,7 +431,7 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
             .collect()
     };
     let on_servers = matches!(
-        mlless_job::record::channel_kind(args.channel.as_deref()),
+        mlless_job::billing::channel_kind(args.channel.as_deref()),
         mlless_cost::ChannelKind::ParameterServer { .. }
     );
     anyhow::ensure!(

@@ -298,7 +298,7 @@ fn describe_run_bill(record: &RunRecord, prices: &PriceTable) -> String {
 /// nothing for the others.
 fn dynamodb_units(record: &RunRecord, bill: &mlless_cost::Bill) -> String {
     let requests = record.billed_requests().0;
-    if mlless_job::record::channel_kind(record.spec.training.channel.as_deref())
+    if mlless_job::billing::channel_kind(record.spec.training.channel.as_deref())
         != mlless_cost::ChannelKind::DynamoDb
     {
         return String::new();

@@ -746,7 +746,7 @@ mod tests {
 
     #[test]
     fn channel_services_are_billed_per_instance() {
-        // Which kind a channel URL is billed as: `mlless_job::record::channel_kind`'s tests.
+        // Which kind a channel URL is billed as: `mlless_job::billing::channel_kind`'s tests.
         let aws = PriceTable::aws_lambda();
         let redis = aws.clone().for_channel(ChannelKind::Redis { instances: 2 });
         assert!((redis.services_usd_per_hour - 0.34).abs() < 1e-12);

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use crate::fault::Fault;
 use crate::model::ModelChoice;
 use crate::protocol::{Algorithm, Pattern, SyncMode};
-use crate::spec::StopCriteria;
 
 /// A URL that may carry a credential (a channel's password, a token in a query). `Debug` and
 /// `Display` show it redacted ([`redact_url`]); only [`SecretUrl::as_str`] gives it as written,
@@ -393,7 +392,7 @@ impl TrainingConfig {
     fn chosen_pattern(&self) -> (Pattern, String) {
         Pattern::for_fleet(
             self.workers,
-            crate::record::channel_kind(self.channel.as_deref()),
+            crate::billing::channel_kind(self.channel.as_deref()),
             self.sync,
         )
     }
@@ -497,7 +496,7 @@ impl TrainingConfig {
         }
         if self.pattern == Some(Pattern::Server)
             && !matches!(
-                crate::record::channel_kind(self.channel.as_deref()),
+                crate::billing::channel_kind(self.channel.as_deref()),
                 mlless_cost::ChannelKind::ParameterServer { .. }
             )
         {
@@ -531,6 +530,23 @@ impl TrainingConfig {
         }
         Ok(())
     }
+}
+
+/// When training stops; whichever criterion is met first.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StopCriteria {
+    /// Stop once the step loss stays at or below this for `target_patience` consecutive steps.
+    pub target_loss: Option<f64>,
+    /// Number of consecutive steps the target must hold.
+    pub target_patience: u32,
+    /// Stop after this many passes over the training set.
+    pub max_epochs: u32,
+    /// Stop after this much wall time, in seconds.
+    pub max_time_s: Option<f64>,
+    /// k-means: stop once the inertia changes by less than this fraction between two Lloyd
+    /// iterations.
+    #[serde(default)]
+    pub tolerance: Option<f64>,
 }
 
 #[cfg(test)]

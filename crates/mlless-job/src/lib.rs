@@ -11,10 +11,12 @@
 //!   what `mlless report` reads.
 //! - [`SUPERVISOR_ROLE`], [`worker_role`]: the names of a job's functions.
 //! - [`SecretUrl`]: a URL that redacts its credentials when shown.
+//! - [`billing`]: how a run's channel is billed ([`billing::channel_kind`]).
 //!
 //! The crate does no I/O; it depends on the backends' crates only for their plain types (limits,
 //! invocation reports, channel schemes).
 
+pub mod billing;
 pub mod config;
 pub mod fault;
 pub mod model;
@@ -23,13 +25,11 @@ pub mod record;
 pub mod role;
 pub mod spec;
 
-pub use config::{ConfigError, SecretUrl, TrainingConfig};
+pub use config::{ConfigError, SecretUrl, StopCriteria, TrainingConfig};
 pub use fault::Fault;
 pub use mlless_core::batch_plan::{self, BatchPlan};
 pub use model::{ModelChoice, UnknownModel};
 pub use protocol::{Algorithm, DEFAULT_ADMM_RHO, Pattern, SyncMode};
 pub use record::{PrepareRecord, Refit, RunRecord};
 pub use role::{SUPERVISOR_ROLE, roles, worker_role};
-pub use spec::{
-    AUTO_EVAL_SECONDS, EvalEvery, JobSpec, Resumption, SPEC_KEY, StopCriteria, ValidationConfig,
-};
+pub use spec::{AUTO_EVAL_SECONDS, EvalEvery, JobSpec, Resumption, SPEC_KEY, ValidationConfig};

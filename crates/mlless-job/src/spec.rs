@@ -237,23 +237,6 @@ impl JobSpec {
     }
 }
 
-/// When training stops; whichever criterion is met first.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct StopCriteria {
-    /// Stop once the step loss stays at or below this for `target_patience` consecutive steps.
-    pub target_loss: Option<f64>,
-    /// Number of consecutive steps the target must hold.
-    pub target_patience: u32,
-    /// Stop after this many passes over the training set.
-    pub max_epochs: u32,
-    /// Stop after this much wall time, in seconds.
-    pub max_time_s: Option<f64>,
-    /// k-means: stop once the inertia changes by less than this fraction between two Lloyd
-    /// iterations.
-    #[serde(default)]
-    pub tolerance: Option<f64>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@ use mlless_cost::{
 use mlless_job::{Pattern, RunRecord};
 
 use crate::ReportOptions;
-use mlless_job::record::{StepRecord, channel_kind};
+use mlless_job::billing::channel_kind;
+use mlless_job::record::StepRecord;
 
 /// The CPUs the functions of `record` shared, as far as this machine can tell: when the
 /// invocations have process ids the run was made by the local invoker, taken to be on this

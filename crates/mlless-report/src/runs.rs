@@ -3,7 +3,7 @@
 //! invocations), as rows for the page and as CSV.
 
 use mlless_cost::ChannelKind;
-use mlless_job::record::channel_kind;
+use mlless_job::billing::channel_kind;
 use mlless_job::{JobSpec, RunRecord};
 
 use crate::ReportOptions;

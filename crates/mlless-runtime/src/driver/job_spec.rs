@@ -88,7 +88,7 @@ pub(super) fn job_spec(
             // The tuner weighs a step's bill at the prices the run is billed at.
             scale_in: training.scale_in.clone().map(|tuner| TunerConfig {
                 step_cost: options.prices.step_cost(
-                    mlless_job::record::channel_kind(training.channel.as_deref()),
+                    mlless_job::billing::channel_kind(training.channel.as_deref()),
                     training.limits.memory_mb,
                 ),
                 ..tuner

@@ -621,7 +621,7 @@ async fn run_job(
     let mut progress = Progress::default();
     let mut ticker = tokio::time::interval(POLL);
     let mut replaced_through = 0u32;
-    let channel_kind = mlless_job::record::channel_kind(spec.training.channel.as_deref());
+    let channel_kind = mlless_job::billing::channel_kind(spec.training.channel.as_deref());
     let bill_prices = prices.clone().for_channel(channel_kind);
     let live =
         |progress: &Progress, bill_usd: f64, requests: RequestBasis, done: bool| LiveProgress {
@@ -646,7 +646,7 @@ async fn run_job(
         if let Some(driver) = run_store.request_counter() {
             counted += driver.counts();
         }
-        let requests = mlless_job::record::billed_requests(&counted);
+        let requests = mlless_job::billing::billed_requests(&counted);
         let others = bill_prices.bill(&[], started.elapsed().as_secs_f64(), requests);
         invocations + others.services_usd + others.storage_usd + others.table_usd
     };
