@@ -478,7 +478,7 @@ impl TrainingConfig {
     /// make no sense.
     fn check_combination(&self, model: ModelChoice) -> Result<(), ConfigError> {
         if model == ModelChoice::KMeans
-            && (self.sync != SyncMode::Bsp
+            && (!self.sync.applies_whole_updates_in_step()
                 || self.algorithm != Algorithm::Ga
                 || self.compression != Compression::None
                 || self.scale_in.is_some())
@@ -511,7 +511,7 @@ impl TrainingConfig {
         if algorithm == Algorithm::Ga {
             return Ok(());
         }
-        if self.sync != SyncMode::Bsp {
+        if !self.sync.applies_whole_updates_in_step() {
             return Err(ConfigError::AlgorithmNeedsBsp {
                 algorithm,
                 sync: self.sync,

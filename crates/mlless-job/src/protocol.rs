@@ -46,7 +46,19 @@ impl SyncMode {
 
     /// Whether every worker applies every step's updates at the same point (BSP, ISP).
     pub fn is_synchronous(&self) -> bool {
-        matches!(self, Self::Bsp | Self::Isp { .. })
+        match self {
+            Self::Bsp | Self::Isp { .. } => true,
+            Self::Ssp { .. } | Self::Asp => false,
+        }
+    }
+
+    /// Whether every worker applies every step's whole updates at the same point (BSP alone):
+    /// what averaging models (MA-SGD, ADMM) and k-means's Lloyd steps need.
+    pub fn applies_whole_updates_in_step(&self) -> bool {
+        match self {
+            Self::Bsp => true,
+            Self::Isp { .. } | Self::Ssp { .. } | Self::Asp => false,
+        }
     }
 
     /// The mode's name as `--sync` takes it.

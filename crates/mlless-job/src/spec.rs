@@ -227,7 +227,9 @@ impl JobSpec {
                 significance,
                 scale,
             } => (Some(significance), scale),
-            _ => (None, SignificanceScale::default()),
+            SyncMode::Bsp | SyncMode::Ssp { .. } | SyncMode::Asp => {
+                (None, SignificanceScale::default())
+            }
         };
         FilterConfig {
             significance,
