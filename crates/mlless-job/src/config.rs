@@ -477,7 +477,7 @@ impl TrainingConfig {
     /// Refuses the combinations of algorithm, pattern, synchronisation and compression that
     /// make no sense.
     fn check_combination(&self, model: ModelChoice) -> Result<(), ConfigError> {
-        if model == ModelChoice::KMeans
+        if model.steps_by_lloyd()
             && (!self.sync.applies_whole_updates_in_step()
                 || self.algorithm != Algorithm::Ga
                 || self.compression != Compression::None

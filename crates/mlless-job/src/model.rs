@@ -52,6 +52,25 @@ impl ModelChoice {
         }
     }
 
+    /// Whether the model trains by Lloyd steps (k-means): one step a pass over the data, whole
+    /// minibatches a worker, a convergence tolerance, BSP and GA-SGD only.
+    pub fn steps_by_lloyd(&self) -> bool {
+        match self {
+            Self::KMeans => true,
+            Self::LogisticRegression | Self::MatrixFactorization | Self::Svm | Self::Mlp => false,
+        }
+    }
+
+    /// Whether the driver scales the model's SGD-family rate with the global batch, bounded by
+    /// the curvature of a sample of the data (`DataSample`): sparse logistic regression, whose
+    /// defaults were measured so.
+    pub fn scales_rate_with_batch(&self) -> bool {
+        match self {
+            Self::LogisticRegression => true,
+            Self::MatrixFactorization | Self::Svm | Self::KMeans | Self::Mlp => false,
+        }
+    }
+
     /// One line on what the model is, for `--help`.
     pub fn description(&self) -> &'static str {
         match self {
@@ -93,8 +112,13 @@ impl std::fmt::Display for ModelChoice {
 
 /// A name `--model` does not take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown model {0:?} (one of: lr, pmf, svm, kmeans, mlp)")]
+#[error("unknown model {:?} (one of: {names})", .0, names = model_names())]
 pub struct UnknownModel(pub String);
+
+/// The names `--model` takes, for messages.
+fn model_names() -> String {
+    ModelChoice::ALL.map(|m| m.name()).join(", ")
+}
 
 impl std::str::FromStr for ModelChoice {
     type Err = UnknownModel;
@@ -116,9 +140,12 @@ mod tests {
         for model in ModelChoice::ALL {
             assert_eq!(model.name().parse::<ModelChoice>(), Ok(model));
         }
-        assert_eq!(
-            "LR".parse::<ModelChoice>(),
-            Err(UnknownModel("LR".to_owned()))
+        let unknown = "LR".parse::<ModelChoice>();
+        assert_eq!(unknown, Err(UnknownModel("LR".to_owned())));
+        let message = unknown.map(|_| ()).unwrap_err().to_string();
+        assert!(
+            message.ends_with("(one of: lr, pmf, svm, kmeans, mlp)"),
+            "{message}"
         );
     }
 }

@@ -74,7 +74,11 @@ impl JobContext {
             ModelSpec::MatrixFactorization { prior, .. } if prior > 0.0 => {
                 dataset.rating_counts().await?.map(Arc::new)
             }
-            _ => None,
+            ModelSpec::MatrixFactorization { .. }
+            | ModelSpec::LogisticRegression { .. }
+            | ModelSpec::Svm { .. }
+            | ModelSpec::KMeans { .. }
+            | ModelSpec::Mlp { .. } => None,
         };
         let ctx = Self {
             spec,

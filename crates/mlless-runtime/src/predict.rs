@@ -295,7 +295,13 @@ fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str, data_url: &
             },
         ) => users == u && items == i,
         (ModelSpec::MatrixFactorization { .. }, _) | (_, DatasetKind::Ratings { .. }) => false,
-        _ => true,
+        (
+            ModelSpec::LogisticRegression { .. }
+            | ModelSpec::Svm { .. }
+            | ModelSpec::KMeans { .. }
+            | ModelSpec::Mlp { .. },
+            _,
+        ) => true,
     };
     if fits {
         Ok(())

@@ -8,7 +8,7 @@ use crate::dataset::Dataset;
 use crate::error::{Result, RuntimeError};
 use mlless_job::batch_plan::DEFAULT_GLOBAL_BATCHES;
 use mlless_job::config::TrainingConfig;
-use mlless_job::{Algorithm, BatchPlan, ModelChoice};
+use mlless_job::{Algorithm, BatchPlan};
 use mlless_job::{JobSpec, StopCriteria, ValidationConfig};
 
 /// The job spec of `options` on `dataset`, run on `platform` (the invoker's); for LR,
@@ -53,7 +53,7 @@ pub(super) fn job_spec(
         .hyper
         .lr
         .unwrap_or_else(|| defaults.lr_for(options.model, global_batch.round() as u64, sample));
-    if options.model == ModelChoice::LogisticRegression
+    if options.model.scales_rate_with_batch()
         && matches!(
             defaults.optimizer,
             OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd
@@ -82,7 +82,7 @@ pub(super) fn job_spec(
                 tolerance: training
                     .stop
                     .tolerance
-                    .or((options.model == ModelChoice::KMeans).then_some(DEFAULT_TOLERANCE)),
+                    .or(options.model.steps_by_lloyd().then_some(DEFAULT_TOLERANCE)),
                 ..training.stop
             },
             // The tuner weighs a step's bill at the prices the run is billed at.
@@ -104,7 +104,7 @@ pub(super) fn job_spec(
 /// ADMM (each worker's fixed shard) and k-means (a Lloyd pass reads all of them).
 fn batch_plan(options: &TrainOptions, manifest: &mlless_data::Manifest) -> BatchPlan {
     let workers = options.training.workers;
-    if options.model == ModelChoice::KMeans
+    if options.model.steps_by_lloyd()
         || matches!(options.training.algorithm, Algorithm::Admm { .. })
     {
         return BatchPlan::whole(workers);

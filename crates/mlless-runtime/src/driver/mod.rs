@@ -200,8 +200,8 @@ pub async fn train(
             dataset.url()
         )));
     }
-    let sample = match (options.model, &dataset.manifest().kind) {
-        (ModelChoice::LogisticRegression, DatasetKind::Sparse { .. }) => {
+    let sample = match &dataset.manifest().kind {
+        DatasetKind::Sparse { .. } if options.model.scales_rate_with_batch() => {
             Some(estimate_sample(&dataset).await?)
         }
         _ => None,

@@ -150,17 +150,15 @@ impl Defaults {
     /// sample's [`DataSample::stable_rate`] (linear scaling bounded by the loss's curvature);
     /// other models and Adam (whose steps do not grow with the gradient): `lr` as it is.
     pub fn lr_for(&self, model: ModelChoice, global_batch: u64, sample: DataSample) -> f32 {
-        match (model, self.optimizer) {
-            (
-                ModelChoice::LogisticRegression,
-                OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd,
-            ) => {
+        let scaled = model.scales_rate_with_batch();
+        match (scaled, self.optimizer) {
+            (true, OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd) => {
                 let scale = (global_batch.max(1) as f64 / LR_REFERENCE_BATCH as f64)
                     * imbalance_factor(sample.positive_rate);
                 let scaled = f64::from(self.lr) * scale.min(LR_MAX_SCALE);
                 scaled.min(sample.stable_rate().unwrap_or(f64::INFINITY)) as f32
             }
-            _ => self.lr,
+            (true, OptimizerKind::Adam) | (false, _) => self.lr,
         }
     }
 
@@ -566,7 +564,10 @@ pub fn check_model_memory(model: &ModelSpec, memory_mb: u32) -> Result<()> {
     }
     let features = match *model {
         ModelSpec::MatrixFactorization { users, items, .. } => u64::from(users) + u64::from(items),
-        _ => model.input_features().map_or(0, u64::from),
+        ModelSpec::LogisticRegression { .. }
+        | ModelSpec::Svm { .. }
+        | ModelSpec::KMeans { .. }
+        | ModelSpec::Mlp { .. } => model.input_features().map_or(0, u64::from),
     };
     Err(RuntimeError::ModelTooLarge {
         model: model.name(),

@@ -322,9 +322,10 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             state.fleet.remove_after(s.worker, step);
         }
         // A Lloyd iteration of k-means reads the whole data set.
-        let epoch = match spec.model {
-            mlless_core::ModelSpec::KMeans { .. } => (step + 1) as f64,
-            _ => state.fleet.positions_done(step) as f64 / per_epoch,
+        let epoch = if mlless_job::ModelChoice::of(&spec.model).steps_by_lloyd() {
+            (step + 1) as f64
+        } else {
+            state.fleet.positions_done(step) as f64 / per_epoch
         };
         let now = elapsed(&state);
         state.steps.push(StepRecord {

@@ -92,7 +92,7 @@ impl Worker {
                     *previous = Some(inertia);
                     converged
                 }
-                _ => false,
+                RoundState::None | RoundState::Anchor(_) | RoundState::Admm { .. } => false,
             };
             let last =
                 exchanged.stop || converged || step + 1 >= u64::from(spec.training.stop.max_epochs);

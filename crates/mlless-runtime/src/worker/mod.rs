@@ -424,7 +424,7 @@ impl Worker {
             RoundState::Admm { .. } => {
                 step * self.workers.len() as u64 / u64::from(spec.train_batches.max(1))
             }
-            _ => epoch,
+            RoundState::None | RoundState::Anchor(_) | RoundState::Lloyd { .. } => epoch,
         };
         let lr = spec.training.schedule.rate(spec.lr, epoch);
         let delta = self.optimizer.step(&self.params, &gradient, lr);
@@ -692,7 +692,9 @@ impl Worker {
         let params = match &self.rounds {
             // ADMM's model is the consensus.
             RoundState::Admm { z, .. } => z.clone(),
-            _ => self.params.clone(),
+            RoundState::None | RoundState::Anchor(_) | RoundState::Lloyd { .. } => {
+                self.params.clone()
+            }
         };
         let replica = ReplicaMessage {
             worker: self.id,
