@@ -76,6 +76,12 @@
 //! emulator), else `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`, else
 //! `https://dynamodb.{region}.amazonaws.com`. Requests are JSON over HTTP signed with
 //! SigV4 (see `client.rs` for why not the SDK).
+//!
+//! # Files
+//!
+//! This one: the channel's operations; `client.rs` the signed calls and their errors;
+//! `item.rs` the item layout; `table.rs` the table checked or created; `batch.rs` batched
+//! writes, deletes and reads; `url.rs` the URL.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,8 +96,10 @@ use crate::channel::{Channel, ChannelError, WorkerId, check_name};
 use crate::redact::redact_url;
 use crate::requests::{Request, RequestCounter};
 
+mod batch;
 mod client;
 mod item;
+mod table;
 mod url;
 
 pub use client::DynamoDbError;
@@ -277,144 +285,6 @@ impl DynamoDbChannel {
         Duration::from_secs(self.ttl_secs)
     }
 
-    /// The table exists (or is created, with `create`), is active and has the channel's keys.
-    async fn ensure_table(&self, create: bool, url: &str) -> Result<(), ChannelError> {
-        let invalid = |reason: String| ChannelError::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        };
-        let (table, endpoint) = (&self.table, redact_url(&self.client.endpoint));
-        let described = self.describe_table().await;
-        let mut created = false;
-        let status = match described {
-            Ok(description) => self.check_keys(&description).map_err(invalid)?,
-            Err(e) if e.code() == Some("ResourceNotFoundException") && create => {
-                created = self.create_table().await.map_err(|e| {
-                    invalid(format!("cannot create table {table} at {endpoint}: {e}"))
-                })?;
-                String::from("CREATING")
-            }
-            Err(e) if e.code() == Some("ResourceNotFoundException") => {
-                return Err(invalid(format!(
-                    "table {table} does not exist at {endpoint} (region {}): add ?create=true \
-                     to create it, or create it with partition key `pk` and sort key `sk` \
-                     (both strings) and TTL on `ttl`",
-                    self.client.region
-                )));
-            }
-            Err(e) => {
-                return Err(invalid(format!(
-                    "cannot use table {table} at {endpoint}: {e}"
-                )));
-            }
-        };
-        if status != "ACTIVE" {
-            self.wait_active().await.map_err(invalid)?;
-        }
-        if created {
-            let body = json!({
-                "TableName": table,
-                "TimeToLiveSpecification": { "Enabled": true, "AttributeName": TTL },
-            });
-            if let Err(error) = self.client.call("UpdateTimeToLive", &body).await {
-                warn!(%error, table, "could not turn on TTL: the channel's items will not expire");
-            }
-        }
-        Ok(())
-    }
-
-    async fn describe_table(&self) -> Result<Value, DynamoDbError> {
-        let body = json!({ "TableName": self.table });
-        self.client.call("DescribeTable", &body).await
-    }
-
-    /// The table's status, if its keys are the channel's (`pk` and `sk`, strings).
-    fn check_keys(&self, description: &Value) -> Result<String, String> {
-        let table = &description["Table"];
-        let key_of = |kind: &str| {
-            table["KeySchema"].as_array().and_then(|keys| {
-                keys.iter()
-                    .find(|k| k["KeyType"] == kind)
-                    .and_then(|k| k["AttributeName"].as_str())
-            })
-        };
-        let type_of = |name: &str| {
-            table["AttributeDefinitions"].as_array().and_then(|defs| {
-                defs.iter()
-                    .find(|d| d["AttributeName"] == name)
-                    .and_then(|d| d["AttributeType"].as_str())
-            })
-        };
-        let ours = key_of("HASH") == Some(PK)
-            && key_of("RANGE") == Some(SK)
-            && type_of(PK) == Some("S")
-            && type_of(SK) == Some("S");
-        if !ours {
-            return Err(format!(
-                "table {} at {} has key schema {} and attributes {}, not the channel's: \
-                 partition key `pk` and sort key `sk`, both strings",
-                self.table,
-                redact_url(&self.client.endpoint),
-                table["KeySchema"],
-                table["AttributeDefinitions"]
-            ));
-        }
-        Ok(table["TableStatus"]
-            .as_str()
-            .unwrap_or("ACTIVE")
-            .to_string())
-    }
-
-    /// Creates the table (on-demand); `false` if another client created it first.
-    async fn create_table(&self) -> Result<bool, DynamoDbError> {
-        let body = json!({
-            "TableName": self.table,
-            "BillingMode": "PAY_PER_REQUEST",
-            "AttributeDefinitions": [
-                { "AttributeName": PK, "AttributeType": "S" },
-                { "AttributeName": SK, "AttributeType": "S" },
-            ],
-            "KeySchema": [
-                { "AttributeName": PK, "KeyType": "HASH" },
-                { "AttributeName": SK, "KeyType": "RANGE" },
-            ],
-        });
-        match self.client.call("CreateTable", &body).await {
-            Ok(_) => {
-                debug!(table = self.table, endpoint = %self.endpoint, "table created");
-                Ok(true)
-            }
-            Err(e) if e.code() == Some("ResourceInUseException") => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Waits until the table is active, at most [`ACTIVE_TIMEOUT`].
-    async fn wait_active(&self) -> Result<(), String> {
-        let started = std::time::Instant::now();
-        let mut pause = Duration::from_millis(200);
-        loop {
-            let described = self.describe_table().await;
-            match described {
-                Ok(description) if description["Table"]["TableStatus"] == "ACTIVE" => {
-                    return Ok(());
-                }
-                Ok(_) => {}
-                Err(e) if e.code() == Some("ResourceNotFoundException") => {}
-                Err(e) => return Err(format!("waiting for table {}: {e}", self.table)),
-            }
-            if started.elapsed() >= ACTIVE_TIMEOUT {
-                return Err(format!(
-                    "table {} at {} did not become active within {ACTIVE_TIMEOUT:?}",
-                    self.table,
-                    redact_url(&self.client.endpoint)
-                ));
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
-        }
-    }
-
     /// The expiry of an item written now.
     fn expiry(&self) -> u64 {
         let now = SystemTime::now()
@@ -496,149 +366,6 @@ impl DynamoDbChannel {
             .map(|batch| self.batch_write(batch.to_vec(), sk));
         futures::future::try_join_all(batches).await?;
         Ok((manifest.item(&self.job_id, sk, ttl), Some(manifest)))
-    }
-
-    /// `BatchWriteItem` of `requests` (with their write units), sending again what DynamoDB
-    /// leaves unprocessed.
-    async fn batch_write(
-        &self,
-        requests: Vec<(Value, u64)>,
-        what: &str,
-    ) -> Result<(), ChannelError> {
-        let units: u64 = requests.iter().map(|(_, units)| units).sum();
-        let mut pending: Vec<Value> = requests.into_iter().map(|(request, _)| request).collect();
-        let mut pause = UNPROCESSED_BACKOFF;
-        for _ in 0..UNPROCESSED_ROUNDS {
-            let body = json!({ "RequestItems": { self.table.as_str(): pending } });
-            let answer = self.call("BatchWriteItem", what, &body).await?;
-            pending = answer["UnprocessedItems"][self.table.as_str()]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if pending.is_empty() {
-                self.units.add(Request::TableWrite, units);
-                return Ok(());
-            }
-            debug!(channel = %self.endpoint, left = pending.len(), "unprocessed items, sending again");
-            tokio::time::sleep(pause).await;
-            pause *= 2;
-        }
-        Err(self.backend(
-            format!("BatchWriteItem of {what} in job {}", self.job_id),
-            DynamoDbError::Api {
-                status: 400,
-                code: "ProvisionedThroughputExceededException".into(),
-                message: format!(
-                    "{} items still unprocessed after {UNPROCESSED_ROUNDS} rounds",
-                    pending.len()
-                ),
-            },
-        ))
-    }
-
-    /// Deletes the items `sks` (with their sizes, for the write units), `DELETES_PER_WRITE` per
-    /// request.
-    async fn delete(&self, sks: &[(String, usize)], what: &str) -> Result<(), ChannelError> {
-        for batch in sks.chunks(DELETES_PER_WRITE) {
-            let requests = batch
-                .iter()
-                .map(|(sk, size)| {
-                    let request = json!({ "DeleteRequest": { "Key": key(&self.job_id, sk) } });
-                    (request, Units::write(*size))
-                })
-                .collect();
-            self.batch_write(requests, what).await?;
-        }
-        Ok(())
-    }
-
-    /// Deletes chunks no head names any more; a failure is logged (cleanup or their TTL
-    /// removes them).
-    async fn delete_chunks_quietly(&self, manifest: &Manifest) {
-        let sks: Vec<(String, usize)> = manifest
-            .chunk_sks()
-            .into_iter()
-            .map(|sk| (sk, CHUNK_SIZE))
-            .collect();
-        if let Err(error) = self.delete(&sks, "unused chunks").await {
-            debug!(%error, channel = %self.endpoint, "unused chunks left for cleanup or their TTL");
-        }
-    }
-
-    /// `GetItem` (strongly consistent) of `sk`.
-    async fn get_item(&self, sk: &str) -> Result<Option<Map<String, Value>>, ChannelError> {
-        let body = json!({
-            "TableName": self.table,
-            "Key": key(&self.job_id, sk),
-            "ConsistentRead": true,
-        });
-        let answer = self.call("GetItem", sk, &body).await?;
-        let item = answer.get("Item").and_then(Value::as_object).cloned();
-        self.units.add(
-            Request::TableRead,
-            Units::read(item.as_ref().map_or(0, item_size)),
-        );
-        Ok(item)
-    }
-
-    /// `BatchGetItem` (strongly consistent) of `sks`, by sort key; absent items are left out.
-    async fn batch_get(
-        &self,
-        sks: &[String],
-        what: &str,
-    ) -> Result<HashMap<String, Map<String, Value>>, ChannelError> {
-        let mut found = HashMap::new();
-        for batch in sks.chunks(KEYS_PER_GET) {
-            let mut pending: Vec<Value> = batch.iter().map(|sk| key(&self.job_id, sk)).collect();
-            let mut pause = UNPROCESSED_BACKOFF;
-            let mut rounds = 0;
-            while !pending.is_empty() {
-                if rounds == UNPROCESSED_ROUNDS {
-                    return Err(self.backend(
-                        format!("BatchGetItem of {what} in job {}", self.job_id),
-                        DynamoDbError::Api {
-                            status: 400,
-                            code: "ProvisionedThroughputExceededException".into(),
-                            message: format!(
-                                "{} keys still unprocessed after {UNPROCESSED_ROUNDS} rounds",
-                                pending.len()
-                            ),
-                        },
-                    ));
-                }
-                if rounds > 0 {
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-                rounds += 1;
-                let body = json!({
-                    "RequestItems": {
-                        self.table.as_str(): { "Keys": pending, "ConsistentRead": true }
-                    }
-                });
-                let answer = self.call("BatchGetItem", what, &body).await?;
-                let items = answer["Responses"][self.table.as_str()]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                for item in items {
-                    let Value::Object(item) = item else { continue };
-                    self.units
-                        .add(Request::TableRead, Units::read(item_size(&item)));
-                    if let Some(sk) = get_s(&item, SK) {
-                        found.insert(sk.to_string(), item);
-                    }
-                }
-                pending = answer["UnprocessedKeys"][self.table.as_str()]["Keys"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-            }
-            // A key that is not there costs a read unit too.
-            let missing = batch.iter().filter(|sk| !found.contains_key(*sk)).count();
-            self.units.add(Request::TableRead, missing as u64);
-        }
-        Ok(found)
     }
 
     /// One page of the job's items whose sort key begins with `prefix` (all of them: `None`),
