@@ -19,6 +19,7 @@
 mod criteo;
 mod csv;
 mod input;
+mod labels;
 mod libsvm;
 mod movielens;
 mod range;
@@ -29,6 +30,7 @@ use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use labels::*;
 use mlless_core::{RatingBatch, SparseBatch};
 
 use crate::ids::IdMap;
@@ -792,7 +794,5 @@ fn dense_remap_parts(parts: &mut [&mut Vec<u32>]) -> Vec<u32> {
     n
 }
 
-mod labels;
 #[cfg(test)]
 mod tests;
-use labels::*;
