@@ -1,5 +1,6 @@
 //! Tests of Store: local and in-memory locations, keys, listing, conditional puts.
 
+use super::error::chain_has_connection_error;
 use super::*;
 
 #[test]
