@@ -5,8 +5,11 @@
 //! # The model
 //!
 //! **Steps to the target.** A run holds its global batch whatever its fleet size (the
-//! [`BatchPlan`](mlless_core::BatchPlan)), so the steps to a validation target are those of
-//! one curve, whatever P, memory and channel. A target the short run reached gives them
+//! [`BatchPlan`](mlless_core::BatchPlan)), so memory and channel do not change the steps to a
+//! validation target, and with a linear optimiser (SGD, momentum) neither does P; with Adam
+//! (PMF's default) each worker normalises its own gradient and the mean of P such steps is
+//! shorter, so the steps are estimated for each fleet size from its own short run. A target
+//! the short run reached gives them
 //! exactly (the first evaluation that met it). Otherwise the curve of the primary metric
 //! (for a metric that must rise, `1 − metric`) is fitted by the scale-in tuner's reference
 //! curve `y(t) = 1 / (θ0·t^θ2 + θ1) + θ3` ([`ReferenceCurve`]) and solved for the target:
@@ -399,14 +402,11 @@ impl Candidate {
     }
 }
 
-/// Every profiled configuration at every memory size that fits, for `steps` at `prices`.
-pub fn candidates(
-    profiles: &[Profile],
-    steps: &StepsEstimate,
-    prices: &PriceTable,
-) -> Vec<Candidate> {
+/// Every profiled configuration at every memory size that fits, each for the steps its fleet
+/// size needs, at `prices`.
+pub fn candidates(profiles: &[(Profile, StepsEstimate)], prices: &PriceTable) -> Vec<Candidate> {
     let mut out = Vec::new();
-    for profile in profiles {
+    for (profile, steps) in profiles {
         for memory_mb in profile.memory_sizes() {
             let at = |s: u64| (profile.time_s(s), profile.cost_usd(s, memory_mb, prices));
             let (time_s, cost_usd) = at(steps.steps);
@@ -606,9 +606,9 @@ mod tests {
             asymptote: None,
         };
         // P = 8 is faster (20 ms steps) but dearer than P = 1 (60 ms steps).
-        let profiles = [profile(1, 60.0), profile(8, 20.0)];
+        let profiles = [(profile(1, 60.0), steps.clone()), (profile(8, 20.0), steps)];
         let aws = PriceTable::aws_lambda();
-        let all = candidates(&profiles, &steps, &aws);
+        let all = candidates(&profiles, &aws);
         assert_eq!(all.len(), 8);
         let cheapest = &rank(all.clone(), Goal::Deadline(100.0), 0.75).unwrap()[0];
         assert_eq!((cheapest.workers, cheapest.memory_mb), (1, 256));
