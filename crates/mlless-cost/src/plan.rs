@@ -15,7 +15,9 @@
 //! curve `y(t) = 1 / (θ0·t^θ2 + θ1) + θ3` ([`ReferenceCurve`]) and solved for the target:
 //! `t* = ((1 / (y* − θ3) − θ1) / θ0)^(1/θ2)`, rounded up to the evaluations (a run stops at
 //! the first evaluation that meets its target). A target at or beyond the asymptote `θ3` is
-//! unreachable. The uncertainty is the spread of `t*` over fits on the first and on the last
+//! unreachable; one further from the profile's best than the profile came from its first
+//! evaluation ([`MAX_EXTRAPOLATION`]) is not shown reachable (a curve that has not bent yet
+//! does not say where it levels off, and the fit's asymptote would be a guess). The uncertainty is the spread of `t*` over fits on the first and on the last
 //! two thirds of the points ([`StepsEstimate::low`], [`StepsEstimate::high`]).
 //!
 //! **Time and bill of a configuration.** Each configuration (P, channel) is profiled by a
@@ -45,6 +47,10 @@ pub const MEMORY_SIZES_MB: [u32; 5] = [128, 256, 512, 1024, 2048];
 
 /// How much more than the profile's peak resident memory a function is given.
 pub const MEMORY_HEADROOM: f64 = 1.5;
+
+/// How much further than the profile came (from its first evaluation to its best) a fit may
+/// extrapolate to the target: a curve that has not bent yet says nothing of where it levels off.
+pub const MAX_EXTRAPOLATION: f64 = 1.0;
 
 /// The fewest evaluations a curve fit takes (the reference curve's minimum).
 pub const MIN_EVALUATIONS: usize = 6;
@@ -87,6 +93,20 @@ pub enum PlanError {
         target: String,
         /// Where the fitted curve levels off, in the metric's units.
         asymptote: f64,
+        /// The best value the profile evaluated.
+        best: f64,
+    },
+    /// The target is further from the profile's best than the profile came.
+    #[error(
+        "target {target} is not shown reachable: the profile came from {first:.4} to \
+         {best:.4}, and the target is further on than that (a fit would guess where the curve \
+         levels off): profile longer (--profile-epochs) or aim nearer"
+    )]
+    NotShownReachable {
+        /// The target.
+        target: String,
+        /// The profile's first evaluation.
+        first: f64,
         /// The best value the profile evaluated.
         best: f64,
     },
@@ -259,6 +279,15 @@ pub fn estimate_steps(
             });
         }
     };
+    let first = points.first().map_or(f64::NAN, |p| p.1);
+    let travelled = to_fit(direction, first) - to_fit(direction, best);
+    if to_fit(direction, best) - y_target > MAX_EXTRAPOLATION * travelled.max(0.0) {
+        return Err(PlanError::NotShownReachable {
+            target: target.to_string(),
+            first,
+            best,
+        });
+    }
     if !t.is_finite() || t > max_steps as f64 {
         return Err(PlanError::BeyondLimit {
             target: target.to_string(),
@@ -555,6 +584,11 @@ mod tests {
         );
         let e = estimate_steps(&points, &target("rmse<=0.75"), 5, 100).unwrap_err();
         assert!(matches!(e, PlanError::BeyondLimit { .. }), "{e:?}");
+        // From 1.19 to 1.04 in 12 evaluations, 0.8 is twice as far again.
+        let early = curve(12, |t| 1.0 / (0.0002 * t.powf(1.5) + 2.0) + 0.7);
+        assert!(early[0].1 - early[11].1 < 0.2);
+        let e = estimate_steps(&early, &target("rmse<=0.8"), 5, 100_000).unwrap_err();
+        assert!(matches!(e, PlanError::NotShownReachable { .. }), "{e:?}");
         let e = estimate_steps(&points[..4], &target("rmse<=0.75"), 5, 10_000).unwrap_err();
         assert!(
             matches!(e, PlanError::TooFewEvaluations { got: 4, .. }),
