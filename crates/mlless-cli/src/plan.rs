@@ -64,7 +64,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 8)]
     pub max_workers: u32,
     /// Epochs of the profile's curve run (fewer if it reaches the target).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     pub profile_epochs: u32,
     /// Seconds each other profile run may take at most.
     #[arg(long, default_value_t = 5.0, value_parser = crate::seconds("--profile-seconds", mlless_job::config::SecondsRange::Positive))]
