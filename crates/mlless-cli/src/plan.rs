@@ -85,6 +85,10 @@ pub struct PlanArgs {
     /// Print the plan as one JSON document on standard output.
     #[arg(long)]
     pub json: bool,
+    /// Also write the plan to this local directory: `plan.json` (the document of --json) and
+    /// `plan.svg` (the candidates on a time-vs-cost plane, the chosen one ringed).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// A channel to profile: its `--channel` (`None`: the run's store), its label and the cloud
@@ -449,12 +453,26 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         vms,
         actual,
     };
+    let json = serde_json::to_string_pretty(&document(&plan, &args.target_metric, &prices))
+        .context("writing the plan as JSON")?;
+    if let Some(dir) = &args.out {
+        write_out(dir, &json, &plan)?;
+    }
     if args.json {
-        let json = serde_json::to_string_pretty(&document(&plan, &args.target_metric, &prices))
-            .context("writing the plan as JSON")?;
         println!("{json}");
     } else {
         print!("{}", render(&plan, &args.target_metric, &prices));
+    }
+    Ok(())
+}
+
+/// Writes `plan.json` and `plan.svg` to `dir`.
+fn write_out(dir: &std::path::Path, json: &str, plan: &Plan) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let svg = mlless_report::plan_svg(&plan.ranked, plan.goal);
+    for (name, text) in [("plan.json", json), ("plan.svg", svg.as_str())] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -76,7 +76,10 @@ fn number(doc: &serde_json::Value, key: &str) -> f64 {
 /// emulated cloud) to the same target.
 fn plans_and_meets(dir: &Path, data: &Path, model: &str, target: &str) {
     let data = s(data);
+    let out = dir.join(format!("plan-{model}"));
     let doc = plan(&[
+        "--out",
+        &s(&out),
         "--data",
         &data,
         "--model",
@@ -124,6 +127,14 @@ fn plans_and_meets(dir: &Path, data: &Path, model: &str, target: &str) {
         );
     }
     assert!(number(&doc["profile"], "cost_usd") > 0.0, "{doc:#}");
+    // --out: the same document, and the plane with every candidate and the chosen one ringed.
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("plan.json")).expect("plan.json"))
+            .expect("plan.json parses");
+    assert_eq!(written, doc);
+    let svg = std::fs::read_to_string(out.join("plan.svg")).expect("plan.svg");
+    assert_eq!(svg.matches("class=\"candidate").count(), candidates.len());
+    assert_eq!(svg.matches("class=\"candidate chosen\"").count(), 1);
 
     let defaults = train(
         dir,
