@@ -589,16 +589,21 @@ fn render(plan: &Plan, target: &MetricTarget, prices: &PriceTable) -> String {
         Goal::Deadline(s) => format!("the cheapest within {s} s"),
         Goal::Budget(usd) => format!("the fastest within ${usd}"),
     };
+    let shown = &plan.ranked[..plan.ranked.len().min(6)];
+    let width = shown
+        .iter()
+        .map(|c| c.label().chars().count())
+        .fold(40, usize::max);
     let _ = writeln!(
         out,
-        "\n{:<40} {:>8} {:>10} {:>12}",
+        "\n{:<width$} {:>8} {:>10} {:>12}",
         "configuration (sync bsp)", "steps", "time s", "cost USD"
     );
-    for (i, c) in plan.ranked.iter().take(6).enumerate() {
+    for (i, c) in shown.iter().enumerate() {
         let mark = if i == 0 { "  <- chosen" } else { "" };
         let _ = writeln!(
             out,
-            "{:<40} {:>8} {:>10.2} {:>12.6}{mark}",
+            "{:<width$} {:>8} {:>10.2} {:>12.6}{mark}",
             c.label(),
             c.steps,
             c.time_s,

@@ -183,6 +183,65 @@ fn plan_run_meets_a_sparse_lr_target_as_predicted() {
     plans_and_meets(dir.path(), &data, "lr", &target);
 }
 
+/// With a Redis channel besides the object store: both are profiled (the Redis one with
+/// ElastiCache's latency), and the Redis one, whose steps wait on 0.3 ms requests instead of
+/// 20 ms ones and pay no request per message, is the cheaper; its run is as predicted.
+#[test]
+fn plan_weighs_the_channels() {
+    let Some(redis) = common::server_channels()
+        .into_iter()
+        .find(|c| c.starts_with("redis://"))
+    else {
+        eprintln!("skipped: MLLESS_TEST_REDIS_URLS is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let dir = tempdir();
+    let data = s(&ratings(dir.path()));
+    let channels = format!("store,{redis}");
+    let doc = plan(&[
+        "--data",
+        &data,
+        "--model",
+        "pmf",
+        "--target-metric",
+        "rmse<=0.8",
+        "--budget-usd",
+        "1",
+        "--channels",
+        &channels,
+        "--max-workers",
+        "2",
+        "--profile-epochs",
+        "5",
+        "--run",
+    ]);
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    for channel in ["store", redis.as_str()] {
+        assert!(
+            candidates.iter().any(|c| c["channel"] == channel),
+            "{channel} in {doc:#}"
+        );
+    }
+    assert_eq!(doc["chosen"]["emulate"], "elasticache", "{doc:#}");
+    assert_eq!(doc["target_met"], true, "{doc:#}");
+    // The fastest within the budget.
+    let fastest = candidates
+        .iter()
+        .map(|c| number(c, "time_s"))
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(number(&doc, "predicted_time_s"), fastest, "{doc:#}");
+    for (predicted, actual) in [
+        ("predicted_time_s", "actual_time_s"),
+        ("predicted_cost_usd", "actual_cost_usd"),
+    ] {
+        let (p, a) = (number(&doc, predicted), number(&doc, actual));
+        assert!(
+            (p / a - 1.0).abs() < 0.3,
+            "{predicted} {p} against {actual} {a}: {doc:#}"
+        );
+    }
+}
+
 #[test]
 fn plan_refuses_what_it_cannot_plan() {
     let dir = tempdir();
