@@ -217,15 +217,32 @@ struct ProfileRun {
     record: RunRecord,
 }
 
-/// The profile of `record`, a run on `channel`.
-fn profile_of(record: &RunRecord, channel: &ChannelChoice) -> anyhow::Result<Profile> {
+/// The profile of `record`, a run on `channel` evaluated every `eval_every` steps: its first
+/// `2·eval_every + 1` steps (at most a third of them) are its warm-up.
+fn profile_of(
+    record: &RunRecord,
+    channel: &ChannelChoice,
+    eval_every: u64,
+) -> anyhow::Result<Profile> {
     let m = mlless_report::measurements(record, None);
-    let steps = record.steps.len();
-    let phase = m
-        .phases
-        .first()
-        .filter(|_| steps > 0)
-        .with_context(|| format!("the profile run {} made no step", record.spec.run_url))?;
+    let steps = record.steps.len() as u64;
+    if steps == 0 {
+        anyhow::bail!("the profile run {} made no step", record.spec.run_url);
+    }
+    // The end of each step, seconds since the run started.
+    let offset = record.time_offset_s();
+    let end = |i: u64| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| record.steps.get(i))
+            .map_or(m.startup_s, |s| offset + s.time_s)
+    };
+    let warmup_steps = (2 * eval_every + 1).min(steps / 3);
+    let warmed = if warmup_steps > 0 {
+        end(warmup_steps - 1)
+    } else {
+        m.startup_s
+    };
     let requests = record.billed_requests().0;
     let per = |n: u64| n as f64 / steps as f64;
     Ok(Profile {
@@ -237,7 +254,9 @@ fn profile_of(record: &RunRecord, channel: &ChannelChoice) -> anyhow::Result<Pro
         other_functions: m.other_invocations,
         startup_s: m.startup_s,
         teardown_s: m.teardown_s,
-        step_ms: phase.step_ms,
+        warmup_steps,
+        warmup_s: (warmed - m.startup_s).max(0.0),
+        step_ms: (end(steps - 1) - warmed).max(0.0) * 1000.0 / (steps - warmup_steps) as f64,
         requests_per_step: [
             per(requests.writes),
             per(requests.reads),
@@ -379,7 +398,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
                     channel.label, channel.cloud
                 )
             })?;
-            let p = profile_of(&record, channel)?;
+            let p = profile_of(&record, channel, eval_every)?;
             tracing::info!(
                 workers,
                 channel = %channel.label,

@@ -21,12 +21,14 @@
 //! two thirds of the points ([`StepsEstimate::low`], [`StepsEstimate::high`]).
 //!
 //! **Time and bill of a configuration.** Each configuration (P, channel) is profiled by a
-//! short run: its start-up, its mean step and its teardown, and its requests per step counted
-//! (the polls of a collect included, which the estimate of [`ObjectRequests::estimate`] leaves
-//! out). For `steps` steps:
+//! short run: its start-up, its first `W` steps (the warm-up: the first reads, and the first
+//! evaluation, which loads the validation set: 150–450 ms at once on a small data set), its
+//! mean step after them, its teardown, and its requests per step counted (the polls of a
+//! collect included, which the estimate of [`ObjectRequests::estimate`] leaves out). For
+//! `steps ≥ W` steps:
 //!
 //! ```text
-//! time   = startup_s + steps · step_ms / 1000 + teardown_s
+//! time   = startup_s + warmup_s + (steps − W) · step_ms / 1000 + teardown_s
 //! bill   = (P + the supervisor) functions of `memory_mb` for `time`, their requests,
 //!          the channel's servers for `time` (PriceTable::for_channel) and steps × the
 //!          requests per step
@@ -338,7 +340,11 @@ pub struct Profile {
     pub startup_s: f64,
     /// Seconds from its last step to its end.
     pub teardown_s: f64,
-    /// The mean step, ms.
+    /// The first steps, whose time is [`warmup_s`](Self::warmup_s) rather than `step_ms` each.
+    pub warmup_steps: u64,
+    /// Seconds the first [`warmup_steps`](Self::warmup_steps) took.
+    pub warmup_s: f64,
+    /// The mean step after the warm-up, ms.
     pub step_ms: f64,
     /// Requests per step, counted: (writes, reads, table write units, table read units).
     pub requests_per_step: [f64; 4],
@@ -349,7 +355,13 @@ pub struct Profile {
 impl Profile {
     /// The time of a run of `steps` steps, seconds.
     pub fn time_s(&self, steps: u64) -> f64 {
-        self.startup_s.max(0.0) + steps as f64 * self.step_ms.max(0.0) / 1000.0 + self.teardown_s
+        let warmup = self.warmup_s.max(0.0);
+        let steps_s = if steps >= self.warmup_steps {
+            warmup + (steps - self.warmup_steps) as f64 * self.step_ms.max(0.0) / 1000.0
+        } else {
+            warmup * steps as f64 / self.warmup_steps as f64
+        };
+        self.startup_s.max(0.0) + steps_s + self.teardown_s.max(0.0)
     }
 
     /// The bill of a run of `steps` steps with `memory_mb` a function, at `prices`, dollars.
@@ -606,6 +618,8 @@ mod tests {
             other_functions: 1,
             startup_s: 0.5,
             teardown_s: 0.25,
+            warmup_steps: 0,
+            warmup_s: 0.0,
             step_ms,
             requests_per_step: [2.0 * f64::from(workers), 10.0, 0.0, 0.0],
             peak_rss_mb: 100.0,
@@ -628,6 +642,15 @@ mod tests {
             "{cost} against {by_hand}"
         );
         assert_eq!(p.memory_sizes(), vec![256, 512, 1024, 2048]);
+        // A warm-up of 4 steps in 1 s: then 50 ms a step.
+        let warm = Profile {
+            warmup_steps: 4,
+            warmup_s: 1.0,
+            ..p
+        };
+        assert!((warm.time_s(100) - (0.75 + 1.0 + 96.0 * 0.05)).abs() < 1e-12);
+        assert!((warm.time_s(2) - (0.75 + 0.5)).abs() < 1e-12);
+        assert!((warm.time_s(0) - 0.75).abs() < 1e-12);
     }
 
     #[test]
