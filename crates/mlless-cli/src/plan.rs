@@ -59,6 +59,11 @@ pub struct PlanArgs {
         value_name = "CHANNEL[,…]"
     )]
     pub channels: Vec<String>,
+    /// Exchange patterns to consider, comma-separated (broadcast, allreduce, scatter-reduce;
+    /// under BSP they give the same model, so only the time differs) [default: `train`'s
+    /// choice by P].
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "PATTERN[,…]")]
+    pub patterns: Vec<crate::train::CommPattern>,
     /// The largest fleet to consider; the profile runs the three largest powers of two up to
     /// it (and it).
     #[arg(long, default_value_t = 8)]
@@ -157,11 +162,22 @@ fn train_args(flags: &[String]) -> anyhow::Result<TrainArgs> {
     Ok(TrainArgs::from_arg_matches(&matches)?)
 }
 
-/// Trains with `flags` (quietly) and returns the record; a run that failed is an error.
+/// Trains with `flags` (quietly) and returns the record; a run that failed is an error, and so
+/// is one the user cancelled ([`crate::train::Cancelled`]: the plan stops there).
 fn train(flags: &[String]) -> anyhow::Result<RunRecord> {
     let mut args = train_args(flags)?;
     args.quiet = true;
-    crate::train::train_with_progress(&args)
+    let record = crate::train::train_with_progress(&args)?;
+    if record.was_cancelled() {
+        return Err(crate::train::Cancelled {
+            message: format!(
+                "cancelled job {} of the plan: plan again to continue",
+                record.spec.job_id
+            ),
+        }
+        .into());
+    }
+    Ok(record)
 }
 
 /// What a plan is for: the data, the model, the target and where runs go.
@@ -172,7 +188,7 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// The `train` flags of `workers` on `channel`, as every run of the plan shares them.
-    fn flags(&self, workers: u32, channel: &ChannelChoice) -> Vec<String> {
+    fn flags(&self, workers: u32, channel: &ChannelChoice, pattern: Option<&str>) -> Vec<String> {
         let a = self.args;
         let mut flags: Vec<String> = [
             "--data",
@@ -186,6 +202,9 @@ impl Job<'_> {
         .to_vec();
         if let Some(url) = &channel.flag {
             flags.extend(["--channel".to_string(), url.clone()]);
+        }
+        if let Some(pattern) = pattern {
+            flags.extend(["--pattern".to_string(), pattern.to_string()]);
         }
         if let Some(runs) = &a.runs {
             flags.extend(["--runs".to_string(), runs.clone()]);
@@ -340,6 +359,69 @@ struct Plan {
     actual: Option<RunRecord>,
 }
 
+/// The profile: on the first channel (with the first pattern of `--patterns`) every fleet
+/// size is a curve run of the profile's epochs, on the other channels and patterns a timing run
+/// of at most `--profile-seconds` (neither changes the steps of a BSP run). Returns every run
+/// and, per fleet size, its curve.
+fn profile_runs(
+    job: &Job,
+    channels: &[ChannelChoice],
+    fleets: &[u32],
+) -> anyhow::Result<(Vec<ProfileRun>, Vec<Curve>)> {
+    let args = job.args;
+    let patterns: Vec<Option<&str>> = if args.patterns.is_empty() {
+        vec![None]
+    } else {
+        args.patterns
+            .iter()
+            .map(|&p| Some(mlless_job::Pattern::from(p).name()))
+            .collect()
+    };
+    let variants: Vec<(&ChannelChoice, Option<&str>)> = channels
+        .iter()
+        .flat_map(|c| patterns.iter().map(move |&p| (c, p)))
+        .collect();
+    let mut profile = Vec::new();
+    let mut curves: Vec<Curve> = Vec::new();
+    let total = variants.len() * fleets.len();
+    for (v, &(channel, pattern)) in variants.iter().enumerate() {
+        for &workers in fleets {
+            let is_curve = v == 0;
+            let mut flags = job.flags(workers, channel, pattern);
+            flags.extend(["--max-epochs".into(), args.profile_epochs.to_string()]);
+            if !is_curve {
+                flags.extend(["--max-time".into(), args.profile_seconds.to_string()]);
+            }
+            let record = train(&flags).with_context(|| {
+                format!(
+                    "profiling P = {workers} on {} ({}){}",
+                    channel.label,
+                    channel.cloud,
+                    pattern.map_or_else(String::new, |p| format!(" with --pattern {p}"))
+                )
+            })?;
+            let p = profile_of(&record, channel, job.eval_every)?;
+            eprintln!(
+                "profile {}/{total}: P = {workers} on {} ({}), {}: {} steps, {:.1} ms a step, \
+                 {:.1} s, ${:.6}",
+                profile.len() + 1,
+                channel.label,
+                channel.cloud,
+                p.pattern,
+                record.steps.len(),
+                p.step_ms,
+                record.wall_s,
+                billed(&record)
+            );
+            if is_curve {
+                curves.push(Curve::of(record.clone(), args, job.eval_every)?);
+            }
+            profile.push(ProfileRun { profile: p, record });
+        }
+    }
+    Ok((profile, curves))
+}
+
 /// Runs `mlless plan`.
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let prices = crate::cost::price_table(&args.platform)?;
@@ -379,40 +461,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         eval_every,
     };
 
-    let mut profile = Vec::new();
-    // Per fleet size: its curve run and the steps it estimates.
-    let mut curves: Vec<Curve> = Vec::new();
-    for (c, channel) in channels.iter().enumerate() {
-        for &workers in &fleets {
-            // On the first channel every fleet size is a curve run of the profile's epochs;
-            // the others only time their steps (the channel does not change the steps).
-            let is_curve = c == 0;
-            let mut flags = job.flags(workers, channel);
-            flags.extend(["--max-epochs".into(), args.profile_epochs.to_string()]);
-            if !is_curve {
-                flags.extend(["--max-time".into(), args.profile_seconds.to_string()]);
-            }
-            let record = train(&flags).with_context(|| {
-                format!(
-                    "profiling P = {workers} on {} ({})",
-                    channel.label, channel.cloud
-                )
-            })?;
-            let p = profile_of(&record, channel, eval_every)?;
-            tracing::info!(
-                workers,
-                channel = %channel.label,
-                steps = record.steps.len(),
-                step_ms = p.step_ms,
-                cost_usd = billed(&record),
-                "profiled"
-            );
-            if is_curve {
-                curves.push(Curve::of(record.clone(), &args, eval_every)?);
-            }
-            profile.push(ProfileRun { profile: p, record });
-        }
-    }
+    let (profile, curves) = profile_runs(&job, &channels, &fleets)?;
     let pairs: Vec<(Profile, StepsEstimate)> = profile
         .iter()
         .filter_map(|run| {
@@ -446,7 +495,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         .ok_or(PlanError::NoCandidates)?;
     let estimate = curve.estimate.clone()?;
     let steps_per_epoch = curve.steps_per_epoch;
-    let mut flags = job.flags(chosen.workers, channel);
+    // The pattern said outright, whether the profile named it or took the default by P.
+    let mut flags = job.flags(chosen.workers, channel, Some(&chosen.pattern));
     // Epochs enough for the high end of the estimate, with room.
     let high = estimate.high.unwrap_or(2 * estimate.steps) as f64;
     let epochs = ((1.5 * high / steps_per_epoch).ceil() as u32 + 1).min(args.max_epochs);
@@ -568,12 +618,15 @@ fn render(plan: &Plan, target: &MetricTarget, prices: &PriceTable) -> String {
     for p in &plan.profile {
         let _ = writeln!(
             out,
-            "  P = {:<3} {} ({}): {} steps, {:.1} ms a step, start-up {:.2} s, peak {:.0} MB",
+            "  P = {:<3} {} ({}), {}: {} steps, {:.1} ms a step after a warm-up of {:.2} s, \
+             start-up {:.2} s, peak {:.0} MB",
             p.profile.workers,
             p.profile.channel,
             p.profile.emulate,
+            p.profile.pattern,
             p.record.steps.len(),
             p.profile.step_ms,
+            p.profile.warmup_s,
             p.profile.startup_s,
             p.profile.peak_rss_mb
         );

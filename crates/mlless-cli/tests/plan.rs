@@ -73,13 +73,21 @@ fn number(doc: &serde_json::Value, key: &str) -> f64 {
 
 /// `plan --run` on `data` to `target`: the target is met, time and cost are within 30% of the
 /// prediction, and the run costs no more than `mlless train` with its defaults (on the same
-/// emulated cloud) to the same target.
-fn plans_and_meets(dir: &Path, data: &Path, model: &str, target: &str) {
+/// emulated cloud) to the same target; returns the plan's document. `extra`: more options of
+/// `plan`.
+fn plans_and_meets(
+    dir: &Path,
+    data: &Path,
+    model: &str,
+    target: &str,
+    extra: &[&str],
+) -> serde_json::Value {
     let data = s(data);
     let out = dir.join(format!("plan-{model}"));
-    let doc = plan(&[
+    let out_arg = s(&out);
+    let mut args = vec![
         "--out",
-        &s(&out),
+        &out_arg,
         "--data",
         &data,
         "--model",
@@ -93,7 +101,9 @@ fn plans_and_meets(dir: &Path, data: &Path, model: &str, target: &str) {
         "--profile-epochs",
         "5",
         "--run",
-    ]);
+    ];
+    args.extend(extra);
+    let doc = plan(&args);
     assert_eq!(doc["target_met"], true, "{doc:#}");
     let run = doc["run"].as_str().expect("the run's location");
     assert!(Path::new(run).join("record.json").is_file(), "{run}");
@@ -164,6 +174,7 @@ fn plans_and_meets(dir: &Path, data: &Path, model: &str, target: &str) {
         "the plan's run cost {} against the defaults' {defaults_usd}",
         number(&doc, "actual_cost_usd")
     );
+    doc
 }
 
 #[test]
@@ -171,16 +182,35 @@ fn plan_run_meets_a_ratings_target_as_predicted() {
     let dir = tempdir();
     let data = ratings(dir.path());
     // σ = 0.5 is the floor; 0.8 is reached after some 60 steps.
-    plans_and_meets(dir.path(), &data, "pmf", "rmse<=0.8");
+    plans_and_meets(dir.path(), &data, "pmf", "rmse<=0.8", &[]);
 }
 
 #[test]
 fn plan_run_meets_a_sparse_lr_target_as_predicted() {
     let dir = tempdir();
     let (data, truth) = sparse_lr(dir.path());
-    // Within 15% of the true model's validation log loss.
+    // Within 15% of the true model's validation log loss; all-reduce weighed too.
     let target = format!("logloss<={:.4}", truth * 1.15);
-    plans_and_meets(dir.path(), &data, "lr", &target);
+    let doc = plans_and_meets(
+        dir.path(),
+        &data,
+        "lr",
+        &target,
+        &["--patterns", "broadcast,allreduce"],
+    );
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    for pattern in ["broadcast", "allreduce"] {
+        assert!(
+            candidates.iter().any(|c| c["pattern"] == pattern),
+            "{pattern} in {doc:#}"
+        );
+    }
+    let flags = doc["chosen"]["flags"].as_array().expect("flags");
+    let at = flags
+        .iter()
+        .position(|f| f == "--pattern")
+        .expect("--pattern");
+    assert_eq!(flags[at + 1], doc["chosen"]["pattern"], "{doc:#}");
 }
 
 /// With a Redis channel besides the object store: both are profiled (the Redis one with
