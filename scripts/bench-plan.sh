@@ -45,7 +45,7 @@ for set in $SETS; do
     data=$DIR/store/$set
     common=(--data "$data" --model "$model" --target-metric "$target" --max-workers "$MAX_WORKERS"
         --profile-epochs "$PROFILE_EPOCHS" --channels "$CHANNELS" --json)
-    first=$("$BIN" plan "${common[@]}" --deadline 86400)
+    first=$("$BIN" plan "${common[@]}" --deadline 86400 2>"$DIR/err")
     deadlines=$(python3 -c '
 import json, statistics, sys
 times = sorted(c["time_s"] for c in json.load(sys.stdin)["candidates"])

@@ -347,10 +347,20 @@ impl Curve {
     }
 }
 
+impl Curve {
+    /// The steps the run took after the evaluation that met its target, if it met it.
+    fn stop_lag(&self) -> Option<u64> {
+        let validation = self.record.validation.as_ref()?;
+        let reached = validation.reached(validation.targets.first()?)?;
+        Some((self.record.steps.len() as u64).saturating_sub(reached.step + 1))
+    }
+}
+
 /// Everything the plan found, printed as text or JSON.
 struct Plan {
     goal: Goal,
     eval_every: u64,
+    stop_lag: u64,
     curves: Vec<Curve>,
     profile: Vec<ProfileRun>,
     ranked: Vec<Candidate>,
@@ -461,7 +471,15 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         eval_every,
     };
 
-    let (profile, curves) = profile_runs(&job, &channels, &fleets)?;
+    let (profile, mut curves) = profile_runs(&job, &channels, &fleets)?;
+    // A run stops a few steps after the evaluation that met its target: as many as the
+    // profile's runs that reached it took, at most.
+    let stop_lag = curves.iter().filter_map(Curve::stop_lag).max().unwrap_or(0);
+    for curve in &mut curves {
+        if let Ok(e) = &curve.estimate {
+            curve.estimate = Ok(e.clone().with_stop_lag(stop_lag));
+        }
+    }
     let pairs: Vec<(Profile, StepsEstimate)> = profile
         .iter()
         .filter_map(|run| {
@@ -515,6 +533,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let plan = Plan {
         goal,
         eval_every,
+        stop_lag,
         curves,
         profile,
         ranked,
@@ -633,8 +652,9 @@ fn render(plan: &Plan, target: &MetricTarget, prices: &PriceTable) -> String {
     }
     let _ = writeln!(
         out,
-        "steps to {target} (the validation set evaluated every {} steps):",
-        plan.eval_every
+        "steps to {target} (the validation set evaluated every {} steps; a run stops {} steps \
+         after the evaluation that meets it):",
+        plan.eval_every, plan.stop_lag
     );
     for curve in &plan.curves {
         let text = match &curve.estimate {
@@ -761,6 +781,7 @@ fn document(plan: &Plan, target: &MetricTarget, prices: &PriceTable) -> serde_js
             "refused": c.estimate.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),
         "eval_every": plan.eval_every,
+        "stop_lag": plan.stop_lag,
         "chosen": chosen.map(|c| serde_json::json!({
             "workers": c.workers,
             "memory_mb": c.memory_mb,

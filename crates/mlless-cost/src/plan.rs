@@ -184,6 +184,20 @@ pub struct StepsEstimate {
     pub asymptote: Option<f64>,
 }
 
+impl StepsEstimate {
+    /// The estimate for a run that stops `lag` steps after the evaluation that meets its
+    /// target (the supervisor evaluates while the workers step on, and the stop reaches them
+    /// with their next exchange).
+    pub fn with_stop_lag(self, lag: u64) -> Self {
+        Self {
+            steps: self.steps + lag,
+            low: self.low + lag,
+            high: self.high.map(|h| h + lag),
+            ..self
+        }
+    }
+}
+
 /// The curve's value in fitting units: the metric, or `1 − metric` for one that must rise.
 fn to_fit(direction: Direction, metric: f64) -> f64 {
     match direction {
@@ -560,6 +574,11 @@ mod tests {
         assert!(e.reached_in_profile);
         let first = points.iter().find(|p| p.1 <= 1.0).unwrap().0;
         assert_eq!((e.steps, e.low, e.high), (first, first, Some(first)));
+        let late = e.with_stop_lag(3);
+        assert_eq!(
+            (late.steps, late.low, late.high),
+            (first + 3, first + 3, Some(first + 3))
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::escape;
 const WIDTH: f64 = 720.0;
 const HEIGHT: f64 = 440.0;
 const LEFT: f64 = 90.0;
-const RIGHT: f64 = 30.0;
+const RIGHT: f64 = 170.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
 
@@ -40,12 +40,26 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
 
 /// The plane of `candidates` (best first: the first is the chosen one) under `goal`, as SVG.
 pub fn plan_svg(candidates: &[Candidate], goal: Goal) -> String {
-    let goal_line = match goal {
+    // The deadline or budget is drawn where it falls; one far beyond the candidates (more than
+    // twice the largest) is named at the plot's edge instead of squeezing them into a corner.
+    let largest = |f: fn(&Candidate) -> f64| candidates.iter().map(f).fold(0.0, f64::max);
+    let (deadline, budget) = match goal {
         Goal::Deadline(s) => (Some(s), None),
         Goal::Budget(usd) => (None, Some(usd)),
     };
-    let (x0, x1) = bounds(candidates.iter().map(|c| c.time_s).chain(goal_line.0));
-    let (y0, y1) = bounds(candidates.iter().map(|c| c.cost_usd).chain(goal_line.1));
+    let near = |v: Option<f64>, max: f64| v.filter(|&v| v <= 2.0 * max);
+    let (x0, x1) = bounds(
+        candidates
+            .iter()
+            .map(|c| c.time_s)
+            .chain(near(deadline, largest(|c| c.time_s))),
+    );
+    let (y0, y1) = bounds(
+        candidates
+            .iter()
+            .map(|c| c.cost_usd)
+            .chain(near(budget, largest(|c| c.cost_usd))),
+    );
     let (pw, ph) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
     let x = |v: f64| LEFT + (v - x0) / (x1 - x0) * pw;
     let y = |v: f64| TOP + ph - (v - y0) / (y1 - y0) * ph;
@@ -83,6 +97,22 @@ pub fn plan_svg(candidates: &[Candidate], goal: Goal) -> String {
         TOP + ph / 2.0
     );
     match goal {
+        Goal::Deadline(s) if s > x1 => {
+            let _ = write!(
+                svg,
+                r##"<text class="goal" x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">deadline {s} s →</text>"##,
+                LEFT + pw - 4.0,
+                TOP + 14.0
+            );
+        }
+        Goal::Budget(usd) if usd > y1 => {
+            let _ = write!(
+                svg,
+                r##"<text class="goal" x="{:.1}" y="{:.1}" fill="#d62728">budget ${usd} ↑</text>"##,
+                LEFT + 4.0,
+                TOP + 14.0
+            );
+        }
         Goal::Deadline(s) => {
             let _ = write!(
                 svg,
@@ -132,11 +162,20 @@ pub fn plan_svg(candidates: &[Candidate], goal: Goal) -> String {
             r#"<circle class="{class}" cx="{cx:.1}" cy="{cy:.1}" r="4" fill="{colour}" fill-opacity="0.7"><title>{tip}</title></circle>"#
         );
         if i == 0 {
+            // The label reads towards the middle of the plot.
+            let (tx, anchor) = if cx > LEFT + pw / 2.0 {
+                (cx - 12.0, "end")
+            } else {
+                (cx + 12.0, "start")
+            };
+            let ty = if cy < TOP + 24.0 {
+                cy + 22.0
+            } else {
+                cy - 10.0
+            };
             let _ = write!(
                 svg,
-                r##"<circle cx="{cx:.1}" cy="{cy:.1}" r="9" fill="none" stroke="#d62728" stroke-width="2"/><text x="{:.1}" y="{:.1}" fill="#d62728">chosen: {}</text>"##,
-                cx + 12.0,
-                cy - 10.0,
+                r##"<circle cx="{cx:.1}" cy="{cy:.1}" r="9" fill="none" stroke="#d62728" stroke-width="2"/><text x="{tx:.1}" y="{ty:.1}" text-anchor="{anchor}" fill="#d62728">chosen: {}</text>"##,
                 escape(&c.label())
             );
         }
@@ -145,10 +184,10 @@ pub fn plan_svg(candidates: &[Candidate], goal: Goal) -> String {
         let _ = write!(
             svg,
             r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            LEFT + pw - 150.0,
+            LEFT + pw + 16.0,
             TOP + 16.0 + 16.0 * k as f64,
             COLOURS[k % COLOURS.len()],
-            LEFT + pw - 140.0,
+            LEFT + pw + 26.0,
             TOP + 20.0 + 16.0 * k as f64,
             escape(channel)
         );
@@ -209,8 +248,11 @@ mod tests {
                 1
             );
         }
-        // The deadline lies right of the fastest point and left of the slowest's padding.
+        // A deadline among the points is a line; one far beyond them is named at the edge,
+        // and the points keep the plot.
         let svg = plan_svg(&candidates, Goal::Deadline(4.5));
-        assert!(svg.contains("deadline 4.5 s"));
+        assert!(svg.contains("<line class=\"goal\"") && svg.contains("deadline 4.5 s<"));
+        let svg = plan_svg(&candidates, Goal::Deadline(600.0));
+        assert!(!svg.contains("<line class=\"goal\"") && svg.contains("deadline 600 s →"));
     }
 }
