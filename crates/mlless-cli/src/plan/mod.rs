@@ -358,7 +358,9 @@ impl Curve {
 struct Plan {
     goal: Goal,
     eval_every: u64,
-    stop_lag: u64,
+    /// Steps a run takes after the evaluation that meets its target (`None`: no profile run
+    /// met it, and none are added).
+    stop_lag: Option<u64>,
     curves: Vec<Curve>,
     profile: Vec<ProfileRun>,
     ranked: Vec<Candidate>,
@@ -472,10 +474,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let (profile, mut curves) = profile_runs(&job, &channels, &fleets)?;
     // A run stops a few steps after the evaluation that met its target: as many as the
     // profile's runs that reached it took, at most.
-    let stop_lag = curves.iter().filter_map(Curve::stop_lag).max().unwrap_or(0);
+    let stop_lag = curves.iter().filter_map(Curve::stop_lag).max();
     for curve in &mut curves {
         if let Ok(e) = &curve.estimate {
-            curve.estimate = Ok(e.clone().with_stop_lag(stop_lag));
+            curve.estimate = Ok(e.clone().with_stop_lag(stop_lag.unwrap_or(0)));
         }
     }
     let pairs: Vec<(Profile, StepsEstimate)> = profile

@@ -85,9 +85,14 @@ pub(super) fn render(plan: &Plan, target: &MetricTarget, prices: &PriceTable) ->
     }
     let _ = writeln!(
         out,
-        "steps to {target} (the validation set evaluated every {} steps; a run stops {} steps \
-         after the evaluation that meets it):",
-        plan.eval_every, plan.stop_lag
+        "steps to {target} (the validation set evaluated every {} steps; {}):",
+        plan.eval_every,
+        plan.stop_lag.map_or_else(
+            || "no profile run met the target, so the steps a run takes after the evaluation \
+                that meets it are not measured nor added"
+                .to_string(),
+            |lag| format!("a run stops {lag} steps after the evaluation that meets it")
+        )
     );
     for curve in &plan.curves {
         let text = match &curve.estimate {
