@@ -12,6 +12,7 @@ pub mod bench;
 pub mod cost;
 pub mod demo;
 pub mod generate;
+pub mod plan;
 pub mod predict;
 pub mod prepare;
 pub mod progress;

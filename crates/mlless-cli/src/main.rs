@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlless_cli::{
-    bench, cost, demo, function_failure, generate, init_tracing, one_line, predict, prepare,
+    bench, cost, demo, function_failure, generate, init_tracing, one_line, plan, predict, prepare,
     progress, ps, reference, report, run_function, runs, serve_lambda, train, tune,
 };
 
@@ -58,6 +58,9 @@ enum Command {
     Runs(runs::RunsArgs),
     /// Predict the time and cost of a recorded run's work at other fleet sizes and on VMs.
     Cost(cost::CostArgs),
+    /// Choose the fleet, memory and channel that reach a validation target within a deadline
+    /// (the cheapest) or a budget (the fastest), from short profile runs; --run trains with it.
+    Plan(Box<plan::PlanArgs>),
     /// Measure the hot paths and the exchange.
     Bench(bench::BenchArgs),
     /// Run a parameter server: the channel `--channel ps://:SECRET@host:port` of functions
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::report(args),
         Command::Runs(args) => runs::run(args),
         Command::Cost(args) => cost::run(args),
+        Command::Plan(args) => plan::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::Ps(args) => ps::run(args),
         Command::Reference(command) => reference::run(command),

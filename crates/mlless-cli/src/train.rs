@@ -18,7 +18,7 @@ use mlless_runtime::{
 use mlless_store::CloudLatency;
 
 /// `--model`: the names of [`ModelChoice`], each with its description in `--help`.
-fn model_parser() -> impl clap::builder::TypedValueParser<Value = ModelChoice> {
+pub(crate) fn model_parser() -> impl clap::builder::TypedValueParser<Value = ModelChoice> {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     PossibleValuesParser::new(
         ModelChoice::ALL.map(|m| PossibleValue::new(m.name()).help(m.description())),

@@ -24,6 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod cloud;
+pub mod plan;
 pub mod predict;
 mod vm;
 

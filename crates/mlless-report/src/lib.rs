@@ -36,6 +36,7 @@ mod fleet;
 mod format;
 mod html;
 mod measure;
+mod plan;
 mod plots;
 mod runs;
 mod scale_in;
@@ -47,6 +48,7 @@ pub use measure::{
     DOMINANT_SHARE, DominantPart, cost_curve, default_cores, dominant_part, measurements,
     price_table_of,
 };
+pub use plan::plan_svg;
 pub use plots::{bytes_svg, cost_svg, loss_svg, run_color_hex, validation_svg};
 pub use runs::{
     Run, RunTable, TableRow, configuration, differences, label_runs, short_item,
