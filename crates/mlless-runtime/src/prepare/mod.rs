@@ -208,12 +208,19 @@ async fn cancelled(store: &Store, stage: PrepareStage, killed: bool) -> Result<M
 }
 
 /// Removes what a preparation that did not finish wrote (it has no manifest): minibatches,
-/// `staging/` last (see [`cancelled`]), the id map, the counts and the preparation's record. A
+/// `staging/` last (see [`cancelled`]), the id map, the counts and the preparation's record
+/// (on a local location, with the directories they leave empty). A
 /// removal that fails is logged: the location has no manifest, so no job uses what is left.
 async fn remove_written(store: &Store) {
+    let local = mlless_store::local_path(store.url());
     for prefix in ["train/", "test/", "validation/", "staging/"] {
         if let Err(e) = store.delete_prefix(prefix).await {
             warn!("could not remove {}/{prefix}: {e}", store.url());
+        }
+        // A local store deletes files, not the directories they were in (`staging/ranges/`
+        // when a map task had written its ranges before the round failed).
+        if let Some(local) = &local {
+            remove_empty_dirs(&local.join(prefix));
         }
     }
     for key in [IDS_KEY, COUNTS_KEY, PREPARE_RECORD_KEY] {
