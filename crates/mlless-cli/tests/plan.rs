@@ -71,6 +71,20 @@ fn number(doc: &serde_json::Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} in {doc:#}"))
 }
 
+/// A `plan --run` document's predicted time and cost are within 30% of the run's.
+fn assert_within_30_percent(doc: &serde_json::Value) {
+    for (predicted, actual) in [
+        ("predicted_time_s", "actual_time_s"),
+        ("predicted_cost_usd", "actual_cost_usd"),
+    ] {
+        let (p, a) = (number(doc, predicted), number(doc, actual));
+        assert!(
+            (p / a - 1.0).abs() < 0.3,
+            "{predicted} {p} against {actual} {a}: {doc:#}"
+        );
+    }
+}
+
 /// `plan --run` on `data` to `target`: the target is met, time and cost are within 30% of the
 /// prediction, and the run costs no more than `mlless train` with its defaults (on the same
 /// emulated cloud) to the same target; returns the plan's document. `extra`: more options of
@@ -126,16 +140,7 @@ fn plans_and_meets(
         .map(|c| number(c, "cost_usd"))
         .fold(f64::INFINITY, f64::min);
     assert_eq!(number(&doc, "predicted_cost_usd"), cheapest, "{doc:#}");
-    for (predicted, actual) in [
-        ("predicted_time_s", "actual_time_s"),
-        ("predicted_cost_usd", "actual_cost_usd"),
-    ] {
-        let (p, a) = (number(&doc, predicted), number(&doc, actual));
-        assert!(
-            (p / a - 1.0).abs() < 0.3,
-            "{predicted} {p} against {actual} {a}: {doc:#}"
-        );
-    }
+    assert_within_30_percent(&doc);
     assert!(number(&doc["profile"], "cost_usd") > 0.0, "{doc:#}");
     // --out: the same document, and the plane with every candidate and the chosen one ringed.
     let written: serde_json::Value =
@@ -260,16 +265,7 @@ fn plan_weighs_the_channels() {
         .map(|c| number(c, "time_s"))
         .fold(f64::INFINITY, f64::min);
     assert_eq!(number(&doc, "predicted_time_s"), fastest, "{doc:#}");
-    for (predicted, actual) in [
-        ("predicted_time_s", "actual_time_s"),
-        ("predicted_cost_usd", "actual_cost_usd"),
-    ] {
-        let (p, a) = (number(&doc, predicted), number(&doc, actual));
-        assert!(
-            (p / a - 1.0).abs() < 0.3,
-            "{predicted} {p} against {actual} {a}: {doc:#}"
-        );
-    }
+    assert_within_30_percent(&doc);
 }
 
 #[test]
