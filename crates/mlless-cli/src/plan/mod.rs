@@ -59,9 +59,9 @@ pub struct PlanArgs {
         value_name = "CHANNEL[,…]"
     )]
     pub channels: Vec<String>,
-    /// Exchange patterns to consider, comma-separated (broadcast, allreduce, scatter-reduce, server;
-    /// under BSP they give the same model, so only the time differs) [default: `train`'s
-    /// choice by P].
+    /// Exchange patterns to consider, comma-separated (broadcast, allreduce, scatter-reduce,
+    /// server; under BSP they give the same model, so only the time differs) [default:
+    /// `train`'s choice by P].
     #[arg(long, value_enum, value_delimiter = ',', value_name = "PATTERN[,…]")]
     pub patterns: Vec<crate::train::CommPattern>,
     /// The largest fleet to consider; the profile runs the three largest powers of two up to
