@@ -72,7 +72,8 @@
 //! - `duration`: [`StepDurationModel`].
 //! - `pace`: [`Pace`], when decisions are due and their horizon.
 //! - `cost`: [`StepCost`], the bill of a step.
-//! - `decide`: [`TunerConfig`], [`ScaleInTuner`], [`ScaleInDecision`] and
+//! - `config`: [`TunerConfig`], [`ScaleInRule`], [`Signal`], [`CostFigures`].
+//! - `decide`: [`ScaleInTuner`], [`ScaleInDecision`] and
 //!   [`pick_worker_to_remove`].
 //!
 //! # The step-duration model is identifiable only up to two numbers
@@ -177,6 +178,7 @@
 //! # Ok::<(), mlless_core::TunerError>(())
 //! ```
 
+mod config;
 mod cost;
 mod curves;
 mod decide;
@@ -186,12 +188,10 @@ mod pace;
 #[cfg(test)]
 mod tests;
 
+pub use config::{CostFigures, ScaleInRule, Signal, TunerConfig};
 pub use cost::StepCost;
 pub use curves::{ReferenceCurve, SlowCurve};
-pub use decide::{
-    CostFigures, DecisionBasis, ScaleInDecision, ScaleInRule, ScaleInTuner, Signal, TunerConfig,
-    pick_worker_to_remove,
-};
+pub use decide::{DecisionBasis, ScaleInDecision, ScaleInTuner, pick_worker_to_remove};
 pub use duration::StepDurationModel;
 pub use knee::{Ewma, KneeDetector};
 pub use pace::{Pace, PaceMark};
