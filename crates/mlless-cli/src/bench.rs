@@ -430,12 +430,11 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let on_servers = matches!(
-        mlless_job::billing::channel_kind(args.channel.as_deref()),
-        mlless_cost::ChannelKind::ParameterServer { .. }
-    );
+    let channel = mlless_job::billing::channel_kind(args.channel.as_deref());
     anyhow::ensure!(
-        on_servers || !args.pattern.contains(&crate::train::CommPattern::Server),
+        args.pattern
+            .iter()
+            .all(|&p| mlless_job::Pattern::from(p).runs_on(channel)),
         "--pattern server has the parameter servers average the updates: it needs a ps:// \
          --channel (mlless ps)"
     );

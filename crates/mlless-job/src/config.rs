@@ -494,11 +494,8 @@ impl TrainingConfig {
                 sync: self.sync,
             });
         }
-        if self.pattern == Some(Pattern::Server)
-            && !matches!(
-                crate::billing::channel_kind(self.channel.as_deref()),
-                mlless_cost::ChannelKind::ParameterServer { .. }
-            )
+        if let Some(pattern) = self.pattern
+            && !pattern.runs_on(crate::billing::channel_kind(self.channel.as_deref()))
         {
             return Err(ConfigError::PatternNeedsParameterServer {
                 channel: self

@@ -307,6 +307,15 @@ impl Pattern {
         }
     }
 
+    /// Whether the pattern runs on a channel of kind `channel`: the server pattern needs
+    /// parameter servers, which average; the others run on every channel.
+    pub fn runs_on(self, channel: mlless_cost::ChannelKind) -> bool {
+        match self {
+            Self::Server => matches!(channel, mlless_cost::ChannelKind::ParameterServer { .. }),
+            Self::Broadcast | Self::AllReduce | Self::ScatterReduce => true,
+        }
+    }
+
     /// The pattern as the cost model's exchange sees it.
     pub fn shape(self) -> mlless_cost::PatternShape {
         match self {

@@ -191,14 +191,14 @@ impl Exchange<'_> {
             }
             Pattern::Server => {
                 let held = own.map(|own| self.held(own, &message)).transpose()?;
-                let entries = message.delta.nnz() as u64;
-                let header = UpdateMessage {
-                    delta: WireDelta::Sparse(SparseVector::new()),
-                    ..message.clone()
-                };
+                // The header is the message without its delta, which the share carries.
+                let mut header = message;
+                let delta =
+                    std::mem::replace(&mut header.delta, WireDelta::Sparse(SparseVector::new()));
+                let entries = delta.nnz() as u64;
                 let share = Share {
                     header: header.encode(),
-                    delta: message.delta,
+                    delta,
                     dim: self.dim,
                 };
                 let averaged = self
@@ -220,16 +220,7 @@ impl Exchange<'_> {
                 traffic.messages_received += averaged.messages_received;
                 let mut flags = Flags::new(self.expected_removal);
                 for (header, &id) in averaged.headers.iter().zip(self.workers) {
-                    let update = UpdateMessage::decode(header, || {
-                        format!("{MEANS} header of worker {id} for step {step}")
-                    })?;
-                    if update.step != step {
-                        return Err(RuntimeError::FunctionFailed(format!(
-                            "the {MEANS} header of worker {id} for step {step} claims step {}",
-                            update.step
-                        )));
-                    }
-                    flags.take(&update);
+                    flags.take(&decode_for_step(MEANS, step, id, header)?);
                 }
                 traffic.updates_applied = self.workers.len() as u32;
                 Ok(flags.with_mean(self.add_held(averaged.mean, held)))
@@ -427,18 +418,24 @@ impl Exchange<'_> {
                 traffic.bytes_received += payload.len() as u64;
                 traffic.messages_received += 1;
             }
-            let message =
-                UpdateMessage::decode(payload, || format!("{topic} message {id} for step {step}"))?;
-            if message.step != step {
-                return Err(RuntimeError::FunctionFailed(format!(
-                    "the {topic} message {id} for step {step} claims step {}",
-                    message.step
-                )));
-            }
-            messages.push(message);
+            messages.push(decode_for_step(topic, step, id, payload)?);
         }
         Ok(messages)
     }
+}
+
+/// Decodes `id`'s message (or share's header) on `topic` at `step`, checking that it is the
+/// step's.
+fn decode_for_step(topic: &str, step: u64, id: u32, payload: &[u8]) -> Result<UpdateMessage> {
+    let message =
+        UpdateMessage::decode(payload, || format!("{topic} message {id} for step {step}"))?;
+    if message.step != step {
+        return Err(RuntimeError::FunctionFailed(format!(
+            "the {topic} message {id} for step {step} claims step {}",
+            message.step
+        )));
+    }
+    Ok(message)
 }
 
 /// Deletes what `worker` published in the exchange of `step` under `pattern`, in a job of

@@ -1,6 +1,6 @@
 //! The job spec the driver derives from the options and the data set.
 
-use mlless_core::{ModelSpec, OptimizerConfig, OptimizerKind, TunerConfig};
+use mlless_core::{ModelSpec, OptimizerConfig, TunerConfig};
 
 use super::models::{DEFAULT_TOLERANCE, DataSample, Defaults, model_spec};
 use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
@@ -53,11 +53,7 @@ pub(super) fn job_spec(
         .hyper
         .lr
         .unwrap_or_else(|| defaults.lr_for(options.model, global_batch.round() as u64, sample));
-    if options.model.scales_rate_with_batch()
-        && matches!(
-            defaults.optimizer,
-            OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd
-        )
+    if defaults.scales_rate(options.model)
         && let Some(warning) = sample.unstable_rate_warning(lr)
     {
         tracing::warn!("{warning}");

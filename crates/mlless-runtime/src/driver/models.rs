@@ -150,16 +150,24 @@ impl Defaults {
     /// sample's [`DataSample::stable_rate`] (linear scaling bounded by the loss's curvature);
     /// other models and Adam (whose steps do not grow with the gradient): `lr` as it is.
     pub fn lr_for(&self, model: ModelChoice, global_batch: u64, sample: DataSample) -> f32 {
-        let scaled = model.scales_rate_with_batch();
-        match (scaled, self.optimizer) {
-            (true, OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd) => {
-                let scale = (global_batch.max(1) as f64 / LR_REFERENCE_BATCH as f64)
-                    * imbalance_factor(sample.positive_rate);
-                let scaled = f64::from(self.lr) * scale.min(LR_MAX_SCALE);
-                scaled.min(sample.stable_rate().unwrap_or(f64::INFINITY)) as f32
-            }
-            (true, OptimizerKind::Adam) | (false, _) => self.lr,
+        if !self.scales_rate(model) {
+            return self.lr;
         }
+        let scale = (global_batch.max(1) as f64 / LR_REFERENCE_BATCH as f64)
+            * imbalance_factor(sample.positive_rate);
+        let scaled = f64::from(self.lr) * scale.min(LR_MAX_SCALE);
+        scaled.min(sample.stable_rate().unwrap_or(f64::INFINITY)) as f32
+    }
+
+    /// Whether [`lr_for`](Self::lr_for) scales `model`'s rate: a model whose rate scales with
+    /// the batch ([`ModelChoice::scales_rate_with_batch`]) under an SGD-family optimiser (not
+    /// Adam, whose steps do not grow with the gradient).
+    pub fn scales_rate(&self, model: ModelChoice) -> bool {
+        model.scales_rate_with_batch()
+            && match self.optimizer {
+                OptimizerKind::Momentum | OptimizerKind::Nesterov | OptimizerKind::Sgd => true,
+                OptimizerKind::Adam => false,
+            }
     }
 
     /// The defaults for a model, with the optimiser the user chose (or the model's default).

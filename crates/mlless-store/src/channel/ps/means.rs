@@ -21,7 +21,7 @@ use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 use tokio::sync::Notify;
 
-use super::server::{Job, check_name, cost, lock};
+use super::server::{Job, check_name, cost, lock, wait_for};
 use super::wire::Response;
 use crate::channel::WorkerId;
 
@@ -38,7 +38,7 @@ pub(in crate::channel::ps) struct MeanEntry {
 #[derive(Debug, Default)]
 struct MeanState {
     /// Each worker's part.
-    parts: HashMap<WorkerId, Arc<SparseVector>>,
+    parts: HashMap<WorkerId, SparseVector>,
     /// The last mean computed.
     mean: Option<Computed>,
     /// The bytes charged to the job for the parts and the mean.
@@ -107,24 +107,23 @@ pub(in crate::channel::ps) async fn average(
     let entry = lock(&job.means).entry(key.clone()).or_default().clone();
     let response = match insert(job, &what, &entry, part) {
         Err(reason) => Response::Refused(reason),
-        Ok(()) => loop {
-            let landed = entry.landed.notified();
-            let mut landed = std::pin::pin!(landed);
-            // Registered before the look, so that a part landing after it wakes the wait.
-            landed.as_mut().enable();
-            if let Some(response) = mean_if_complete(job, &what, &entry) {
-                break response;
+        Ok(()) => {
+            let found = wait_for(&entry.landed, deadline, || {
+                mean_if_complete(job, &what, &entry)
+            });
+            match found.await {
+                Some(response) => response,
+                None => {
+                    let state = lock(&entry.state);
+                    let present = what
+                        .peers
+                        .iter()
+                        .map(|w| state.parts.contains_key(w))
+                        .collect();
+                    Response::TimedOut { present }
+                }
             }
-            if tokio::time::timeout_at(deadline, landed).await.is_err() {
-                let state = lock(&entry.state);
-                let present = what
-                    .peers
-                    .iter()
-                    .map(|w| state.parts.contains_key(w))
-                    .collect();
-                break Response::TimedOut { present };
-            }
-        },
+        }
     };
     prune(job, &key, entry);
     response
@@ -144,7 +143,7 @@ fn insert(
     let n = cost(what.topic, part.nnz() * ENTRY_BYTES);
     job.take(n, what.job_name)?;
     state.charged += n;
-    state.parts.insert(what.from, Arc::new(part));
+    state.parts.insert(what.from, part);
     drop(state);
     entry.landed.notify_waiters();
     Ok(())
@@ -162,13 +161,12 @@ fn mean_if_complete(job: &Job, what: &Averaging<'_>, entry: &MeanEntry) -> Optio
             headers: computed.headers.clone(),
         });
     }
-    let parts: Vec<Arc<SparseVector>> = what
+    let parts: Vec<&SparseVector> = what
         .peers
         .iter()
-        .map(|w| state.parts.get(w).cloned())
+        .map(|w| state.parts.get(w))
         .collect::<Option<_>>()?;
-    let refs: Vec<&SparseVector> = parts.iter().map(|p| &**p).collect();
-    let mean = mean_of(&refs);
+    let mean = mean_of(&parts);
     // The peers' headers, those this server holds (a worker's header is stored with its part,
     // so every header sent here is here now).
     let headers: Vec<Option<Bytes>> = job.messages_of(what.topic, what.step, what.peers);

@@ -119,6 +119,11 @@ fn parse_one(url: &str) -> Result<(String, String), ChannelError> {
     Ok((authority, secret.to_string()))
 }
 
+/// `timeout` in whole milliseconds for a request's wait: at least 1, at most `u64::MAX`.
+fn whole_millis(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_millis().max(1)).unwrap_or(u64::MAX)
+}
+
 /// FNV-1a of `parts`, the same in every process.
 fn fnv(parts: &[&[u8]]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -339,7 +344,7 @@ impl Channel for PsChannel {
             return Ok(Vec::new());
         }
         let start = Instant::now();
-        let timeout_ms = u64::try_from(timeout.as_millis().max(1)).unwrap_or(u64::MAX);
+        let timeout_ms = whole_millis(timeout);
         let collected = self
             .fan_out(
                 ("collect", topic, step),
@@ -400,13 +405,14 @@ impl Channel for PsChannel {
     ) -> Result<Averaged, ChannelError> {
         self.check_topic(topic)?;
         let start = Instant::now();
-        let bad = |reason: String| ChannelError::BadShare {
+        let bad = |worker: WorkerId, reason: String| ChannelError::BadShare {
             endpoint: self.describe(),
             topic: topic.to_string(),
             step,
-            worker: from,
+            worker,
             reason,
         };
+        let operation = || format!("average of step {step} of topic {topic:?} from worker {from}");
         let k = self.servers.len();
         let bounds: Vec<u64> = (0..=k as u64)
             .map(|i| i * share.dim as u64 / k as u64)
@@ -417,7 +423,7 @@ impl Channel for PsChannel {
             let whole = share
                 .delta
                 .into_sparse(share.dim)
-                .map_err(|e| bad(e.to_string()))?;
+                .map_err(|e| bad(from, e.to_string()))?;
             whole
                 .split_at_bounds(&bounds)
                 .into_iter()
@@ -425,9 +431,9 @@ impl Channel for PsChannel {
                 .collect()
         };
         let header = encode_share(&share.header, &WireDelta::Sparse(SparseVector::new()))
-            .map_err(|e| bad(format!("cannot encode its header: {e}")))?;
+            .map_err(|e| bad(from, format!("cannot encode its header: {e}")))?;
         let home = self.server_of_message(topic, step, from);
-        let timeout_ms = u64::try_from(timeout.as_millis().max(1)).unwrap_or(u64::MAX);
+        let timeout_ms = whole_millis(timeout);
         let calls = parts.into_iter().enumerate().map(|(index, part)| {
             let server = &self.servers[index];
             let request = Request::Average {
@@ -441,12 +447,10 @@ impl Channel for PsChannel {
                 timeout_ms,
             };
             async move {
-                server.call_counted(&request, timeout).await.map_err(|e| {
-                    server.error(
-                        format!("average of step {step} of topic {topic:?} from worker {from}"),
-                        e,
-                    )
-                })
+                server
+                    .call_counted(&request, timeout)
+                    .await
+                    .map_err(|e| server.error(operation(), e))
             }
         });
         let answers = try_join_all(calls).await?;
@@ -475,12 +479,7 @@ impl Channel for PsChannel {
                         *all &= here;
                     }
                 }
-                other => {
-                    return Err(server.error(
-                        format!("average of step {step} of topic {topic:?} from worker {from}"),
-                        unexpected(&other),
-                    ));
-                }
+                other => return Err(server.error(operation(), unexpected(&other))),
             }
         }
         if timed_out {
@@ -494,21 +493,15 @@ impl Channel for PsChannel {
             ));
         }
         let mean = SparseVector::concat(means)
-            .map_err(|e| bad(format!("the servers' means do not join up: {e}")))?;
+            .map_err(|e| bad(from, format!("the servers' means do not join up: {e}")))?;
         let headers = headers
             .into_iter()
             .zip(peers)
             .map(|(header, &peer)| {
-                let header = header.ok_or_else(|| "no server holds its header".to_string());
                 header
+                    .ok_or_else(|| "no server holds its header".to_string())
                     .and_then(|h| share_header(&h))
-                    .map_err(|reason| ChannelError::BadShare {
-                        endpoint: self.describe(),
-                        topic: topic.to_string(),
-                        step,
-                        worker: peer,
-                        reason,
-                    })
+                    .map_err(|reason| bad(peer, reason))
             })
             .collect::<Result<_, _>>()?;
         Ok(Averaged {

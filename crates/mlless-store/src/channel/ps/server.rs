@@ -689,28 +689,42 @@ async fn collect(job: &Job, topic: &str, step: u64, from: &[WorkerId], wait: Dur
     }
     let deadline = tokio::time::Instant::now() + wait;
     let entry = job.entry(topic, step);
-    let response = loop {
-        let landed = entry.landed.notified();
-        let mut landed = std::pin::pin!(landed);
-        // Registered before the look, so a publish after it wakes the wait.
-        landed.as_mut().enable();
-        let found: Vec<Option<Bytes>> = {
+    let found = wait_for(&entry.landed, deadline, || {
+        let messages = lock(&entry.messages);
+        from.iter().map(|w| messages.get(w).cloned()).collect()
+    })
+    .await;
+    let response = match found {
+        Some(messages) => Response::Messages(messages),
+        None => {
             let messages = lock(&entry.messages);
-            from.iter().map(|w| messages.get(w).cloned()).collect()
-        };
-        if found.iter().all(Option::is_some) {
-            break Response::Messages(found.into_iter().flatten().collect());
-        }
-        if tokio::time::timeout_at(deadline, landed).await.is_err() {
-            let present = {
-                let messages = lock(&entry.messages);
-                from.iter().map(|w| messages.contains_key(w)).collect()
-            };
-            break Response::TimedOut { present };
+            let present = from.iter().map(|w| messages.contains_key(w)).collect();
+            Response::TimedOut { present }
         }
     };
     job.prune(topic, step, entry);
     response
+}
+
+/// Asks `look` until it finds what is waited for or `deadline` passes (`None`), woken by
+/// `landed` after each look that found nothing, never polling.
+pub(super) async fn wait_for<T>(
+    landed: &Notify,
+    deadline: tokio::time::Instant,
+    mut look: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    loop {
+        let notified = landed.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the look, so that a landing after it wakes the wait.
+        notified.as_mut().enable();
+        if let Some(found) = look() {
+            return Some(found);
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return None;
+        }
+    }
 }
 
 #[cfg(test)]
