@@ -17,9 +17,10 @@ import time
 # per-example L2 0.1 plus a count-aware prior 10 / n, 10 factors, factors drawn N(0, 0.1),
 # biases 0; sparse LR with heavy-ball momentum 0.9 at 0.5 per 1,000 samples of a step, scaled
 # by the global batch and by the imbalance factor, at most 16x, L2 1e-4 per example, the bias
-# started at the training set's log-odds. Both use lr / sqrt(epoch + 1).
-PMF = {"lr": 0.07, "l2": 0.1, "prior": 10.0, "factors": 10, "init_std": 0.1}
-LR = {"lr": 0.5, "l2": 1e-4, "momentum": 0.9, "reference_batch": 1000, "max_scale": 16.0}
+# started at the training set's log-odds. Both use lr / sqrt(1 + epoch / decay_epochs).
+PMF = {"lr": 0.07, "l2": 0.1, "prior": 10.0, "factors": 10, "init_std": 0.1, "decay_epochs": 1.0}
+LR = {"lr": 0.5, "l2": 1e-4, "momentum": 0.9, "reference_batch": 1000, "max_scale": 16.0,
+      "decay_epochs": 16.0}
 SKIP_STEPS = 3  # warm-up steps left out of the median, as mlless's own bench does
 
 

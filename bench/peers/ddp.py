@@ -131,6 +131,7 @@ def run(rank, args):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.workers)
     torch.manual_seed(args.seed)
+    decay_epochs = (common.PMF if args.job == "pmf" else common.LR)["decay_epochs"]
     if args.job == "pmf":
         model, optimiser, rate, rows, loss, evaluate = pmf_job(args.data, args.lr)
     else:
@@ -145,7 +146,7 @@ def run(rank, args):
         epoch, b = step[rank]
         t0 = time.perf_counter()
         for group in optimiser.param_groups:
-            group["lr"] = rate / math.sqrt(epoch + 1)
+            group["lr"] = rate / math.sqrt(1 + epoch / decay_epochs)
         value = loss(net, batches[b])
         optimiser.zero_grad(set_to_none=True)
         value.backward()

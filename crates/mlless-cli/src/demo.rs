@@ -44,6 +44,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         positive_rate: None,
         binary: true,
         real_valued: false,
+        margin_std: 2.0,
         out: lr_input.clone(),
     };
     let lr_spec = crate::generate::sparse_lr_spec(&lr_args);

@@ -198,6 +198,10 @@ pub struct TrainArgs {
     /// Learning-rate schedule.
     #[arg(long, value_enum, default_value_t = LrSchedule::InvSqrtEpoch)]
     pub schedule: LrSchedule,
+    /// inv-sqrt-epoch's time constant T in epochs: the rate is lr / sqrt(1 + epoch / T), half
+    /// its start after 3T epochs [default: lr 16, the other models 1].
+    #[arg(long, value_name = "T")]
+    pub decay_epochs: Option<f64>,
     /// L2 regularisation, per example [default: lr 1e-4, pmf 0.1].
     #[arg(long)]
     pub l2: Option<f32>,
@@ -540,6 +544,7 @@ impl TrainArgs {
                 LrSchedule::Constant => Schedule::Constant,
                 LrSchedule::InvSqrtEpoch => Schedule::InvSqrtEpoch,
             },
+            decay_epochs: self.decay_epochs,
             seed: self.seed,
             stop: StopCriteria {
                 target_loss: self.target_loss,

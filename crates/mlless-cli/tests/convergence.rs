@@ -78,11 +78,7 @@ fn one_worker_equals_a_plain_loop() {
             let pieces: Vec<_> = parts.iter().map(|b| (b, 0..b.samples())).collect();
             let batch = mlless_core::Batch::concat(&pieces).unwrap();
             model.gradient(&params, &batch, &mut acc).unwrap();
-            let delta = optimizer.step(
-                &params,
-                &acc.take(),
-                job.training.schedule.rate(job.lr, epoch),
-            );
+            let delta = optimizer.step(&params, &acc.take(), job.rate(epoch));
             delta.scaled_add_to(&mut params, 1.0);
         }
         params

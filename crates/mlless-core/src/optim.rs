@@ -467,16 +467,21 @@ pub enum Schedule {
     /// The base rate throughout.
     #[default]
     Constant,
-    /// `base / sqrt(epoch + 1)`, epochs counted from 0.
+    /// `base / sqrt(1 + epoch / T)`, epochs counted from 0, `T` the schedule's time constant in
+    /// epochs (`--decay-epochs`; 1: `base / sqrt(epoch + 1)`).
     InvSqrtEpoch,
 }
 
 impl Schedule {
-    /// The learning rate at `epoch` (from 0) for base rate `base`.
-    pub fn rate(&self, base: f32, epoch: u64) -> f32 {
+    /// The learning rate at `epoch` (from 0) for base rate `base`, with `decay_epochs` the
+    /// inverse-square-root schedule's time constant (> 0; the rate has fallen to `base / √2`
+    /// after that many epochs).
+    pub fn rate(&self, base: f32, epoch: u64, decay_epochs: f64) -> f32 {
         match self {
             Schedule::Constant => base,
-            Schedule::InvSqrtEpoch => (f64::from(base) / ((epoch as f64) + 1.0).sqrt()) as f32,
+            Schedule::InvSqrtEpoch => {
+                (f64::from(base) / (1.0 + epoch as f64 / decay_epochs).sqrt()) as f32
+            }
         }
     }
 
@@ -644,9 +649,11 @@ mod tests {
             assert_eq!(s.to_string().parse::<Schedule>(), Ok(s));
         }
         assert!("inv_sqrt".parse::<Schedule>().is_err());
-        assert_eq!(Schedule::Constant.rate(0.5, 9), 0.5);
-        assert_eq!(Schedule::InvSqrtEpoch.rate(0.5, 0), 0.5);
-        assert_eq!(Schedule::InvSqrtEpoch.rate(0.5, 3), 0.25);
+        assert_eq!(Schedule::Constant.rate(0.5, 9, 1.0), 0.5);
+        assert_eq!(Schedule::InvSqrtEpoch.rate(0.5, 0, 1.0), 0.5);
+        assert_eq!(Schedule::InvSqrtEpoch.rate(0.5, 3, 1.0), 0.25);
+        assert_eq!(Schedule::InvSqrtEpoch.rate(0.5, 48, 16.0), 0.25);
+        assert_eq!(Schedule::Constant.rate(0.5, 48, 16.0), 0.5);
     }
 
     #[test]

@@ -92,6 +92,11 @@ pub struct TrainingConfig {
     pub global_batch: Option<u64>,
     /// Learning-rate schedule over epochs.
     pub schedule: Schedule,
+    /// The inverse-square-root schedule's time constant in epochs (`--decay-epochs`): in the
+    /// options, `None` takes the model's default; in a [`JobSpec`](crate::JobSpec) it is set
+    /// (`None` in a spec written before it: 1). Read it with [`JobSpec::rate`](crate::JobSpec::rate).
+    #[serde(default)]
+    pub decay_epochs: Option<f64>,
     /// Seed of the model's initialisation and of the minibatch order.
     pub seed: u64,
     /// When to stop.
@@ -255,6 +260,9 @@ pub enum ConfigError {
     /// No epochs.
     #[error("--max-epochs must be at least 1")]
     NoEpochs,
+    /// The schedule's time constant is not a positive finite number.
+    #[error("--decay-epochs must be a positive finite number, not {0}")]
+    DecayEpochs(f64),
     /// The learning rate is not a positive finite number.
     #[error("--lr must be a positive finite number, not {0}")]
     LearningRate(f32),
@@ -432,6 +440,11 @@ impl TrainingConfig {
         }
         if self.stop.max_epochs == 0 {
             return Err(ConfigError::NoEpochs);
+        }
+        if let Some(t) = self.decay_epochs
+            && !(t > 0.0 && t.is_finite())
+        {
+            return Err(ConfigError::DecayEpochs(t));
         }
         if let Some(t) = self.stop.max_time_s {
             check_seconds("--max-time", t, SecondsRange::Positive)?;
@@ -614,6 +627,7 @@ mod tests {
             workers: 8,
             global_batch: None,
             schedule: Schedule::Constant,
+            decay_epochs: None,
             seed: 1,
             stop: StopCriteria {
                 target_loss: None,

@@ -196,6 +196,13 @@ impl JobSpec {
             .unwrap_or_else(|| crate::BatchPlan::whole(self.training.workers))
     }
 
+    /// The learning rate of a step in `epoch` (from 0): the spec's rate under its schedule, with
+    /// its time constant ([`TrainingConfig::decay_epochs`], 1 in a spec written before it).
+    pub fn rate(&self, epoch: u64) -> f32 {
+        let decay_epochs = self.training.decay_epochs.unwrap_or(1.0);
+        self.training.schedule.rate(self.lr, epoch, decay_epochs)
+    }
+
     /// The stream positions (slices of minibatches) of one epoch.
     pub fn positions_per_epoch(&self) -> u64 {
         self.plan().per_epoch(self.train_batches)

@@ -74,6 +74,7 @@ pub(super) fn job_spec(
         validation,
         resumptions: Vec::new(),
         training: TrainingConfig {
+            decay_epochs: Some(training.decay_epochs.unwrap_or(defaults.decay_epochs)),
             stop: StopCriteria {
                 tolerance: training
                     .stop

@@ -426,7 +426,7 @@ impl Worker {
             }
             RoundState::None | RoundState::Anchor(_) | RoundState::Lloyd { .. } => epoch,
         };
-        let lr = spec.training.schedule.rate(spec.lr, epoch);
+        let lr = spec.rate(epoch);
         let delta = self.optimizer.step(&self.params, &gradient, lr);
         let computed = Computed {
             started,
