@@ -26,28 +26,6 @@ pub(crate) fn model_parser() -> impl clap::builder::TypedValueParser<Value = Mod
     .try_map(|name| name.parse::<ModelChoice>())
 }
 
-/// Optimisers, as the CLI names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Optimizer {
-    /// Plain stochastic gradient descent.
-    Sgd,
-    /// SGD with heavy-ball momentum 0.9.
-    Momentum,
-    /// SGD with Nesterov momentum 0.9.
-    Nesterov,
-    /// Adam (sparse: only touched coordinates are updated).
-    Adam,
-}
-
-/// Learning-rate schedules, as the CLI names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LrSchedule {
-    /// The same rate throughout.
-    Constant,
-    /// lr / sqrt(epoch + 1).
-    InvSqrtEpoch,
-}
-
 /// Synchronisation models, as the CLI names them (DESIGN §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Sync {
@@ -60,41 +38,6 @@ pub enum Sync {
     Ssp,
     /// Asynchronous: no barrier; updates are applied as they arrive (none lost).
     Asp,
-}
-
-/// What ISP measures an accumulated update against, as the CLI names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SignificanceScaleArg {
-    /// The parameter itself: |a_j / x_j| > v_t (MLLess, DESIGN §4).
-    Parameter,
-    /// The larger of |x_j| and the mean magnitude of the parameters: |a_j| > v_t · max(|x_j|, m).
-    Mean,
-}
-
-/// Communication patterns, as the CLI names them (DESIGN §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CommPattern {
-    /// Every worker reads every other worker's update (MLLess).
-    Broadcast,
-    /// A leader averages everyone's update and publishes the mean (LambdaML's AllReduce).
-    Allreduce,
-    /// Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's
-    /// ScatterReduce).
-    ScatterReduce,
-    /// The parameter servers average everyone's update; everyone reads the mean (a ps://
-    /// channel; its default there).
-    Server,
-}
-
-impl From<CommPattern> for Pattern {
-    fn from(pattern: CommPattern) -> Self {
-        match pattern {
-            CommPattern::Broadcast => Pattern::Broadcast,
-            CommPattern::Allreduce => Pattern::AllReduce,
-            CommPattern::ScatterReduce => Pattern::ScatterReduce,
-            CommPattern::Server => Pattern::Server,
-        }
-    }
 }
 
 /// Whether the scale-in auto-tuner runs, and by which rule.
@@ -188,7 +131,7 @@ pub struct TrainArgs {
     pub global_batch: Option<u64>,
     /// The optimiser each worker runs [default: momentum for lr, adam for pmf].
     #[arg(long, value_enum)]
-    pub optimizer: Option<Optimizer>,
+    pub optimizer: Option<OptimizerKind>,
     /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, per 1,000 samples of
     /// the global batch and larger on imbalanced data, at most 16 times that and at most what
     /// the features' curvature allows; 0.003 with adam; pmf 0.07 with adam, 3 with
@@ -196,8 +139,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.
-    #[arg(long, value_enum, default_value_t = LrSchedule::InvSqrtEpoch)]
-    pub schedule: LrSchedule,
+    #[arg(long, value_enum, default_value_t = Schedule::InvSqrtEpoch)]
+    pub schedule: Schedule,
     /// L2 regularisation, per example [default: lr 1e-4, pmf 0.1].
     #[arg(long)]
     pub l2: Option<f32>,
@@ -259,8 +202,8 @@ pub struct TrainArgs {
     /// What ISP measures a_j against: the parameter x_j itself (MLLess), or the larger of |x_j|
     /// and the mean magnitude of the parameters, so that updates of weights near zero (rare
     /// features of sparse LR, rarely rated films) are held back too.
-    #[arg(long, value_enum, default_value_t = SignificanceScaleArg::Mean)]
-    pub significance_scale: SignificanceScaleArg,
+    #[arg(long, value_enum, default_value_t = SignificanceScale::Mean)]
+    pub significance_scale: SignificanceScale,
     /// SSP's slack: how many steps a worker may run ahead of the slowest.
     #[arg(long, default_value_t = 3)]
     pub slack: u32,
@@ -277,7 +220,7 @@ pub struct TrainArgs {
     /// isp) [default: broadcast up to 16 workers on the object store and up to 64 on Redis or
     /// Memcached, allreduce beyond; broadcast under ssp and asp].
     #[arg(long, value_enum)]
-    pub pattern: Option<CommPattern>,
+    pub pattern: Option<Pattern>,
     /// Scale-in auto-tuner: remove workers one by one once the validation curve (the training
     /// loss without a validation set) no longer pays for them.
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
@@ -486,12 +429,7 @@ impl TrainArgs {
                 classes: Some(self.classes),
                 prior: self.prior,
             },
-            optimizer: self.optimizer.map(|o| match o {
-                Optimizer::Sgd => OptimizerKind::Sgd,
-                Optimizer::Momentum => OptimizerKind::Momentum,
-                Optimizer::Nesterov => OptimizerKind::Nesterov,
-                Optimizer::Adam => OptimizerKind::Adam,
-            }),
+            optimizer: self.optimizer,
             prices,
             validation: ValidationOptions {
                 every: self.eval_every,
@@ -536,10 +474,7 @@ impl TrainArgs {
         TrainingConfig {
             workers: self.workers,
             global_batch: self.global_batch,
-            schedule: match self.schedule {
-                LrSchedule::Constant => Schedule::Constant,
-                LrSchedule::InvSqrtEpoch => Schedule::InvSqrtEpoch,
-            },
+            schedule: self.schedule,
             seed: self.seed,
             stop: StopCriteria {
                 target_loss: self.target_loss,
@@ -560,10 +495,7 @@ impl TrainArgs {
                     significance: self
                         .significance
                         .unwrap_or_else(|| self.model.isp_significance()),
-                    scale: match self.significance_scale {
-                        SignificanceScaleArg::Parameter => SignificanceScale::Parameter,
-                        SignificanceScaleArg::Mean => SignificanceScale::Mean,
-                    },
+                    scale: self.significance_scale,
                 },
                 Sync::Ssp => SyncMode::Ssp { slack: self.slack },
                 Sync::Asp => SyncMode::Asp,
@@ -571,7 +503,7 @@ impl TrainArgs {
             compression: self.compress,
             scale_in: self.tuner(),
             algorithm: self.algorithm,
-            pattern: self.pattern.map(Into::into),
+            pattern: self.pattern,
             checkpoint_every: self.checkpoint_every,
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),
