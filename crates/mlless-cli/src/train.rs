@@ -336,23 +336,92 @@ pub struct TrainArgs {
     pub given: Vec<String>,
 }
 
-/// The options `--resume` takes besides its own: the ones that do not change the mathematics
-/// of the run (by argument id), and the ones that only say where and how it runs or shows.
-const RESUMABLE: &[&str] = &[
-    "memory_mb",
-    "timeout_s",
-    "worker_deadline",
-    "channel_grace",
-    "max_epochs",
-    "max_time",
-    "invoker",
-    "platform",
-    "quiet",
-    "progress_every",
-    "json",
-    "record",
-    "resume",
-];
+/// Sorts every field of [`TrainArgs`] (an option, by its argument id, or not an option) into
+/// the options `--resume` takes again and the ones it refuses, and defines [`RESUMABLE`] (and
+/// for the tests `REFUSED`). The lists are a pattern naming every field without `..`, so that a
+/// new option does not compile until it is in one of them.
+macro_rules! options_on_resume {
+    (
+        takes: [$($takes:ident),* $(,)?],
+        refuses: [$($refuses:ident),* $(,)?],
+        not_options: [$($not:ident),* $(,)?] $(,)?
+    ) => {
+        /// The options `--resume` takes besides its own: the ones that do not change the
+        /// mathematics of the run (by argument id), and the ones that only say where and how it
+        /// runs or shows.
+        const RESUMABLE: &[&str] = &[$(stringify!($takes)),*];
+
+        /// The options `--resume` refuses: they would change the run.
+        #[cfg(test)]
+        const REFUSED: &[&str] = &[$(stringify!($refuses)),*];
+
+        /// Compiles only while the lists name every field of `TrainArgs`, each once.
+        const _: fn(&TrainArgs) = |&TrainArgs { $($takes: _,)* $($refuses: _,)* $($not: _,)* }| ();
+    };
+}
+
+// A new option of `mlless train` goes into `takes` if a failed run may be continued with a new
+// value of it (it does not change the mathematics, or only where and how the run shows), into
+// `refuses` otherwise; `--resume`'s help lists the first.
+options_on_resume! {
+    takes: [
+        memory_mb,
+        timeout_s,
+        worker_deadline,
+        channel_grace,
+        max_epochs,
+        max_time,
+        invoker,
+        platform,
+        quiet,
+        progress_every,
+        json,
+        record,
+        resume,
+    ],
+    refuses: [
+        data,
+        model,
+        workers,
+        global_batch,
+        optimizer,
+        lr,
+        schedule,
+        l2,
+        prior,
+        k,
+        tolerance,
+        hidden,
+        classes,
+        factors,
+        target_loss,
+        eval_every,
+        early_stop,
+        refit,
+        target_metric,
+        sync,
+        significance,
+        significance_scale,
+        slack,
+        compress,
+        algorithm,
+        pattern,
+        scale_in,
+        scale_in_threshold,
+        scale_in_interval,
+        horizon,
+        min_workers,
+        checkpoint_every,
+        ps_instance,
+        emulate,
+        fault,
+        job_id,
+        channel,
+        runs,
+        seed,
+    ],
+    not_options: [given],
+}
 
 /// The flag of an argument id: `memory_mb` → `--memory-mb`.
 fn flag(id: &str) -> String {
