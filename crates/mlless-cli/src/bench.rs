@@ -425,7 +425,7 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
         args.pattern
             .iter()
             .map(|&p| BenchLoad::Update {
-                pattern: p.into(),
+                pattern: p,
                 params: args.params,
             })
             .collect()
