@@ -65,7 +65,7 @@ pub struct BenchArgs {
     /// exchange dense model updates of --params parameters through the training exchange
     /// instead of raw messages of --update-bytes. Cloud benchmark [default: all three].
     #[arg(long, value_delimiter = ',', value_enum)]
-    pub pattern: Vec<crate::train::CommPattern>,
+    pub pattern: Vec<mlless_job::Pattern>,
     /// Where the functions of the invoke and channel benchmarks run (`local` or
     /// `lambda:FUNCTION`).
     #[arg(long, default_value = "local")]
@@ -85,7 +85,7 @@ pub struct BenchArgs {
     /// a9a and MovieLens-100k), pmf-20m (MovieLens-20M-shaped), criteo (Criteo-shaped)
     /// [default: lr,pmf].
     #[arg(long, value_delimiter = ',', value_enum)]
-    pub job: Vec<cloud::CloudJobArg>,
+    pub job: Vec<mlless_runtime::bench::cloud::CloudJob>,
     /// What the workers of the cloud benchmark send, comma-separated: bsp, isp (threshold 0.7),
     /// isp:V, topk:K, topk:F, onebit [default: bsp,isp,topk:0.01].
     #[arg(long, value_delimiter = ',', value_parser = UpdateRule::parse)]
@@ -371,7 +371,7 @@ fn exchange(args: &BenchArgs) -> anyhow::Result<()> {
     let spec = mlless_data::SparseLrSpec::new(40_000, 20_000, 30, 3);
     crate::generate::write_with(&input, |out| mlless_data::write_sparse_lr(&spec, out))?;
     let data = dir.join("store");
-    crate::demo::prepare_local(crate::prepare::Format::Libsvm, &input, &data, 500, 1)?;
+    crate::demo::prepare_local(mlless_data::InputFormat::Libsvm, &input, &data, 500, 1)?;
     let mut train = crate::train::TrainArgs::with_defaults(
         &data.display().to_string(),
         mlless_job::ModelChoice::LogisticRegression,
@@ -425,16 +425,14 @@ fn channel(args: &BenchArgs) -> anyhow::Result<()> {
         args.pattern
             .iter()
             .map(|&p| BenchLoad::Update {
-                pattern: p.into(),
+                pattern: p,
                 params: args.params,
             })
             .collect()
     };
     let channel = mlless_job::billing::channel_kind(args.channel.as_deref());
     anyhow::ensure!(
-        args.pattern
-            .iter()
-            .all(|&p| mlless_job::Pattern::from(p).runs_on(channel)),
+        args.pattern.iter().all(|&p| p.runs_on(channel)),
         "--pattern server has the parameter servers average the updates: it needs a ps:// \
          --channel (mlless ps)"
     );

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use mlless_data::{RatingsTruth, SparseLrTruth};
+use mlless_data::{InputFormat, RatingsTruth, SparseLrTruth};
 
 use crate::generate::{RatingsArgs, SparseLrArgs};
-use crate::prepare::{Format, PrepareArgs};
+use crate::prepare::PrepareArgs;
 use mlless_job::ModelChoice;
 
 use crate::train::TrainArgs;
@@ -51,7 +51,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let truth: SparseLrTruth =
         crate::generate::write_with(&lr_input, |out| mlless_data::write_sparse_lr(&lr_spec, out))?;
     let lr_data = store.join("sparse-lr");
-    prepare_local(Format::Libsvm, &lr_input, &lr_data, 1000, 4)?;
+    prepare_local(InputFormat::Libsvm, &lr_input, &lr_data, 1000, 4)?;
     let record = train(
         &args,
         ModelChoice::LogisticRegression,
@@ -94,7 +94,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         mlless_data::write_ratings(&ratings_spec, out)
     })?;
     let ratings_data = store.join("ratings");
-    prepare_local(Format::Movielens, &ratings_input, &ratings_data, 1000, 4)?;
+    prepare_local(
+        InputFormat::Movielens,
+        &ratings_input,
+        &ratings_data,
+        1000,
+        4,
+    )?;
     let record = train(
         &args,
         ModelChoice::MatrixFactorization,
@@ -113,7 +119,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
 /// Prepares `input` into the local store `out`, a tenth held out for test, with local map
 /// tasks: the demo's and the benchmarks' data sets.
 pub(crate) fn prepare_local(
-    format: Format,
+    format: InputFormat,
     input: &Path,
     out: &Path,
     batch_size: u32,

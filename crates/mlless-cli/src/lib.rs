@@ -236,6 +236,9 @@ pub fn run_function_main() -> u8 {
 }
 
 #[cfg(test)]
+mod option_enums;
+
+#[cfg(test)]
 mod tests {
     use super::one_line;
 

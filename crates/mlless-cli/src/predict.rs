@@ -6,9 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use mlless_data::InputFormat;
 use mlless_runtime::predict::TrainedModel;
-
-use crate::prepare::Format;
 
 /// Options of `mlless predict`.
 #[derive(Debug, Args)]
@@ -24,7 +23,7 @@ pub struct PredictArgs {
     pub input: PathBuf,
     /// Its format.
     #[arg(long, value_enum)]
-    pub format: Format,
+    pub format: InputFormat,
     /// Where to write the predictions (CSV); `-` is standard output.
     #[arg(long)]
     pub out: PathBuf,
@@ -58,7 +57,7 @@ pub struct ExportArgs {
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let trained =
         crate::runtime()?.block_on(TrainedModel::load(&args.model, args.data.as_deref()))?;
-    let layout = trained.scoring_layout(args.format.into());
+    let layout = trained.scoring_layout(args.format);
     let input = mlless_data::read_for_scoring(&args.input, &layout)?;
     let shown = mlless_data::input_name(&args.input).display().to_string();
     let to_stdout = args.out.as_os_str() == "-";

@@ -10,31 +10,6 @@ use mlless_data::{CsvHeader, CsvOptions, InputFormat, LabelColumn};
 use mlless_faas::Limits;
 use mlless_runtime::{Control, PrepareOptions, PrepareStage, RuntimeError, TestSet, ValidationSet};
 
-/// Input formats, as the CLI names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// `label index:value …` (LIBSVM; 1-based indices).
-    Libsvm,
-    /// Dense numeric rows, the label in one column (--label-column: the first by default);
-    /// a header row is detected (--header), fields are separated by --delimiter.
-    Csv,
-    /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv`.
-    Movielens,
-    /// Criteo display-ads TSV: label, 13 integer and 26 categorical columns.
-    Criteo,
-}
-
-impl From<Format> for InputFormat {
-    fn from(format: Format) -> Self {
-        match format {
-            Format::Libsvm => InputFormat::Libsvm,
-            Format::Csv => InputFormat::Csv,
-            Format::Movielens => InputFormat::Movielens,
-            Format::Criteo => InputFormat::Criteo,
-        }
-    }
-}
-
 /// Normalisations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Normalize {
@@ -63,7 +38,7 @@ fn parse_label_column(s: &str) -> Result<LabelColumn, String> {
 pub struct PrepareArgs {
     /// Format of the input.
     #[arg(long, value_enum)]
-    pub format: Format,
+    pub format: InputFormat,
     /// The input: a file, `-` (standard input), or an object on a store (s3://bucket/key,
     /// file:///…), read as a stream; or the part files of a directory or of a prefix on a store
     /// (s3://bucket/day0/), read in name order as one input (names starting with _ or . are
@@ -145,7 +120,7 @@ impl PrepareArgs {
     /// The runtime's options for these arguments.
     pub fn options(&self) -> PrepareOptions {
         PrepareOptions {
-            format: self.format.into(),
+            format: self.format,
             input: self.input.clone(),
             out_url: self.out.clone(),
             batch_size: self.batch_size,
@@ -164,7 +139,7 @@ impl PrepareArgs {
             normalize: match self.normalize {
                 Some(Normalize::Minmax) => true,
                 Some(Normalize::None) => false,
-                None => self.format == Format::Criteo,
+                None => self.format == InputFormat::Criteo,
             },
             features: self.features,
             csv: CsvOptions {

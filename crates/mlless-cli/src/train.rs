@@ -26,28 +26,6 @@ pub(crate) fn model_parser() -> impl clap::builder::TypedValueParser<Value = Mod
     .try_map(|name| name.parse::<ModelChoice>())
 }
 
-/// Optimisers, as the CLI names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Optimizer {
-    /// Plain stochastic gradient descent.
-    Sgd,
-    /// SGD with heavy-ball momentum 0.9.
-    Momentum,
-    /// SGD with Nesterov momentum 0.9.
-    Nesterov,
-    /// Adam (sparse: only touched coordinates are updated).
-    Adam,
-}
-
-/// Learning-rate schedules, as the CLI names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LrSchedule {
-    /// The same rate throughout.
-    Constant,
-    /// lr / sqrt(epoch + 1).
-    InvSqrtEpoch,
-}
-
 /// Synchronisation models, as the CLI names them (DESIGN §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Sync {
@@ -60,41 +38,6 @@ pub enum Sync {
     Ssp,
     /// Asynchronous: no barrier; updates are applied as they arrive (none lost).
     Asp,
-}
-
-/// What ISP measures an accumulated update against, as the CLI names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SignificanceScaleArg {
-    /// The parameter itself: |a_j / x_j| > v_t (MLLess, DESIGN §4).
-    Parameter,
-    /// The larger of |x_j| and the mean magnitude of the parameters: |a_j| > v_t · max(|x_j|, m).
-    Mean,
-}
-
-/// Communication patterns, as the CLI names them (DESIGN §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CommPattern {
-    /// Every worker reads every other worker's update (MLLess).
-    Broadcast,
-    /// A leader averages everyone's update and publishes the mean (LambdaML's AllReduce).
-    Allreduce,
-    /// Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's
-    /// ScatterReduce).
-    ScatterReduce,
-    /// The parameter servers average everyone's update; everyone reads the mean (a ps://
-    /// channel; its default there).
-    Server,
-}
-
-impl From<CommPattern> for Pattern {
-    fn from(pattern: CommPattern) -> Self {
-        match pattern {
-            CommPattern::Broadcast => Pattern::Broadcast,
-            CommPattern::Allreduce => Pattern::AllReduce,
-            CommPattern::ScatterReduce => Pattern::ScatterReduce,
-            CommPattern::Server => Pattern::Server,
-        }
-    }
 }
 
 /// Whether the scale-in auto-tuner runs, and by which rule.
@@ -188,7 +131,7 @@ pub struct TrainArgs {
     pub global_batch: Option<u64>,
     /// The optimiser each worker runs [default: momentum for lr, adam for pmf].
     #[arg(long, value_enum)]
-    pub optimizer: Option<Optimizer>,
+    pub optimizer: Option<OptimizerKind>,
     /// Learning rate [default: lr 0.5 with momentum/nesterov, 3 with sgd, per 1,000 samples of
     /// the global batch and larger on imbalanced data, at most 16 times that and at most what
     /// the features' curvature allows; 0.003 with adam; pmf 0.07 with adam, 3 with
@@ -196,8 +139,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub lr: Option<f32>,
     /// Learning-rate schedule.
-    #[arg(long, value_enum, default_value_t = LrSchedule::InvSqrtEpoch)]
-    pub schedule: LrSchedule,
+    #[arg(long, value_enum, default_value_t = Schedule::InvSqrtEpoch)]
+    pub schedule: Schedule,
     /// inv-sqrt-epoch's time constant T in epochs: the rate is lr / sqrt(1 + epoch / T), half
     /// its start after 3T epochs [default: lr 16, the other models 1].
     #[arg(long, value_name = "T")]
@@ -263,8 +206,8 @@ pub struct TrainArgs {
     /// What ISP measures a_j against: the parameter x_j itself (MLLess), or the larger of |x_j|
     /// and the mean magnitude of the parameters, so that updates of weights near zero (rare
     /// features of sparse LR, rarely rated films) are held back too.
-    #[arg(long, value_enum, default_value_t = SignificanceScaleArg::Mean)]
-    pub significance_scale: SignificanceScaleArg,
+    #[arg(long, value_enum, default_value_t = SignificanceScale::Mean)]
+    pub significance_scale: SignificanceScale,
     /// SSP's slack: how many steps a worker may run ahead of the slowest.
     #[arg(long, default_value_t = 3)]
     pub slack: u32,
@@ -281,7 +224,7 @@ pub struct TrainArgs {
     /// isp) [default: broadcast up to 16 workers on the object store and up to 64 on Redis or
     /// Memcached, allreduce beyond; broadcast under ssp and asp].
     #[arg(long, value_enum)]
-    pub pattern: Option<CommPattern>,
+    pub pattern: Option<Pattern>,
     /// Scale-in auto-tuner: remove workers one by one once the validation curve (the training
     /// loss without a validation set) no longer pays for them.
     #[arg(long, value_enum, default_value_t = ScaleIn::Off)]
@@ -397,23 +340,93 @@ pub struct TrainArgs {
     pub given: Vec<String>,
 }
 
-/// The options `--resume` takes besides its own: the ones that do not change the mathematics
-/// of the run (by argument id), and the ones that only say where and how it runs or shows.
-const RESUMABLE: &[&str] = &[
-    "memory_mb",
-    "timeout_s",
-    "worker_deadline",
-    "channel_grace",
-    "max_epochs",
-    "max_time",
-    "invoker",
-    "platform",
-    "quiet",
-    "progress_every",
-    "json",
-    "record",
-    "resume",
-];
+/// Sorts every field of [`TrainArgs`] (an option, by its argument id, or not an option) into
+/// the options `--resume` takes again and the ones it refuses, and defines [`RESUMABLE`] (and
+/// for the tests `REFUSED`). The lists are a pattern naming every field without `..`, so that a
+/// new option does not compile until it is in one of them.
+macro_rules! options_on_resume {
+    (
+        takes: [$($takes:ident),* $(,)?],
+        refuses: [$($refuses:ident),* $(,)?],
+        not_options: [$($not:ident),* $(,)?] $(,)?
+    ) => {
+        /// The options `--resume` takes besides its own: the ones that do not change the
+        /// mathematics of the run (by argument id), and the ones that only say where and how it
+        /// runs or shows.
+        const RESUMABLE: &[&str] = &[$(stringify!($takes)),*];
+
+        /// The options `--resume` refuses: they would change the run.
+        #[cfg(test)]
+        const REFUSED: &[&str] = &[$(stringify!($refuses)),*];
+
+        /// Compiles only while the lists name every field of `TrainArgs`, each once.
+        const _: fn(&TrainArgs) = |&TrainArgs { $($takes: _,)* $($refuses: _,)* $($not: _,)* }| ();
+    };
+}
+
+// A new option of `mlless train` goes into `takes` if a failed run may be continued with a new
+// value of it (it does not change the mathematics, or only where and how the run shows), into
+// `refuses` otherwise; `--resume`'s help lists the first.
+options_on_resume! {
+    takes: [
+        memory_mb,
+        timeout_s,
+        worker_deadline,
+        channel_grace,
+        max_epochs,
+        max_time,
+        invoker,
+        platform,
+        quiet,
+        progress_every,
+        json,
+        record,
+        resume,
+    ],
+    refuses: [
+        data,
+        model,
+        workers,
+        global_batch,
+        optimizer,
+        lr,
+        schedule,
+        decay_epochs,
+        l2,
+        prior,
+        k,
+        tolerance,
+        hidden,
+        classes,
+        factors,
+        target_loss,
+        eval_every,
+        early_stop,
+        refit,
+        target_metric,
+        sync,
+        significance,
+        significance_scale,
+        slack,
+        compress,
+        algorithm,
+        pattern,
+        scale_in,
+        scale_in_threshold,
+        scale_in_interval,
+        horizon,
+        min_workers,
+        checkpoint_every,
+        ps_instance,
+        emulate,
+        fault,
+        job_id,
+        channel,
+        runs,
+        seed,
+    ],
+    not_options: [given],
+}
 
 /// The flag of an argument id: `memory_mb` → `--memory-mb`.
 fn flag(id: &str) -> String {
@@ -490,12 +503,7 @@ impl TrainArgs {
                 classes: Some(self.classes),
                 prior: self.prior,
             },
-            optimizer: self.optimizer.map(|o| match o {
-                Optimizer::Sgd => OptimizerKind::Sgd,
-                Optimizer::Momentum => OptimizerKind::Momentum,
-                Optimizer::Nesterov => OptimizerKind::Nesterov,
-                Optimizer::Adam => OptimizerKind::Adam,
-            }),
+            optimizer: self.optimizer,
             prices,
             validation: ValidationOptions {
                 every: self.eval_every,
@@ -540,10 +548,7 @@ impl TrainArgs {
         TrainingConfig {
             workers: self.workers,
             global_batch: self.global_batch,
-            schedule: match self.schedule {
-                LrSchedule::Constant => Schedule::Constant,
-                LrSchedule::InvSqrtEpoch => Schedule::InvSqrtEpoch,
-            },
+            schedule: self.schedule,
             decay_epochs: self.decay_epochs,
             seed: self.seed,
             stop: StopCriteria {
@@ -565,10 +570,7 @@ impl TrainArgs {
                     significance: self
                         .significance
                         .unwrap_or_else(|| self.model.isp_significance()),
-                    scale: match self.significance_scale {
-                        SignificanceScaleArg::Parameter => SignificanceScale::Parameter,
-                        SignificanceScaleArg::Mean => SignificanceScale::Mean,
-                    },
+                    scale: self.significance_scale,
                 },
                 Sync::Ssp => SyncMode::Ssp { slack: self.slack },
                 Sync::Asp => SyncMode::Asp,
@@ -576,7 +578,7 @@ impl TrainArgs {
             compression: self.compress,
             scale_in: self.tuner(),
             algorithm: self.algorithm,
-            pattern: self.pattern.map(Into::into),
+            pattern: self.pattern,
             checkpoint_every: self.checkpoint_every,
             worker_deadline_s: self.worker_deadline,
             faults: self.fault.clone(),

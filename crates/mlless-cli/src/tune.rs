@@ -35,15 +35,6 @@ const NOT_SEARCHED: &[&str] = &[
     "fault",
 ];
 
-/// How trials are drawn, as the CLI names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SamplerArg {
-    /// Every point of the grid (a range at its `:N` points, default 3), in a seeded order.
-    Grid,
-    /// `--trials` independent draws, seeded.
-    Random,
-}
-
 /// Whether trials are stopped early, as the CLI names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SchedulerArg {
@@ -51,15 +42,6 @@ pub enum SchedulerArg {
     Asha,
     /// None: every trial trains to its end (a full search).
     None,
-}
-
-/// What the rungs count, as the CLI names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RungUnitArg {
-    /// Epochs trained.
-    Epochs,
-    /// Seconds since the trial started (needs --trial-time).
-    Seconds,
 }
 
 /// Options of `mlless tune`.
@@ -102,8 +84,8 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 4)]
     pub concurrency: u32,
     /// How trials are drawn from the space.
-    #[arg(long, value_enum, default_value_t = SamplerArg::Grid)]
-    pub sampler: SamplerArg,
+    #[arg(long, value_enum, default_value_t = Sampler::Grid)]
+    pub sampler: Sampler,
     /// Stop bad trials early (asha) or let every trial train to its end (none).
     #[arg(long, value_enum, default_value_t = SchedulerArg::Asha)]
     pub scheduler: SchedulerArg,
@@ -115,8 +97,8 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 1.0)]
     pub min_rung: f64,
     /// What the rungs count.
-    #[arg(long, value_enum, default_value_t = RungUnitArg::Epochs)]
-    pub rung_unit: RungUnitArg,
+    #[arg(long, value_enum, default_value_t = RungUnit::Epochs)]
+    pub rung_unit: RungUnit,
     /// The most a trial trains, seconds (its --max-time; required with --rung-unit seconds).
     #[arg(long, value_name = "SECONDS", value_parser = crate::seconds("--trial-time", mlless_job::config::SecondsRange::Positive))]
     pub trial_time: Option<f64>,
@@ -219,11 +201,7 @@ fn check_space(space: &SearchSpace, base: &TrainArgs) -> anyhow::Result<()> {
 
 /// The trials of the search `args` asks for.
 fn trials(args: &TuneArgs, space: &SearchSpace) -> anyhow::Result<Vec<Trial>> {
-    let sampler = match args.sampler {
-        SamplerArg::Grid => Sampler::Grid,
-        SamplerArg::Random => Sampler::Random,
-    };
-    let mut drawn = space.trials(sampler, args.trials, args.train.seed)?;
+    let mut drawn = space.trials(args.sampler, args.trials, args.train.seed)?;
     if args.baseline {
         drawn.insert(0, mlless_tune::Assignment::default());
     }
@@ -270,10 +248,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!("--trial-time must be a positive number of seconds, not {t}");
     }
-    let unit = match args.rung_unit {
-        RungUnitArg::Epochs => RungUnit::Epochs,
-        RungUnitArg::Seconds => RungUnit::Seconds,
-    };
+    let unit = args.rung_unit;
     let max = match unit {
         RungUnit::Epochs => f64::from(args.train.max_epochs),
         RungUnit::Seconds => args
@@ -294,10 +269,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         unit,
         scheduler,
         space,
-        sampler: match args.sampler {
-            SamplerArg::Grid => Sampler::Grid,
-            SamplerArg::Random => Sampler::Random,
-        },
+        sampler: args.sampler,
         seed: args.train.seed,
     };
     if let crate::InvokerChoice::Lambda(function) = &args.train.invoker {
@@ -502,7 +474,7 @@ mod tests {
             ])
             .unwrap();
         assert_eq!(trial.lr, Some(0.25));
-        assert_eq!(trial.optimizer, Some(crate::train::Optimizer::Adam));
+        assert_eq!(trial.optimizer, Some(mlless_core::OptimizerKind::Adam));
         assert_eq!(trial.hidden, [32, 16]);
         assert_eq!(trial.memory_mb, 512);
         // The shared options stay, flags included.

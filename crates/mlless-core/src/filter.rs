@@ -88,12 +88,18 @@ impl FromStr for Compression {
     }
 }
 
-/// What ISP measures an accumulated update against.
+/// What ISP measures an accumulated update against (`--significance-scale`: with the feature
+/// `clap`, the CLI's value, with the help of `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum SignificanceScale {
     /// The parameter itself: `|a_j / x_j| > v_t` (DESIGN §4, MLLess).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "The parameter itself: |a_j / x_j| > v_t (MLLess, DESIGN §4)")
+    )]
     Parameter,
     /// The parameter, or where that is larger the mean magnitude `m` of the non-zero
     /// parameters the worker has updated (for 1-bit, those of this step):
@@ -101,6 +107,12 @@ pub enum SignificanceScale {
     /// moves by about `1/k` of itself at its k-th update and so stays "significant" under
     /// [`Parameter`](Self::Parameter) — is judged by the model's scale, and its small updates
     /// are held back until they add up.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "The larger of |x_j| and the mean magnitude of the parameters: |a_j| > v_t · max(|x_j|, m)"
+        )
+    )]
     Mean,
 }
 

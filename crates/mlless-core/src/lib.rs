@@ -57,6 +57,7 @@ pub mod params;
 pub mod sparse;
 pub mod tuner;
 pub mod validation;
+pub mod variants;
 
 pub use batch::{Batch, RatingBatch, RatingCounts, SparseBatch};
 pub use batch_plan::BatchPlan;

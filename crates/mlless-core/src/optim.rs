@@ -32,28 +32,48 @@ pub struct ParseError {
     pub expected: &'static str,
 }
 
-/// The optimisation algorithm of a worker.
+/// The optimisation algorithm of a worker (`--optimizer`: with the feature `clap`, the CLI's
+/// value, named as by [`OptimizerKind::as_str`], with the help of `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// Plain SGD: `Δ = -lr g`.
+    #[cfg_attr(feature = "clap", value(help = "Plain stochastic gradient descent"))]
     Sgd,
     /// Heavy-ball momentum.
+    #[cfg_attr(feature = "clap", value(help = "SGD with heavy-ball momentum 0.9"))]
     Momentum,
     /// Nesterov momentum.
+    #[cfg_attr(feature = "clap", value(help = "SGD with Nesterov momentum 0.9"))]
     Nesterov,
     /// Adam, with lazy (sparse) moments.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Adam (sparse: only touched coordinates are updated)")
+    )]
     Adam,
 }
 
 impl OptimizerKind {
-    /// Every kind, in declaration order.
+    /// Every kind, in declaration order (each at its [`index`](Self::index)).
     pub const ALL: [OptimizerKind; 4] = [
         OptimizerKind::Sgd,
         OptimizerKind::Momentum,
         OptimizerKind::Nesterov,
         OptimizerKind::Adam,
     ];
+
+    /// Its place in [`ALL`](Self::ALL): an exhaustive match, so that a new kind does not
+    /// compile until it has a place here (and in `ALL`, checked by `assert_all_in_place!`).
+    pub const fn index(self) -> usize {
+        match self {
+            OptimizerKind::Sgd => 0,
+            OptimizerKind::Momentum => 1,
+            OptimizerKind::Nesterov => 2,
+            OptimizerKind::Adam => 3,
+        }
+    }
 
     /// The spelling used by `FromStr`, `Display` and serde.
     pub fn as_str(&self) -> &'static str {
@@ -65,6 +85,8 @@ impl OptimizerKind {
         }
     }
 }
+
+crate::assert_all_in_place!(OptimizerKind);
 
 impl fmt::Display for OptimizerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -460,15 +482,22 @@ impl Optimizer for Adam {
     }
 }
 
-/// How the learning rate changes over epochs.
+/// How the learning rate changes over epochs (`--schedule`: with the feature `clap`, the CLI's
+/// value, named as by [`Schedule::as_str`], with the help of `--help`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Schedule {
     /// The base rate throughout.
     #[default]
+    #[cfg_attr(feature = "clap", value(help = "The same rate throughout"))]
     Constant,
     /// `base / sqrt(1 + epoch / T)`, epochs counted from 0, `T` the schedule's time constant in
     /// epochs (`--decay-epochs`; 1: `base / sqrt(epoch + 1)`).
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "lr / sqrt(1 + epoch / T), T = --decay-epochs")
+    )]
     InvSqrtEpoch,
 }
 

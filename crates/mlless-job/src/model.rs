@@ -16,7 +16,7 @@ pub enum ModelChoice {
 }
 
 impl ModelChoice {
-    /// Every model, in the order `--help` lists them.
+    /// Every model, in the order `--help` lists them (each at its [`index`](Self::index)).
     pub const ALL: [ModelChoice; 5] = [
         Self::LogisticRegression,
         Self::MatrixFactorization,
@@ -24,6 +24,19 @@ impl ModelChoice {
         Self::KMeans,
         Self::Mlp,
     ];
+
+    /// Its place in [`ALL`](Self::ALL): an exhaustive match, so that a new model does not
+    /// compile until it has a place here (and in `ALL`, checked by
+    /// `mlless_core::assert_all_in_place!`).
+    pub const fn index(self) -> usize {
+        match self {
+            Self::LogisticRegression => 0,
+            Self::MatrixFactorization => 1,
+            Self::Svm => 2,
+            Self::KMeans => 3,
+            Self::Mlp => 4,
+        }
+    }
 
     /// The name `--model` takes.
     pub fn name(&self) -> &'static str {
@@ -36,6 +49,8 @@ impl ModelChoice {
         }
     }
 }
+
+mlless_core::assert_all_in_place!(ModelChoice);
 
 impl ModelChoice {
     /// ISP's default significance V for this model (`--significance`), with `mlless train`'s

@@ -197,21 +197,46 @@ impl std::fmt::Display for Algorithm {
     }
 }
 
-/// How an exchange aggregates the workers' vectors (`--pattern`, DESIGN §5).
+/// How an exchange aggregates the workers' vectors (`--pattern`, DESIGN §5: with the feature
+/// `clap`, the CLI's value, named as by [`Pattern::name`], with the help of `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
     /// Every worker reads every other worker's vector and averages them itself (MLLess).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Every worker reads every other worker's update (MLLess)")
+    )]
     Broadcast,
     /// Every worker publishes; a leader averages and publishes the mean; the others read it
     /// (LambdaML's AllReduce).
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            name = "allreduce",
+            help = "A leader averages everyone's update and publishes the mean (LambdaML's AllReduce)"
+        )
+    )]
     AllReduce,
     /// The vector is cut into one chunk per worker; worker k averages chunk k of everyone's and
     /// publishes it; everyone reads the averaged chunks (LambdaML's ScatterReduce).
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's ScatterReduce)"
+        )
+    )]
     ScatterReduce,
     /// Every worker pushes its vector to the parameter servers, which average them; everyone
     /// pulls the mean (LambdaML's hybrid parameter server; `ps://` channels only).
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "The parameter servers average everyone's update; everyone reads the mean (a ps:// channel; its default there)"
+        )
+    )]
     Server,
 }
 

@@ -53,7 +53,19 @@ enum XAxis {
 }
 
 impl XAxis {
+    /// Every axis, in the selector's order (each at its [`index`](Self::index)).
     const ALL: [XAxis; 4] = [XAxis::Time, XAxis::Step, XAxis::Epoch, XAxis::Cost];
+
+    /// Its place in [`ALL`](Self::ALL): an exhaustive match, so that a new axis does not compile
+    /// until it has a place here (and in `ALL`, checked by `mlless_core::assert_all_in_place!`).
+    const fn index(self) -> usize {
+        match self {
+            XAxis::Time => 0,
+            XAxis::Step => 1,
+            XAxis::Epoch => 2,
+            XAxis::Cost => 3,
+        }
+    }
 
     fn description(self) -> &'static str {
         match self {
@@ -73,6 +85,8 @@ impl XAxis {
         }
     }
 }
+
+mlless_core::assert_all_in_place!(XAxis);
 
 /// Where a run was at one of its steps or evaluations, on every x axis.
 #[derive(Debug, Clone, Copy)]

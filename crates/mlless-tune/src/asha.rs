@@ -26,13 +26,20 @@
 use mlless_core::validation::Direction;
 use serde::{Deserialize, Serialize};
 
-/// What the rungs count.
+/// What the rungs count (`--rung-unit`: with the feature `clap`, the CLI's value, with the help
+/// of `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum RungUnit {
     /// Epochs trained.
+    #[cfg_attr(feature = "clap", value(help = "Epochs trained"))]
     Epochs,
     /// Seconds since the trial started.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Seconds since the trial started (needs --trial-time)")
+    )]
     Seconds,
 }
 

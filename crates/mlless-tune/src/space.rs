@@ -75,13 +75,22 @@ pub enum SpaceError {
     TooLarge,
 }
 
-/// How trials are drawn from a space.
+/// How trials are drawn from a space (`--sampler`: with the feature `clap`, the CLI's value,
+/// with the help of `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Sampler {
     /// Every point of the grid (ranges at their grid points), in a seeded random order.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Every point of the grid (a range at its `:N` points, default 3), in a seeded order"
+        )
+    )]
     Grid,
     /// Independent draws, seeded.
+    #[cfg_attr(feature = "clap", value(help = "`--trials` independent draws, seeded"))]
     Random,
 }
 

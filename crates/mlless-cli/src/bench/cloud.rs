@@ -10,7 +10,6 @@ use mlless_runtime::bench::cloud::{
 use mlless_store::CloudLatency;
 
 use super::BenchArgs;
-use crate::train::CommPattern;
 
 /// Steps measured per case when `--steps` is not given.
 const DEFAULT_STEPS: u64 = 5;
@@ -18,7 +17,7 @@ const DEFAULT_STEPS: u64 = 5;
 /// Runs every case of the sweep the options name and prints a row per case as it is done.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let jobs = if args.job.is_empty() {
-        vec![CloudJobArg::Lr, CloudJobArg::Pmf]
+        vec![CloudJob::SparseLr, CloudJob::Pmf]
     } else {
         args.job.clone()
     };
@@ -39,17 +38,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     };
     let patterns: Vec<Pattern> = if args.pattern.is_empty() {
         vec![
-            CommPattern::Broadcast,
-            CommPattern::Allreduce,
-            CommPattern::ScatterReduce,
-            CommPattern::Server,
+            Pattern::Broadcast,
+            Pattern::AllReduce,
+            Pattern::ScatterReduce,
+            Pattern::Server,
         ]
     } else {
         args.pattern.clone()
-    }
-    .into_iter()
-    .map(Pattern::from)
-    .collect();
+    };
     let ps = CloudLatency::ps().name;
     if let Some(cloud) = clouds.iter().find(|c| c.name != ps)
         && !args.pattern.is_empty()
@@ -106,7 +102,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
     for job in jobs {
-        let data = CloudData::generate(job.into(), 1)?;
+        let data = CloudData::generate(job, 1)?;
         for cloud in &clouds {
             for &p in &workers {
                 // Only parameter servers average.
@@ -189,35 +185,4 @@ fn json_row(job: &str, case: &CloudCase, report: &CloudReport) -> serde_json::Va
         "first_loss": report.first_loss,
         "diverging": report.diverging(),
     })
-}
-
-/// The jobs of `--job`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CloudJobArg {
-    /// a9a-shaped sparse logistic regression (32,561 rows, 123 features, minibatch 256).
-    Lr,
-    /// MovieLens-100k-shaped matrix factorisation (943 × 1,682, 100k ratings, minibatch 1,000).
-    Pmf,
-    /// A linear SVM on the a9a-shaped data.
-    Svm,
-    /// The default MLP (64 hidden units) on the a9a-shaped data.
-    Mlp,
-    /// MovieLens-20M-shaped matrix factorisation (138,493 × 26,744, minibatch 3,000).
-    #[value(name = "pmf-20m")]
-    Pmf20m,
-    /// Criteo-shaped sparse logistic regression (2^20 hashed features, minibatch 1,000).
-    Criteo,
-}
-
-impl From<CloudJobArg> for CloudJob {
-    fn from(job: CloudJobArg) -> CloudJob {
-        match job {
-            CloudJobArg::Lr => CloudJob::SparseLr,
-            CloudJobArg::Pmf => CloudJob::Pmf,
-            CloudJobArg::Svm => CloudJob::Svm,
-            CloudJobArg::Mlp => CloudJob::Mlp,
-            CloudJobArg::Pmf20m => CloudJob::Pmf20m,
-            CloudJobArg::Criteo => CloudJob::Criteo,
-        }
-    }
 }

@@ -63,7 +63,7 @@ pub struct PlanArgs {
     /// server; under BSP they give the same model, so only the time differs) [default:
     /// `train`'s choice by P].
     #[arg(long, value_enum, value_delimiter = ',', value_name = "PATTERN[,…]")]
-    pub patterns: Vec<crate::train::CommPattern>,
+    pub patterns: Vec<mlless_job::Pattern>,
     /// The largest fleet to consider; the profile runs the three largest powers of two up to
     /// it (and it).
     #[arg(long, default_value_t = 8)]
@@ -382,10 +382,7 @@ fn profile_runs(
     let patterns: Vec<Option<&str>> = if args.patterns.is_empty() {
         vec![None]
     } else {
-        args.patterns
-            .iter()
-            .map(|&p| Some(mlless_job::Pattern::from(p).name()))
-            .collect()
+        args.patterns.iter().map(|&p| Some(p.name())).collect()
     };
     let variants: Vec<(&ChannelChoice, Option<&str>)> = channels
         .iter()

@@ -43,3 +43,17 @@ fn every_model_is_a_value_of_model() {
             .is_err()
     );
 }
+
+#[test]
+fn every_option_is_taken_or_refused_by_resume() {
+    // The compiler sees that every field is sorted; this, that the fields are the options.
+    let command = <TrainArgs as Args>::augment_args(clap::Command::new("train"));
+    let mut options: Vec<&str> = command
+        .get_arguments()
+        .map(|arg| arg.get_id().as_str())
+        .collect();
+    options.sort_unstable();
+    let mut sorted: Vec<&str> = RESUMABLE.iter().chain(REFUSED).copied().collect();
+    sorted.sort_unstable();
+    assert_eq!(sorted, options);
+}
