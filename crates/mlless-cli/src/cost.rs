@@ -140,7 +140,7 @@ fn document(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> serd
     let m = options.measurements(record);
     let bill = record.bill_at(&options.prices);
     let mut predictions = Vec::new();
-    let mut row = |platform: &str, kind: &str, p: mlless_cost::Prediction| {
+    let mut row = |platform: &str, kind: &str, p: mlless_cost::Projection| {
         predictions.push(serde_json::json!({
             "platform": platform,
             "kind": kind,
@@ -156,12 +156,12 @@ fn document(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> serd
         row(
             &options.prices.name,
             "faas",
-            m.predict_faas(p, &options.prices),
+            m.project_faas(p, &options.prices),
         );
     }
     for vm in &options.vms {
         for &p in fleets {
-            row(&vm.name, "vm", m.predict_vm(vm, p));
+            row(&vm.name, "vm", m.project_vm(vm, p));
         }
     }
     serde_json::json!({
@@ -216,7 +216,7 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
         "\n{:<24} {:>8} {:>8} {:>10} {:>10} {:>12}",
         "platform", "workers", "steps", "step ms", "time s", "cost USD"
     );
-    let mut row = |name: &str, p: &mlless_cost::Prediction| {
+    let mut row = |name: &str, p: &mlless_cost::Projection| {
         let mark = if p.workers == record.spec.training.workers && name.ends_with("(FaaS)") {
             " *"
         } else {
@@ -230,12 +230,12 @@ fn render(record: &RunRecord, options: &ReportOptions, fleets: &[u32]) -> String
     };
     let faas = format!("{} (FaaS)", options.prices.name);
     for &p in fleets {
-        row(&faas, &m.predict_faas(p, &options.prices));
+        row(&faas, &m.project_faas(p, &options.prices));
     }
     for vm in &options.vms {
         let name = format!("{} ${}/h (VM)", vm.name, vm.usd_per_hour);
         for &p in fleets {
-            row(&name, &m.predict_vm(vm, p));
+            row(&name, &m.project_vm(vm, p));
         }
     }
     let _ = writeln!(

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use mlless_core::{OptimizerKind, Pace, Schedule, SignificanceScale, TunerConfig};
+use mlless_core::{OptimizerKind, Pace, ScaleInConfig, Schedule, SignificanceScale};
 use mlless_faas::Limits;
 use mlless_job::{
     ModelChoice, Pattern, RunRecord, SecretUrl, StopCriteria, SyncMode, TrainingConfig,
@@ -516,18 +516,18 @@ impl TrainArgs {
     }
 
     /// The scale-in tuner's settings, `None` with `--scale-in off`.
-    fn tuner(&self) -> Option<TunerConfig> {
+    fn tuner(&self) -> Option<ScaleInConfig> {
         let base = match self.scale_in {
             ScaleIn::Off => return None,
-            ScaleIn::Auto => TunerConfig::default(),
-            ScaleIn::Mlless => TunerConfig::mlless(),
+            ScaleIn::Auto => ScaleInConfig::default(),
+            ScaleIn::Mlless => ScaleInConfig::mlless(),
         };
         let (pace, interval_s) = match self.scale_in_interval {
             ScaleInInterval::Auto => (Pace::DEFAULT, base.interval_s),
             ScaleInInterval::Steps(interval) => (Pace::Steps { interval }, base.interval_s),
             ScaleInInterval::Seconds(seconds) => (Pace::Clock, seconds),
         };
-        let mut config = TunerConfig {
+        let mut config = ScaleInConfig {
             pace,
             interval_s,
             horizon_s: self.horizon,

@@ -2,7 +2,7 @@
 //! (Lawson–Hanson), a projected Levenberg–Marquardt for four-coefficient curves, the weighted
 //! non-negative line, and the median. Pure `f64` maths, no allocation beyond the problem's.
 //!
-//! The scale-in tuner ([`crate::tuner`]) fits its loss curves and step-duration model with
+//! The scale-in tuner ([`crate::scale_in`]) fits its loss curves and step-duration model with
 //! these; `mlless-cost` fits its exchange model with [`nonneg_line`].
 //!
 //! The solvers are hand-written: the problems have 2–4 unknowns, while the `nnls` crate pulls

@@ -54,8 +54,8 @@ pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod params;
+pub mod scale_in;
 pub mod sparse;
-pub mod tuner;
 pub mod validation;
 pub mod variants;
 
@@ -77,12 +77,12 @@ pub use optim::{
     ParseError, Schedule, Sgd, build_optimizer,
 };
 pub use params::{apply_mean, average, mean_of, try_apply_mean};
-pub use sparse::{SparseError, SparseVector};
-pub use tuner::{
-    CostFigures, DecisionBasis, Ewma, KneeDetector, Pace, PaceMark, ReferenceCurve,
-    ScaleInDecision, ScaleInRule, ScaleInTuner, Signal, SlowCurve, StepCost, StepDurationModel,
-    TunerConfig, TunerError, pick_worker_to_remove,
+pub use scale_in::{
+    CostFigures, DecisionBasis, Ewma, KneeDetector, Pace, PaceMark, ReferenceCurve, ScaleInConfig,
+    ScaleInDecision, ScaleInError, ScaleInRule, ScaleInTuner, Signal, SlowCurve, StepCost,
+    StepDurationModel, pick_worker_to_remove,
 };
+pub use sparse::{SparseError, SparseVector};
 pub use validation::{
     Direction, EarlyStopping, MetricTarget, TargetParseError, Verdict, primary_metric,
 };

@@ -19,18 +19,18 @@
 //!   a [`ChannelKind`];
 //! - [`VmPrice`]: the hourly price of a VM type, for the IaaS comparison;
 //! - [`RunMeasurements`]: what a run measured, and its predictions
-//!   ([`RunMeasurements::predict_faas`], [`RunMeasurements::predict_vm`]).
+//!   ([`RunMeasurements::project_faas`], [`RunMeasurements::project_vm`]).
 
 use serde::{Deserialize, Serialize};
 
 pub mod cloud;
 pub mod plan;
-pub mod predict;
+pub mod projection;
 mod vm;
 
 pub use cloud::{PatternShape, ServiceLatency, UpdateSize};
-pub use predict::{
-    CloudExchange, ExchangeModel, PhaseMeasurement, Prediction, ProjectedPattern, RunMeasurements,
+pub use projection::{
+    CloudExchange, ExchangeModel, PhaseMeasurement, ProjectedPattern, Projection, RunMeasurements,
 };
 pub use vm::{DEFAULT_VM_STARTUP_S, VM_MINIMUM_BILLED_S, VmPrice, billed_vm_seconds};
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use mlless_core::{Compression, Schedule, TunerConfig};
+use mlless_core::{Compression, ScaleInConfig, Schedule};
 use mlless_faas::Limits;
 use mlless_store::redact_url;
 use serde::{Deserialize, Serialize};
@@ -113,7 +113,7 @@ pub struct TrainingConfig {
     pub compression: Compression,
     /// The scale-in auto-tuner's settings; `None`: the fleet keeps its size.
     #[serde(default)]
-    pub scale_in: Option<TunerConfig>,
+    pub scale_in: Option<ScaleInConfig>,
     /// How the workers combine their work (GA-SGD, MA-SGD, ADMM).
     #[serde(default)]
     pub algorithm: Algorithm,

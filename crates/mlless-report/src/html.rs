@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use mlless_cost::{Prediction, VM_MINIMUM_BILLED_S};
+use mlless_cost::{Projection, VM_MINIMUM_BILLED_S};
 use mlless_job::RunRecord;
 
 use crate::format::{format_seconds, format_usd};
@@ -33,11 +33,11 @@ pub fn escape(text: &str) -> String {
 /// This run on FaaS as measured (first; its `cost_usd` is the record's bill, or the model's
 /// estimate when the record has none), then the same work on each VM type of `options`, on as
 /// many machines as the run had workers and, if that is more than one, on one machine.
-pub fn comparison(record: &RunRecord, options: &ReportOptions) -> Vec<Prediction> {
+pub fn comparison(record: &RunRecord, options: &ReportOptions) -> Vec<Projection> {
     let m = options.measurements(record);
     let p = record.spec.training.workers.max(1);
-    let model = m.predict_faas(p, &options.prices);
-    let measured = Prediction {
+    let model = m.project_faas(p, &options.prices);
+    let measured = Projection {
         platform: record
             .bill
             .as_ref()
@@ -64,7 +64,7 @@ pub fn comparison(record: &RunRecord, options: &ReportOptions) -> Vec<Prediction
     }
     for vm in &options.vms {
         for &machines in &fleets {
-            rows.push(m.predict_vm(vm, machines));
+            rows.push(m.project_vm(vm, machines));
         }
     }
     rows

@@ -83,7 +83,7 @@ pub struct DominantPart {
 }
 
 /// The part that dominates the bill of `record` (its own, [`RunRecord::bill`]), if one does,
-/// with the cost model's ([`RunMeasurements::predict_faas`] at the run's fleet size, at
+/// with the cost model's ([`RunMeasurements::project_faas`] at the run's fleet size, at
 /// `options`' prices) figures for the run's channel and the other kind.
 pub fn dominant_part(record: &RunRecord, options: &ReportOptions) -> Option<DominantPart> {
     let bill = record.bill.as_ref()?;
@@ -103,14 +103,14 @@ pub fn dominant_part(record: &RunRecord, options: &ReportOptions) -> Option<Domi
         let mut m = options.measurements(record);
         let workers = record.spec.training.workers;
         let own = m.channel;
-        let own_usd = m.predict_faas(workers, &options.prices).cost_usd;
+        let own_usd = m.project_faas(workers, &options.prices).cost_usd;
         m.channel = match own {
             ChannelKind::ObjectStore | ChannelKind::DynamoDb => ChannelKind::Redis { instances: 1 },
             ChannelKind::Redis { .. }
             | ChannelKind::Memcached { .. }
             | ChannelKind::ParameterServer { .. } => ChannelKind::ObjectStore,
         };
-        let other_usd = m.predict_faas(workers, &options.prices).cost_usd;
+        let other_usd = m.project_faas(workers, &options.prices).cost_usd;
         (own, own_usd, m.channel, other_usd)
     });
     Some(DominantPart {
@@ -137,8 +137,8 @@ pub fn cost_curve(record: &RunRecord, prices: &PriceTable) -> Vec<(f64, f64)> {
     times.into_iter().map(|t| (t, clock.cost_at(t))).collect()
 }
 
-/// What `record` measured, for [`RunMeasurements::predict_faas`] and
-/// [`RunMeasurements::predict_vm`]; `cores` is the number of CPUs its functions shared (`None`
+/// What `record` measured, for [`RunMeasurements::project_faas`] and
+/// [`RunMeasurements::project_vm`]; `cores` is the number of CPUs its functions shared (`None`
 /// on a FaaS platform; see [`default_cores`]).
 ///
 /// - phases: the steps grouped by their number of workers, with the workers' mean read, compute

@@ -253,7 +253,7 @@ fn measurements_see_both_worker_counts() {
     // contention without a core count), the exchange of 2 workers, over the whole work.
     let aws = price_table_of(&record);
     assert_eq!(aws, PriceTable::aws_lambda());
-    let p2 = m.predict_faas(2, &aws);
+    let p2 = m.project_faas(2, &aws);
     assert_eq!(p2.steps, 110);
     let compute = (40.0 * 1.5 + 30.0 * 0.8) / 70.0;
     assert!(
@@ -261,7 +261,7 @@ fn measurements_see_both_worker_counts() {
         "{p2:?}"
     );
     // More workers than measured: the exchange grows.
-    assert!(m.predict_faas(8, &aws).step_ms > m.predict_faas(4, &aws).step_ms);
+    assert!(m.project_faas(8, &aws).step_ms > m.project_faas(4, &aws).step_ms);
 }
 
 #[test]
@@ -352,7 +352,7 @@ fn the_prediction_at_the_runs_fleet_is_its_bill() {
     for cores in [None, Some(2)] {
         let mut m = measurements(&record, cores);
         m.same_machine = cores.is_some();
-        let p = m.predict_faas(4, &price_table_of(&record));
+        let p = m.project_faas(4, &price_table_of(&record));
         assert!((p.time_s / record.wall_s - 1.0).abs() < 0.01, "{p:?}");
         let error = p.cost_usd / by_hand - 1.0;
         assert!(error.abs() < 0.03, "{p:?} for {by_hand} ({error:+.3})");

@@ -365,7 +365,7 @@ struct Plan {
     profile: Vec<ProfileRun>,
     ranked: Vec<Candidate>,
     flags: Vec<String>,
-    vms: Vec<(VmPrice, mlless_cost::Prediction)>,
+    vms: Vec<(VmPrice, mlless_cost::Projection)>,
     actual: Option<RunRecord>,
 }
 
@@ -558,13 +558,13 @@ fn vm_figures(
     estimate: &StepsEstimate,
     steps_per_epoch: f64,
     machines: u32,
-) -> Vec<(VmPrice, mlless_cost::Prediction)> {
+) -> Vec<(VmPrice, mlless_cost::Projection)> {
     let mut m = mlless_report::measurements(curve, mlless_report::default_cores(curve));
     m.epochs = estimate.steps as f64 / steps_per_epoch.max(f64::MIN_POSITIVE);
     VmPrice::builtins()
         .into_iter()
         .map(|vm| {
-            let p = m.predict_vm(&vm, machines);
+            let p = m.project_vm(&vm, machines);
             (vm, p)
         })
         .collect()

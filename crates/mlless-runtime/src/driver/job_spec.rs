@@ -1,6 +1,6 @@
 //! The job spec the driver derives from the options and the data set.
 
-use mlless_core::{ModelSpec, OptimizerConfig, TunerConfig};
+use mlless_core::{ModelSpec, OptimizerConfig, ScaleInConfig};
 
 use super::models::{DEFAULT_TOLERANCE, DataSample, Defaults, model_spec};
 use super::{DEFAULT_PATIENCE, TrainOptions, ValidationOptions};
@@ -83,7 +83,7 @@ pub(super) fn job_spec(
                 ..training.stop
             },
             // The tuner weighs a step's bill at the prices the run is billed at.
-            scale_in: training.scale_in.clone().map(|tuner| TunerConfig {
+            scale_in: training.scale_in.clone().map(|tuner| ScaleInConfig {
                 step_cost: options.prices.step_cost(
                     mlless_job::billing::channel_kind(training.channel.as_deref()),
                     training.limits.memory_mb,

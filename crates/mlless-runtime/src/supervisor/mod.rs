@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
-use mlless_core::{Batch, BatchLoss, TunerConfig, primary_metric};
+use mlless_core::{Batch, BatchLoss, ScaleInConfig, primary_metric};
 use mlless_store::RequestCounts;
 use tracing::info;
 
@@ -226,7 +226,9 @@ pub mod fuzzing {
             diverged: None,
             active: vec![0, 1, 2],
             fleet: Fleet::new(3, mlless_job::BatchPlan::whole(3)),
-            scale_in: Some(ScaleIn::new(TunerConfig::default(), 3, false).expect("a valid tuner")),
+            scale_in: Some(
+                ScaleIn::new(ScaleInConfig::default(), 3, false).expect("a valid tuner"),
+            ),
             retained_from: 0,
             replacements: BTreeMap::new(),
             validation: None,

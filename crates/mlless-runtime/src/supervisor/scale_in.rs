@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mlless_core::{BatchLoss, Ewma, ScaleInTuner, TunerConfig};
+use mlless_core::{BatchLoss, Ewma, ScaleInConfig, ScaleInTuner};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
@@ -28,7 +28,7 @@ pub(super) struct ScaleIn {
 impl ScaleIn {
     /// The tuner of a job of `workers` workers, watching the validation curve if the job has
     /// a validation set (`validation`).
-    pub(super) fn new(config: TunerConfig, workers: u32, validation: bool) -> Result<Self> {
+    pub(super) fn new(config: ScaleInConfig, workers: u32, validation: bool) -> Result<Self> {
         let mut tuner = ScaleInTuner::new(config, workers)
             .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
         if validation {
@@ -54,7 +54,7 @@ impl ScaleIn {
         stats: &[StatsMessage],
         validation: Option<f64>,
     ) -> Result<Option<Removal>> {
-        let tuner_error = |e: mlless_core::TunerError| {
+        let tuner_error = |e: mlless_core::ScaleInError| {
             RuntimeError::FunctionFailed(format!("scale-in tuner at step {step}: {e}"))
         };
         for s in stats {

@@ -1,17 +1,17 @@
 //! The step-duration model [`StepDurationModel`] (see the
-//! [tuner's docs](crate::tuner#the-step-duration-model-is-identifiable-only-up-to-two-numbers)).
+//! [tuner's docs](crate::scale_in#the-step-duration-model-is-identifiable-only-up-to-two-numbers)).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::TunerError;
+use super::ScaleInError;
 use crate::fit::{median, nnls};
 
 /// The duration of a step of p workers, `d_p = c0 + (p − 1)·c1 + p·c2` seconds, all c ≥ 0.
 ///
 /// Only `c0 + c2` and `c1 + c2` are identifiable; fits return `c2 = 0` (see the
-/// [module docs](crate::tuner#the-step-duration-model-is-identifiable-only-up-to-two-numbers)).
+/// [module docs](crate::scale_in#the-step-duration-model-is-identifiable-only-up-to-two-numbers)).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StepDurationModel {
     /// `[c0, c1, c2]`, seconds.
@@ -30,11 +30,11 @@ impl StepDurationModel {
     /// Fits the model to `(workers, seconds)` samples by non-negative least squares, after
     /// dropping, per worker count, samples above 3× or below ⅓ of that count's median. With one
     /// worker count only, `c0` is the mean and `c1 = c2 = 0`.
-    pub fn fit(samples: &[(u32, f64)]) -> Result<Self, TunerError> {
+    pub fn fit(samples: &[(u32, f64)]) -> Result<Self, ScaleInError> {
         let mut groups: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
         for &(p, d) in samples {
             if p == 0 || !(d.is_finite() && d >= 0.0) {
-                return Err(TunerError::InvalidPoint {
+                return Err(ScaleInError::InvalidPoint {
                     what: "step duration",
                     t: f64::from(p),
                     value: d,
@@ -56,7 +56,7 @@ impl StepDurationModel {
             );
         }
         if kept.is_empty() {
-            return Err(TunerError::NotEnoughPoints {
+            return Err(ScaleInError::NotEnoughPoints {
                 what: "step duration",
                 needed: 1,
                 got: 0,

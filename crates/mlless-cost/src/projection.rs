@@ -116,7 +116,7 @@ impl PhaseMeasurement {
 /// What a run measured, enough to predict the same work at another fleet size or on VMs.
 ///
 /// Built from a run record by `mlless_report::measurements`; the model is in the [module
-/// documentation](crate::predict).
+/// documentation](crate::projection).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunMeasurements {
     /// Number of workers the run started with.
@@ -207,9 +207,10 @@ impl ProjectedPattern {
     }
 }
 
-/// A predicted run: how long it takes and what it costs.
+/// A projected run: how long the measured work takes and what it costs at another fleet size
+/// or on VMs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prediction {
+pub struct Projection {
     /// The platform or VM type.
     pub platform: String,
     /// Workers (functions) or machines.
@@ -391,7 +392,7 @@ impl RunMeasurements {
 
     /// The same work (same epochs, same per-worker minibatch) on `workers` functions at the
     /// prices of `table`: time and bill (module documentation for the model).
-    pub fn predict_faas(&self, workers: u32, table: &PriceTable) -> Prediction {
+    pub fn project_faas(&self, workers: u32, table: &PriceTable) -> Projection {
         let workers = workers.max(1);
         let steps = self.steps_at(workers);
         let step_ms = self.step_ms_at(workers);
@@ -419,7 +420,7 @@ impl RunMeasurements {
         bill.invocations += extra_requests;
         bill.request_usd += extra_requests as f64 * prices.request_usd;
         bill.total_usd += extra_requests as f64 * prices.request_usd;
-        Prediction {
+        Projection {
             platform: table.name.clone(),
             workers,
             steps,
@@ -433,7 +434,7 @@ impl RunMeasurements {
     /// The same work on `machines` VMs of type `vm`, one worker per machine, by LambdaML's
     /// analytical model: startup + data loading + epochs × (compute + communication per epoch),
     /// billed per second with a one-minute minimum.
-    pub fn predict_vm(&self, vm: &VmPrice, machines: u32) -> Prediction {
+    pub fn project_vm(&self, vm: &VmPrice, machines: u32) -> Projection {
         let machines = machines.max(1);
         let (_, compute, other) = self.uncontended_parts();
         let exchange = self.exchange_ms_at(machines);
@@ -442,7 +443,7 @@ impl RunMeasurements {
         let time_s = self.vm_startup_s.max(0.0)
             + self.data_loading_s.max(0.0) / f64::from(machines)
             + steps as f64 * step_ms / 1000.0;
-        Prediction {
+        Projection {
             platform: vm.name.clone(),
             workers: machines,
             steps,
@@ -627,7 +628,7 @@ mod tests {
     fn faas_predictions_are_sane_and_monotone() {
         let m = measured(vec![phase(4, 675, 1.5, 8.0)], None);
         let aws = PriceTable::aws_lambda();
-        let p4 = m.predict_faas(4, &aws);
+        let p4 = m.project_faas(4, &aws);
         let measured_time = 0.1 + 675.0 * m.phases[0].step_ms / 1000.0;
         assert!((p4.time_s - measured_time).abs() < 1e-9);
         let bill = p4.bill.as_ref().unwrap();
@@ -637,7 +638,7 @@ mod tests {
         // GB-seconds, (P + 1) functions × time, grow.
         let (mut last_time, mut last_gb_s) = (f64::INFINITY, 0.0);
         for p in [1, 2, 4, 8, 16, 32] {
-            let pred = m.predict_faas(p, &aws);
+            let pred = m.project_faas(p, &aws);
             let bill = pred.bill.as_ref().unwrap();
             assert!(
                 pred.time_s.is_finite() && pred.time_s < last_time,
@@ -650,15 +651,15 @@ mod tests {
         }
         // The exchange's requests grow as P² per step, so as P over the run (beyond the
         // per-step requests of the supervisor, which fewer steps save).
-        let storage = |p| m.predict_faas(p, &aws).bill.unwrap().storage_usd;
+        let storage = |p| m.project_faas(p, &aws).bill.unwrap().storage_usd;
         assert!(storage(32) > storage(8) && storage(8) > storage(4));
         // IBM's 100 ms granularity never bills less GB-seconds than AWS's 1 ms.
-        let ibm = m.predict_faas(4, &PriceTable::ibm_cloud_functions());
+        let ibm = m.project_faas(4, &PriceTable::ibm_cloud_functions());
         assert!(ibm.bill.unwrap().billed_ms >= bill.billed_ms);
         // A Redis channel adds its instance for the run's time.
         let mut redis = m.clone();
         redis.channel = ChannelKind::Redis { instances: 1 };
-        let r = redis.predict_faas(4, &aws);
+        let r = redis.project_faas(4, &aws);
         let services = r.bill.unwrap().services_usd;
         assert!((services - r.time_s / 3600.0 * 0.17).abs() < 1e-12);
     }
@@ -703,7 +704,7 @@ mod tests {
             m.epochs = epochs;
             m.startup_s = startup;
             m.teardown_s = teardown;
-            let predicted = m.predict_faas(4, &PriceTable::aws_lambda()).time_s;
+            let predicted = m.project_faas(4, &PriceTable::aws_lambda()).time_s;
             for wall in walls {
                 let error = predicted / wall - 1.0;
                 assert!(
@@ -738,7 +739,7 @@ mod tests {
         m.teardown_s = 0.189_289;
         m.channel = ChannelKind::Redis { instances: 1 };
         let aws = PriceTable::aws_lambda();
-        let p = m.predict_faas(8, &aws);
+        let p = m.project_faas(8, &aws);
         assert_eq!(p.steps, 1013);
         let wall_s = 0.022_387 + 1013.0 * 45.463_219 / 1000.0 + 0.189_289;
         assert!((p.time_s - wall_s).abs() < 1e-9, "{p:?}");
@@ -767,7 +768,7 @@ mod tests {
     fn reinvocations_add_requests() {
         let mut m = measured(vec![phase(4, 675, 1.5, 8.0)], None);
         m.invocations_per_worker = 3.0;
-        let p = m.predict_faas(2, &PriceTable::aws_lambda());
+        let p = m.project_faas(2, &PriceTable::aws_lambda());
         let bill = p.bill.unwrap();
         assert_eq!(bill.invocations, 7);
         assert!((bill.request_usd - 7.0 * 0.2e-6).abs() < 1e-15);
@@ -777,7 +778,7 @@ mod tests {
     fn vm_prediction_follows_lambdaml() {
         let m = measured(vec![phase(4, 675, 1.5, 8.0)], Some(2));
         let vm = VmPrice::new("c5.large", 0.085);
-        let one = m.predict_vm(&vm, 1);
+        let one = m.project_vm(&vm, 1);
         // Uncontended at P = 4 on 2 cores: compute 1.5 / 2, exchange 8 / 2, so e(1) = 4 / 4.
         let step = (1.5 + 0.1) / 2.0 + 1.0;
         let expected = 60.0 + m.data_loading_s + 2700.0 * step / 1000.0;
@@ -786,12 +787,12 @@ mod tests {
         // A short run on 4 machines pays the one-minute minimum on each.
         let mut quick = m.clone();
         quick.vm_startup_s = 0.0;
-        let four = quick.predict_vm(&vm, 4);
+        let four = quick.project_vm(&vm, 4);
         assert!(four.time_s < 60.0);
         assert!((four.cost_usd - 4.0 * 60.0 * 0.085 / 3600.0).abs() < 1e-12);
         // A dearer type costs more for the same time.
-        let big = m.predict_vm(&VmPrice::new("c5.4xlarge", 0.68), 4);
-        assert!(big.cost_usd > m.predict_vm(&vm, 4).cost_usd);
+        let big = m.project_vm(&VmPrice::new("c5.4xlarge", 0.68), 4);
+        assert!(big.cost_usd > m.project_vm(&vm, 4).cost_usd);
         assert!(big.bill.is_none());
     }
 }

@@ -189,13 +189,13 @@ fn tuner_curve_fits_reject_bad_points() {
     let ok: Vec<(f64, f64)> = (1..=10).map(|t| (t as f64, 1.0 / t as f64)).collect();
     assert!(matches!(
         ReferenceCurve::fit(&ok[..5]),
-        Err(TunerError::NotEnoughPoints { got: 5, .. })
+        Err(ScaleInError::NotEnoughPoints { got: 5, .. })
     ));
     let mut bad = ok.clone();
     bad[3].1 = 0.0;
     assert!(matches!(
         SlowCurve::fit(&bad),
-        Err(TunerError::InvalidPoint { .. })
+        Err(ScaleInError::InvalidPoint { .. })
     ));
     bad[3].1 = f64::NAN;
     assert!(ReferenceCurve::fit(&bad).is_err());
@@ -357,7 +357,7 @@ struct Run {
 /// `penalty(n)`. The loss has 1 % noise.
 fn simulate(
     curve: impl Fn(f64) -> f64,
-    config: TunerConfig,
+    config: ScaleInConfig,
     initial: u32,
     steps: u64,
     penalty: impl Fn(u32) -> f64,
@@ -395,7 +395,7 @@ fn simulate(
     run
 }
 
-fn check_decisions(run: &Run, config: &TunerConfig) {
+fn check_decisions(run: &Run, config: &ScaleInConfig) {
     for pair in run.decisions.windows(2) {
         assert!(
             pair[1].now_s - pair[0].now_s >= config.interval_s,
@@ -438,10 +438,10 @@ fn check_decisions(run: &Run, config: &TunerConfig) {
     }
 }
 
-fn test_config() -> TunerConfig {
-    TunerConfig {
+fn test_config() -> ScaleInConfig {
+    ScaleInConfig {
         min_workers: 3,
-        ..TunerConfig::mlless()
+        ..ScaleInConfig::mlless()
     }
 }
 
@@ -543,7 +543,7 @@ fn tuner_stall_bound_keeps_workers_over_a_long_horizon() {
     let truth = ReferenceCurve {
         theta: [0.05, 1.2, 0.8, 0.3],
     };
-    let config = TunerConfig {
+    let config = ScaleInConfig {
         interval_s: 300.0,
         horizon_s: 300.0,
         ..test_config()
@@ -561,36 +561,36 @@ fn tuner_stall_bound_keeps_workers_over_a_long_horizon() {
 
 #[test]
 fn tuner_rejects_bad_input() {
-    assert!(ScaleInTuner::new(TunerConfig::mlless(), 0).is_err());
+    assert!(ScaleInTuner::new(ScaleInConfig::mlless(), 0).is_err());
     for bad in [
-        TunerConfig {
+        ScaleInConfig {
             threshold: 1.5,
-            ..TunerConfig::mlless()
+            ..ScaleInConfig::mlless()
         },
-        TunerConfig {
+        ScaleInConfig {
             horizon_s: 20.0,
-            ..TunerConfig::mlless()
+            ..ScaleInConfig::mlless()
         },
-        TunerConfig {
+        ScaleInConfig {
             min_workers: 0,
-            ..TunerConfig::mlless()
+            ..ScaleInConfig::mlless()
         },
-        TunerConfig {
+        ScaleInConfig {
             min_fit_points: 3,
-            ..TunerConfig::mlless()
+            ..ScaleInConfig::mlless()
         },
-        TunerConfig {
+        ScaleInConfig {
             knee_fraction: 1.0,
-            ..TunerConfig::mlless()
+            ..ScaleInConfig::mlless()
         },
     ] {
         assert!(bad.validate().is_err(), "{bad:?}");
     }
-    let mut tuner = ScaleInTuner::new(TunerConfig::mlless(), 4).unwrap();
+    let mut tuner = ScaleInTuner::new(ScaleInConfig::mlless(), 4).unwrap();
     tuner.observe(1, 0.7, 0.3, 4).unwrap();
     assert!(matches!(
         tuner.observe(1, 0.7, 0.3, 4),
-        Err(TunerError::StepNotIncreasing { step: 1, last: 1 })
+        Err(ScaleInError::StepNotIncreasing { step: 1, last: 1 })
     ));
     assert!(tuner.observe(2, f64::NAN, 0.3, 4).is_err());
     assert!(tuner.observe(2, 0.7, -1.0, 4).is_err());
@@ -632,10 +632,10 @@ fn paced_decisions(pace: Pace, steps: u64, step_s: f64) -> Vec<ScaleInDecision> 
     let truth = ReferenceCurve {
         theta: [0.05, 1.2, 0.8, 0.3],
     };
-    let config = TunerConfig {
+    let config = ScaleInConfig {
         pace,
         efficiency_threshold: 0.0,
-        ..TunerConfig::default()
+        ..ScaleInConfig::default()
     };
     let mut rng = StdRng::seed_from_u64(7);
     let mut tuner = ScaleInTuner::new(config, 8).unwrap();
@@ -696,9 +696,9 @@ fn tuner_step_pace_decides_every_n_steps() {
 /// p workers lasts `0.05 + 0.02 (p − 1)` s and advances the curve's clock by `p / P`. Returns
 /// the decisions and the workers at the end.
 fn validation_run(validation: impl Fn(f64) -> f64, seed: u64) -> (Vec<ScaleInDecision>, u32) {
-    let config = TunerConfig {
+    let config = ScaleInConfig {
         min_workers: 2,
-        ..TunerConfig::default()
+        ..ScaleInConfig::default()
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tuner = ScaleInTuner::new(config, 8).unwrap();
@@ -791,14 +791,14 @@ fn tuner_step_cost_counts_workers_services_and_requests() {
 
 #[test]
 fn tuner_config_of_an_older_spec_keeps_mllesss_rule_on_the_clock() {
-    let old: TunerConfig =
+    let old: ScaleInConfig =
         serde_json::from_str(r#"{"threshold": 0.05, "interval_s": 10.0, "horizon_s": 10.0}"#)
             .unwrap();
     assert_eq!(old.rule, ScaleInRule::Mlless);
     assert_eq!(old.pace, Pace::Clock);
-    assert_eq!(TunerConfig::default().rule, ScaleInRule::Cost);
-    assert_eq!(TunerConfig::default().pace, Pace::DEFAULT);
-    let json = serde_json::to_string(&TunerConfig::default()).unwrap();
-    let back: TunerConfig = serde_json::from_str(&json).unwrap();
-    assert_eq!(back, TunerConfig::default());
+    assert_eq!(ScaleInConfig::default().rule, ScaleInRule::Cost);
+    assert_eq!(ScaleInConfig::default().pace, Pace::DEFAULT);
+    let json = serde_json::to_string(&ScaleInConfig::default()).unwrap();
+    let back: ScaleInConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, ScaleInConfig::default());
 }

@@ -72,7 +72,7 @@
 //! - `duration`: [`StepDurationModel`].
 //! - `pace`: [`Pace`], when decisions are due and their horizon.
 //! - `cost`: [`StepCost`], the bill of a step.
-//! - `config`: [`TunerConfig`], [`ScaleInRule`], [`Signal`], [`CostFigures`].
+//! - `config`: [`ScaleInConfig`], [`ScaleInRule`], [`Signal`], [`CostFigures`].
 //! - `decide`: [`ScaleInTuner`], [`ScaleInDecision`] and
 //!   [`pick_worker_to_remove`].
 //!
@@ -133,7 +133,7 @@
 //! keeps is its best evaluation, so a rising validation curve buys nothing), one point per
 //! evaluation; the knee is that curve's (a window and a patience of 2 evaluations, a quarter
 //! of the largest drop), and the
-//! fits use it with [`TunerConfig::min_validation_points`] points. Without one it watches the
+//! fits use it with [`ScaleInConfig::min_validation_points`] points. Without one it watches the
 //! training loss, smoothed by the EWMA for the cost rule. A validation curve that has stopped
 //! improving is flat: its gain is 0, and the cost rule removes a worker at every decision
 //! (early stopping, if on, then stops the run).
@@ -175,7 +175,7 @@
 //! assert!((fitted.eval(500.0) / truth.eval(500.0) - 1.0).abs() < 0.01);
 //!
 //! assert_eq!(pick_worker_to_remove(&[(0, 0.41), (1, 0.47), (2, 0.44)]), Some(1));
-//! # Ok::<(), mlless_core::TunerError>(())
+//! # Ok::<(), mlless_core::ScaleInError>(())
 //! ```
 
 mod config;
@@ -188,7 +188,7 @@ mod pace;
 #[cfg(test)]
 mod tests;
 
-pub use config::{CostFigures, ScaleInRule, Signal, TunerConfig};
+pub use config::{CostFigures, ScaleInConfig, ScaleInRule, Signal};
 pub use cost::StepCost;
 pub use curves::{ReferenceCurve, SlowCurve};
 pub use decide::{DecisionBasis, ScaleInDecision, ScaleInTuner, pick_worker_to_remove};
@@ -198,7 +198,7 @@ pub use pace::{Pace, PaceMark};
 
 /// Why the tuner or a fit cannot use its input.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum TunerError {
+pub enum ScaleInError {
     /// A setting is out of range.
     #[error("invalid tuner setting {field} = {value}: {reason}")]
     InvalidConfig {

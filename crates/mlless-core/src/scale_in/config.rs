@@ -1,10 +1,10 @@
-//! The scale-in tuner's settings: [`TunerConfig`], the [`ScaleInRule`] it applies and the
+//! The scale-in tuner's settings: [`ScaleInConfig`], the [`ScaleInRule`] it applies and the
 //! [`Signal`] it watches, and the [`CostFigures`] of a decision.
 
 use serde::{Deserialize, Serialize};
 
 use super::curves::MIN_CURVE_POINTS;
-use super::{Ewma, KneeDetector, Pace, StepCost, TunerError};
+use super::{Ewma, KneeDetector, Pace, ScaleInError, StepCost};
 
 /// Which rule turns the projections into a removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -16,7 +16,7 @@ pub enum ScaleInRule {
     Mlless,
     /// Cost-efficiency: remove when what a worker buys over the horizon, per dollar, is less
     /// than a fraction E of what the run has bought per dollar so far (`--scale-in auto`; see
-    /// the [module docs](crate::tuner#the-bill-in-the-decision)).
+    /// the [module docs](crate::scale_in#the-bill-in-the-decision)).
     Cost,
 }
 
@@ -61,9 +61,9 @@ pub struct CostFigures {
 /// Settings of the [`ScaleInTuner`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct TunerConfig {
+pub struct ScaleInConfig {
     /// S in [0, 1]: remove a worker when `s_Δ < S` (default 0.05, see the
-    /// [module docs](crate::tuner#the-decision)).
+    /// [module docs](crate::scale_in#the-decision)).
     pub threshold: f64,
     /// T, seconds between two decisions (default 10).
     pub interval_s: f64,
@@ -108,7 +108,7 @@ fn clock_pace() -> Pace {
     Pace::Clock
 }
 
-impl Default for TunerConfig {
+impl Default for ScaleInConfig {
     fn default() -> Self {
         Self {
             threshold: 0.05,
@@ -131,7 +131,7 @@ impl Default for TunerConfig {
     }
 }
 
-impl TunerConfig {
+impl ScaleInConfig {
     /// MLLess's tuner as the paper has it: the `s_Δ < S` rule on a 10-second clock.
     pub fn mlless() -> Self {
         Self {
@@ -142,9 +142,9 @@ impl TunerConfig {
     }
 
     /// Checks every setting's range.
-    pub fn validate(&self) -> Result<(), TunerError> {
+    pub fn validate(&self) -> Result<(), ScaleInError> {
         let err = |field, value: f64, reason| {
-            Err(TunerError::InvalidConfig {
+            Err(ScaleInError::InvalidConfig {
                 field,
                 value,
                 reason,

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::pace::PaceMark;
 use super::{
-    CostFigures, Ewma, KneeDetector, Pace, ReferenceCurve, ScaleInRule, Signal, SlowCurve,
-    StepDurationModel, TunerConfig, TunerError,
+    CostFigures, Ewma, KneeDetector, Pace, ReferenceCurve, ScaleInConfig, ScaleInError,
+    ScaleInRule, Signal, SlowCurve, StepDurationModel,
 };
 
 /// What a decision's `ℓ_p` prediction rests on.
@@ -96,7 +96,7 @@ pub struct ScaleInDecision {
 /// The state is serialisable, so that a supervisor can checkpoint it between invocations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScaleInTuner {
-    config: TunerConfig,
+    config: ScaleInConfig,
     initial_workers: u32,
     workers: u32,
     ewma: Ewma,
@@ -145,10 +145,10 @@ const VALIDATION_KNEE_PATIENCE: u32 = 2;
 
 impl ScaleInTuner {
     /// A tuner for a run that starts with `initial_workers` (P) workers.
-    pub fn new(config: TunerConfig, initial_workers: u32) -> Result<Self, TunerError> {
+    pub fn new(config: ScaleInConfig, initial_workers: u32) -> Result<Self, ScaleInError> {
         config.validate()?;
         if initial_workers == 0 {
-            return Err(TunerError::InvalidConfig {
+            return Err(ScaleInError::InvalidConfig {
                 field: "initial_workers",
                 value: 0.0,
                 reason: "must be at least 1",
@@ -188,7 +188,7 @@ impl ScaleInTuner {
     }
 
     /// The settings.
-    pub fn config(&self) -> &TunerConfig {
+    pub fn config(&self) -> &ScaleInConfig {
         &self.config
     }
 
@@ -247,8 +247,8 @@ impl ScaleInTuner {
         loss: f64,
         step_duration_s: f64,
         workers: u32,
-    ) -> Result<(), TunerError> {
-        let invalid = |reason| Err(TunerError::InvalidObservation { step, reason });
+    ) -> Result<(), ScaleInError> {
+        let invalid = |reason| Err(ScaleInError::InvalidObservation { step, reason });
         if !(loss.is_finite() && loss >= 0.0) {
             return invalid("the loss must be finite and non-negative");
         }
@@ -261,7 +261,7 @@ impl ScaleInTuner {
         if let Some(last) = self.last_step
             && step <= last
         {
-            return Err(TunerError::StepNotIncreasing { step, last });
+            return Err(ScaleInError::StepNotIncreasing { step, last });
         }
         if self.first_step.is_none() {
             self.first_step = Some(step);
@@ -298,12 +298,12 @@ impl ScaleInTuner {
     /// is) of the model after `step`, already given to [`observe`](Self::observe). The curve
     /// watched is the best value so far: the model a run keeps is its best evaluation. Ignored
     /// unless the tuner [watches validation](Self::watch_validation).
-    pub fn observe_validation(&mut self, step: u64, value: f64) -> Result<(), TunerError> {
+    pub fn observe_validation(&mut self, step: u64, value: f64) -> Result<(), ScaleInError> {
         if self.signal != Signal::Validation {
             return Ok(());
         }
         if !(value.is_finite() && value > 0.0) {
-            return Err(TunerError::InvalidObservation {
+            return Err(ScaleInError::InvalidObservation {
                 step,
                 reason: "the validation metric must be finite and positive",
             });
@@ -311,7 +311,7 @@ impl ScaleInTuner {
         if let Some(&(last, _)) = self.curve_points.last()
             && step <= last
         {
-            return Err(TunerError::StepNotIncreasing { step, last });
+            return Err(ScaleInError::StepNotIncreasing { step, last });
         }
         let best = self.validation_best.map_or(value, |b| b.min(value));
         self.validation_best = Some(best);
@@ -337,9 +337,9 @@ impl ScaleInTuner {
     /// `new_workers`, the next `warmup_steps` are not used, and the slow curve restarts from
     /// this step. The first removal freezes the reference curve (fitting it now if no decision
     /// has yet).
-    pub fn notify_removed(&mut self, step: u64, new_workers: u32) -> Result<(), TunerError> {
+    pub fn notify_removed(&mut self, step: u64, new_workers: u32) -> Result<(), ScaleInError> {
         if new_workers == 0 || new_workers >= self.workers {
-            return Err(TunerError::InvalidRemoval {
+            return Err(ScaleInError::InvalidRemoval {
                 step,
                 workers: self.workers,
                 new_workers,

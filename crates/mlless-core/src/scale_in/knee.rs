@@ -4,13 +4,13 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::TunerError;
+use super::ScaleInError;
 
-fn check_unit_interval(field: &'static str, value: f64) -> Result<(), TunerError> {
+fn check_unit_interval(field: &'static str, value: f64) -> Result<(), ScaleInError> {
     if value > 0.0 && value <= 1.0 {
         Ok(())
     } else {
-        Err(TunerError::InvalidConfig {
+        Err(ScaleInError::InvalidConfig {
             field,
             value,
             reason: "must be in (0, 1]",
@@ -29,7 +29,7 @@ pub struct Ewma {
 
 impl Ewma {
     /// An empty average; `alpha` in (0, 1] is the weight of the newest value (0.1–0.3 is usual).
-    pub fn new(alpha: f64) -> Result<Self, TunerError> {
+    pub fn new(alpha: f64) -> Result<Self, ScaleInError> {
         check_unit_interval("ewma_alpha", alpha)?;
         Ok(Self { alpha, value: None })
     }
@@ -61,7 +61,7 @@ impl Ewma {
 }
 
 /// Finds the start of slow convergence in a smoothed loss; the rule is in the
-/// [module docs](crate::tuner#knee-rule).
+/// [module docs](crate::scale_in#knee-rule).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KneeDetector {
     window: usize,
@@ -79,23 +79,23 @@ impl KneeDetector {
     /// A detector that measures the drop per step over the last `window` (≥ 1) steps, calls a
     /// step slow when that drop is below `fraction` (in (0, 1)) of its maximum so far, and
     /// reports the knee after `patience` (≥ 1) consecutive slow steps.
-    pub fn new(window: u32, fraction: f64, patience: u32) -> Result<Self, TunerError> {
+    pub fn new(window: u32, fraction: f64, patience: u32) -> Result<Self, ScaleInError> {
         if window == 0 {
-            return Err(TunerError::InvalidConfig {
+            return Err(ScaleInError::InvalidConfig {
                 field: "knee_window",
                 value: 0.0,
                 reason: "must be at least 1",
             });
         }
         if !(fraction > 0.0 && fraction < 1.0) {
-            return Err(TunerError::InvalidConfig {
+            return Err(ScaleInError::InvalidConfig {
                 field: "knee_fraction",
                 value: fraction,
                 reason: "must be in (0, 1)",
             });
         }
         if patience == 0 {
-            return Err(TunerError::InvalidConfig {
+            return Err(ScaleInError::InvalidConfig {
                 field: "knee_patience",
                 value: 0.0,
                 reason: "must be at least 1",

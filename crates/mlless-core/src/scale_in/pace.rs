@@ -1,5 +1,5 @@
 //! When the tuner decides and how far ahead it looks: [`Pace`] (see the
-//! [tuner's docs](crate::tuner#the-jobs-pace)).
+//! [tuner's docs](crate::scale_in#the-jobs-pace)).
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum Pace {
     /// MLLess's fixed clock: a decision every `interval_s` seconds, projecting `horizon_s`
-    /// seconds ahead ([`TunerConfig`](super::TunerConfig)'s fields).
+    /// seconds ahead ([`ScaleInConfig`](super::ScaleInConfig)'s fields).
     Clock,
     /// A decision every `interval` steps, projecting `interval` steps of the current fleet
     /// ahead.

@@ -1,10 +1,10 @@
 //! The two loss curves, [`ReferenceCurve`] `L_P` and [`SlowCurve`] `ℓ_p`: their grids of
 //! starting points, the refinement and the outlier rule (see the
-//! [tuner's docs](crate::tuner#fitting)).
+//! [tuner's docs](crate::scale_in#fitting)).
 
 use serde::{Deserialize, Serialize};
 
-use super::TunerError;
+use super::ScaleInError;
 use crate::fit::{CurveFn, levenberg_marquardt, median, nnls, relative_sse};
 
 /// Starting coefficients for a fit with their error, best first.
@@ -16,9 +16,9 @@ pub(super) const MIN_CURVE_POINTS: usize = 6;
 /// Residuals beyond this many robust σ are outliers.
 const OUTLIER_SIGMAS: f64 = 5.0;
 
-fn check_curve_points(what: &'static str, points: &[(f64, f64)]) -> Result<f64, TunerError> {
+fn check_curve_points(what: &'static str, points: &[(f64, f64)]) -> Result<f64, ScaleInError> {
     if points.len() < MIN_CURVE_POINTS {
-        return Err(TunerError::NotEnoughPoints {
+        return Err(ScaleInError::NotEnoughPoints {
             what,
             needed: MIN_CURVE_POINTS,
             got: points.len(),
@@ -26,7 +26,7 @@ fn check_curve_points(what: &'static str, points: &[(f64, f64)]) -> Result<f64, 
     }
     let mut min_value = f64::INFINITY;
     for &(t, value) in points {
-        let bad = |reason| TunerError::InvalidPoint {
+        let bad = |reason| ScaleInError::InvalidPoint {
             what,
             t,
             value,
@@ -150,8 +150,8 @@ impl ReferenceCurve {
     }
 
     /// Fits the curve to `(t, loss)` points (t ≥ 0, loss > 0, at least 6 points) by constrained
-    /// least squares; see the [module docs](crate::tuner#fitting).
-    pub fn fit(points: &[(f64, f64)]) -> Result<Self, TunerError> {
+    /// least squares; see the [module docs](crate::scale_in#fitting).
+    pub fn fit(points: &[(f64, f64)]) -> Result<Self, ScaleInError> {
         check_curve_points("reference curve", points)?;
         Ok(Self {
             theta: fit_curve(reference_model, points, reference_candidates),
@@ -209,8 +209,8 @@ impl SlowCurve {
     }
 
     /// Fits the curve to `(t, loss)` points (t ≥ 0, loss > 0, at least 6 points) by constrained
-    /// least squares; see the [module docs](crate::tuner#fitting).
-    pub fn fit(points: &[(f64, f64)]) -> Result<Self, TunerError> {
+    /// least squares; see the [module docs](crate::scale_in#fitting).
+    pub fn fit(points: &[(f64, f64)]) -> Result<Self, ScaleInError> {
         check_curve_points("slow curve", points)?;
         Ok(Self {
             c: fit_curve(slow_model, points, slow_candidates),

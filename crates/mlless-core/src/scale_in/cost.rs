@@ -1,5 +1,5 @@
 //! What a step of p workers costs: [`StepCost`] (see the
-//! [tuner's docs](crate::tuner#the-bill-in-the-decision)).
+//! [tuner's docs](crate::scale_in#the-bill-in-the-decision)).
 
 use serde::{Deserialize, Serialize};
 
