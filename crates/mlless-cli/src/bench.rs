@@ -103,7 +103,7 @@ fn parse_cloud(text: &str) -> Result<Option<CloudLatency>, String> {
     if text == "none" {
         return Ok(None);
     }
-    crate::train::parse_cloud(text).map(Some)
+    crate::cost::parse_cloud(text).map(Some)
 }
 
 use mlless_runtime::bench::BenchLoad;

@@ -27,6 +27,11 @@ pub fn price_table(platform: &str) -> anyhow::Result<PriceTable> {
     anyhow::bail!("unknown --platform {platform:?}: use aws-lambda, ibm-cf or a TOML price table")
 }
 
+/// Parses `--emulate` (of `train` and `cost`): a built-in cloud or a latency file.
+pub(crate) fn parse_cloud(text: &str) -> Result<CloudLatency, String> {
+    CloudLatency::by_name_or_file(text).map_err(|e| e.to_string())
+}
+
 /// The options of the cost model, shared by `mlless report` and `mlless cost`.
 #[derive(Debug, Args)]
 pub struct ModelArgs {
@@ -52,7 +57,7 @@ pub struct ModelArgs {
     /// file, as
     /// `train --emulate` takes them (the projection is then billed as that kind of channel)
     /// [default: the latency the run emulated, if it did; otherwise the exchange it measured].
-    #[arg(long, value_parser = crate::train::parse_cloud)]
+    #[arg(long, value_parser = parse_cloud)]
     pub emulate: Option<CloudLatency>,
 }
 

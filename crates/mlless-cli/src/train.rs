@@ -275,7 +275,7 @@ pub struct TrainArgs {
     /// a request, 75 MB/s), `elasticache` (0.3 ms, 75 MB/s), `ps` (a parameter server's VM in
     /// the region: 0.3 ms, 75 MB/s), `dynamodb` (5 ms, 75 MB/s) or a TOML file (see `mlless
     /// bench`).
-    #[arg(long, value_name = "CLOUD", value_parser = parse_cloud)]
+    #[arg(long, value_name = "CLOUD", value_parser = crate::cost::parse_cloud)]
     pub emulate: Option<CloudLatency>,
     /// Continue the failed run at this location (`{runs}/{job}`) from its last checkpoint.
     /// Options that do not change the mathematics may be given again with new values
@@ -775,11 +775,6 @@ pub fn train_with_progress(args: &TrainArgs) -> anyhow::Result<RunRecord> {
         }
         result => Ok(result?),
     }
-}
-
-/// Parses `--emulate`: a built-in cloud or a latency file.
-pub(crate) fn parse_cloud(text: &str) -> Result<CloudLatency, String> {
-    CloudLatency::by_name_or_file(text).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
