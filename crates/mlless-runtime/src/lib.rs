@@ -28,6 +28,7 @@ pub mod prepare;
 mod requests;
 pub mod runs;
 pub mod supervisor;
+pub mod task;
 pub mod tune;
 pub mod worker;
 
@@ -76,8 +77,8 @@ pub use driver::{
     ResumeOptions, TrainOptions, ValidationOptions, resumable_step, resume, train,
 };
 pub use error::{NOT_RESUMABLE, Result, RuntimeError};
-pub use function::{Payload, Start, run_function};
+pub use function::run_function;
 pub use prepare::{
-    MapRound, PrepareOptions, PrepareStage, ShuffleReduceTask, SplitMapTask, TestSet,
-    ValidationSet, prepare, prepare_with,
+    MapRound, PrepareOptions, PrepareStage, TestSet, ValidationSet, prepare, prepare_with,
 };
+pub use task::{Payload, ShuffleReduceTask, SplitMapTask, Start};

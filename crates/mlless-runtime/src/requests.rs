@@ -8,7 +8,7 @@ use mlless_store::{RequestCounts, Store};
 use tracing::warn;
 
 use crate::error::Result;
-use crate::function::Start;
+use crate::task::Start;
 
 /// Where in the run store the invocations leave their counts.
 pub(crate) const REQUESTS_PREFIX: &str = "requests";

@@ -15,44 +15,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic};
-use crate::function::Payload;
 use crate::messages::{Message, UpdateMessage};
+use crate::task::{ChannelBenchTask, Payload};
 use mlless_job::Pattern;
 use mlless_job::config::SecretUrl;
 
 /// Topic of the benchmark's messages.
 const TOPIC: &str = "bench";
-
-/// One worker's part of the channel benchmark. `Debug` shows the URLs redacted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChannelBenchTask {
-    /// Channel URL (`None`: the object store at `store_url`).
-    pub channel: Option<SecretUrl>,
-    /// Store of the default channel.
-    pub store_url: SecretUrl,
-    /// Job id that namespaces the benchmark.
-    pub job_id: String,
-    /// This worker.
-    pub worker: u32,
-    /// All workers.
-    pub workers: u32,
-    /// Bytes of each update.
-    pub update_bytes: usize,
-    /// Steps to run.
-    pub steps: u64,
-    /// With a pattern, the workers exchange dense model updates of `params` parameters through
-    /// the training exchange (`update_bytes` is then ignored); without, raw messages of
-    /// `update_bytes` bytes, all to all.
-    #[serde(default)]
-    pub pattern: Option<Pattern>,
-    /// Parameters of each update, with a pattern.
-    #[serde(default)]
-    pub params: usize,
-    /// A cloud's latency added to every request of the channel
-    /// ([`EmulatedChannel`](mlless_store::EmulatedChannel)).
-    #[serde(default)]
-    pub emulate: Option<CloudLatency>,
-}
 
 /// What the channel benchmark measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -13,8 +13,8 @@ use tracing::{info, warn};
 
 use crate::checkpoint;
 use crate::error::Result;
-use crate::function::Payload;
-use crate::function::Start;
+use crate::task::Payload;
+use crate::task::Start;
 use mlless_job::JobSpec;
 
 /// How many times one role is replaced after failures before the run fails.

@@ -48,50 +48,11 @@ use super::{
     shuffle_budget, split_sizes,
 };
 use crate::error::{Result, RuntimeError};
-use crate::function::Payload;
 use crate::messages::Message;
+use crate::task::{InputSegment, Payload, ShuffleReduceTask, SplitMapTask};
 
 /// Buckets at most: each split-map task holds one buffer per bucket.
 const MAX_BUCKETS: u64 = 4096;
-
-/// Map task of a distributed preparation: one byte range of the input, its rows dealt into
-/// buckets.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SplitMapTask {
-    /// The data set's location (the buckets and the report go under its `staging/`).
-    pub data_url: String,
-    /// The store the input's part files are on.
-    pub input_url: String,
-    /// The input's format (`libsvm` or `criteo`).
-    pub format: String,
-    /// Feature-space size (`--features`).
-    pub features: Option<u32>,
-    /// The byte ranges whose lines this task reads, in input order.
-    pub segments: Vec<InputSegment>,
-    /// Seed of the shuffle.
-    pub seed: u64,
-    /// Number of buckets.
-    pub buckets: u32,
-    /// Bytes of rows held before they are written as chunks.
-    pub budget: u64,
-    /// This task's index, in input order.
-    pub task: u32,
-    /// The object whose presence asks the task to stop without writing its report.
-    pub stop_key: Option<String>,
-}
-
-/// A byte range of one part file of the input: the lines that start in `start..end` of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputSegment {
-    /// The part's place among the input's part files (0 for an input of one file).
-    pub part: u32,
-    /// The part's key in the input's store.
-    pub key: String,
-    /// The first byte of the range.
-    pub start: u64,
-    /// The byte after the range.
-    pub end: u64,
-}
 
 /// What a split-map task reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,40 +63,6 @@ struct SplitReport {
     rows: Vec<u64>,
     /// Chunks written of each bucket.
     chunks: Vec<u32>,
-}
-
-/// Reduce task of a distributed preparation: consecutive buckets shuffled and cut into
-/// minibatches.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShuffleReduceTask {
-    /// The data set's location.
-    pub data_url: String,
-    /// Seed of the shuffle.
-    pub seed: u64,
-    /// Bytes of rows the shuffle holds in memory.
-    pub budget: u64,
-    /// The chunks of each of its buckets, in bucket order; a bucket's in input order.
-    pub buckets: Vec<Vec<String>>,
-    /// The place of its first row in the shuffled order.
-    pub first_row: u64,
-    /// Where the training rows end, where the validation rows end and where the test rows end
-    /// (the number of rows), in the shuffled order.
-    pub bounds: [u64; 3],
-    /// Samples per minibatch.
-    pub batch_size: u32,
-    /// How labels are mapped to 0/1, if they are.
-    pub label_map: Option<LabelMap>,
-    /// Whether the indices as read are 1-based.
-    pub one_based: bool,
-    /// Written before each minibatch's key: `staging/` when the scale round follows.
-    pub prefix: String,
-    /// With the normalisation: the number of features, and where to write the feature ranges
-    /// of its training rows.
-    pub ranges: Option<(u32, String)>,
-    /// Where to write its report (JSON).
-    pub out_key: String,
-    /// The object whose presence asks the task to stop without writing its report.
-    pub stop_key: Option<String>,
 }
 
 /// What a shuffle-reduce task reports: the minibatches it wrote, and the fragments of those it

@@ -66,18 +66,18 @@ mod stage;
 
 pub(crate) use normalize::run_tasks;
 use normalize::*;
-pub use normalize::{RangeMapTask, ScaleMapTask, run_range_map, run_scale_map};
+pub use normalize::{run_range_map, run_scale_map};
 pub use options::{PrepareOptions, TestSet, ValidationSet};
 use read::*;
 use stage::*;
 pub use stage::{MapRound, PrepareStage};
 
-pub use distributed::{ShuffleReduceTask, SplitMapTask, run_shuffle_reduce, run_split_map};
+pub use distributed::{run_shuffle_reduce, run_split_map};
 
 use crate::driver::{CANCEL_GRACE, Control};
 use crate::error::{Result, RuntimeError};
-use crate::function::Payload;
 use crate::messages::Message;
+use crate::task::{Payload, RangeMapTask, ScaleMapTask};
 use input::{InputParts, InputReader};
 use mlless_job::config::{ConfigError, validate_limits};
 

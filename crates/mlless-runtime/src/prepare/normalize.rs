@@ -3,40 +3,6 @@
 
 use super::*;
 
-/// Map task: the feature ranges of some minibatches.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RangeMapTask {
-    /// The data set's location.
-    pub data_url: String,
-    /// Number of features.
-    pub features: u32,
-    /// Staged minibatches to read.
-    pub keys: Vec<String>,
-    /// Where to write the ranges.
-    pub out_key: String,
-    /// The object whose presence asks the task to stop before its next minibatch, without
-    /// writing `out_key` ([`STOP_KEY`]; none in payloads from before it existed).
-    #[serde(default)]
-    pub stop_key: Option<String>,
-}
-
-/// Map task: scale some minibatches with the merged ranges and write them to their final keys.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ScaleMapTask {
-    /// The data set's location.
-    pub data_url: String,
-    /// Where the merged ranges are.
-    pub range_key: String,
-    /// `(staged key, final key)` pairs.
-    pub items: Vec<(String, String)>,
-    /// Where to write the [`BatchInfo`]s of the written minibatches (JSON).
-    pub out_key: String,
-    /// The object whose presence asks the task to stop before its next minibatch, without
-    /// writing `out_key` ([`STOP_KEY`]; none in payloads from before it existed).
-    #[serde(default)]
-    pub stop_key: Option<String>,
-}
-
 /// A framed [`FeatureRange`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct RangeObject(pub(super) FeatureRange);

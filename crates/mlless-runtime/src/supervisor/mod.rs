@@ -22,11 +22,11 @@ use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::first_message;
 use crate::fleet::Fleet;
-use crate::function::Start;
 use crate::messages::{
     FINAL, Message, PROGRESS_KEY, Progress, REPLACE_KEY, ReplaceRequest, ReplicaMessage,
     SCALE_IN_KEY, STATS, STOP_KEY, StatsMessage, StopRequest, StoredModel,
 };
+use crate::task::Start;
 use mlless_job::Fault;
 use mlless_job::SUPERVISOR_ROLE;
 use mlless_job::record::{

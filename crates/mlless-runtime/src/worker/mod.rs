@@ -58,11 +58,11 @@ use crate::context::JobContext;
 use crate::error::{Result, RuntimeError};
 use crate::exchange::{Exchange, Traffic, discard_published};
 use crate::fleet::Fleet;
-use crate::function::Start;
 use crate::messages::{
     EVAL, FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
     StatsMessage, UpdateMessage,
 };
+use crate::task::Start;
 use mlless_job::{Algorithm, Fault, JobSpec, SyncMode, worker_role};
 
 pub use lloyd::KMEANS_SEED_BATCHES;
