@@ -36,13 +36,14 @@ pub enum InputError {
         dir: String,
     },
     /// A byte range of an input object that could not be read.
-    #[error("reading {location}: {source}")]
+    #[error("reading {location}: {error}")]
     Range {
         /// The object.
         location: String,
-        /// The failure.
-        #[source]
-        source: std::io::Error,
+        /// The failure. Not the error's `source()`: it may wrap the store's error, whose own
+        /// causes the message never showed, and the CLI's one-line error adds every cause of
+        /// the chain it does not see in the line.
+        error: std::io::Error,
     },
     /// A local directory to read that does not exist (opening it would create it).
     #[error("{url}: no such directory")]

@@ -5,13 +5,14 @@
 #[derive(Debug, thiserror::Error)]
 pub enum Internal {
     /// The temporary files of a shuffle could not be written or read back.
-    #[error("{doing}: {source}")]
+    #[error("{doing}: {error}")]
     TempFiles {
         /// What was being done, and where (`writing shuffled rows to /tmp/…`).
         doing: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
+        /// The failure. Not the error's `source()`: a split-map task's buckets go to the
+        /// store, whose error it may wrap with causes the message never showed, and the CLI's
+        /// one-line error adds every cause of the chain it does not see in the line.
+        error: std::io::Error,
     },
     /// A thread of the preparation (the parser, the cutter) panicked or was cancelled.
     #[error("{task} failed: {source}")]

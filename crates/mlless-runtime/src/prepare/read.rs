@@ -84,7 +84,7 @@ impl StreamedRows {
 pub(super) fn spill_error(error: std::io::Error) -> RuntimeError {
     Internal::TempFiles {
         doing: "reading the shuffled rows back from their temporary files".into(),
-        source: error,
+        error,
     }
     .into()
 }
@@ -245,9 +245,9 @@ pub(super) fn read_streamed(
             "the input did not fit in the memory limit: shuffled through temporary files"
         );
     }
-    let shuffled = shuffle.finish().map_err(|source| Internal::TempFiles {
+    let shuffled = shuffle.finish().map_err(|error| Internal::TempFiles {
         doing: format!("writing shuffled rows to {}", temp_dir.display()),
-        source,
+        error,
     })?;
     let n = shuffled.samples(0);
     let (train_n, train_all) = split_sizes(options, n)?;

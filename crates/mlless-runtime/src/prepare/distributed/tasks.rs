@@ -127,10 +127,10 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
             for segment in &task.segments {
                 let (reader, location) = open(segment)?;
                 let lines =
-                    LineRange::new(reader, segment.start, segment.end).map_err(|source| {
+                    LineRange::new(reader, segment.start, segment.end).map_err(|error| {
                         InputError::Range {
                             location: location.to_string(),
-                            source,
+                            error,
                         }
                     })?;
                 let first = lines.first_line_offset();
@@ -139,9 +139,9 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
                 let schema = stream_range(lines, &name, format, &options, &mut dealer)?;
                 schemas.push((segment.part, schema));
             }
-            dealer.flush_all().map_err(|source| Internal::TempFiles {
+            dealer.flush_all().map_err(|error| Internal::TempFiles {
                 doing: format!("writing the buckets of split-map task {}", task.task),
-                source,
+                error,
             })?;
             Ok(schemas)
         };
@@ -234,7 +234,7 @@ pub async fn run_shuffle_reduce(task: ShuffleReduceTask) -> Result<()> {
 pub(super) fn spill(dir: &std::path::Path, error: std::io::Error) -> RuntimeError {
     Internal::TempFiles {
         doing: format!("shuffling a bucket through {}", dir.display()),
-        source: error,
+        error,
     }
     .into()
 }
