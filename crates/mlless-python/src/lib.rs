@@ -364,9 +364,15 @@ fn prepare(py: Python<'_>, argv: Vec<String>, log: Option<Py<PyAny>>) -> PyResul
     }
     match result {
         Ok(manifest) => Ok(String::from_utf8_lossy(&manifest.to_json()).into_owned()),
-        Err(e @ (RuntimeError::Config(_) | RuntimeError::InvalidJob(_))) => {
-            Err(PyValueError::new_err(e.to_string()))
-        }
+        // What the preparation refuses or fails on before it could be blamed on a run: the
+        // options, the input, and (as before the error had groups) its own internal failures.
+        Err(
+            e @ (RuntimeError::Config(_)
+            | RuntimeError::Refused(_)
+            | RuntimeError::Mismatch(_)
+            | RuntimeError::Input(_)
+            | RuntimeError::Internal(_)),
+        ) => Err(PyValueError::new_err(e.to_string())),
         Err(e) => Err(RunError::new_err((e.to_string(), args.out.clone()))),
     }
 }

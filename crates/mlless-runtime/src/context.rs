@@ -98,7 +98,10 @@ impl JobContext {
         self.spec
             .model
             .training_model(self.rating_counts.clone())
-            .map_err(|e| RuntimeError::InvalidJob(format!("{}: {e}", self.dataset.url())))
+            .map_err(|source| RuntimeError::Model {
+                location: self.dataset.url().to_owned(),
+                source,
+            })
     }
 
     /// The ids of the workers of the job.

@@ -76,12 +76,14 @@ impl Dataset {
 
     /// Reads minibatch `index` of a split, checking it against the manifest's checksum.
     pub async fn read_batch(&self, split: Split, index: usize) -> Result<Batch> {
-        let info = self.split(split).batches.get(index).ok_or_else(|| {
-            RuntimeError::InvalidJob(format!(
-                "minibatch {index} does not exist in {}",
-                self.store.url()
-            ))
-        })?;
+        let info =
+            self.split(split)
+                .batches
+                .get(index)
+                .ok_or_else(|| crate::Internal::NoMinibatch {
+                    index,
+                    data_url: self.store.url().to_string(),
+                })?;
         self.read_checked(&info.key, info.crc32, |bytes| {
             mlless_data::decode_batch_checked(bytes, &self.manifest.kind)
         })

@@ -1,4 +1,16 @@
-//! The runtime's error type.
+//! The runtime's error type: [`RuntimeError`], whose groups of refusals and failures are
+//! enums of their own ([`Refusal`], [`Mismatch`], [`InputError`], [`Internal`]), so that a
+//! caller can branch on what went wrong and read its fields.
+
+mod input;
+mod internal;
+mod mismatch;
+mod refusal;
+
+pub use input::InputError;
+pub use internal::Internal;
+pub use mismatch::{Mismatch, NeedsValidation};
+pub use refusal::Refusal;
 
 use mlless_store::{ChannelError, StoreError};
 
@@ -55,7 +67,8 @@ pub enum RuntimeError {
         /// The data set's location.
         url: String,
     },
-    /// The model rejected a batch (bad index, bad label, wrong data kind).
+    /// The model rejected a batch (bad index, bad label, wrong data kind), or the data set
+    /// it trains on (its rating counts).
     #[error("{location}: {source}")]
     Model {
         /// Which batch.
@@ -186,9 +199,58 @@ pub enum RuntimeError {
         /// What the location holds now: `data set id …`, or that it has none.
         found: String,
     },
-    /// The job's options are inconsistent with each other or with the data set.
-    #[error("{0}")]
-    InvalidJob(String),
+    /// An option, or a combination of options, is refused before anything runs.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The data set, the input or the model does not fit the model or what is asked of it.
+    #[error(transparent)]
+    Mismatch(#[from] Mismatch),
+    /// An input or a location to read is missing, empty or cannot be listed.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Something inside mlless failed: its temporary files, a thread, its own functions'
+    /// reports, a file it builds.
+    #[error(transparent)]
+    Internal(#[from] Internal),
+    /// `--resume` of a run that has finished (it has its record).
+    #[error("the run at {run_url} has finished (it has {record_key}): nothing to resume")]
+    RunFinished {
+        /// The run.
+        run_url: String,
+        /// The record's key (`record.json`).
+        record_key: &'static str,
+    },
+    /// `--resume` of a run without a checkpoint that every role has intact.
+    #[error(
+        "the run at {run_url} has no checkpoint that its supervisor and all its workers share \
+         intact: it was trained without --checkpoint-every, or failed before the first{}",
+        damaged_list(damaged)
+    )]
+    NoCheckpoint {
+        /// The run.
+        run_url: String,
+        /// The checkpoints passed over as damaged, each as `location: why`.
+        damaged: Vec<String>,
+    },
+    /// Another driver took the run's lease while this one was taking it: its lease could not
+    /// be read (`source`), or drivers kept taking it (`None`).
+    #[error("{}", lease_race_message(location, source.as_ref()))]
+    LeaseRace {
+        /// The lease.
+        location: String,
+        /// Why the other driver's lease could not be read.
+        #[source]
+        source: Option<serde_json::Error>,
+    },
+    /// A run's record does not add up.
+    #[error("{location}: {source}")]
+    Record {
+        /// The record.
+        location: String,
+        /// What is wrong with it.
+        #[source]
+        source: mlless_job::record::RecordError,
+    },
     /// The training options are out of range or inconsistent with each other.
     #[error(transparent)]
     Config(#[from] mlless_job::config::ConfigError),
@@ -215,6 +277,23 @@ fn cancelled_message(run_url: &str, resume_step: Option<u64>) -> String {
             "cancelled: the functions were stopped before the run at {run_url} had a \
              checkpoint: nothing to resume from; train it again"
         ),
+    }
+}
+
+/// The damaged checkpoints of [`RuntimeError::NoCheckpoint`], as its message ends with them.
+fn damaged_list(damaged: &[String]) -> String {
+    if damaged.is_empty() {
+        String::new()
+    } else {
+        format!(" (damaged: {})", damaged.join("; "))
+    }
+}
+
+/// The message of [`RuntimeError::LeaseRace`].
+fn lease_race_message(location: &str, source: Option<&serde_json::Error>) -> String {
+    match source {
+        Some(e) => format!("{location}: another driver took the run's lease first ({e})"),
+        None => format!("{location}: could not take the run's lease: other drivers keep taking it"),
     }
 }
 
@@ -270,7 +349,14 @@ impl RuntimeError {
             | RuntimeError::ModelTooLarge { .. }
             | RuntimeError::RunInUse { .. }
             | RuntimeError::DatasetChanged { .. }
-            | RuntimeError::InvalidJob(_)
+            | RuntimeError::Refused(_)
+            | RuntimeError::Mismatch(_)
+            | RuntimeError::Input(_)
+            | RuntimeError::Internal(_)
+            | RuntimeError::RunFinished { .. }
+            | RuntimeError::NoCheckpoint { .. }
+            | RuntimeError::LeaseRace { .. }
+            | RuntimeError::Record { .. }
             | RuntimeError::Config(_) => false,
             RuntimeError::Store(_)
             | RuntimeError::Channel(_)

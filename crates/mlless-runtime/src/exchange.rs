@@ -487,11 +487,8 @@ pub(crate) fn first_message(
 
 /// The message id of worker `worker`'s chunk for the owner in position `chunk`.
 fn scatter_id(worker: u32, chunk: usize, workers: u64) -> Result<u32> {
-    u32::try_from(u64::from(worker) * workers + chunk as u64).map_err(|_| {
-        RuntimeError::InvalidJob(format!(
-            "scatter-reduce message ids overflow with {workers} workers"
-        ))
-    })
+    u32::try_from(u64::from(worker) * workers + chunk as u64)
+        .map_err(|_| crate::Refusal::ScatterReduceWorkers { workers }.into())
 }
 
 /// The stop flag and removal request seen in an exchange's messages.

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use mlless_core::ModelSpec;
 use safetensors::{Dtype, tensor::TensorView};
 
-use crate::error::{Result, RuntimeError};
+use crate::error::Result;
 use crate::predict::TrainedModel;
 
 /// One tensor to write: name, dtype, shape, little-endian bytes.
@@ -55,13 +55,13 @@ fn tensors(model: &TrainedModel) -> Result<Vec<Tensor>> {
     let params = &model.model.params;
     let spec = &model.model.spec;
     if params.len() != spec.num_params() {
-        return Err(RuntimeError::InvalidJob(format!(
-            "{}: {} parameters, the {} model has {}",
-            model.model_url,
-            params.len(),
-            spec.name(),
-            spec.num_params()
-        )));
+        return Err(crate::Mismatch::ParameterCount {
+            model_url: model.model_url.to_string(),
+            found: params.len(),
+            model: spec.name(),
+            expected: spec.num_params(),
+        }
+        .into());
     }
     let mut out: Vec<Tensor> = spec
         .parameter_blocks()
@@ -135,9 +135,17 @@ pub fn export_safetensors(model: &TrainedModel) -> Result<Vec<u8>> {
             TensorView::new(t.dtype, t.shape.clone(), &t.bytes).map(|view| (t.name.clone(), view))
         })
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| RuntimeError::InvalidJob(format!("building the safetensors file: {e}")))?;
-    safetensors::serialize(views, Some(metadata))
-        .map_err(|e| RuntimeError::InvalidJob(format!("writing the safetensors file: {e}")))
+        .map_err(|source| crate::Internal::Safetensors {
+            doing: "building",
+            source,
+        })?;
+    safetensors::serialize(views, Some(metadata)).map_err(|source| {
+        crate::Internal::Safetensors {
+            doing: "writing",
+            source,
+        }
+        .into()
+    })
 }
 
 /// `value` as JSON text, for the metadata.

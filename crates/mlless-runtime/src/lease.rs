@@ -76,15 +76,15 @@ impl Lease {
         match run.get_opt(LEASE_KEY).await? {
             Some(bytes) => match serde_json::from_slice::<Lease>(&bytes) {
                 Ok(held) => Err(held.in_use(run, now)),
-                Err(e) => Err(RuntimeError::InvalidJob(format!(
-                    "{}: another driver took the run's lease first ({e})",
-                    run.location(LEASE_KEY)
-                ))),
+                Err(e) => Err(RuntimeError::LeaseRace {
+                    location: run.location(LEASE_KEY),
+                    source: Some(e),
+                }),
             },
-            None => Err(RuntimeError::InvalidJob(format!(
-                "{}: could not take the run's lease: other drivers keep taking it",
-                run.location(LEASE_KEY)
-            ))),
+            None => Err(RuntimeError::LeaseRace {
+                location: run.location(LEASE_KEY),
+                source: None,
+            }),
         }
     }
 

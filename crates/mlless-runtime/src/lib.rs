@@ -76,7 +76,9 @@ pub use driver::{
     CANCEL_GRACE, Control, DEFAULT_PATIENCE, Defaults, Hyperparameters, LiveProgress,
     ResumeOptions, TrainOptions, ValidationOptions, resumable_step, resume, train,
 };
-pub use error::{NOT_RESUMABLE, Result, RuntimeError};
+pub use error::{
+    InputError, Internal, Mismatch, NOT_RESUMABLE, NeedsValidation, Refusal, Result, RuntimeError,
+};
 pub use function::run_function;
 pub use prepare::{
     MapRound, PrepareOptions, PrepareStage, TestSet, ValidationSet, prepare, prepare_with,

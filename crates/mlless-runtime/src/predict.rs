@@ -20,6 +20,7 @@
 //! item the data set never had gets the bias-only prediction: the global mean plus the bias of
 //! whichever of the two is known.
 
+use crate::Mismatch;
 use std::io::Write;
 
 use mlless_core::{Batch, Metrics, ModelError, ModelSpec, Prediction, Predictor};
@@ -84,9 +85,10 @@ fn split_last(location: &str) -> (&str, &str) {
 /// create it).
 fn open_existing(url: &str) -> Result<Store> {
     if !url.contains("://") && !std::path::Path::new(url).is_dir() {
-        return Err(RuntimeError::InvalidJob(format!(
-            "{url}: no such directory"
-        )));
+        return Err(crate::InputError::NoSuchDirectory {
+            url: url.to_owned(),
+        }
+        .into());
     }
     Ok(Store::open(url)?)
 }
@@ -123,9 +125,11 @@ impl TrainedModel {
             (Some(url), _) => url.to_string(),
             (None, Some(spec)) => spec.data_url.as_str().to_owned(),
             (None, None) => {
-                return Err(RuntimeError::InvalidJob(format!(
-                    "{model_url}: no {SPEC_KEY} beside the model names its data set; give --data"
-                )));
+                return Err(crate::InputError::NoDataSet {
+                    model_url: model_url.to_string(),
+                    key: SPEC_KEY,
+                }
+                .into());
             }
         };
         let dataset = Dataset::open(&data_url).await?;
@@ -188,9 +192,10 @@ impl TrainedModel {
         })?;
         let needs_labels = !matches!(spec, ModelSpec::KMeans { .. });
         if evaluate && needs_labels && !input.labelled {
-            return Err(RuntimeError::InvalidJob(format!(
-                "{path}: --evaluate needs labels (ratings), and the input has none"
-            )));
+            return Err(Mismatch::NoLabels {
+                path: path.to_string(),
+            }
+            .into());
         }
         let io = |source| RuntimeError::Io {
             path: "the predictions".into(),
@@ -206,9 +211,10 @@ impl TrainedModel {
         match input.rows {
             ScoringRows::Sparse(mut rows) => {
                 if matches!(spec, ModelSpec::MatrixFactorization { .. }) {
-                    return Err(RuntimeError::InvalidJob(format!(
-                        "{path}: a pmf model scores ratings: use --format movielens"
-                    )));
+                    return Err(Mismatch::RatingsModelScoresRows {
+                        path: path.to_string(),
+                    }
+                    .into());
                 }
                 if let Some(normalization) = &self.manifest.normalization {
                     normalization.apply(&mut rows);
@@ -227,17 +233,14 @@ impl TrainedModel {
             }
             ScoringRows::Ratings(ratings) => {
                 let ModelSpec::MatrixFactorization { .. } = spec else {
-                    return Err(RuntimeError::InvalidJob(format!(
-                        "{path}: a {} model scores feature rows, not ratings",
-                        spec.name()
-                    )));
+                    return Err(Mismatch::RowsModelScoresRatings {
+                        path: path.to_string(),
+                        model: spec.name(),
+                    }
+                    .into());
                 };
-                let ids = self.ids.as_ref().ok_or_else(|| {
-                    RuntimeError::InvalidJob(format!(
-                        "the data set {} has no id map (prepared before mlless kept one): \
-                         prepare it again to predict by original ids",
-                        self.data_url
-                    ))
+                let ids = self.ids.as_ref().ok_or_else(|| Mismatch::NoIdMap {
+                    data_url: self.data_url.to_string(),
                 })?;
                 writeln!(out, "user,item,rating").map_err(io)?;
                 // Ratings of known users and items by model ids, for the model's evaluation;
@@ -280,12 +283,14 @@ fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str, data_url: &
     if let (Some(model), DatasetKind::Sparse { features }) = (spec.input_features(), kind)
         && model != *features
     {
-        return Err(RuntimeError::InvalidJob(format!(
-            "{model_url}: the {} model has {model} features, but the data set at {data_url} \
-             has {features}: it was trained on another data set; give the --data it was \
-             trained on (or none, for the run's own)",
-            spec.name()
-        )));
+        return Err(Mismatch::FeatureCount {
+            model_url: model_url.to_owned(),
+            model: spec.name(),
+            model_features: model as u64,
+            data_url: data_url.to_owned(),
+            data_features: *features as u64,
+        }
+        .into());
     }
     let fits = match (spec, kind) {
         (
@@ -306,10 +311,12 @@ fn check_fits(spec: &ModelSpec, kind: &DatasetKind, model_url: &str, data_url: &
     if fits {
         Ok(())
     } else {
-        Err(RuntimeError::InvalidJob(format!(
-            "{model_url}: the {} model does not fit its data set ({kind:?})",
-            spec.name()
-        )))
+        Err(Mismatch::DatasetKind {
+            model_url: model_url.to_owned(),
+            model: spec.name(),
+            kind: format!("{kind:?}"),
+        }
+        .into())
     }
 }
 
@@ -339,13 +346,14 @@ async fn check_index_base(
     let base = |m: &Manifest| m.schema.as_ref().is_some_and(|s| s.zero_based);
     if matches!(manifest.kind, DatasetKind::Sparse { .. }) && base(&trained) != base(manifest) {
         let name = |zero: bool| if zero { "0-based" } else { "1-based" };
-        return Err(RuntimeError::InvalidJob(format!(
-            "{model_url}: the model was trained on {trained_on}, whose feature indices are {}, \
-             but the data set at {data_url} reads them as {}: every feature would be scored as \
-             its neighbour; give the --data it was trained on (or none, for the run's own)",
-            name(base(&trained)),
-            name(base(manifest))
-        )));
+        return Err(Mismatch::IndexBase {
+            model_url: model_url.to_owned(),
+            trained_on: trained_on.to_owned(),
+            trained_base: name(base(&trained)),
+            data_url: data_url.to_owned(),
+            data_base: name(base(manifest)),
+        }
+        .into());
     }
     Ok(())
 }

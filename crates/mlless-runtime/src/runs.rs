@@ -157,8 +157,9 @@ async fn read_run(run_url: &str) -> Result<RunSummary> {
     let record: Option<RunRecord> = match run.get_opt(RECORD_KEY).await? {
         Some(bytes) => {
             let record: RunRecord = json(&run, RECORD_KEY, &bytes)?;
-            record.check().map_err(|e| {
-                RuntimeError::InvalidJob(format!("{}: {e}", run.location(RECORD_KEY)))
+            record.check().map_err(|source| RuntimeError::Record {
+                location: run.location(RECORD_KEY),
+                source,
             })?;
             Some(record)
         }

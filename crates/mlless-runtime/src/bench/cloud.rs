@@ -25,6 +25,7 @@
 //! next look (the emulated collect reads the moment the last message lands: a lower bound for
 //! S3), function start-up, stragglers, and the supervisor.
 
+use crate::{Internal, Refusal};
 use std::future::Future;
 use std::io::Cursor;
 use std::path::Path;
@@ -229,8 +230,9 @@ pub struct CloudData {
 impl CloudData {
     /// Generates the job's data (seeded) and cuts it into shuffled minibatches.
     pub fn generate(job: CloudJob, seed: u64) -> Result<CloudData> {
-        let generated = |what: &str, e: std::io::Error| {
-            RuntimeError::InvalidJob(format!("cannot generate the {what} data: {e}"))
+        let generated = |what: &str, source: std::io::Error| Internal::BenchData {
+            what: what.to_owned(),
+            source,
         };
         let mut text = Vec::new();
         let ratings = |users: u32, items: u32, count: f64| RatingsSpec {
@@ -280,7 +282,10 @@ impl CloudData {
                 ..ParseOptions::default()
             },
         )
-        .map_err(|e| RuntimeError::InvalidJob(format!("cannot read the {name} data: {e}")))?;
+        .map_err(|source| Internal::BenchParse {
+            what: name.to_owned(),
+            source,
+        })?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let defaults = Defaults::for_model(job.model(), None);
         let (spec, batches, sample, batch_size) = match parsed {
@@ -408,8 +413,7 @@ impl CloudData {
                 (batch, part.rows(batch.samples()))
             })
             .collect();
-        Batch::concat(&pieces)
-            .ok_or_else(|| RuntimeError::InvalidJob("minibatches of two kinds".into()))
+        Batch::concat(&pieces).ok_or_else(|| Internal::Invariant("minibatches of two kinds").into())
     }
 
     fn optimizer(&self) -> OptimizerKind {
@@ -484,21 +488,19 @@ impl CloudReport {
 /// Simulates `case` on `data` and bills it at `prices`.
 pub fn simulate(data: &CloudData, case: &CloudCase, prices: &PriceTable) -> Result<CloudReport> {
     if case.workers == 0 || case.steps == 0 {
-        return Err(RuntimeError::InvalidJob(
-            "the cloud benchmark needs at least one worker and one step".into(),
-        ));
+        return Err(Refusal::CloudBenchEmpty.into());
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
-        .map_err(|e| RuntimeError::InvalidJob(format!("cannot start a runtime: {e}")))?;
+        .map_err(Internal::Runtime)?;
     let slowed = case.cloud.slowed(f64::from(SLOWDOWN));
     if case.pattern == Pattern::Server && case.cloud.name != CloudLatency::ps().name {
-        return Err(RuntimeError::InvalidJob(format!(
-            "the server pattern needs parameter servers: --emulate ps, not {}",
-            case.cloud.name
-        )));
+        return Err(Refusal::EmulateWithoutServers {
+            emulate: case.cloud.name.to_string(),
+        }
+        .into());
     }
     let servers = SimulatedServers(InProcessChannel::new("cloud-bench"));
     let shared: Arc<dyn Channel> =

@@ -4,6 +4,7 @@
 
 pub mod cloud;
 
+use crate::Refusal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,10 +80,11 @@ pub async fn channel_bench(
         BenchLoad::Bytes(bytes) => (bytes, None, 0),
         BenchLoad::Update { pattern, params } => {
             if params == 0 || params > u32::MAX as usize {
-                return Err(RuntimeError::InvalidJob(format!(
-                    "--params must be in 1..={}, got {params}",
-                    u32::MAX
-                )));
+                return Err(Refusal::BenchParams {
+                    params,
+                    max: u32::MAX,
+                }
+                .into());
             }
             (
                 dense_update(0, 0, params).encode().len(),
@@ -92,9 +94,10 @@ pub async fn channel_bench(
         }
     };
     if workers == 0 || steps == 0 {
-        return Err(RuntimeError::InvalidJob(
-            "--workers and --steps must be at least 1".into(),
-        ));
+        return Err(Refusal::AtLeastOne {
+            option: "--workers and --steps",
+        }
+        .into());
     }
     let store = Store::open(store_url)?;
     let job_id = format!("bench-{:08x}", rand::random::<u32>());

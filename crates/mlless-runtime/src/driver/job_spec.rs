@@ -1,5 +1,6 @@
 //! The job spec the driver derives from the options and the data set.
 
+use crate::{Internal, Mismatch, NeedsValidation, Refusal};
 use mlless_core::{ModelSpec, OptimizerConfig, ScaleInConfig};
 
 use super::models::{DEFAULT_TOLERANCE, DataSample, Defaults, model_spec};
@@ -27,12 +28,10 @@ pub(super) fn job_spec(
     });
     let rate = sample.positive_rate;
     let model = model_spec(options, dataset, &defaults, rate)?;
-    model
-        .validate()
-        .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+    model.validate().map_err(Refusal::ModelSpec)?;
     super::models::check_model_memory(&model, options.training.limits.memory_mb)?;
     let train_batches = u32::try_from(manifest.train.batches.len())
-        .map_err(|_| RuntimeError::InvalidJob("too many minibatches".into()))?;
+        .map_err(|_| Internal::Invariant("too many minibatches"))?;
     let plan = batch_plan(options, manifest);
     let workers = options.training.workers;
     if let Some(warning) = plan.crowded_fleet_warning(workers, train_batches, manifest.batch_size) {
@@ -41,8 +40,10 @@ pub(super) fn job_spec(
     let validation = validation_config(&options.validation, &model, manifest, dataset.url())?;
     let job_id = match &options.job_id {
         Some(given) => {
-            crate::job_id::check(given)
-                .map_err(|e| RuntimeError::InvalidJob(format!("--job-id {given:?}: {e}")))?;
+            crate::job_id::check(given).map_err(|reason| Refusal::JobId {
+                given: given.clone(),
+                reason,
+            })?;
             given.clone()
         }
         None => crate::job_id::new(),
@@ -148,10 +149,11 @@ pub(super) fn validation_config(
     let metrics = mlless_core::validation::metrics_of(model);
     for target in &options.targets {
         if !metrics.contains(&target.metric.as_str()) {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--target-metric {target}: this model reports {} on the validation set",
-                metrics.join(", ")
-            )));
+            return Err(Refusal::TargetMetric {
+                target: target.to_string(),
+                metrics: metrics.iter().map(|m| m.to_string()).collect(),
+            }
+            .into());
         }
     }
     if manifest.validation.batches.is_empty() {
@@ -163,10 +165,11 @@ pub(super) fn validation_config(
             None
         };
         if let Some(flag) = asked {
-            return Err(RuntimeError::InvalidJob(format!(
-                "{flag} needs a validation set, and {data_url} has none: prepare it with \
-                 --validation-fraction F or --validation-input FILE"
-            )));
+            return Err(Mismatch::NoValidationSet {
+                needed_by: NeedsValidation::Option(flag),
+                data_url: data_url.to_owned(),
+            }
+            .into());
         }
         return Ok(None);
     }

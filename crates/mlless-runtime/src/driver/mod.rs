@@ -196,12 +196,11 @@ pub async fn train(
     if options.training.trains_on_validation {
         dataset = dataset.with_validation_in_training();
     } else if options.training.refit && dataset.batches(Split::Validation) == 0 {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--refit trains again on the training and validation sets for the epochs early \
-             stopping chose, and {} has no validation set: prepare it with \
-             --validation-fraction F or --validation-input FILE",
-            dataset.url()
-        )));
+        return Err(crate::Mismatch::NoValidationSet {
+            needed_by: crate::NeedsValidation::Refit,
+            data_url: dataset.url().to_owned(),
+        }
+        .into());
     }
     let sample = match &dataset.manifest().kind {
         DatasetKind::Sparse { .. } if options.model.scales_rate_with_batch() => {

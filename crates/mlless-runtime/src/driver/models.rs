@@ -2,10 +2,11 @@
 //! are derived from in the data set (the positive rate of sparse LR, the rating counts of PMF),
 //! and the [`ModelSpec`] it gives on a data set ([`model_spec`]).
 
+use crate::Mismatch;
 use mlless_core::OptimizerKind;
 use tracing::warn;
 
-use mlless_core::{LabelRule, ModelSpec};
+use mlless_core::ModelSpec;
 use mlless_data::DatasetKind;
 
 use super::TrainOptions;
@@ -357,11 +358,11 @@ pub(super) fn pmf_prior(asked: Option<f32>, default: f32, dataset: &Dataset) -> 
         return Ok(asked.unwrap_or(default));
     }
     match asked {
-        Some(prior) if prior > 0.0 => Err(RuntimeError::InvalidJob(format!(
-            "--prior {prior} needs the rating counts of the data set, and {} has none (it was \
-             prepared by an older mlless): prepare it again",
-            dataset.url()
-        ))),
+        Some(prior) if prior > 0.0 => Err(Mismatch::NoRatingCounts {
+            prior,
+            data_url: dataset.url().to_owned(),
+        }
+        .into()),
         Some(_) => Ok(0.0),
         None => {
             if default > 0.0 {
@@ -427,18 +428,17 @@ pub(super) fn model_spec(
             }
         }
         (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
-            return Err(RuntimeError::InvalidJob(format!(
-                "{} holds labelled feature rows: train it with --model lr, svm, kmeans or \
-                 mlp, not pmf",
-                dataset.url()
-            )));
+            return Err(Mismatch::RatingsModelOnRows {
+                data_url: dataset.url().to_owned(),
+            }
+            .into());
         }
         (choice, DatasetKind::Ratings { .. }) => {
-            return Err(RuntimeError::InvalidJob(format!(
-                "{} holds ratings: train it with --model pmf, not {}",
-                dataset.url(),
-                choice.name()
-            )));
+            return Err(Mismatch::RowsModelOnRatings {
+                data_url: dataset.url().to_owned(),
+                model: choice.name(),
+            }
+            .into());
         }
     };
     check_labels(&spec, dataset)?;
@@ -459,28 +459,13 @@ fn check_labels(spec: &ModelSpec, dataset: &Dataset) -> Result<()> {
     else {
         return Ok(());
     };
-    let advice = match rule {
-        LabelRule::Binary => {
-            "prepare the data with two label values (they become 0 and 1), or train a \
-             multi-class --model mlp"
-                .to_owned()
-        }
-        LabelRule::Classes(_) if at.label.fract() == 0.0 && at.label >= 0.0 => {
-            format!("give --classes {} or more", at.label as u64 + 1)
-        }
-        LabelRule::Classes(_) | LabelRule::Ignored => {
-            "class ids are integers from 0: relabel the input and prepare it again".to_owned()
-        }
-    };
-    Err(RuntimeError::InvalidJob(format!(
-        "--model {} needs labels that are {}, but {}:{} has the label {} (data set {}): {advice}",
-        spec.name(),
-        rule.describe(),
-        at.input,
-        at.line,
-        at.label,
-        dataset.url()
-    )))
+    Err(Mismatch::Labels {
+        model: spec.name(),
+        rule,
+        at: at.clone(),
+        data_url: dataset.url().to_owned(),
+    }
+    .into())
 }
 
 #[cfg(test)]

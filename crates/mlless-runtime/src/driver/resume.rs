@@ -170,9 +170,10 @@ pub(super) async fn resume_leased(
                 source,
             })?;
         if !record.was_cancelled() {
-            return Err(RuntimeError::InvalidJob(format!(
-                "the run at {run_url} has finished (it has {RECORD_KEY}): nothing to resume"
-            )));
+            return Err(RuntimeError::RunFinished {
+                run_url: run_url.to_string(),
+                record_key: RECORD_KEY,
+            });
         }
     }
     // The data set as it was when the run started: prepared again since, it holds other rows.
@@ -195,17 +196,9 @@ pub(super) async fn resume_leased(
     let mut damaged = Vec::new();
     let step = checkpoint::newest_intact_step(run_store, &spec.job_id, &roles, &mut damaged)
         .await?
-        .ok_or_else(|| {
-            let damaged = if damaged.is_empty() {
-                String::new()
-            } else {
-                format!(" (damaged: {})", damaged.join("; "))
-            };
-            RuntimeError::InvalidJob(format!(
-                "the run at {run_url} has no checkpoint that its supervisor and all its workers \
-                 share intact: it was trained without --checkpoint-every, or failed before the \
-                 first{damaged}"
-            ))
+        .ok_or_else(|| RuntimeError::NoCheckpoint {
+            run_url: run_url.to_string(),
+            damaged: damaged.clone(),
         })?;
     if !damaged.is_empty() {
         warn!(

@@ -22,6 +22,7 @@
 //! two give the same data set, object for object, for the same seed.
 
 mod tasks;
+use crate::{InputError, Internal, Refusal};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,16 +93,14 @@ async fn input_objects(
 ) -> Result<(String, Vec<(String, u64)>, Vec<PathBuf>)> {
     let parts = InputParts::resolve(&options.input).await?;
     let names = parts.names();
-    let local = |e: std::io::Error| {
-        RuntimeError::InvalidJob(format!("--input {}: {e}", options.input.display()))
+    let local = |source: std::io::Error| InputError::Io {
+        path: options.input.display().to_string(),
+        given: true,
+        source,
     };
     let (url, objects) = match parts {
         InputParts::Stdin => {
-            return Err(RuntimeError::InvalidJob(
-                "--distributed reads its input from a store: standard input (-) is read by the \
-                 local path only"
-                    .into(),
-            ));
+            return Err(Refusal::DistributedStdin.into());
         }
         InputParts::Objects(store, objects) => (store.url().to_string(), objects),
         InputParts::Files(files) => {
@@ -118,13 +117,10 @@ async fn input_objects(
                     .strip_prefix(&dir)
                     .ok()
                     .and_then(|key| key.to_str())
-                    .ok_or_else(|| {
-                        RuntimeError::InvalidJob(format!(
-                            "--input {}: {} is not below {}",
-                            options.input.display(),
-                            path.display(),
-                            dir.display()
-                        ))
+                    .ok_or_else(|| InputError::NotBelow {
+                        input: options.input.display().to_string(),
+                        path: path.display().to_string(),
+                        dir: dir.display().to_string(),
                     })?
                     .to_string();
                 let size = std::fs::metadata(&path).map_err(local)?.len();
@@ -144,11 +140,10 @@ async fn refuse_compressed(input: &Store, objects: &[(String, u64)]) -> Result<(
             if let Some(first) = head.next().await.transpose()?
                 && Compression::sniff(&first) != Compression::None
             {
-                return Err(RuntimeError::InvalidJob(format!(
-                    "--distributed reads byte ranges of an uncompressed input; {} is \
-                     compressed: prepare it without --distributed, or decompress it first",
-                    input.location(key)
-                )));
+                return Err(Refusal::DistributedCompressed {
+                    location: input.location(key),
+                }
+                .into());
             }
             Ok(())
         })
@@ -187,20 +182,15 @@ fn segments(objects: &[(String, u64)], maps: u64) -> Vec<Vec<InputSegment>> {
 /// Refuses what the distributed path does not do, naming the option.
 fn check_options(options: &PrepareOptions) -> Result<()> {
     if !matches!(options.format, InputFormat::Libsvm | InputFormat::Criteo) {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--distributed reads libsvm and criteo input; --format {} is read by the local path \
-             (a CSV record may span lines, ratings are read whole)",
-            options.format
-        )));
+        return Err(Refusal::DistributedFormat {
+            format: options.format,
+        }
+        .into());
     }
     if matches!(options.test, TestSet::Input(_))
         || matches!(options.validation, Some(ValidationSet::Input(_)))
     {
-        return Err(RuntimeError::InvalidJob(
-            "--distributed splits the test and validation sets off its input: use \
-             --test-fraction and --validation-fraction, not --test-input or --validation-input"
-                .into(),
-        ));
+        return Err(Refusal::DistributedSplitInputs.into());
     }
     Ok(())
 }
@@ -296,11 +286,10 @@ pub(super) async fn shuffle(
         for (part, schema) in report.schemas {
             ranges
                 .get_mut(part as usize)
-                .ok_or_else(|| {
-                    RuntimeError::InvalidJob(format!(
-                        "split-map task {m} reported part {part} of {}",
-                        objects.len()
-                    ))
+                .ok_or_else(|| Internal::UnknownPart {
+                    task: m,
+                    part,
+                    parts: objects.len(),
                 })?
                 .push(schema);
         }
@@ -418,11 +407,9 @@ pub(super) async fn shuffle(
     let mut complete: [Vec<BatchInfo>; 3] = Default::default();
     for (split, entries) in infos.into_iter().enumerate() {
         for (index, info) in entries.into_iter().enumerate() {
-            complete[split].push(info.ok_or_else(|| {
-                RuntimeError::InvalidJob(format!(
-                    "the shuffle-reduce tasks wrote no {} minibatch {index}",
-                    SPLITS[split]
-                ))
+            complete[split].push(info.ok_or(Internal::MissingMinibatch {
+                split: SPLITS[split],
+                index,
             })?);
         }
     }
@@ -454,10 +441,11 @@ fn place(
             *slot = Some(info);
             Ok(())
         }
-        _ => Err(RuntimeError::InvalidJob(format!(
-            "the shuffle-reduce tasks reported {} minibatch {index} twice or out of range",
-            SPLITS.get(split).unwrap_or(&"?")
-        ))),
+        _ => Err(Internal::DuplicateMinibatch {
+            split: SPLITS.get(split).unwrap_or(&"?"),
+            index,
+        }
+        .into()),
     }
 }
 

@@ -6,6 +6,7 @@
 //! `.` is skipped, as are empty ones: the markers and empty partitions that Spark, Hadoop and
 //! friends leave beside their part files (`_SUCCESS`, `.part-0.crc`).
 
+use crate::InputError;
 use std::path::{Path, PathBuf};
 
 use futures::{StreamExt, TryStreamExt};
@@ -135,9 +136,11 @@ async fn resolve_stored(url: &str) -> Result<InputParts> {
         .try_collect()
         .await?;
     if objects.is_empty() {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--input {url}: no such object, and no part files below it"
-        )));
+        return Err(InputError::Empty {
+            input: url.to_string(),
+            directory: false,
+        }
+        .into());
     }
     Ok(InputParts::Objects(prefix, objects))
 }
@@ -151,18 +154,24 @@ fn resolve_local(input: &Path) -> Result<InputParts> {
     let mut files = Vec::new();
     let mut dirs = vec![input.to_path_buf()];
     while let Some(dir) = dirs.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| RuntimeError::InvalidJob(format!("--input {}: {e}", dir.display())))?;
+        let listing = |source| InputError::Io {
+            path: dir.display().to_string(),
+            given: true,
+            source,
+        };
+        let entries = std::fs::read_dir(&dir).map_err(listing)?;
         for entry in entries {
-            let entry = entry
-                .map_err(|e| RuntimeError::InvalidJob(format!("--input {}: {e}", dir.display())))?;
+            let entry = entry.map_err(listing)?;
             let path = entry.path();
             let name = entry.file_name();
             if is_marker(&name.to_string_lossy()) {
                 continue;
             }
-            let meta = std::fs::metadata(&path)
-                .map_err(|e| RuntimeError::InvalidJob(format!("{}: {e}", path.display())))?;
+            let meta = std::fs::metadata(&path).map_err(|source| InputError::Io {
+                path: path.display().to_string(),
+                given: false,
+                source,
+            })?;
             if meta.is_dir() {
                 dirs.push(path);
             } else if meta.len() > 0 {
@@ -173,10 +182,11 @@ fn resolve_local(input: &Path) -> Result<InputParts> {
     // In the order of the names below the directory, as a store lists a prefix.
     files.sort_by(|a, b| a.strip_prefix(input).ok().cmp(&b.strip_prefix(input).ok()));
     if files.is_empty() {
-        return Err(RuntimeError::InvalidJob(format!(
-            "--input {} is a directory with no part files",
-            input.display()
-        )));
+        return Err(InputError::Empty {
+            input: input.display().to_string(),
+            directory: true,
+        }
+        .into());
     }
     Ok(InputParts::Files(files))
 }

@@ -34,6 +34,7 @@
 //! and the preparation ends in [`RuntimeError::PrepareCancelled`]. `Control::Kill` (a second
 //! Ctrl-C, or [`CANCEL_GRACE`] after the cancel) kills the map tasks at once.
 
+use crate::{Internal, Refusal};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -314,9 +315,7 @@ async fn prepare_body(
         batches,
     } = input;
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
-        return Err(RuntimeError::InvalidJob(
-            "--normalize minmax applies to feature data, not to ratings".into(),
-        ));
+        return Err(Refusal::NormalizeRatings.into());
     }
     clear(&store).await?;
     let ids = match &layout.ids {
@@ -358,8 +357,9 @@ async fn prepare_body(
             let items = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
             let written = write_batches(&store, prefix, items, &requests).await;
             // The cutter ends once the writer stopped reading (its sends fail).
-            cutting.await.map_err(|e| {
-                RuntimeError::InvalidJob(format!("cutting minibatches failed: {e}"))
+            cutting.await.map_err(|source| Internal::Task {
+                task: "cutting minibatches",
+                source,
             })?;
             written?
         }
@@ -488,10 +488,9 @@ async fn finish(
         return cancelled(store, PrepareStage::Finishing, false).await;
     }
     requests.enter(PrepareStage::Finishing);
-    let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] =
-        infos.try_into().map_err(|_| {
-            RuntimeError::InvalidJob("preparation returned the wrong number of splits".into())
-        })?;
+    let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] = infos
+        .try_into()
+        .map_err(|_| Internal::Invariant("preparation returned the wrong number of splits"))?;
 
     let manifest = Manifest {
         format_version: mlless_data::MANIFEST_VERSION,

@@ -1,6 +1,7 @@
 //! What `mlless prepare` is asked to do: [`PrepareOptions`], [`TestSet`], [`ValidationSet`].
 
 use super::*;
+use crate::Refusal;
 
 /// Where the test set comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +58,9 @@ pub struct PrepareOptions {
     pub temp_dir: Option<PathBuf>,
 }
 
+/// The range of a fraction of the input, as the refusal of one outside it says.
+const BETWEEN_0_AND_1: &str = "between 0 and 1 (exclusive)";
+
 impl PrepareOptions {
     /// The input files, in the order they are parsed: the input, then the test and the
     /// validation inputs if they are files.
@@ -76,41 +80,43 @@ impl PrepareOptions {
     /// (checked whether or not `--normalize` runs any, as `train` checks its own).
     pub fn validate(&self) -> Result<()> {
         if self.batch_size == 0 {
-            return Err(RuntimeError::InvalidJob(
-                "--batch-size must be at least 1".into(),
-            ));
+            return Err(Refusal::AtLeastOne {
+                option: "--batch-size",
+            }
+            .into());
         }
         if let TestSet::Fraction(f) = self.test
             && !(f > 0.0 && f < 1.0)
         {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--test-fraction must be between 0 and 1 (exclusive), not {f}"
-            )));
+            return Err(Refusal::OutOfRange {
+                option: "--test-fraction",
+                range: BETWEEN_0_AND_1,
+                value: f,
+            }
+            .into());
         }
         if let Some(ValidationSet::Fraction(f)) = self.validation
             && !(f > 0.0 && f < 1.0)
         {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--validation-fraction must be between 0 and 1 (exclusive), not {f}"
-            )));
+            return Err(Refusal::OutOfRange {
+                option: "--validation-fraction",
+                range: BETWEEN_0_AND_1,
+                value: f,
+            }
+            .into());
         }
         if self.map_tasks == 0 {
             return Err(ConfigError::MapTasks.into());
         }
         if self.format != InputFormat::Csv && self.csv != mlless_data::CsvOptions::default() {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--delimiter, --header and --label-column are options of --format csv, not \
-                 --format {}",
-                self.format
-            )));
+            return Err(Refusal::CsvOptions {
+                format: self.format,
+            }
+            .into());
         }
         let stdin = Path::new(mlless_data::STDIN_PATH);
         if self.input_files().iter().filter(|p| **p == stdin).count() > 1 {
-            return Err(RuntimeError::InvalidJob(
-                "standard input (-) can be only one of --input, --test-input and \
-                 --validation-input"
-                    .into(),
-            ));
+            return Err(Refusal::StdinTwice.into());
         }
         validate_limits(&self.limits)?;
         Ok(())

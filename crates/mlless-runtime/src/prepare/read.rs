@@ -2,6 +2,7 @@
 //! larger than the shuffle budget; the split into training, test and validation rows.
 
 use super::*;
+use crate::{Internal, Refusal};
 
 /// The names of the splits, in the order of [`Input::samples`] and of the minibatches written.
 pub(super) const SPLITS: [&str; 3] = ["train", "test", "validation"];
@@ -60,9 +61,7 @@ impl StreamedRows {
                 let mut batch = SparseBatch::new();
                 for taken in 0..rows {
                     let Some(row) = reader.next_row().map_err(spill_error)? else {
-                        return Err(RuntimeError::InvalidJob(format!(
-                            "the shuffled input {part} ended after {taken} of {rows} rows"
-                        )));
+                        return Err(Internal::ShuffledInputShort { part, taken, rows }.into());
                     };
                     batch.push_row(row.label, row.indices, row.values);
                     if batch.rows() == batch_size || taken + 1 == rows {
@@ -83,9 +82,11 @@ impl StreamedRows {
 
 /// A failure of the temporary files of the shuffle.
 pub(super) fn spill_error(error: std::io::Error) -> RuntimeError {
-    RuntimeError::InvalidJob(format!(
-        "reading the shuffled rows back from their temporary files: {error}"
-    ))
+    Internal::TempFiles {
+        doing: "reading the shuffled rows back from their temporary files".into(),
+        error,
+    }
+    .into()
 }
 
 /// The parts of the input files opened for reading on a blocking thread, each with the name its
@@ -97,11 +98,11 @@ pub(super) async fn open_inputs(
     for (input, file) in options.input_files().into_iter().enumerate() {
         let resolved = InputParts::resolve(file).await?;
         if options.format == InputFormat::Movielens && resolved.len() > 1 {
-            return Err(RuntimeError::InvalidJob(format!(
-                "--format movielens reads one file: {} holds {} part files",
-                file.display(),
-                resolved.len()
-            )));
+            return Err(Refusal::MovielensParts {
+                input: file.display().to_string(),
+                parts: resolved.len(),
+            }
+            .into());
         }
         parts.extend(
             resolved
@@ -140,7 +141,10 @@ pub(super) async fn read_input(
         }
     })
     .await
-    .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))?
+    .map_err(|source| Internal::Task {
+        task: "the parser",
+        source,
+    })?
 }
 
 /// The bytes of rows the shuffle holds in memory: a quarter of the memory limit, which leaves
@@ -241,11 +245,9 @@ pub(super) fn read_streamed(
             "the input did not fit in the memory limit: shuffled through temporary files"
         );
     }
-    let shuffled = shuffle.finish().map_err(|e| {
-        RuntimeError::InvalidJob(format!(
-            "writing shuffled rows to {}: {e}",
-            temp_dir.display()
-        ))
+    let shuffled = shuffle.finish().map_err(|error| Internal::TempFiles {
+        doing: format!("writing shuffled rows to {}", temp_dir.display()),
+        error,
     })?;
     let n = shuffled.samples(0);
     let (train_n, train_all) = split_sizes(options, n)?;
@@ -326,7 +328,7 @@ pub(super) fn read_whole(
     let (parsed, layout) =
         mlless_data::parse_readers_with_layout(inputs, options.format, &parse_options)?;
     let mut parsed = parsed.into_iter();
-    let no_data = || RuntimeError::InvalidJob("parsing returned no data".into());
+    let no_data = || Internal::Invariant("parsing returned no data");
     let input = parsed.next().ok_or_else(no_data)?;
     let (train, test) = match &options.test {
         TestSet::Fraction(fraction) => mlless_data::shuffle_split(input, *fraction, seed)?,

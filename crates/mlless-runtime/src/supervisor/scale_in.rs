@@ -29,8 +29,7 @@ impl ScaleIn {
     /// The tuner of a job of `workers` workers, watching the validation curve if the job has
     /// a validation set (`validation`).
     pub(super) fn new(config: ScaleInConfig, workers: u32, validation: bool) -> Result<Self> {
-        let mut tuner = ScaleInTuner::new(config, workers)
-            .map_err(|e| RuntimeError::InvalidJob(format!("scale-in: {e}")))?;
+        let mut tuner = ScaleInTuner::new(config, workers).map_err(crate::Refusal::ScaleIn)?;
         if validation {
             tuner.watch_validation();
         }

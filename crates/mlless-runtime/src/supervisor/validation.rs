@@ -153,7 +153,7 @@ pub(super) struct Validation {
 impl Validation {
     pub(super) fn new(config: &ValidationConfig, model: &mlless_core::ModelSpec) -> Result<Self> {
         let stopping = EarlyStopping::new(primary_metric(model), config.early_stop)
-            .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+            .map_err(crate::Refusal::EarlyStopping)?;
         Ok(Self {
             stopping,
             patience: config.early_stop,

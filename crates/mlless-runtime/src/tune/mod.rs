@@ -14,6 +14,7 @@
 //! first rung ([`Ledger::can_start`]).
 
 mod search;
+use crate::{Mismatch, NeedsValidation, Refusal};
 use search::*;
 use std::cell::RefCell;
 use std::fmt;
@@ -217,25 +218,28 @@ fn max_units(options: &TrainOptions, unit: RungUnit) -> f64 {
 /// within what `invoker` runs), budget, time, the scheduler, and that every data set has a
 /// validation split to compare the trials on.
 async fn check(options: &TuneOptions, invoker: &dyn Invoker) -> Result<()> {
-    let invalid = |message: String| Err(RuntimeError::InvalidJob(message));
     if options.trials.is_empty() {
-        return invalid("the search has no trials".into());
+        return Err(Refusal::NoTrials.into());
     }
     if options.concurrency == 0 {
-        return invalid("--concurrency must be at least 1".into());
+        return Err(Refusal::AtLeastOne {
+            option: "--concurrency",
+        }
+        .into());
     }
-    Ledger::new(options.budget_usd).map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+    Ledger::new(options.budget_usd).map_err(Refusal::Budget)?;
     if let Some(t) = options.max_time_s
         && !(t > 0.0 && t.is_finite())
     {
-        return invalid(format!(
-            "--max-time must be a positive number of seconds, not {t}"
-        ));
+        return Err(Refusal::OutOfRange {
+            option: "--max-time",
+            range: "a positive number of seconds",
+            value: t,
+        }
+        .into());
     }
     if let Some(config) = &options.scheduler {
-        config
-            .validate()
-            .map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+        config.validate().map_err(Refusal::Scheduler)?;
     }
     let mut checked: Vec<&str> = Vec::new();
     // The most workers of a trial, for the functions that run at once.
@@ -244,10 +248,13 @@ async fn check(options: &TuneOptions, invoker: &dyn Invoker) -> Result<()> {
         let Ok(train) = &trial.options else { continue };
         train
             .validate_for(invoker)
-            .map_err(|e| RuntimeError::InvalidJob(format!("trial {}: {e}", trial.params)))?;
+            .map_err(|source| Refusal::Trial {
+                params: trial.params.to_string(),
+                source,
+            })?;
         most_workers = most_workers.max(train.training.workers);
         if options.unit == RungUnit::Seconds && train.training.stop.max_time_s.is_none() {
-            return invalid("rungs in seconds need the most a trial trains (--trial-time)".into());
+            return Err(Refusal::RungsInSeconds.into());
         }
         let url = train.data_url.as_str();
         if checked.contains(&url) {
@@ -255,12 +262,11 @@ async fn check(options: &TuneOptions, invoker: &dyn Invoker) -> Result<()> {
         }
         let dataset = Dataset::open(url).await?;
         if dataset.batches(Split::Validation) == 0 {
-            return invalid(format!(
-                "the data set at {} has no validation set, and the search compares its trials \
-                 on the validation metric: prepare it with --validation-fraction above 0 (the \
-                 default is 0.1) or --validation-input",
-                train.data_url
-            ));
+            return Err(Mismatch::NoValidationSet {
+                needed_by: NeedsValidation::Search,
+                data_url: train.data_url.to_string(),
+            }
+            .into());
         }
         checked.push(url);
     }
@@ -270,13 +276,15 @@ async fn check(options: &TuneOptions, invoker: &dyn Invoker) -> Result<()> {
     if let Some(max) = invoker.max_concurrent()
         && functions > u64::from(max)
     {
-        return invalid(format!(
-            "--concurrency {}: {at_once} trials of {most_workers} workers and a supervisor are \
-             {functions} functions at once, more than the {} invoker can run ({max}): lower \
-             --concurrency or --workers-per-trial",
-            options.concurrency,
-            invoker.platform()
-        ));
+        return Err(Refusal::TooManyFunctions {
+            concurrency: options.concurrency,
+            trials: at_once,
+            workers: most_workers,
+            functions,
+            platform: invoker.platform().to_string(),
+            max,
+        }
+        .into());
     }
     Ok(())
 }
@@ -294,8 +302,7 @@ pub async fn tune(
     observe: &mut dyn FnMut(&SearchProgress) -> Control,
 ) -> Result<TuneRecord> {
     check(options, &*invoker).await?;
-    let ledger =
-        Ledger::new(options.budget_usd).map_err(|e| RuntimeError::InvalidJob(e.to_string()))?;
+    let ledger = Ledger::new(options.budget_usd).map_err(Refusal::Budget)?;
     let started_unix_ms = unix_ms(SystemTime::now());
     let tune_id = format!(
         "tune-{}-{:04x}",
@@ -354,7 +361,7 @@ pub async fn tune(
                         next,
                         trial.params.clone(),
                         None,
-                        Err(RuntimeError::InvalidJob(e.clone())),
+                        Err(Refusal::TrialOptions(e.clone()).into()),
                     );
                     next += 1;
                     continue;

@@ -2,6 +2,7 @@
 //! rows into buckets, the shuffle-reduce task shuffles a bucket into minibatches.
 
 use super::*;
+use crate::{InputError, Internal};
 
 pub(super) fn split_report_key(task: u32) -> String {
     format!("staging/maps/{task:05}.json")
@@ -66,10 +67,7 @@ impl<F: FnMut(usize, BucketChunk) -> std::io::Result<()>> RowSink for Dealer<F> 
 pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
     let store = Store::open(&task.data_url)?;
     let input = Store::open(&task.input_url)?;
-    let format: InputFormat = task
-        .format
-        .parse()
-        .map_err(|e| RuntimeError::InvalidJob(format!("{e}")))?;
+    let format: InputFormat = task.format.parse().map_err(Internal::Format)?;
     let handle = tokio::runtime::Handle::current();
     // Each segment's stream, opened when its turn comes; the parser reads synchronously: it
     // pulls the stream through the bridge.
@@ -128,19 +126,22 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
             let mut schemas = Vec::with_capacity(task.segments.len());
             for segment in &task.segments {
                 let (reader, location) = open(segment)?;
-                let lines = LineRange::new(reader, segment.start, segment.end)
-                    .map_err(|e| RuntimeError::InvalidJob(format!("reading {location}: {e}")))?;
+                let lines =
+                    LineRange::new(reader, segment.start, segment.end).map_err(|error| {
+                        InputError::Range {
+                            location: location.to_string(),
+                            error,
+                        }
+                    })?;
                 let first = lines.first_line_offset();
                 dealer.base = part_position(segment.part, first);
                 let name = PathBuf::from(format!("{location} (the lines from byte {first})"));
                 let schema = stream_range(lines, &name, format, &options, &mut dealer)?;
                 schemas.push((segment.part, schema));
             }
-            dealer.flush_all().map_err(|e| {
-                RuntimeError::InvalidJob(format!(
-                    "writing the buckets of split-map task {}: {e}",
-                    task.task
-                ))
+            dealer.flush_all().map_err(|error| Internal::TempFiles {
+                doing: format!("writing the buckets of split-map task {}", task.task),
+                error,
             })?;
             Ok(schemas)
         };
@@ -157,7 +158,10 @@ pub async fn run_split_map(task: SplitMapTask) -> Result<()> {
         }
     })
     .await
-    .map_err(|e| RuntimeError::InvalidJob(format!("the parser failed: {e}")))??;
+    .map_err(|source| Internal::Task {
+        task: "the parser",
+        source,
+    })??;
     let Some(report) = parsed else {
         info!("asked to stop: the report is not written");
         return Ok(());
@@ -228,10 +232,11 @@ pub async fn run_shuffle_reduce(task: ShuffleReduceTask) -> Result<()> {
 }
 
 pub(super) fn spill(dir: &std::path::Path, error: std::io::Error) -> RuntimeError {
-    RuntimeError::InvalidJob(format!(
-        "shuffling a bucket through {}: {error}",
-        dir.display()
-    ))
+    Internal::TempFiles {
+        doing: format!("shuffling a bucket through {}", dir.display()),
+        error,
+    }
+    .into()
 }
 
 /// A minibatch cut by a reduce task: its split, index, rows, and whether it is whole (else a
