@@ -40,12 +40,15 @@
 //! - keys: `SET … EX` and `GET` on shard 0.
 //! - [`cleanup`](Channel::cleanup): `SCAN MATCH mlless:{job}:*` + `UNLINK` on every shard.
 //!
-//! Commands that fail on a dropped connection or a timeout are retried a few times (all of them
-//! are idempotent); the shared connection of each shard reconnects by itself, and a blocking-read
-//! connection that failed is dropped with every idle one (they died in the same outage), so the
-//! next read opens a new one. A longer outage — a server restart — is ridden out by wrapping
-//! the channel in a [`RetryingChannel`](crate::RetryingChannel), as
-//! [`open_channel`](crate::open_channel) does.
+//! The shared connection of each shard reconnects by itself, and a blocking-read connection that
+//! failed is dropped with every idle one (they died in the same outage), so the next read opens
+//! a new one. Used bare, the channel retries a command that failed on a dropped connection or a
+//! timeout under [`RetryPolicy::reconnect`] (a few attempts; all commands are idempotent). A
+//! longer outage — a server restart — is ridden out by a
+//! [`RetryingChannel`](crate::RetryingChannel), as [`open_channel`](crate::open_channel)
+//! opens it: then the channel's policy is [`RetryPolicy::none`]
+//! ([`with_retry`](RedisChannel::with_retry)), so that a failed command is retried by the
+//! decorator alone.
 //!
 //! `shard.rs` holds one server's connections, retries and errors; `reply.rs` reads the replies
 //! of the stream commands.
@@ -59,6 +62,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Script, Value};
 use tracing::{debug, trace};
 
+use crate::channel::retry::{Backoff, RetryPolicy};
 use crate::channel::{
     Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule,
 };
@@ -69,8 +73,8 @@ mod reply;
 mod shard;
 use reply::*;
 
-use shard::{ATTEMPTS, RETRY_DELAY, Shard, is_transient};
 pub use shard::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use shard::{Shard, is_transient};
 
 /// Default lifetime of every key the channel writes, refreshed on each write: what a job that
 /// never calls [`Channel::cleanup`] leaves behind is gone after this.
@@ -160,6 +164,8 @@ pub struct RedisChannel {
     /// `mlless:{job}:`
     prefix: String,
     ttl: Duration,
+    /// How a command that failed on the connection is attempted again.
+    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for RedisChannel {
@@ -169,6 +175,7 @@ impl std::fmt::Debug for RedisChannel {
             .field("endpoint", &self.shared.describe)
             .field("job_id", &self.job_id)
             .field("ttl", &self.ttl)
+            .field("retry", &self.retry)
             .finish()
     }
 }
@@ -226,6 +233,7 @@ impl RedisChannel {
             job_id: job_id.to_string(),
             prefix: format!("{KEY_PREFIX}:{job_id}:"),
             ttl: DEFAULT_TTL,
+            retry: RetryPolicy::reconnect(),
         }
     }
 
@@ -236,7 +244,22 @@ impl RedisChannel {
     /// prefix of another's.
     pub fn for_job(&self, job_id: &str) -> Result<RedisChannel, ChannelError> {
         check_job_id(job_id, &self.shared.describe)?;
-        Ok(Self::with_shared(Arc::clone(&self.shared), job_id).with_ttl(self.ttl))
+        Ok(Self::with_shared(Arc::clone(&self.shared), job_id)
+            .with_ttl(self.ttl)
+            .with_retry(self.retry))
+    }
+
+    /// Sets how a command that failed on a dropped connection or a timeout is attempted again
+    /// (default [`RetryPolicy::reconnect`]); [`RetryPolicy::none`] under a
+    /// [`RetryingChannel`](crate::RetryingChannel), so that a request is retried at one level.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> RedisChannel {
+        self.retry = retry;
+        self
+    }
+
+    /// How a command that failed on the connection is attempted again.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
     }
 
     /// Sets the lifetime of the keys this channel writes (default [`DEFAULT_TTL`], at least one
@@ -376,9 +399,11 @@ impl RedisChannel {
             return Ok(found);
         }
         let mut conn: Option<MultiplexedConnection> = None;
-        let mut delay = RETRY_DELAY;
+        let mut backoff = Backoff::new(self.retry.initial_backoff, self.retry.max_backoff);
         let mut reads = 0u32;
+        // The failed reads in a row, and when the first of them failed.
         let mut failures = 0u32;
+        let mut failing_since: Option<Instant> = None;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let attempt = async {
@@ -401,8 +426,9 @@ impl RedisChannel {
             let error = match outcome {
                 Ok(Ok((c, reply))) => {
                     conn = Some(c);
-                    delay = RETRY_DELAY;
+                    backoff = Backoff::new(self.retry.initial_backoff, self.retry.max_backoff);
                     failures = 0;
+                    failing_since = None;
                     for (id, worker, payload) in stream_entries(reply) {
                         last_id = id;
                         if let Some(worker) = worker.filter(|w| wanted.contains(w)) {
@@ -428,16 +454,24 @@ impl RedisChannel {
                     return Ok(found);
                 }
                 None => {}
-                Some(e) if is_transient(&e) && !expired && failures + 1 < ATTEMPTS => {
+                Some(e)
+                    if is_transient(&e)
+                        && !expired
+                        && self.retry.allows_another(
+                            failures + 1,
+                            failing_since.get_or_insert_with(Instant::now).elapsed(),
+                        ) =>
+                {
                     // `conn` is None: a failed connection is dropped, never reused, and so are
                     // the idle ones, opened before the same outage. A server that stays away
-                    // after a few attempts is the caller's to ride out (`RetryingChannel`).
+                    // is the caller's to ride out (`RetryingChannel`).
                     failures += 1;
                     shard.forget_readers();
-                    let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
+                    let pause = backoff
+                        .next_delay()
+                        .min(deadline.saturating_duration_since(Instant::now()));
                     debug!(shard = %shard.address, key, error = %scrub(&e.to_string(), &shard.secrets), retry_in = ?pause, "blocking read failed, reconnecting");
                     tokio::time::sleep(pause).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
                 }
                 Some(e) => {
                     if is_transient(&e) {
@@ -512,7 +546,7 @@ impl Channel for RedisChannel {
         let ttl = self.ttl.as_secs();
         let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
         let stored: i64 = shard
-            .retry("publish", |mut conn| async move {
+            .retry("publish", &self.retry, |mut conn| async move {
                 let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
                 invocation
                     .key(stream_ref)
@@ -581,7 +615,7 @@ impl Channel for RedisChannel {
         let ttl = self.ttl.as_secs();
         let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
         let entries: Value = shard
-            .retry("publish", |mut conn| async move {
+            .retry("publish", &self.retry, |mut conn| async move {
                 let mut invocation = PUBLISH_AND_READ_SCRIPT.prepare_invoke();
                 invocation
                     .key(stream_ref)
@@ -615,7 +649,7 @@ impl Channel for RedisChannel {
             let (stream, index) = (&stream, &index);
             async move {
                 let removed: i64 = shard
-                    .retry("discard", |mut conn| async move {
+                    .retry("discard", &self.retry, |mut conn| async move {
                         let mut invocation = DISCARD_SCRIPT.prepare_invoke();
                         invocation.key(stream).key(index).arg(linger);
                         for w in workers {
@@ -640,7 +674,7 @@ impl Channel for RedisChannel {
         let ttl = self.ttl.as_secs();
         let (k, v) = (&redis_key, &value);
         shard
-            .retry("put_key", |mut conn| async move {
+            .retry("put_key", &self.retry, |mut conn| async move {
                 redis::cmd("SET")
                     .arg(k)
                     .arg(v.as_ref())
@@ -659,7 +693,7 @@ impl Channel for RedisChannel {
         let redis_key = self.key_key(key);
         let k = &redis_key;
         shard
-            .retry("get_key", |mut conn| async move {
+            .retry("get_key", &self.retry, |mut conn| async move {
                 redis::cmd("GET")
                     .arg(k)
                     .query_async::<Option<Bytes>>(&mut conn)
@@ -679,7 +713,7 @@ impl Channel for RedisChannel {
                 let mut removed = 0usize;
                 loop {
                     let (next, keys): (u64, Vec<Vec<u8>>) = shard
-                        .retry("cleanup (SCAN)", |mut conn| async move {
+                        .retry("cleanup (SCAN)", &self.retry, |mut conn| async move {
                             redis::cmd("SCAN")
                                 .arg(cursor)
                                 .arg("MATCH")
@@ -693,7 +727,7 @@ impl Channel for RedisChannel {
                         .map_err(|e| self.backend_error(shard, "cleanup (SCAN)", pattern, e))?;
                     for batch in keys.chunks(CLEANUP_BATCH) {
                         shard
-                            .retry("cleanup (UNLINK)", |mut conn| async move {
+                            .retry("cleanup (UNLINK)", &self.retry, |mut conn| async move {
                                 redis::cmd("UNLINK")
                                     .arg(batch)
                                     .query_async::<()>(&mut conn)
