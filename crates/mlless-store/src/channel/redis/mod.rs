@@ -90,38 +90,31 @@ const BLOCKED_READ_GRACE: Duration = Duration::from_secs(10);
 /// Keys removed per `UNLINK` (and asked per `SCAN`) by a cleanup.
 const CLEANUP_BATCH: usize = 500;
 
-/// Publishes one message unless the worker's message of that step is already there.
-/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds. Returns 1 if stored, 0 if not.
-static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return 0
-end
-local id = redis.call('XADD', KEYS[1], '*', 'w', ARGV[1], 'p', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], id)
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-return 1
-",
-    )
-});
-
-/// Publishes one message as [`PUBLISH_SCRIPT`] does, then returns every entry of the step's
-/// stream (`XRANGE - +`): the publish and the first read of a step in one round trip.
-/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds.
-static PUBLISH_AND_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+/// The Lua that appends one message unless the worker's message of that step is already there,
+/// records its id in the index and sets the TTLs, leaving `stored` 1 if it stored it, 0 if not.
+/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds. The body of both publish
+/// scripts.
+const PUBLISH_LUA: &str = r"
+local stored = 0
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then
   local id = redis.call('XADD', KEYS[1], '*', 'w', ARGV[1], 'p', ARGV[2])
   redis.call('HSET', KEYS[2], ARGV[1], id)
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
+  stored = 1
 end
-return redis.call('XRANGE', KEYS[1], '-', '+')
-",
-    )
+";
+
+/// Publishes one message ([`PUBLISH_LUA`]). Returns 1 if stored, 0 if not.
+static PUBLISH_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{PUBLISH_LUA}return stored\n")));
+
+/// Publishes one message as [`PUBLISH_SCRIPT`] does, then returns every entry of the step's
+/// stream (`XRANGE - +`): the publish and the first read of a step in one round trip.
+static PUBLISH_AND_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PUBLISH_LUA}return redis.call('XRANGE', KEYS[1], '-', '+')\n"
+    ))
 });
 
 /// Removes the given workers' messages of one step.
@@ -483,6 +476,36 @@ impl RedisChannel {
         }
     }
 
+    /// Runs `script`, one of the publish scripts ([`PUBLISH_LUA`]), for `from`'s message of
+    /// (`topic`, `step`) on `shard`.
+    async fn run_publish<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        shard: &Shard,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: &Bytes,
+    ) -> Result<T, ChannelError> {
+        let stream = self.stream_key(topic, step);
+        let index = self.index_key(topic, step);
+        let ttl = self.ttl.as_secs();
+        let (stream_ref, index_ref) = (&stream, &index);
+        shard
+            .retry("publish", &self.retry, |mut conn| async move {
+                let mut invocation = script.prepare_invoke();
+                invocation
+                    .key(stream_ref)
+                    .key(index_ref)
+                    .arg(from)
+                    .arg(payload.as_ref())
+                    .arg(ttl);
+                invocation.invoke_async(&mut conn).await
+            })
+            .await
+            .map_err(|e| self.backend_error(shard, "publish", &stream, e))
+    }
+
     /// The payloads of `from` in its order out of what a collect `found`, or the
     /// [`ChannelError::Timeout`] naming the workers missing.
     fn collected(
@@ -542,22 +565,9 @@ impl Channel for RedisChannel {
         self.check_topic(topic)?;
         let shard = self.shard(self.shard_of(from));
         let stream = self.stream_key(topic, step);
-        let index = self.index_key(topic, step);
-        let ttl = self.ttl.as_secs();
-        let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
-        let stored: i64 = shard
-            .retry("publish", &self.retry, |mut conn| async move {
-                let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
-                invocation
-                    .key(stream_ref)
-                    .key(index_ref)
-                    .arg(from)
-                    .arg(payload_ref.as_ref())
-                    .arg(ttl);
-                invocation.invoke_async(&mut conn).await
-            })
-            .await
-            .map_err(|e| self.backend_error(shard, "publish", &stream, e))?;
+        let stored: i64 = self
+            .run_publish(&PUBLISH_SCRIPT, shard, topic, step, from, &payload)
+            .await?;
         trace!(channel = %self.describe(), key = stream, from, len = payload.len(), stored = stored == 1, "publish");
         Ok(())
     }
@@ -611,22 +621,9 @@ impl Channel for RedisChannel {
         let own = self.shard_of(from);
         let shard = self.shard(own);
         let stream = self.stream_key(topic, step);
-        let index = self.index_key(topic, step);
-        let ttl = self.ttl.as_secs();
-        let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
-        let entries: Value = shard
-            .retry("publish", &self.retry, |mut conn| async move {
-                let mut invocation = PUBLISH_AND_READ_SCRIPT.prepare_invoke();
-                invocation
-                    .key(stream_ref)
-                    .key(index_ref)
-                    .arg(from)
-                    .arg(payload_ref.as_ref())
-                    .arg(ttl);
-                invocation.invoke_async(&mut conn).await
-            })
-            .await
-            .map_err(|e| self.backend_error(shard, "publish", &stream, e))?;
+        let entries: Value = self
+            .run_publish(&PUBLISH_AND_READ_SCRIPT, shard, topic, step, from, &payload)
+            .await?;
         let read = StreamRead::of_range(entries);
         trace!(channel = %self.describe(), key = stream, from, len = payload.len(), present = read.found.len(), "publish and read");
         if peers.is_empty() {
