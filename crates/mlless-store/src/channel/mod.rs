@@ -215,6 +215,20 @@ pub(crate) fn seconds(d: &Duration) -> String {
     format!("{text} s")
 }
 
+/// The URLs of a comma-separated list of servers (Redis shards, parameter servers), or
+/// [`ChannelError::InvalidUrl`] with `form` (the forms expected) when it names none.
+#[cfg(any(feature = "redis", feature = "ps"))]
+pub(crate) fn server_urls<'a>(urls: &'a str, form: &str) -> Result<Vec<&'a str>, ChannelError> {
+    let list = crate::parse::url_list(urls);
+    if list.is_empty() {
+        return Err(ChannelError::InvalidUrl {
+            url: crate::redact::redact_url(urls.trim()),
+            reason: form.to_string(),
+        });
+    }
+    Ok(list)
+}
+
 /// The segment under which the object-store and Redis channels keep keys; not usable as a
 /// topic there.
 pub(crate) const KEYS_SEGMENT: &str = "keys";

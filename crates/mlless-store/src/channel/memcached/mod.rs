@@ -545,16 +545,9 @@ impl Channel for MemcachedChannel {
     ) -> Result<Vec<Bytes>, ChannelError> {
         self.check_topic(topic)?;
         let keys = self.message_keys(topic, step, from);
-        let plan = CollectPlan {
-            endpoint: &self.client.endpoint,
-            topic,
-            step,
-            from,
-            timeout,
-            initial_backoff: INITIAL_BACKOFF,
-            max_backoff: self.max_backoff,
-            landed: None,
-        };
+        let backoff = (INITIAL_BACKOFF, self.max_backoff);
+        let endpoint = &self.client.endpoint;
+        let plan = CollectPlan::polling(endpoint, topic, step, from, timeout, backoff);
         collect_with_backoff(plan, |mut slots| {
             let keys = &keys;
             async move {

@@ -64,7 +64,7 @@ use tracing::{debug, trace};
 
 use crate::channel::retry::{Backoff, RetryPolicy};
 use crate::channel::{
-    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule,
+    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule, server_urls,
 };
 use crate::redact::{redact_url, scrub};
 use crate::store::check_segment;
@@ -189,15 +189,11 @@ impl RedisChannel {
     ///
     /// Cancel-safe: connecting writes nothing; a cancelled connect drops its connections.
     pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel, ChannelError> {
-        let list = crate::parse::url_list(urls);
-        if list.is_empty() {
-            return Err(ChannelError::InvalidUrl {
-                url: redact_url(urls.trim()),
-                reason: "no Redis URL given (expected redis://host:port, or a comma-separated \
-                         list of one URL per shard)"
-                    .to_string(),
-            });
-        }
+        let list = server_urls(
+            urls,
+            "no Redis URL given (expected redis://host:port, or a comma-separated list of one \
+             URL per shard)",
+        )?;
         for (i, url) in list.iter().enumerate() {
             if list[..i].contains(url) {
                 return Err(ChannelError::InvalidUrl {
