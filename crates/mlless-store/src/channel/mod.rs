@@ -23,7 +23,7 @@
 //! | [`ps`] | [`PsChannel`](ps::PsChannel) and [`PsServer`](ps::PsServer), the hybrid parameter server (feature `ps`) |
 //! | [`dynamodb`] | [`DynamoDbChannel`](dynamodb::DynamoDbChannel) (feature `dynamodb`) |
 //! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
-//! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
+//! | [`retry`] | the one retry module: [`RetryPolicy`](retry::RetryPolicy), [`Transient`](retry::Transient), [`run`](retry::run), and [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
 //! | [`average`] | [`Share`](average::Share) and [`Averaged`](average::Averaged), what [`Channel::publish_and_average`] takes and gives, and its default (the worker averages) |
 //!

@@ -62,7 +62,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Script, Value};
 use tracing::{debug, trace};
 
-use crate::channel::retry::{Backoff, RetryPolicy};
+use crate::channel::retry::RetryPolicy;
 use crate::channel::{
     Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule, server_urls,
 };
@@ -388,7 +388,7 @@ impl RedisChannel {
             return Ok(found);
         }
         let mut conn: Option<MultiplexedConnection> = None;
-        let mut backoff = Backoff::new(self.retry.initial_backoff, self.retry.max_backoff);
+        let mut backoff = self.retry.backoff();
         let mut reads = 0u32;
         // The failed reads in a row, and when the first of them failed.
         let mut failures = 0u32;
@@ -415,7 +415,7 @@ impl RedisChannel {
             let error = match outcome {
                 Ok(Ok((c, reply))) => {
                     conn = Some(c);
-                    backoff = Backoff::new(self.retry.initial_backoff, self.retry.max_backoff);
+                    backoff = self.retry.backoff();
                     failures = 0;
                     failing_since = None;
                     for (id, worker, payload) in stream_entries(reply) {

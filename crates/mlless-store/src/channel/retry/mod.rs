@@ -102,7 +102,6 @@ use super::average::{Averaged, Share};
 use super::{Channel, ChannelError, WorkerId};
 
 mod policy;
-pub(crate) use policy::Backoff;
 pub use policy::{
     Attempts, RECONNECT_ATTEMPTS, RECONNECT_MAX_BACKOFF, RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF,
     RetryPolicy, Transient, run,
