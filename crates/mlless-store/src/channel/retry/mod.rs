@@ -42,9 +42,10 @@
 //! corrupt value, a server refusing a command, and the [`ChannelError::Timeout`] of a collect —
 //! are returned at once.
 //!
-//! The first failure of an outage is logged with `warn!` and the recovery with `info!`, once
-//! per outage of the channel (not per attempt, not per operation); the attempts in between are
-//! `debug!`.
+//! An outage — a failure that the first retry did not cure — is logged with `warn!` when that
+//! retry fails and its end with `info!`, once per outage of the channel (not per attempt, not
+//! per operation); the attempts in between, and a failure that one retry cures (a connection
+//! the server dropped, which the backends used to retry themselves, silently), are `debug!`.
 //!
 //! # Collect keeps its timeout
 //!
@@ -220,7 +221,9 @@ impl<C: Channel> RetryingChannel<C> {
         Fut: Future<Output = Result<T, ChannelError>>,
     {
         let outcome = policy::run(&self.policy, attempt, |error, attempts, pause| {
-            self.outage_noticed(operation, error);
+            if attempts > 1 {
+                self.outage_noticed(operation, error);
+            }
             if let Some(pause) = pause {
                 debug!(
                     channel = %self.inner.describe(),
