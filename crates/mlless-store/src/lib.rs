@@ -17,10 +17,12 @@
 //! - [`ChannelScheme`]: which backend a channel URL names, parsed once ([`ChannelScheme::parse`])
 //!   and used to open, redact, bill and check it; [`parse`] is the one place a URL scheme is
 //!   matched.
-//! - [`RetryingChannel`]: rides out an outage of a channel's server shorter than a grace
-//!   (`--channel-grace`); [`open_channel_with`] wraps every remote channel in it. It retries
-//!   what [`ChannelError::is_transient`] says is worth it, which each backend decides for its
-//!   own errors.
+//! - [`retry`]: the one place a request is attempted again — [`retry::RetryPolicy`] (attempts,
+//!   backoff with jitter, deadline), [`retry::Transient`] (which errors are worth it, which each
+//!   backend decides for its own), [`retry::run`] — and [`RetryingChannel`], which rides out an
+//!   outage of a channel's server shorter than a grace (`--channel-grace`);
+//!   [`open_channel_with`] wraps every remote channel in it and turns the backend's own retries
+//!   off, so that a request is retried at one level.
 //! - [`EmulatedChannel`] and [`Store::with_latency`]: a cloud's request latency and bandwidth
 //!   ([`CloudLatency`]: S3, ElastiCache or a file) added to any channel or store, to see on one
 //!   machine what a protocol would take in a cloud ([`emulate`]).

@@ -241,14 +241,28 @@ impl Store {
         let path = self.path(key)?;
         trace!(location = %self.location(key), len = bytes.len(), "put");
         let payload = PutPayload::from(bytes);
+        self.put_racing_removals(key, || self.inner.put(&path, payload.clone()))
+            .await
+            .map_err(|e| self.backend(key, e))
+    }
+
+    /// Runs `put`, counting each attempt; on the local backend, again when it raced the removal
+    /// of its parent directory (at most [`LOCAL_PUT_ATTEMPTS`] times in all). The local backend
+    /// removes directories that deletes leave empty; a put that creates its parent directory
+    /// while a concurrent delete removes it fails. Rare and harmless: try again. Not a retry of
+    /// a failed request ([`crate::retry`]): the put never reached its file.
+    async fn put_racing_removals<F, Fut>(&self, key: &str, mut put: F) -> object_store::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = object_store::Result<object_store::PutResult>>,
+    {
         let mut attempt = 1;
         loop {
             self.count(Request::Put, 1);
-            match self.inner.put(&path, payload.clone()).await {
+            match put().await {
                 Ok(_) => return Ok(()),
-                // The local backend removes directories that deletes leave empty; a put that
-                // creates its parent directory while a concurrent delete removes it fails.
-                // Rare and harmless: try again.
+                // A create-if-absent that found its target (only `put_if_absent` asks): final.
+                Err(e @ object_store::Error::AlreadyExists { .. }) => return Err(e),
                 Err(e)
                     if self.kind == StoreKind::Local
                         && attempt < LOCAL_PUT_ATTEMPTS
@@ -257,7 +271,7 @@ impl Store {
                     debug!(location = %self.location(key), attempt, error = %e, "put raced a directory removal, retrying");
                     attempt += 1;
                 }
-                Err(e) => return Err(self.backend(key, e)),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -276,32 +290,17 @@ impl Store {
         trace!(location = %self.location(key), len = bytes.len(), "put if absent");
         let payload = PutPayload::from(bytes);
         let options = PutOptions::from(PutMode::Create);
-        let mut attempt = 1;
-        loop {
-            self.count(Request::Put, 1);
-            match self
-                .inner
-                .put_opts(&path, payload.clone(), options.clone())
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(object_store::Error::AlreadyExists { .. }) => {
-                    return Err(StoreError::AlreadyExists {
-                        location: self.location(key),
-                    });
-                }
-                // As for `put`; an existing target is `AlreadyExists` above, not an I/O error.
-                Err(e)
-                    if self.kind == StoreKind::Local
-                        && attempt < LOCAL_PUT_ATTEMPTS
-                        && raced_directory_removal(&e) =>
-                {
-                    debug!(location = %self.location(key), attempt, error = %e, "put raced a directory removal, retrying");
-                    attempt += 1;
-                }
-                Err(e) => return Err(self.backend(key, e)),
-            }
-        }
+        // As for `put`; an existing target is `AlreadyExists`, not an I/O error.
+        self.put_racing_removals(key, || {
+            self.inner.put_opts(&path, payload.clone(), options.clone())
+        })
+        .await
+        .map_err(|e| match e {
+            object_store::Error::AlreadyExists { .. } => StoreError::AlreadyExists {
+                location: self.location(key),
+            },
+            e => self.backend(key, e),
+        })
     }
 
     /// Reads an object; a missing object is [`StoreError::NotFound`].

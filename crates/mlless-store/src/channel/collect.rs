@@ -35,6 +35,37 @@ pub(crate) struct CollectPlan<'a> {
     pub(crate) landed: Option<&'a Notify>,
 }
 
+impl<'a> CollectPlan<'a> {
+    /// A collect of `from`'s messages of (`topic`, `step`) on `endpoint` within `timeout`,
+    /// polling with sleeps from `initial_backoff` doubling up to `max_backoff`, woken by
+    /// nothing ([`woken_by`](Self::woken_by) sets it).
+    pub(crate) fn polling(
+        endpoint: &'a str,
+        topic: &'a str,
+        step: u64,
+        from: &'a [WorkerId],
+        timeout: Duration,
+        (initial_backoff, max_backoff): (Duration, Duration),
+    ) -> Self {
+        CollectPlan {
+            endpoint,
+            topic,
+            step,
+            from,
+            timeout,
+            initial_backoff,
+            max_backoff,
+            landed: None,
+        }
+    }
+
+    /// Sleeps end early when `landed` is notified.
+    pub(crate) fn woken_by(mut self, landed: Option<&'a Notify>) -> Self {
+        self.landed = landed;
+        self
+    }
+}
+
 /// Collects the messages of `plan.from` by calling `poll` until every slot is filled.
 ///
 /// `poll` is one look at the step: it is given the slots (one per worker of `from`, `None`
@@ -56,16 +87,14 @@ where
     F: FnMut(Vec<Option<Bytes>>) -> Fut,
     Fut: Future<Output = Result<(Vec<Option<Bytes>>, bool), ChannelError>>,
 {
-    let CollectPlan {
-        endpoint,
-        topic,
-        step,
-        from,
-        timeout,
-        initial_backoff,
-        max_backoff,
-        landed,
-    } = plan;
+    let (endpoint, topic, step, from, timeout) = (
+        plan.endpoint,
+        plan.topic,
+        plan.step,
+        plan.from,
+        plan.timeout,
+    );
+    let (initial_backoff, max_backoff) = (plan.initial_backoff, plan.max_backoff);
     if from.is_empty() {
         return Ok(Vec::new());
     }
@@ -84,7 +113,7 @@ where
         polls += 1;
         // Registered before the poll looks, so that a message landing after the look wakes the
         // sleep after it.
-        let woken = std::pin::pin!(landed.map(Notify::notified));
+        let woken = std::pin::pin!(plan.landed.map(Notify::notified));
         let mut woken = woken.as_pin_mut();
         if let Some(woken) = woken.as_mut() {
             woken.as_mut().enable();

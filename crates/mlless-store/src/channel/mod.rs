@@ -23,7 +23,7 @@
 //! | [`ps`] | [`PsChannel`](ps::PsChannel) and [`PsServer`](ps::PsServer), the hybrid parameter server (feature `ps`) |
 //! | [`dynamodb`] | [`DynamoDbChannel`](dynamodb::DynamoDbChannel) (feature `dynamodb`) |
 //! | [`in_process`] | [`InProcessChannel`](in_process::InProcessChannel), for functions that are tasks of one process (no URL) |
-//! | [`retry`] | [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
+//! | [`retry`] | the one retry module: [`RetryPolicy`](retry::RetryPolicy), [`Transient`](retry::Transient), [`run`](retry::run), and [`RetryingChannel`](retry::RetryingChannel), the decorator that rides out outages |
 //! | `collect` | the collect-with-backoff loop of the backends without a blocking read |
 //! | [`average`] | [`Share`](average::Share) and [`Averaged`](average::Averaged), what [`Channel::publish_and_average`] takes and gives, and its default (the worker averages) |
 //!
@@ -213,6 +213,20 @@ pub(crate) fn seconds(d: &Duration) -> String {
     let text = format!("{:.3}", d.as_secs_f64());
     let text = text.trim_end_matches('0').trim_end_matches('.');
     format!("{text} s")
+}
+
+/// The URLs of a comma-separated list of servers (Redis shards, parameter servers), or
+/// [`ChannelError::InvalidUrl`] with `form` (the forms expected) when it names none.
+#[cfg(any(feature = "redis", feature = "ps"))]
+pub(crate) fn server_urls<'a>(urls: &'a str, form: &str) -> Result<Vec<&'a str>, ChannelError> {
+    let list = crate::parse::url_list(urls);
+    if list.is_empty() {
+        return Err(ChannelError::InvalidUrl {
+            url: crate::redact::redact_url(urls.trim()),
+            reason: form.to_string(),
+        });
+    }
+    Ok(list)
 }
 
 /// The segment under which the object-store and Redis channels keep keys; not usable as a

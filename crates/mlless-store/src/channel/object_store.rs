@@ -263,20 +263,14 @@ impl Channel for ObjectStoreChannel {
             (Some(watcher), Some(dir)) => watcher.watch(&dir.join(&prefix)).map(|w| (watcher, w)),
             _ => None,
         };
-        let plan = CollectPlan {
-            endpoint: &endpoint,
-            topic,
-            step,
-            from,
-            timeout,
-            initial_backoff: if watching.is_some() {
-                WOKEN_INITIAL_BACKOFF.min(self.max_backoff)
-            } else {
-                INITIAL_BACKOFF
-            },
-            max_backoff: self.max_backoff,
-            landed: watching.as_ref().map(|(watcher, _)| watcher.landed()),
+        let initial_backoff = if watching.is_some() {
+            WOKEN_INITIAL_BACKOFF.min(self.max_backoff)
+        } else {
+            INITIAL_BACKOFF
         };
+        let backoff = (initial_backoff, self.max_backoff);
+        let plan = CollectPlan::polling(&endpoint, topic, step, from, timeout, backoff)
+            .woken_by(watching.as_ref().map(|(watcher, _)| watcher.landed()));
         collect_with_backoff(plan, |mut slots| {
             let prefix = &prefix;
             async move {

@@ -232,7 +232,10 @@ async fn connect_redis(
     job_id: &str,
     options: ChannelOptions,
 ) -> Result<Arc<dyn Channel>, ChannelError> {
-    let channel = RedisChannel::connect(url, job_id).await?;
+    // The decorator retries its commands: the channel does not as well.
+    let channel = RedisChannel::connect(url, job_id)
+        .await?
+        .with_retry(super::retry::RetryPolicy::none());
     Ok(retrying(channel, options))
 }
 
@@ -253,7 +256,10 @@ async fn connect_memcached(
     job_id: &str,
     options: ChannelOptions,
 ) -> Result<Arc<dyn Channel>, ChannelError> {
-    let channel = MemcachedChannel::connect(url, job_id).await?;
+    // The decorator retries its exchanges: the channel does not as well.
+    let channel = MemcachedChannel::connect(url, job_id)
+        .await?
+        .with_retry(super::retry::RetryPolicy::none());
     Ok(retrying(channel, options))
 }
 

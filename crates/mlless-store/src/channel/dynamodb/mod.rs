@@ -606,16 +606,8 @@ impl Channel for DynamoDbChannel {
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
         self.check_topic(topic)?;
-        let plan = CollectPlan {
-            endpoint: &self.endpoint,
-            topic,
-            step,
-            from,
-            timeout,
-            initial_backoff: INITIAL_BACKOFF,
-            max_backoff: self.max_backoff,
-            landed: None,
-        };
+        let backoff = (INITIAL_BACKOFF, self.max_backoff);
+        let plan = CollectPlan::polling(&self.endpoint, topic, step, from, timeout, backoff);
         collect_with_backoff(plan, |mut slots| async move {
             let found = self.poll_step(topic, step, from, &mut slots).await?;
             Ok((slots, found))

@@ -190,14 +190,19 @@ impl Client {
     }
 
     /// Sends `cmds` on one connection and reads their replies, all within the operation
-    /// timeout. A connection whose exchange failed, timed out, or was cancelled is closed.
+    /// timeout. A connection whose exchange failed, timed out, or was cancelled is closed; if it
+    /// was a pooled one and `replace_stale`, the commands are sent once more on a new one.
     ///
     /// # Cancel safety
     ///
     /// The commands may have been carried out in part when the future is dropped; the
     /// connection, in an unknown state, is dropped with it (it is out of the pool while in use),
     /// never reused.
-    pub(super) async fn exchange(&self, cmds: &[Cmd]) -> Result<Vec<Reply>, MemcachedError> {
+    pub(super) async fn exchange(
+        &self,
+        cmds: &[Cmd],
+        replace_stale: bool,
+    ) -> Result<Vec<Reply>, MemcachedError> {
         let work = async {
             let _permit = self
                 .permits
@@ -221,7 +226,9 @@ impl Client {
                 // on a fresh one. Every command this module sends may be repeated: gets, sets,
                 // deletes and touches are idempotent, a repeated `add` finds its own item
                 // (publish handles that), and a repeated index line is harmless.
-                Err(e @ (MemcachedError::Closed | MemcachedError::Io(_))) if reused => {
+                Err(e @ (MemcachedError::Closed | MemcachedError::Io(_)))
+                    if reused && replace_stale =>
+                {
                     debug!(channel = %self.endpoint, error = %e, "stale connection; reconnecting");
                     drop(conn);
                     conn = match self.open().await {

@@ -75,11 +75,14 @@
 //! exchange run concurrently, so a pipeline of large values cannot deadlock on full socket
 //! buffers.
 //!
-//! After a server restart, an idle connection that fails is replaced by a new one once, and when
-//! no new connection can be opened (the server is away) every idle connection is dropped, so
-//! the client reconnects as soon as the server is back. Riding out the outage itself is the
-//! job of [`RetryingChannel`](crate::RetryingChannel), which [`open_channel`](crate::open_channel)
-//! wraps the channel in.
+//! After a server restart, an idle connection that fails is replaced by a new one once (when the
+//! channel's [`RetryPolicy`] retries: [`RetryPolicy::reconnect`], the default), and when no new
+//! connection can be opened (the server is away) every idle connection is dropped, so the
+//! client reconnects as soon as the server is back. Riding out the outage itself is the job of
+//! [`RetryingChannel`](crate::RetryingChannel), which [`open_channel`](crate::open_channel)
+//! wraps the channel in, with [`RetryPolicy::none`] for the channel's own policy
+//! ([`with_retry`](MemcachedChannel::with_retry)), so that a failed exchange is retried by the
+//! decorator alone.
 //!
 //! [`cleanup`]: Channel::cleanup
 
@@ -92,6 +95,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, trace};
 
 use crate::channel::collect::{CollectPlan, collect_with_backoff};
+use crate::channel::retry::RetryPolicy;
 use crate::channel::{Channel, ChannelError, WorkerId, check_name};
 use crate::redact::{redact_url, scrub, url_secrets};
 
@@ -144,6 +148,9 @@ pub struct MemcachedChannel {
     job_id: String,
     ttl_secs: u32,
     max_backoff: Duration,
+    /// Whether an exchange that failed on a pooled connection found dead is sent again on a
+    /// new one ([`RetryPolicy::retries`]).
+    retry: RetryPolicy,
     /// What this channel already recorded in the job's index.
     index: Arc<Mutex<IndexCache>>,
     /// The server's `evictions` counter when this channel connected.
@@ -255,6 +262,7 @@ impl MemcachedChannel {
             job_id: job_id.to_string(),
             ttl_secs: settings.ttl_secs,
             max_backoff: Self::DEFAULT_MAX_BACKOFF,
+            retry: RetryPolicy::reconnect(),
             index: Arc::default(),
             evictions_at_connect: evictions,
         })
@@ -269,9 +277,18 @@ impl MemcachedChannel {
             job_id: job_id.to_string(),
             ttl_secs: self.ttl_secs,
             max_backoff: self.max_backoff,
+            retry: self.retry,
             index: Arc::default(),
             evictions_at_connect: self.evictions_at_connect,
         })
+    }
+
+    /// Sets whether an exchange that failed on a pooled connection found dead is sent again on
+    /// a new one (default [`RetryPolicy::reconnect`]: yes); [`RetryPolicy::none`] under a
+    /// [`RetryingChannel`](crate::RetryingChannel), so that a request is retried at one level.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
     }
 
     /// Sets the cap of the collect backoff (default 10 ms; at least 0.2 ms).
@@ -362,7 +379,7 @@ impl MemcachedChannel {
     /// One exchange; errors name `what` (an item key).
     async fn exchange(&self, what: &str, cmds: &[Cmd]) -> Result<Vec<Reply>, ChannelError> {
         self.client
-            .exchange(cmds)
+            .exchange(cmds, self.retry.retries())
             .await
             .map_err(|e| self.backend_error(what, e))
     }
@@ -528,16 +545,9 @@ impl Channel for MemcachedChannel {
     ) -> Result<Vec<Bytes>, ChannelError> {
         self.check_topic(topic)?;
         let keys = self.message_keys(topic, step, from);
-        let plan = CollectPlan {
-            endpoint: &self.client.endpoint,
-            topic,
-            step,
-            from,
-            timeout,
-            initial_backoff: INITIAL_BACKOFF,
-            max_backoff: self.max_backoff,
-            landed: None,
-        };
+        let backoff = (INITIAL_BACKOFF, self.max_backoff);
+        let endpoint = &self.client.endpoint;
+        let plan = CollectPlan::polling(endpoint, topic, step, from, timeout, backoff);
         collect_with_backoff(plan, |mut slots| {
             let keys = &keys;
             async move {

@@ -148,13 +148,7 @@ impl PsChannel {
     ///
     /// Cancel-safe: connecting writes nothing.
     pub async fn connect(urls: &str, job_id: &str) -> Result<PsChannel, ChannelError> {
-        let list = crate::parse::url_list(urls);
-        if list.is_empty() {
-            return Err(ChannelError::InvalidUrl {
-                url: redact_url(urls.trim()),
-                reason: FORM.into(),
-            });
-        }
+        let list = crate::channel::server_urls(urls, FORM)?;
         let describe = list
             .iter()
             .map(|u| parse_one(u).map(|(authority, _)| format!("ps://{authority}")))

@@ -40,12 +40,15 @@
 //! - keys: `SET … EX` and `GET` on shard 0.
 //! - [`cleanup`](Channel::cleanup): `SCAN MATCH mlless:{job}:*` + `UNLINK` on every shard.
 //!
-//! Commands that fail on a dropped connection or a timeout are retried a few times (all of them
-//! are idempotent); the shared connection of each shard reconnects by itself, and a blocking-read
-//! connection that failed is dropped with every idle one (they died in the same outage), so the
-//! next read opens a new one. A longer outage — a server restart — is ridden out by wrapping
-//! the channel in a [`RetryingChannel`](crate::RetryingChannel), as
-//! [`open_channel`](crate::open_channel) does.
+//! The shared connection of each shard reconnects by itself, and a blocking-read connection that
+//! failed is dropped with every idle one (they died in the same outage), so the next read opens
+//! a new one. Used bare, the channel retries a command that failed on a dropped connection or a
+//! timeout under [`RetryPolicy::reconnect`] (a few attempts; all commands are idempotent). A
+//! longer outage — a server restart — is ridden out by a
+//! [`RetryingChannel`](crate::RetryingChannel), as [`open_channel`](crate::open_channel)
+//! opens it: then the channel's policy is [`RetryPolicy::none`]
+//! ([`with_retry`](RedisChannel::with_retry)), so that a failed command is retried by the
+//! decorator alone.
 //!
 //! `shard.rs` holds one server's connections, retries and errors; `reply.rs` reads the replies
 //! of the stream commands.
@@ -59,8 +62,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Script, Value};
 use tracing::{debug, trace};
 
+use crate::channel::retry::RetryPolicy;
 use crate::channel::{
-    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule,
+    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule, server_urls,
 };
 use crate::redact::{redact_url, scrub};
 use crate::store::check_segment;
@@ -69,8 +73,8 @@ mod reply;
 mod shard;
 use reply::*;
 
-use shard::{ATTEMPTS, RETRY_DELAY, Shard, is_transient};
 pub use shard::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use shard::{Shard, is_transient};
 
 /// Default lifetime of every key the channel writes, refreshed on each write: what a job that
 /// never calls [`Channel::cleanup`] leaves behind is gone after this.
@@ -86,38 +90,31 @@ const BLOCKED_READ_GRACE: Duration = Duration::from_secs(10);
 /// Keys removed per `UNLINK` (and asked per `SCAN`) by a cleanup.
 const CLEANUP_BATCH: usize = 500;
 
-/// Publishes one message unless the worker's message of that step is already there.
-/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds. Returns 1 if stored, 0 if not.
-static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return 0
-end
-local id = redis.call('XADD', KEYS[1], '*', 'w', ARGV[1], 'p', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], id)
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-return 1
-",
-    )
-});
-
-/// Publishes one message as [`PUBLISH_SCRIPT`] does, then returns every entry of the step's
-/// stream (`XRANGE - +`): the publish and the first read of a step in one round trip.
-/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds.
-static PUBLISH_AND_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+/// The Lua that appends one message unless the worker's message of that step is already there,
+/// records its id in the index and sets the TTLs, leaving `stored` 1 if it stored it, 0 if not.
+/// KEYS: stream, index. ARGV: worker, payload, TTL in seconds. The body of both publish
+/// scripts.
+const PUBLISH_LUA: &str = r"
+local stored = 0
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then
   local id = redis.call('XADD', KEYS[1], '*', 'w', ARGV[1], 'p', ARGV[2])
   redis.call('HSET', KEYS[2], ARGV[1], id)
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
+  stored = 1
 end
-return redis.call('XRANGE', KEYS[1], '-', '+')
-",
-    )
+";
+
+/// Publishes one message ([`PUBLISH_LUA`]). Returns 1 if stored, 0 if not.
+static PUBLISH_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{PUBLISH_LUA}return stored\n")));
+
+/// Publishes one message as [`PUBLISH_SCRIPT`] does, then returns every entry of the step's
+/// stream (`XRANGE - +`): the publish and the first read of a step in one round trip.
+static PUBLISH_AND_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PUBLISH_LUA}return redis.call('XRANGE', KEYS[1], '-', '+')\n"
+    ))
 });
 
 /// Removes the given workers' messages of one step.
@@ -160,6 +157,8 @@ pub struct RedisChannel {
     /// `mlless:{job}:`
     prefix: String,
     ttl: Duration,
+    /// How a command that failed on the connection is attempted again.
+    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for RedisChannel {
@@ -169,6 +168,7 @@ impl std::fmt::Debug for RedisChannel {
             .field("endpoint", &self.shared.describe)
             .field("job_id", &self.job_id)
             .field("ttl", &self.ttl)
+            .field("retry", &self.retry)
             .finish()
     }
 }
@@ -189,15 +189,11 @@ impl RedisChannel {
     ///
     /// Cancel-safe: connecting writes nothing; a cancelled connect drops its connections.
     pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel, ChannelError> {
-        let list = crate::parse::url_list(urls);
-        if list.is_empty() {
-            return Err(ChannelError::InvalidUrl {
-                url: redact_url(urls.trim()),
-                reason: "no Redis URL given (expected redis://host:port, or a comma-separated \
-                         list of one URL per shard)"
-                    .to_string(),
-            });
-        }
+        let list = server_urls(
+            urls,
+            "no Redis URL given (expected redis://host:port, or a comma-separated list of one \
+             URL per shard)",
+        )?;
         for (i, url) in list.iter().enumerate() {
             if list[..i].contains(url) {
                 return Err(ChannelError::InvalidUrl {
@@ -226,6 +222,7 @@ impl RedisChannel {
             job_id: job_id.to_string(),
             prefix: format!("{KEY_PREFIX}:{job_id}:"),
             ttl: DEFAULT_TTL,
+            retry: RetryPolicy::reconnect(),
         }
     }
 
@@ -236,7 +233,22 @@ impl RedisChannel {
     /// prefix of another's.
     pub fn for_job(&self, job_id: &str) -> Result<RedisChannel, ChannelError> {
         check_job_id(job_id, &self.shared.describe)?;
-        Ok(Self::with_shared(Arc::clone(&self.shared), job_id).with_ttl(self.ttl))
+        Ok(Self::with_shared(Arc::clone(&self.shared), job_id)
+            .with_ttl(self.ttl)
+            .with_retry(self.retry))
+    }
+
+    /// Sets how a command that failed on a dropped connection or a timeout is attempted again
+    /// (default [`RetryPolicy::reconnect`]); [`RetryPolicy::none`] under a
+    /// [`RetryingChannel`](crate::RetryingChannel), so that a request is retried at one level.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> RedisChannel {
+        self.retry = retry;
+        self
+    }
+
+    /// How a command that failed on the connection is attempted again.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
     }
 
     /// Sets the lifetime of the keys this channel writes (default [`DEFAULT_TTL`], at least one
@@ -376,9 +388,11 @@ impl RedisChannel {
             return Ok(found);
         }
         let mut conn: Option<MultiplexedConnection> = None;
-        let mut delay = RETRY_DELAY;
+        let mut backoff = self.retry.backoff();
         let mut reads = 0u32;
+        // The failed reads in a row, and when the first of them failed.
         let mut failures = 0u32;
+        let mut failing_since: Option<Instant> = None;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let attempt = async {
@@ -401,8 +415,9 @@ impl RedisChannel {
             let error = match outcome {
                 Ok(Ok((c, reply))) => {
                     conn = Some(c);
-                    delay = RETRY_DELAY;
+                    backoff = self.retry.backoff();
                     failures = 0;
+                    failing_since = None;
                     for (id, worker, payload) in stream_entries(reply) {
                         last_id = id;
                         if let Some(worker) = worker.filter(|w| wanted.contains(w)) {
@@ -428,16 +443,24 @@ impl RedisChannel {
                     return Ok(found);
                 }
                 None => {}
-                Some(e) if is_transient(&e) && !expired && failures + 1 < ATTEMPTS => {
+                Some(e)
+                    if is_transient(&e)
+                        && !expired
+                        && self.retry.allows_another(
+                            failures + 1,
+                            failing_since.get_or_insert_with(Instant::now).elapsed(),
+                        ) =>
+                {
                     // `conn` is None: a failed connection is dropped, never reused, and so are
                     // the idle ones, opened before the same outage. A server that stays away
-                    // after a few attempts is the caller's to ride out (`RetryingChannel`).
+                    // is the caller's to ride out (`RetryingChannel`).
                     failures += 1;
                     shard.forget_readers();
-                    let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
+                    let pause = backoff
+                        .next_delay()
+                        .min(deadline.saturating_duration_since(Instant::now()));
                     debug!(shard = %shard.address, key, error = %scrub(&e.to_string(), &shard.secrets), retry_in = ?pause, "blocking read failed, reconnecting");
                     tokio::time::sleep(pause).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
                 }
                 Some(e) => {
                     if is_transient(&e) {
@@ -447,6 +470,36 @@ impl RedisChannel {
                 }
             }
         }
+    }
+
+    /// Runs `script`, one of the publish scripts ([`PUBLISH_LUA`]), for `from`'s message of
+    /// (`topic`, `step`) on `shard`.
+    async fn run_publish<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        shard: &Shard,
+        topic: &str,
+        step: u64,
+        from: WorkerId,
+        payload: &Bytes,
+    ) -> Result<T, ChannelError> {
+        let stream = self.stream_key(topic, step);
+        let index = self.index_key(topic, step);
+        let ttl = self.ttl.as_secs();
+        let (stream_ref, index_ref) = (&stream, &index);
+        shard
+            .retry("publish", &self.retry, |mut conn| async move {
+                let mut invocation = script.prepare_invoke();
+                invocation
+                    .key(stream_ref)
+                    .key(index_ref)
+                    .arg(from)
+                    .arg(payload.as_ref())
+                    .arg(ttl);
+                invocation.invoke_async(&mut conn).await
+            })
+            .await
+            .map_err(|e| self.backend_error(shard, "publish", &stream, e))
     }
 
     /// The payloads of `from` in its order out of what a collect `found`, or the
@@ -508,22 +561,9 @@ impl Channel for RedisChannel {
         self.check_topic(topic)?;
         let shard = self.shard(self.shard_of(from));
         let stream = self.stream_key(topic, step);
-        let index = self.index_key(topic, step);
-        let ttl = self.ttl.as_secs();
-        let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
-        let stored: i64 = shard
-            .retry("publish", |mut conn| async move {
-                let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
-                invocation
-                    .key(stream_ref)
-                    .key(index_ref)
-                    .arg(from)
-                    .arg(payload_ref.as_ref())
-                    .arg(ttl);
-                invocation.invoke_async(&mut conn).await
-            })
-            .await
-            .map_err(|e| self.backend_error(shard, "publish", &stream, e))?;
+        let stored: i64 = self
+            .run_publish(&PUBLISH_SCRIPT, shard, topic, step, from, &payload)
+            .await?;
         trace!(channel = %self.describe(), key = stream, from, len = payload.len(), stored = stored == 1, "publish");
         Ok(())
     }
@@ -577,22 +617,9 @@ impl Channel for RedisChannel {
         let own = self.shard_of(from);
         let shard = self.shard(own);
         let stream = self.stream_key(topic, step);
-        let index = self.index_key(topic, step);
-        let ttl = self.ttl.as_secs();
-        let (stream_ref, index_ref, payload_ref) = (&stream, &index, &payload);
-        let entries: Value = shard
-            .retry("publish", |mut conn| async move {
-                let mut invocation = PUBLISH_AND_READ_SCRIPT.prepare_invoke();
-                invocation
-                    .key(stream_ref)
-                    .key(index_ref)
-                    .arg(from)
-                    .arg(payload_ref.as_ref())
-                    .arg(ttl);
-                invocation.invoke_async(&mut conn).await
-            })
-            .await
-            .map_err(|e| self.backend_error(shard, "publish", &stream, e))?;
+        let entries: Value = self
+            .run_publish(&PUBLISH_AND_READ_SCRIPT, shard, topic, step, from, &payload)
+            .await?;
         let read = StreamRead::of_range(entries);
         trace!(channel = %self.describe(), key = stream, from, len = payload.len(), present = read.found.len(), "publish and read");
         if peers.is_empty() {
@@ -615,7 +642,7 @@ impl Channel for RedisChannel {
             let (stream, index) = (&stream, &index);
             async move {
                 let removed: i64 = shard
-                    .retry("discard", |mut conn| async move {
+                    .retry("discard", &self.retry, |mut conn| async move {
                         let mut invocation = DISCARD_SCRIPT.prepare_invoke();
                         invocation.key(stream).key(index).arg(linger);
                         for w in workers {
@@ -640,7 +667,7 @@ impl Channel for RedisChannel {
         let ttl = self.ttl.as_secs();
         let (k, v) = (&redis_key, &value);
         shard
-            .retry("put_key", |mut conn| async move {
+            .retry("put_key", &self.retry, |mut conn| async move {
                 redis::cmd("SET")
                     .arg(k)
                     .arg(v.as_ref())
@@ -659,7 +686,7 @@ impl Channel for RedisChannel {
         let redis_key = self.key_key(key);
         let k = &redis_key;
         shard
-            .retry("get_key", |mut conn| async move {
+            .retry("get_key", &self.retry, |mut conn| async move {
                 redis::cmd("GET")
                     .arg(k)
                     .query_async::<Option<Bytes>>(&mut conn)
@@ -679,7 +706,7 @@ impl Channel for RedisChannel {
                 let mut removed = 0usize;
                 loop {
                     let (next, keys): (u64, Vec<Vec<u8>>) = shard
-                        .retry("cleanup (SCAN)", |mut conn| async move {
+                        .retry("cleanup (SCAN)", &self.retry, |mut conn| async move {
                             redis::cmd("SCAN")
                                 .arg(cursor)
                                 .arg("MATCH")
@@ -693,7 +720,7 @@ impl Channel for RedisChannel {
                         .map_err(|e| self.backend_error(shard, "cleanup (SCAN)", pattern, e))?;
                     for batch in keys.chunks(CLEANUP_BATCH) {
                         shard
-                            .retry("cleanup (UNLINK)", |mut conn| async move {
+                            .retry("cleanup (UNLINK)", &self.retry, |mut conn| async move {
                                 redis::cmd("UNLINK")
                                     .arg(batch)
                                     .query_async::<()>(&mut conn)

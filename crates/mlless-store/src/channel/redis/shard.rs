@@ -1,5 +1,6 @@
 //! One Redis server (or database) of a [`RedisChannel`](super::RedisChannel): its
-//! connections, the retries of a command on a dropped connection, and what its errors mean.
+//! connections, the attempts of a command (under the channel's
+//! [`RetryPolicy`](crate::retry::RetryPolicy)), and what its errors mean.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKin
 use tracing::{debug, trace};
 
 use crate::channel::ChannelError;
+use crate::channel::retry::{self, RetryPolicy, Transient};
 use crate::redact::{redact_url, scrub, url_secrets};
 
 /// How long [`RedisChannel::connect`] waits for each server (TCP, TLS, authentication, `PING`).
@@ -16,10 +18,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a command other than a blocking read may wait for its reply (large payloads on a
 /// slow link take time).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Attempts of a command that failed on a dropped connection or a timeout.
-pub(super) const ATTEMPTS: u32 = 3;
-/// First pause between two attempts; doubles after each.
-pub(super) const RETRY_DELAY: Duration = Duration::from_millis(50);
 /// Idle blocking-read connections kept per shard.
 const MAX_IDLE_READERS: usize = 16;
 
@@ -139,33 +137,36 @@ impl Shard {
         }
     }
 
-    /// Runs `attempt` on the shared connection, again after a short pause if it failed on a
-    /// dropped connection or a timeout (at most [`ATTEMPTS`] times in all).
+    /// Runs `attempt` on the shared connection, again after a pause if it failed on a dropped
+    /// connection or a timeout, as `policy` allows ([`RetryPolicy::none`] under a
+    /// [`RetryingChannel`](crate::RetryingChannel), which retries instead).
     ///
     /// # Cancel safety
     ///
     /// A cancelled command may or may not have run (every command the channel sends may be
     /// repeated); the multiplexed connection drops its late reply and stays usable.
-    pub(super) async fn retry<T, F, Fut>(&self, op: &str, mut attempt: F) -> Result<T, RedisError>
+    pub(super) async fn retry<T, F, Fut>(
+        &self,
+        op: &str,
+        policy: &RetryPolicy,
+        mut attempt: F,
+    ) -> Result<T, RedisError>
     where
         F: FnMut(ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        let mut delay = RETRY_DELAY;
-        let mut tries = 1;
-        loop {
-            match attempt(self.commands.clone()).await {
-                Ok(value) => return Ok(value),
-                Err(e) if tries < ATTEMPTS && is_transient(&e) => {
+        retry::run(
+            policy,
+            || attempt(self.commands.clone()),
+            |e, tries, pause| {
+                if let Some(pause) = pause {
                     let error = scrub(&e.to_string(), &self.secrets);
-                    debug!(shard = %self.address, op, attempt = tries, %error, retry_in = ?delay, "Redis command failed, retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                    tries += 1;
+                    debug!(shard = %self.address, op, attempt = tries, %error, retry_in = ?pause, "Redis command failed, retrying");
                 }
-                Err(e) => return Err(e),
-            }
-        }
+            },
+        )
+        .await
+        .result
     }
 }
 
@@ -200,6 +201,12 @@ fn reader_config() -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(None)
+}
+
+impl Transient for RedisError {
+    fn is_transient(&self) -> bool {
+        is_transient(self)
+    }
 }
 
 /// Errors worth another attempt: the connection dropped or timed out, or the server is busy.

@@ -1,5 +1,29 @@
-//! [`RetryingChannel`]: a [`Channel`] decorator that rides out an outage of the server behind a
+//! Retries: the one module that says when a request is attempted again, and
+//! [`RetryingChannel`], a [`Channel`] decorator that rides out an outage of the server behind a
 //! channel, in the manner of `object_store`'s decorators (`ThrottledStore`, `LimitStore`).
+//!
+//! # One retry module, one level per request
+//!
+//! `policy.rs` holds the [`RetryPolicy`] (attempts, backoff with jitter, deadline), the
+//! [`Transient`] trait by which each backend says which of its errors are worth another attempt,
+//! and [`run`], the one retry loop. Its callers:
+//!
+//! - [`RetryingChannel`] runs every operation under [`RetryPolicy::grace`] (`--channel-grace`);
+//!   [`open_channel_with`](crate::open_channel_with) wraps every remote channel in it.
+//! - The backends that reconnect by themselves take a policy (`RedisChannel::with_retry`,
+//!   `MemcachedChannel::with_retry`): [`RetryPolicy::reconnect`] when used bare (a few attempts,
+//!   enough for a dropped connection), [`RetryPolicy::none`] under the decorator, which
+//!   [`open_channel_with`](crate::open_channel_with) sets — so a failed Redis command is retried
+//!   by the decorator alone, not by the backend and again by the decorator.
+//! - The other backends (parameter server, DynamoDB, the object store) retry nothing
+//!   themselves; they mark their errors transient or not.
+//!
+//! Not retries of a failed request, and therefore not here: the polling of a collect for
+//! messages not yet there (`channel::collect`), DynamoDB's batches sent again for the items
+//! they left unprocessed (a partial success), and a local put that raced a directory removal.
+//! `object_store`'s own retry of S3 requests (its `RetryConfig`: throttling, 5xx, connection
+//! errors, per HTTP request) is a store's, for every use of a store — data, checkpoints,
+//! records — and is left as it is; an S3 channel's error reaches the decorator only after it.
 //!
 //! # What it does
 //!
@@ -18,9 +42,10 @@
 //! corrupt value, a server refusing a command, and the [`ChannelError::Timeout`] of a collect —
 //! are returned at once.
 //!
-//! The first failure of an outage is logged with `warn!` and the recovery with `info!`, once
-//! per outage of the channel (not per attempt, not per operation); the attempts in between are
-//! `debug!`.
+//! An outage — a failure that the first retry did not cure — is logged with `warn!` when that
+//! retry fails and its end with `info!`, once per outage of the channel (not per attempt, not
+//! per operation); the attempts in between, and a failure that one retry cures (a connection
+//! the server dropped, which the backends used to retry themselves, silently), are `debug!`.
 //!
 //! # Collect keeps its timeout
 //!
@@ -72,21 +97,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rand::Rng;
 use tracing::{debug, info, warn};
 
 use super::average::{Averaged, Share};
 use super::{Channel, ChannelError, WorkerId};
+
+mod policy;
+pub use policy::{
+    Attempts, RECONNECT_ATTEMPTS, RECONNECT_MAX_BACKOFF, RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF,
+    RetryPolicy, Transient, run,
+};
 
 /// How long an outage of a remote channel is ridden out by default: what [`open_channel`]
 /// uses.
 ///
 /// [`open_channel`]: crate::open_channel
 pub const DEFAULT_CHANNEL_GRACE: Duration = Duration::from_secs(30);
-/// First pause after a transient failure.
-pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest pause between two attempts.
-pub const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// How [`open_channel_with`](crate::open_channel_with) opens a channel.
 ///
@@ -135,7 +161,12 @@ impl ChannelOptions {
 /// use std::time::Duration;
 /// use mlless_store::{RedisChannel, RetryingChannel};
 ///
-/// let redis = RedisChannel::connect("redis://127.0.0.1:6379", "job-1").await?;
+/// use mlless_store::retry::RetryPolicy;
+///
+/// // The decorator retries: the channel's own attempts are turned off (one level per request).
+/// let redis = RedisChannel::connect("redis://127.0.0.1:6379", "job-1")
+///     .await?
+///     .with_retry(RetryPolicy::none());
 /// let channel = RetryingChannel::new(redis, Duration::from_secs(10));
 /// # Ok(())
 /// # }
@@ -144,6 +175,8 @@ impl ChannelOptions {
 pub struct RetryingChannel<C> {
     inner: C,
     grace: Duration,
+    /// How the grace is ridden out ([`RetryPolicy::grace`]).
+    policy: RetryPolicy,
     /// When the current outage was first noticed, shared by every operation (for the logs).
     outage: Arc<Mutex<Option<Instant>>>,
 }
@@ -153,6 +186,7 @@ impl<C: Clone> Clone for RetryingChannel<C> {
         RetryingChannel {
             inner: self.inner.clone(),
             grace: self.grace,
+            policy: self.policy,
             outage: Arc::clone(&self.outage),
         }
     }
@@ -164,6 +198,7 @@ impl<C: Channel> RetryingChannel<C> {
         RetryingChannel {
             inner,
             grace,
+            policy: RetryPolicy::grace(grace),
             outage: Arc::default(),
         }
     }
@@ -178,38 +213,41 @@ impl<C: Channel> RetryingChannel<C> {
         self.grace
     }
 
-    /// Runs `attempt` until it succeeds, fails with an error that is not transient, or
-    /// has kept failing for the grace.
-    async fn run<T, F, Fut>(&self, operation: &str, mut attempt: F) -> Result<T, ChannelError>
+    /// Runs `attempt` under the grace's [`RetryPolicy`] until it succeeds, fails with an error
+    /// that is not transient, or has kept failing for the grace.
+    async fn run<T, F, Fut>(&self, operation: &str, attempt: F) -> Result<T, ChannelError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ChannelError>>,
     {
-        let mut first_failure: Option<Instant> = None;
-        let mut backoff = Backoff::new(RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF);
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let error = match attempt().await {
-                Ok(value) => {
-                    if let Some(since) = first_failure {
-                        self.recovered(operation, since, attempts);
-                    }
-                    return Ok(value);
-                }
-                Err(e) if !e.is_transient() => {
-                    if let Some(since) = first_failure {
-                        // The server answered: the connection is back.
-                        self.recovered(operation, since, attempts);
-                    }
-                    return Err(e);
-                }
-                Err(e) => e,
-            };
-            let since = *first_failure.get_or_insert_with(Instant::now);
-            self.outage_noticed(operation, &error);
-            let waited = since.elapsed();
-            if waited >= self.grace {
+        let outcome = policy::run(&self.policy, attempt, |error, attempts, pause| {
+            if attempts > 1 {
+                self.outage_noticed(operation, error);
+            }
+            if let Some(pause) = pause {
+                debug!(
+                    channel = %self.inner.describe(),
+                    operation,
+                    attempt = attempts,
+                    error = %error,
+                    retry_in = ?pause,
+                    "channel operation failed on the connection, retrying"
+                );
+            }
+        })
+        .await;
+        let exhausted = outcome.exhausted();
+        let Attempts {
+            result,
+            attempts,
+            first_failure,
+        } = outcome;
+        let Some(since) = first_failure else {
+            return result;
+        };
+        match result {
+            Err(error) if exhausted => {
+                let waited = since.elapsed();
                 warn!(
                     channel = %self.inner.describe(),
                     operation,
@@ -218,19 +256,13 @@ impl<C: Channel> RetryingChannel<C> {
                     grace = ?self.grace,
                     "channel still unreachable after the grace, giving up"
                 );
-                return Err(self.unavailable(operation, waited, error));
+                Err(self.unavailable(operation, waited, error))
             }
-            // The last attempt happens when the grace runs out.
-            let pause = backoff.next_delay().min(self.grace - waited);
-            debug!(
-                channel = %self.inner.describe(),
-                operation,
-                attempt = attempts,
-                error = %error,
-                retry_in = ?pause,
-                "channel operation failed on the connection, retrying"
-            );
-            tokio::time::sleep(pause).await;
+            // A success, or an answer about the request: the connection is back.
+            result => {
+                self.recovered(operation, since, attempts);
+                result
+            }
         }
     }
 
@@ -398,36 +430,6 @@ impl<C: Channel> Channel for RetryingChannel<C> {
     }
 }
 
-/// The pauses between attempts: `initial`, doubling up to `max`, each jittered.
-#[derive(Clone, Debug)]
-pub(crate) struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
-        Backoff { next: initial, max }
-    }
-
-    /// The next nominal pause (before jitter).
-    pub(crate) fn next_nominal(&mut self) -> Duration {
-        let nominal = self.next.min(self.max);
-        self.next = (self.next * 2).min(self.max);
-        nominal
-    }
-
-    /// The next pause: the nominal one scaled by a random factor in [0.5, 1].
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        jitter(self.next_nominal(), rand::rng().random_range(0.0..=1.0))
-    }
-}
-
-/// `nominal` scaled to between half and all of it: `unit` in [0, 1] picks where.
-fn jitter(nominal: Duration, unit: f64) -> Duration {
-    nominal.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,34 +479,6 @@ mod tests {
             source: Box::new(backend(true)),
         };
         assert!(!unavailable.is_transient());
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let mut b = Backoff::new(RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF);
-        let nominal: Vec<u64> = (0..9)
-            .map(|_| b.next_nominal().as_millis() as u64)
-            .collect();
-        assert_eq!(nominal, [50, 100, 200, 400, 800, 1600, 2000, 2000, 2000]);
-    }
-
-    #[test]
-    fn jitter_stays_between_half_and_all() {
-        let d = Duration::from_millis(800);
-        assert_eq!(jitter(d, 0.0), Duration::from_millis(400));
-        assert_eq!(jitter(d, 1.0), d);
-        assert_eq!(jitter(d, 0.5), Duration::from_millis(600));
-        let mut b = Backoff::new(RETRY_INITIAL_BACKOFF, RETRY_MAX_BACKOFF);
-        for i in 0..20 {
-            let nominal = RETRY_INITIAL_BACKOFF
-                .saturating_mul(1 << i.min(10))
-                .min(RETRY_MAX_BACKOFF);
-            let delay = b.next_delay();
-            assert!(
-                delay >= nominal / 2 && delay <= nominal,
-                "{delay:?} vs {nominal:?}"
-            );
-        }
     }
 
     #[test]
