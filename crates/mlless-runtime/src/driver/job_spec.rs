@@ -75,7 +75,11 @@ pub(super) fn job_spec(
         validation,
         resumptions: Vec::new(),
         training: TrainingConfig {
-            decay_epochs: Some(training.decay_epochs.unwrap_or(defaults.decay_epochs)),
+            decay_epochs: Some(
+                training
+                    .decay_epochs
+                    .unwrap_or_else(|| defaults.decay_epochs_under(training.sync)),
+            ),
             stop: StopCriteria {
                 tolerance: training
                     .stop
