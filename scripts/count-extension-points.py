@@ -55,9 +55,14 @@ def main():
                 seen.add(key)
                 places.append(f'{span["file_name"]}:{span["line_start"]}: {diagnostic["message"]}')
             for s in suggestions(diagnostic):
-                # One fix a place: the lib's and the test target's differ only in the path.
-                edits.setdefault(s["file_name"], {}).setdefault(
-                    (s["byte_start"], s["byte_end"]), s["suggested_replacement"])
+                # One fix a place: the lib's and the test target's differ in the path they
+                # name the type by (`SyncMode::` or `protocol::SyncMode::`); the shortest is
+                # the one in scope.
+                fixes = edits.setdefault(s["file_name"], {})
+                span = (s["byte_start"], s["byte_end"])
+                replacement = s["suggested_replacement"]
+                if span not in fixes or len(replacement) < len(fixes[span]):
+                    fixes[span] = replacement
         if not edits:
             break
         for name, spans in edits.items():

@@ -86,6 +86,31 @@ impl ModelChoice {
         }
     }
 
+    /// Whether the model trains on ratings (a data set of `user item rating` triples) rather
+    /// than on feature rows.
+    pub fn trains_on_ratings(&self) -> bool {
+        match self {
+            Self::MatrixFactorization => true,
+            Self::LogisticRegression | Self::Svm | Self::KMeans | Self::Mlp => false,
+        }
+    }
+
+    /// The `--model` names of the models that train on ratings (`true`) or on feature rows
+    /// (`false`), in [`ALL`](Self::ALL)'s order, as a sentence lists them: `lr, svm, kmeans or
+    /// mlp`.
+    pub fn names_training_on(ratings: bool) -> String {
+        let names: Vec<&str> = Self::ALL
+            .iter()
+            .filter(|m| m.trains_on_ratings() == ratings)
+            .map(|m| m.name())
+            .collect();
+        match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    }
+
     /// One line on what the model is, for `--help`.
     pub fn description(&self) -> &'static str {
         match self {
@@ -162,5 +187,14 @@ mod tests {
             message.ends_with("(one of: lr, pmf, svm, kmeans, mlp)"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_models_of_rows_and_of_ratings_are_listed_as_a_sentence() {
+        assert_eq!(
+            ModelChoice::names_training_on(false),
+            "lr, svm, kmeans or mlp"
+        );
+        assert_eq!(ModelChoice::names_training_on(true), "pmf");
     }
 }

@@ -442,9 +442,10 @@ pub(super) fn model_spec(
                 prior: pmf_prior(options.hyper.prior, defaults.prior, dataset)?,
             }
         }
-        (ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
+        (choice @ ModelChoice::MatrixFactorization, DatasetKind::Sparse { .. }) => {
             return Err(Mismatch::RatingsModelOnRows {
                 data_url: dataset.url().to_owned(),
+                model: choice.name(),
             }
             .into());
         }

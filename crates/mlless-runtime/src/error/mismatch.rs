@@ -10,15 +10,20 @@ use mlless_data::LabelAt;
 pub enum Mismatch {
     /// `--model pmf` of a data set of feature rows.
     #[error(
-        "{data_url} holds labelled feature rows: train it with --model lr, svm, kmeans or mlp, \
-         not pmf"
+        "{data_url} holds labelled feature rows: train it with --model {}, not {model}",
+        mlless_job::ModelChoice::names_training_on(false)
     )]
     RatingsModelOnRows {
         /// The data set.
         data_url: String,
+        /// The model's short name (`pmf`).
+        model: &'static str,
     },
     /// A model of feature rows of a data set of ratings.
-    #[error("{data_url} holds ratings: train it with --model pmf, not {model}")]
+    #[error(
+        "{data_url} holds ratings: train it with --model {}, not {model}",
+        mlless_job::ModelChoice::names_training_on(true)
+    )]
     RowsModelOnRatings {
         /// The data set.
         data_url: String,
