@@ -8,6 +8,7 @@ that depend on it from being checked, so one pass would count the first crate's 
 Prints one `file:line: message` a place, then the count.
 """
 import json
+import re
 import subprocess
 import sys
 
@@ -60,7 +61,10 @@ def main():
                 # the one in scope.
                 fixes = edits.setdefault(s["file_name"], {})
                 span = (s["byte_start"], s["byte_end"])
-                replacement = s["suggested_replacement"]
+                # rustc names a type of the same crate by its path from the crate's root
+                # (`protocol::Pattern`), which is not in scope in a module: from the root.
+                replacement = re.sub(r"(?<![\w:])((?!mlless_)[a-z_]+::[A-Z]\w*::DummyExtensionPoint)",
+                                     r"crate::\1", s["suggested_replacement"])
                 if span not in fixes or len(replacement) < len(fixes[span]):
                     fixes[span] = replacement
         if not edits:
