@@ -142,7 +142,8 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = Schedule::InvSqrtEpoch)]
     pub schedule: Schedule,
     /// inv-sqrt-epoch's time constant T in epochs: the rate is lr / sqrt(1 + epoch / T), half
-    /// its start after 3T epochs [default: lr 16 under bsp and isp, otherwise 1].
+    /// its start after 3T epochs [default: lr under bsp and isp a hundredth of the training rows an
+    /// average feature occurs in, from 1 to 16; otherwise 1].
     #[arg(long, value_name = "T")]
     pub decay_epochs: Option<f64>,
     /// L2 regularisation, per example [default: lr 1e-4, pmf 0.1].

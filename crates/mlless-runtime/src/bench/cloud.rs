@@ -296,6 +296,8 @@ impl CloudData {
                 let sample = DataSample {
                     positive_rate: positives as f64 / rows.rows().max(1) as f64,
                     curvature: rows.top_second_moment(features as usize, CURVATURE_ITERATIONS),
+                    // Only the rate is read here, not the schedule.
+                    feature_occurrences: 0.0,
                 };
                 let batches: Vec<Batch> = order
                     .chunks(batch_size as usize)
@@ -361,6 +363,7 @@ impl CloudData {
                 let sample = DataSample {
                     positive_rate: 0.5,
                     curvature: 0.0,
+                    feature_occurrences: 0.0,
                 };
                 (spec, batches, sample, batch_size)
             }

@@ -25,6 +25,7 @@ pub(super) fn job_spec(
     let sample = sample.unwrap_or(DataSample {
         positive_rate: 0.5,
         curvature: 0.0,
+        feature_occurrences: 0.0,
     });
     let rate = sample.positive_rate;
     let model = model_spec(options, dataset, &defaults, rate)?;
@@ -78,7 +79,7 @@ pub(super) fn job_spec(
             decay_epochs: Some(
                 training
                     .decay_epochs
-                    .unwrap_or_else(|| defaults.decay_epochs_under(training.sync)),
+                    .unwrap_or_else(|| defaults.decay_epochs_under(training.sync, sample)),
             ),
             stop: StopCriteria {
                 tolerance: training

@@ -107,8 +107,9 @@ pub const PMF_PRIOR: f32 = 10.0;
 /// rate is [`Defaults::lr`]; see [`Defaults::lr_for`].
 pub const LR_REFERENCE_BATCH: u64 = 1000;
 
-/// Sparse LR's default time constant of the inverse-square-root schedule, in epochs: its rate
-/// is `lr / sqrt(1 + epoch / 16)`, half the first one's after 48 epochs. With `lr / sqrt(epoch +
+/// Sparse LR's longest default time constant of the inverse-square-root schedule, in epochs
+/// (on well-sampled features, [`Defaults::decay_epochs_under`]): its rate is then
+/// `lr / sqrt(1 + epoch / 16)`, half the first one's after 48 epochs. With `lr / sqrt(epoch +
 /// 1)` the rate fell to a sixth of its start by epoch 40 while the weights still travelled, on
 /// data that a few features nearly separate (real web-page sets; `generate sparse-lr
 /// --positive-rate 0.03 --margin-std 6`): 40 epochs ended 3.5% above the C = 1 optimum's test
@@ -118,6 +119,10 @@ pub const LR_REFERENCE_BATCH: u64 = 1000;
 /// factorisation keeps 1, on which its defaults were chosen, and so do SSP and ASP
 /// ([`Defaults::decay_epochs_under`]).
 pub const LR_DECAY_EPOCHS: f64 = 16.0;
+
+/// Feature occurrences ([`DataSample::feature_occurrences`]) per epoch of the schedule's time
+/// constant: see [`Defaults::decay_epochs_under`].
+pub const OCCURRENCES_PER_DECAY_EPOCH: f64 = 100.0;
 
 /// The largest factor by which [`Defaults::lr_for`] scales the rate up: beyond it momentum's
 /// step risks the stability limit (tested on the web-like, a9a-like and balanced sets with 4
@@ -187,14 +192,21 @@ impl Defaults {
             }
     }
 
-    /// The schedule's time constant for a job synchronised by `sync`: [`Defaults::decay_epochs`]
-    /// under BSP and ISP, 1 under SSP and ASP. Their updates are stale, and a stale step
-    /// tolerates a smaller rate: under ASP, sparse LR's rate decaying over 16 epochs sent the
-    /// validation log loss from 0.26 to above 1 within 5 epochs in 3 runs of 6 (4 workers,
-    /// balanced data), where `lr / sqrt(epoch + 1)` converged in all 4.
-    pub fn decay_epochs_under(&self, sync: SyncMode) -> f64 {
+    /// The schedule's time constant for a job synchronised by `sync` on data like `sample`:
+    /// 1 under SSP and ASP; under BSP and ISP, [`Defaults::decay_epochs`] (sparse LR's 16) when
+    /// the average feature occurs in at least 1,600 training rows, down to 1 at 100 and fewer
+    /// (a hundredth of [`DataSample::feature_occurrences`], between 1 and the default).
+    ///
+    /// A slowly decaying rate lets the large weights of data that a few frequent features
+    /// nearly separate be reached (web-page sets: 3.5% above the optimum after 40 epochs with 1,
+    /// 1.4% below with 16), but on a long tail of rare features, seen in a few rows each, it
+    /// fits their noise instead (the tests' Zipf set, 100,000 features in 270,000 rows: 1.3%
+    /// worse after 10 epochs with 16). Stale steps (SSP, ASP) tolerate a smaller rate: under
+    /// ASP, 16 sent the validation log loss from 0.26 to above 1 within 5 epochs in 3 runs of 6
+    /// (4 workers, balanced data), where 1 converged in all.
+    pub fn decay_epochs_under(&self, sync: SyncMode, sample: DataSample) -> f64 {
         if sync.is_synchronous() {
-            self.decay_epochs
+            (sample.feature_occurrences / OCCURRENCES_PER_DECAY_EPOCH).clamp(1.0, self.decay_epochs)
         } else {
             1.0
         }
@@ -295,6 +307,11 @@ pub struct DataSample {
     /// ([`mlless_core::SparseBatch::top_second_moment`]): near 10 for one-hot features, far
     /// larger for counts or unscaled values.
     pub curvature: f64,
+    /// The rows of the training set an average feature occurs in: its rows times the sample's
+    /// mean non-zeros a row, over the features (0: unknown). Few on a long tail of rare
+    /// features (the Zipf set of the tests: 81), many on a few hundred keywords (web-page
+    /// sets: 1,400); see [`Defaults::decay_epochs_under`].
+    pub feature_occurrences: f64,
 }
 
 impl DataSample {
@@ -352,6 +369,7 @@ pub async fn estimate_sample(dataset: &Dataset) -> Result<DataSample> {
         return Ok(DataSample {
             positive_rate: 0.5,
             curvature: 0.0,
+            feature_occurrences: 0.0,
         });
     }
     let positives: f64 = sample.labels.iter().map(|&l| f64::from(l)).sum();
@@ -359,9 +377,18 @@ pub async fn estimate_sample(dataset: &Dataset) -> Result<DataSample> {
         DatasetKind::Sparse { features } => features as usize,
         _ => 0,
     };
+    let train_rows: u64 = dataset
+        .manifest()
+        .train
+        .batches
+        .iter()
+        .map(|b| u64::from(b.samples))
+        .sum();
+    let mean_nnz = sample.nnz() as f64 / sample.rows() as f64;
     Ok(DataSample {
         positive_rate: positives / sample.rows() as f64,
         curvature: sample.top_second_moment(features, CURVATURE_ITERATIONS),
+        feature_occurrences: train_rows as f64 * mean_nnz / features.max(1) as f64,
     })
 }
 
@@ -491,11 +518,13 @@ mod tests {
         let one_hot = super::DataSample {
             positive_rate: 0.5,
             curvature: 5.2,
+            feature_occurrences: 0.0,
         };
         assert_eq!(one_hot.unstable_rate_warning(8.0), None);
         let counts = super::DataSample {
             positive_rate: 0.26,
             curvature: 104.0,
+            feature_occurrences: 0.0,
         };
         let warning = counts.unstable_rate_warning(4.0).expect("warned");
         assert!(
@@ -508,18 +537,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sparse_lr_decays_over_16_epochs_when_synchronous_and_over_1_otherwise() {
+    fn sparse_lr_decays_slowly_on_well_sampled_features_when_synchronous() {
         let lr = Defaults::for_model(ModelChoice::LogisticRegression, None);
-        assert_eq!(lr.decay_epochs_under(SyncMode::Bsp), LR_DECAY_EPOCHS);
+        let sample = |feature_occurrences| DataSample {
+            positive_rate: 0.03,
+            curvature: 5.0,
+            feature_occurrences,
+        };
+        let keywords = sample(1440.0);
+        assert_eq!(
+            lr.decay_epochs_under(SyncMode::Bsp, sample(1600.0)),
+            LR_DECAY_EPOCHS
+        );
+        assert_eq!(
+            lr.decay_epochs_under(SyncMode::Bsp, sample(1e6)),
+            LR_DECAY_EPOCHS
+        );
+        assert!((lr.decay_epochs_under(SyncMode::Bsp, keywords) - 14.4).abs() < 1e-9);
         let isp = SyncMode::Isp {
             significance: 0.7,
             scale: mlless_core::SignificanceScale::Mean,
         };
-        assert_eq!(lr.decay_epochs_under(isp), LR_DECAY_EPOCHS);
-        assert_eq!(lr.decay_epochs_under(SyncMode::Ssp { slack: 3 }), 1.0);
-        assert_eq!(lr.decay_epochs_under(SyncMode::Asp), 1.0);
+        assert!((lr.decay_epochs_under(isp, keywords) - 14.4).abs() < 1e-9);
+        // A long tail of rare features, or no sample: the schedule of before.
+        assert_eq!(lr.decay_epochs_under(SyncMode::Bsp, sample(81.0)), 1.0);
+        assert_eq!(lr.decay_epochs_under(SyncMode::Bsp, sample(0.0)), 1.0);
+        assert_eq!(
+            lr.decay_epochs_under(SyncMode::Ssp { slack: 3 }, keywords),
+            1.0
+        );
+        assert_eq!(lr.decay_epochs_under(SyncMode::Asp, keywords), 1.0);
         let pmf = Defaults::for_model(ModelChoice::MatrixFactorization, None);
-        assert_eq!(pmf.decay_epochs_under(SyncMode::Bsp), 1.0);
+        assert_eq!(pmf.decay_epochs_under(SyncMode::Bsp, keywords), 1.0);
     }
 
     #[test]
@@ -529,6 +578,7 @@ mod tests {
         let sample = |positive_rate| DataSample {
             positive_rate,
             curvature: 0.0,
+            feature_occurrences: 0.0,
         };
         let lr =
             |batch, rate| momentum.lr_for(ModelChoice::LogisticRegression, batch, sample(rate));
@@ -555,6 +605,7 @@ mod tests {
         let counts = DataSample {
             positive_rate: 0.26,
             curvature: 104.0,
+            feature_occurrences: 0.0,
         };
         let bound = DEFAULT_STEP_BOUND / counts.log_loss_curvature();
         assert!((f64::from(lr_at(&momentum, 4000, counts)) - bound).abs() < 1e-6);
@@ -563,6 +614,7 @@ mod tests {
         let one_hot = DataSample {
             positive_rate: 0.5,
             curvature: 5.0,
+            feature_occurrences: 0.0,
         };
         assert_eq!(lr_at(&momentum, 4000, one_hot), 2.0);
         // Adam and the other models keep their rate.
