@@ -31,9 +31,8 @@
 //! # Idempotent publish
 //!
 //! A message head is written with `add`, so the first publish of a (topic, step, worker) wins
-//! and a second one stores nothing (if it was chunked, it deletes its own, unused chunks). A
-//! re-invoked worker therefore never changes a message that a collector may already have read.
-//! Keys are written with `set`: the last write wins.
+//! and a second one stores nothing (a chunked one deletes its unused chunks): a re-invoked
+//! worker never changes a message a collector may have read. Keys are `set`: the last one wins.
 //!
 //! # Collect
 //!
@@ -59,9 +58,9 @@
 //! writing chunks and head, the chunks of a key value replaced by a concurrent writer, anything
 //! written if an index append failed — are not deleted by cleanup; every item therefore also
 //! carries an expiration ([`DEFAULT_TTL`](MemcachedChannel::DEFAULT_TTL), 24 h, or
-//! `?ttl=SECONDS`), after which Memcached drops it. Size the server's memory (`-m`) for the data in flight: Memcached is a
-//! cache and evicts least-recently-used items when full, and an evicted message shows up as a
-//! collect timeout.
+//! `?ttl=SECONDS`), after which Memcached drops it. Size the server's memory (`-m`) for the data
+//! in flight: Memcached evicts least-recently-used items when full, and an evicted message shows
+//! up as a collect timeout.
 //!
 //! # Client
 //!
