@@ -377,13 +377,7 @@ pub async fn estimate_sample(dataset: &Dataset) -> Result<DataSample> {
         DatasetKind::Sparse { features } => features as usize,
         _ => 0,
     };
-    let train_rows: u64 = dataset
-        .manifest()
-        .train
-        .batches
-        .iter()
-        .map(|b| u64::from(b.samples))
-        .sum();
+    let train_rows = dataset.manifest().train.samples;
     let mean_nnz = sample.nnz() as f64 / sample.rows() as f64;
     Ok(DataSample {
         positive_rate: positives / sample.rows() as f64,
