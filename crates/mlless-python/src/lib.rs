@@ -353,7 +353,7 @@ fn prepare(py: Python<'_>, argv: Vec<String>, log: Option<Py<PyAny>>) -> PyResul
             }
             interrupts.check(what)
         };
-        runtime.block_on(mlless_runtime::prepare::prepare_with(
+        runtime.block_on(mlless_runtime::prepare_with(
             &options,
             invoker,
             &mut observe,

@@ -48,9 +48,8 @@ impl JobContext {
             data_store = data_store.with_latency(&mlless_store::CloudLatency::s3());
         }
         let mut dataset = Dataset::open_store(data_store).await?;
-        crate::error::check_dataset_id(
+        dataset.check_prepared_as(
             spec.dataset_id.as_deref(),
-            dataset.manifest(),
             spec.run_url.as_str(),
             spec.data_url.as_str(),
         )?;

@@ -136,4 +136,31 @@ impl Dataset {
     pub fn url(&self) -> &str {
         self.store.url()
     }
+
+    /// Refuses this data set for the run at `run_url` that started on the preparation
+    /// `expected` (its spec's `dataset_id`; `None`, a run older than the id: not checked), if it
+    /// was prepared again since (`data_url` as the spec names it, for the error).
+    pub(crate) fn check_prepared_as(
+        &self,
+        expected: Option<&str>,
+        run_url: &str,
+        data_url: &str,
+    ) -> Result<()> {
+        let Some(expected) = expected else {
+            return Ok(());
+        };
+        let manifest = self.manifest();
+        if manifest.dataset_id.as_deref() == Some(expected) {
+            return Ok(());
+        }
+        Err(RuntimeError::DatasetChanged {
+            run_url: mlless_store::redact_url(run_url),
+            data_url: mlless_store::redact_url(data_url),
+            expected: expected.to_owned(),
+            found: manifest.dataset_id.as_ref().map_or_else(
+                || "one without a data set id".to_owned(),
+                |id| format!("data set id {id}"),
+            ),
+        })
+    }
 }

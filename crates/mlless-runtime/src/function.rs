@@ -35,10 +35,10 @@ pub async fn run_function(payload: &[u8]) -> Result<()> {
             crate::requests::leave(&store, SUPERVISOR_ROLE, start).await;
             outcome
         }
-        Payload::RangeMap(task) => crate::prepare::run_range_map(task).await,
-        Payload::ScaleMap(task) => crate::prepare::run_scale_map(task).await,
-        Payload::SplitMap(task) => crate::prepare::run_split_map(task).await,
-        Payload::ShuffleReduce(task) => crate::prepare::run_shuffle_reduce(task).await,
+        Payload::RangeMap(task) => mlless_prepare::run_range_map(task).await,
+        Payload::ScaleMap(task) => mlless_prepare::run_scale_map(task).await,
+        Payload::SplitMap(task) => mlless_prepare::run_split_map(task).await,
+        Payload::ShuffleReduce(task) => mlless_prepare::run_shuffle_reduce(task).await,
         Payload::ChannelBench(task) => crate::bench::run_channel_bench(task).await,
         Payload::Ping => Ok(()),
     }

@@ -1,9 +1,12 @@
 //! The runtime of mlless: the driver that a user's process runs, the worker and supervisor
-//! functions, and the map tasks of data preparation.
+//! functions, the one dispatch every function invocation goes through ([`run_function`]), and
+//! the jobs built on them: the benchmarks, the hyperparameter search, prediction and export.
 //!
 //! Dependencies point one way: this crate uses the maths of `mlless-core`, the formats of
-//! `mlless-data`, and the backends behind the traits of `mlless-store` (object store, channel)
-//! and `mlless-faas` (invoker); it knows no backend by name.
+//! `mlless-data`, the backends behind the traits of `mlless-store` (object store, channel)
+//! and `mlless-faas` (invoker), the payloads, messages and errors of `mlless-function`
+//! (re-exported here as [`task`], [`messages`] and [`error`]) and the map tasks of
+//! `mlless-prepare` (its entry points re-exported); it knows no backend by name.
 //!
 //! A training job, as [`driver::train`] runs it: the driver writes a
 //! [`JobSpec`](mlless_job::JobSpec) (the job's plain data live in `mlless-job`), invokes one
@@ -15,20 +18,16 @@ pub mod checkpoint;
 pub mod context;
 pub mod dataset;
 pub mod driver;
-pub mod error;
 mod exchange;
 pub mod export;
 pub mod fleet;
 pub mod function;
 pub mod job_id;
 pub mod lease;
-pub mod messages;
 pub mod predict;
-pub mod prepare;
 mod requests;
 pub mod runs;
 pub mod supervisor;
-pub mod task;
 pub mod tune;
 pub mod worker;
 
@@ -80,7 +79,8 @@ pub use error::{
     InputError, Internal, Mismatch, NOT_RESUMABLE, NeedsValidation, Refusal, Result, RuntimeError,
 };
 pub use function::run_function;
-pub use prepare::{
+pub use mlless_function::{error, messages, task};
+pub use mlless_prepare::{
     MapRound, PrepareOptions, PrepareStage, TestSet, ValidationSet, prepare, prepare_with,
 };
 pub use task::{Payload, ShuffleReduceTask, SplitMapTask, Start};

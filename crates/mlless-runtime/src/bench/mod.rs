@@ -122,7 +122,7 @@ pub async fn channel_bench(
             })
         })
         .collect();
-    if let Err(e) = crate::prepare::run_tasks(&invoker, "bench", &payloads, limits).await {
+    if let Err(e) = mlless_prepare::run_tasks(&invoker, "bench", &payloads, limits).await {
         if let Err(cleanup) = ch.cleanup().await {
             tracing::warn!("could not clean up the benchmark's channel: {cleanup}");
         }

@@ -6,6 +6,7 @@ mod invocations;
 mod job_spec;
 mod models;
 mod resume;
+pub use mlless_function::{CANCEL_GRACE, Control};
 use resume::*;
 pub use resume::{ResumeOptions, resumable_step, resume};
 
@@ -160,28 +161,6 @@ pub struct LiveProgress {
     /// without a validation set).
     pub validation: Option<crate::messages::ValidationProgress>,
 }
-
-/// What the caller of [`train`] or [`resume`] asks for each time it is shown progress.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Control {
-    /// Go on.
-    #[default]
-    Continue,
-    /// Stop the run after the step the workers are in, as the supervisor's own stops do: the
-    /// run ends with a record whose stop reason is [`CANCELLED`](mlless_job::record::CANCELLED)
-    /// (and may be resumed). Asking again changes nothing.
-    Cancel,
-    /// Stop the run as [`Cancel`](Self::Cancel) does, for this reason, which the record keeps
-    /// as its stop reason (a search's, say: "stopped by the search at rung 1 (1 epoch): …").
-    /// The run has finished: it is not resumed. Asking again, or then cancelling, changes
-    /// nothing.
-    Stop(String),
-    /// Kill every function now; the run ends with [`RuntimeError::Cancelled`].
-    Kill,
-}
-
-/// How long a cancelled run may take to stop by itself before its functions are killed.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(30);
 
 /// Trains a model as `options` say, reporting progress to `observe` (every 100 ms), which may
 /// cancel the run ([`Control`]); returns the complete run record, also written to the run's

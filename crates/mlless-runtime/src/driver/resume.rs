@@ -178,12 +178,7 @@ pub(super) async fn resume_leased(
     }
     // The data set as it was when the run started: prepared again since, it holds other rows.
     let dataset = Dataset::open(spec.data_url.as_str()).await?;
-    crate::error::check_dataset_id(
-        spec.dataset_id.as_deref(),
-        dataset.manifest(),
-        run_url,
-        spec.data_url.as_str(),
-    )?;
+    dataset.check_prepared_as(spec.dataset_id.as_deref(), run_url, spec.data_url.as_str())?;
     // The fleet as train checked it (the spec may be older than a check, or hand-made), before
     // anything is sized by it, and against what this invoker runs at once.
     spec.training.validate(ModelChoice::of(&spec.model))?;

@@ -2,7 +2,7 @@
 //! rows into buckets, the shuffle-reduce task shuffles a bucket into minibatches.
 
 use super::*;
-use crate::{InputError, Internal};
+use mlless_function::{InputError, Internal};
 
 pub(super) fn split_report_key(task: u32) -> String {
     format!("staging/maps/{task:05}.json")

@@ -22,7 +22,7 @@
 //! two give the same data set, object for object, for the same seed.
 
 mod tasks;
-use crate::{InputError, Internal, Refusal};
+use mlless_function::{InputError, Internal, Refusal};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,9 +48,9 @@ use super::{
     UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, run_map_tasks,
     shuffle_budget, split_sizes,
 };
-use crate::error::{Result, RuntimeError};
-use crate::messages::Message;
-use crate::task::{InputSegment, Payload, ShuffleReduceTask, SplitMapTask};
+use mlless_function::messages::Message;
+use mlless_function::task::{InputSegment, Payload, ShuffleReduceTask, SplitMapTask};
+use mlless_function::{Result, RuntimeError};
 
 /// Buckets at most: each split-map task holds one buffer per bucket.
 const MAX_BUCKETS: u64 = 4096;

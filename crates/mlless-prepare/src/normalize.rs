@@ -305,7 +305,7 @@ pub(super) fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
 
 /// Invokes one function per payload (named `{name}-{i}`), waits for all and returns their
 /// reports; the first failure kills the others and is the error.
-pub(crate) async fn run_tasks(
+pub async fn run_tasks(
     invoker: &Arc<dyn Invoker>,
     name: &str,
     payloads: &[Payload],

@@ -34,7 +34,7 @@
 //! and the preparation ends in [`RuntimeError::PrepareCancelled`]. `Control::Kill` (a second
 //! Ctrl-C, or [`CANCEL_GRACE`] after the cancel) kills the map tasks at once.
 
-use crate::{Internal, Refusal};
+use mlless_function::{Internal, Refusal};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,7 +65,7 @@ mod options;
 mod read;
 mod stage;
 
-pub(crate) use normalize::run_tasks;
+pub use normalize::run_tasks;
 use normalize::*;
 pub use normalize::{run_range_map, run_scale_map};
 pub use options::{PrepareOptions, TestSet, ValidationSet};
@@ -75,11 +75,11 @@ pub use stage::{MapRound, PrepareStage};
 
 pub use distributed::{run_shuffle_reduce, run_split_map};
 
-use crate::driver::{CANCEL_GRACE, Control};
-use crate::error::{Result, RuntimeError};
-use crate::messages::Message;
-use crate::task::{Payload, RangeMapTask, ScaleMapTask};
 use input::{InputParts, InputReader};
+use mlless_function::messages::Message;
+use mlless_function::task::{Payload, RangeMapTask, ScaleMapTask};
+use mlless_function::{CANCEL_GRACE, Control};
+use mlless_function::{Result, RuntimeError};
 use mlless_job::config::{ConfigError, validate_limits};
 
 /// Objects written at once while uploading minibatches.

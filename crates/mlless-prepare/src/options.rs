@@ -1,7 +1,7 @@
 //! What `mlless prepare` is asked to do: [`PrepareOptions`], [`TestSet`], [`ValidationSet`].
 
 use super::*;
-use crate::Refusal;
+use mlless_function::Refusal;
 
 /// Where the test set comes from.
 #[derive(Debug, Clone, PartialEq)]

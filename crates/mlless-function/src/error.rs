@@ -162,7 +162,7 @@ pub enum RuntimeError {
         /// The memory cap given.
         memory_mb: u32,
     },
-    /// Another driver holds the run's lease ([`crate::lease`]): the run is still running, and
+    /// Another driver holds the run's lease (the runtime's `lease` module): the run is still running, and
     /// a second driver would share its channel.
     #[error(
         "the run at {run_url} is still being driven by another `mlless train` (pid {pid}, \
@@ -295,32 +295,6 @@ fn lease_race_message(location: &str, source: Option<&serde_json::Error>) -> Str
         Some(e) => format!("{location}: another driver took the run's lease first ({e})"),
         None => format!("{location}: could not take the run's lease: other drivers keep taking it"),
     }
-}
-
-/// Refuses the data set `manifest` (at `data_url`) for the run at `run_url` that started on
-/// the preparation `expected` (its spec's `dataset_id`; `None`, a run older than the id: not
-/// checked).
-pub(crate) fn check_dataset_id(
-    expected: Option<&str>,
-    manifest: &mlless_data::Manifest,
-    run_url: &str,
-    data_url: &str,
-) -> Result<()> {
-    let Some(expected) = expected else {
-        return Ok(());
-    };
-    if manifest.dataset_id.as_deref() == Some(expected) {
-        return Ok(());
-    }
-    Err(RuntimeError::DatasetChanged {
-        run_url: mlless_store::redact_url(run_url),
-        data_url: mlless_store::redact_url(data_url),
-        expected: expected.to_owned(),
-        found: manifest.dataset_id.as_ref().map_or_else(
-            || "one without a data set id".to_owned(),
-            |id| format!("data set id {id}"),
-        ),
-    })
 }
 
 /// A `Result` with a [`RuntimeError`].

@@ -6,13 +6,13 @@
 //! `.` is skipped, as are empty ones: the markers and empty partitions that Spark, Hadoop and
 //! friends leave beside their part files (`_SUCCESS`, `.part-0.crc`).
 
-use crate::InputError;
+use mlless_function::InputError;
 use std::path::{Path, PathBuf};
 
 use futures::{StreamExt, TryStreamExt};
 use mlless_store::{Store, StoreError};
 
-use crate::error::{Result, RuntimeError};
+use mlless_function::{Result, RuntimeError};
 
 /// Objects whose sizes are asked for at once.
 const HEAD_CONCURRENCY: usize = 16;

@@ -2,7 +2,7 @@
 //! larger than the shuffle budget; the split into training, test and validation rows.
 
 use super::*;
-use crate::{Internal, Refusal};
+use mlless_function::{Internal, Refusal};
 
 /// The names of the splits, in the order of [`Input::samples`] and of the minibatches written.
 pub(super) const SPLITS: [&str; 3] = ["train", "test", "validation"];

@@ -2,7 +2,7 @@
 //! carries (as JSON) and the tasks of the roles that are not a training job's — the map and
 //! reduce tasks of a preparation, a worker of the channel benchmark. It sits below both the
 //! roles, which build payloads (the driver, the preparation, the benchmark), and the dispatch
-//! that runs them ([`crate::function`]), and imports neither.
+//! that runs them (`mlless_runtime::run_function`), and imports neither.
 
 use serde::{Deserialize, Serialize};
 
@@ -86,7 +86,7 @@ pub struct RangeMapTask {
     /// Where to write the ranges.
     pub out_key: String,
     /// The object whose presence asks the task to stop before its next minibatch, without
-    /// writing `out_key` ([`STOP_KEY`](crate::prepare::STOP_KEY); none in payloads from before it existed).
+    /// writing `out_key` (`mlless_prepare::STOP_KEY`; none in payloads from before it existed).
     #[serde(default)]
     pub stop_key: Option<String>,
 }
@@ -103,7 +103,7 @@ pub struct ScaleMapTask {
     /// Where to write the [`BatchInfo`](mlless_data::BatchInfo)s of the written minibatches (JSON).
     pub out_key: String,
     /// The object whose presence asks the task to stop before its next minibatch, without
-    /// writing `out_key` ([`STOP_KEY`](crate::prepare::STOP_KEY); none in payloads from before it existed).
+    /// writing `out_key` (`mlless_prepare::STOP_KEY`; none in payloads from before it existed).
     #[serde(default)]
     pub stop_key: Option<String>,
 }
