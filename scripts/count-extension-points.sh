@@ -25,7 +25,7 @@ for kind in "${kinds[@]}"; do
     model) file=crates/mlless-job/src/model.rs enum=ModelChoice ;;
     model-spec) file=crates/mlless-core/src/model.rs enum=ModelSpec ;;
     sync) file=crates/mlless-job/src/protocol.rs enum=SyncMode ;;
-    channel) file=crates/mlless-store/src/parse.rs enum=ChannelScheme ;;
+    channel) file=crates/mlless-io-types/src/scheme.rs enum=ChannelScheme ;;
     pattern) file=crates/mlless-job/src/protocol.rs enum=Pattern ;;
     algorithm) file=crates/mlless-job/src/protocol.rs enum=Algorithm ;;
     *) echo "unknown kind $kind (model, model-spec, sync, channel, pattern, algorithm)" >&2; exit 2 ;;

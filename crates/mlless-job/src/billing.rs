@@ -3,7 +3,7 @@
 //! record and the configuration, which both ask it.
 
 use mlless_cost::{ChannelKind, ObjectRequests};
-use mlless_store::ChannelScheme;
+use mlless_io_types::ChannelScheme;
 
 /// The kind of channel a run with channel URL `channel` (the spec's, as `mlless train
 /// --channel` takes it) is billed as: its servers per instance, or the object store's requests.
@@ -27,7 +27,7 @@ pub fn channel_kind(channel: Option<&str>) -> ChannelKind {
 /// The requests and request units of `counts` as a bill charges them: PUTs and LIST pages at the
 /// object store's write rate, GETs, misses and HEADs at its read rate, and the DynamoDB
 /// channel's write and read request units at DynamoDB's.
-pub fn billed_requests(counts: &mlless_store::RequestCounts) -> ObjectRequests {
+pub fn billed_requests(counts: &mlless_io_types::RequestCounts) -> ObjectRequests {
     ObjectRequests {
         writes: counts.writes(),
         reads: counts.reads(),
@@ -39,7 +39,7 @@ pub fn billed_requests(counts: &mlless_store::RequestCounts) -> ObjectRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mlless_store::StoreKind;
+    use mlless_io_types::StoreKind;
 
     #[test]
     fn channels_are_billed_by_their_scheme() {

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use mlless_core::{Compression, ScaleInConfig, Schedule};
-use mlless_faas::Limits;
-use mlless_store::redact_url;
+use mlless_io_types::Limits;
+use mlless_io_types::redact_url;
 use serde::{Deserialize, Serialize};
 
 use crate::fault::Fault;
@@ -143,7 +143,7 @@ pub struct TrainingConfig {
     /// and S3's to each of its reads of the data set: a run on this machine whose steps take
     /// what they would there.
     #[serde(default)]
-    pub emulate: Option<mlless_store::CloudLatency>,
+    pub emulate: Option<mlless_io_types::CloudLatency>,
     /// `--refit`: once the run has stopped, the driver trains a second job on the training and
     /// validation sets together for the epochs early stopping chose, and keeps its model
     /// ([`RunRecord::refit`](crate::RunRecord::refit)).
@@ -156,7 +156,7 @@ pub struct TrainingConfig {
 }
 
 /// A cloud latency of `--emulate` as the cost model takes it ([`mlless_cost::cloud`]).
-pub fn service_latency(latency: &mlless_store::CloudLatency) -> mlless_cost::ServiceLatency {
+pub fn service_latency(latency: &mlless_io_types::CloudLatency) -> mlless_cost::ServiceLatency {
     mlless_cost::ServiceLatency {
         name: latency.name.clone(),
         request_ms: latency.request_ms,
@@ -227,7 +227,7 @@ pub fn saturating_seconds(seconds: f64) -> Duration {
 }
 
 fn default_channel_grace_s() -> f64 {
-    mlless_store::DEFAULT_CHANNEL_GRACE.as_secs_f64()
+    mlless_io_types::DEFAULT_CHANNEL_GRACE.as_secs_f64()
 }
 
 /// Why a [`TrainingConfig`] cannot run; each message names the flags of `mlless train` (and of
@@ -405,9 +405,10 @@ impl TrainingConfig {
         )
     }
 
-    /// The options every function opens the job's channel with.
-    pub fn channel_options(&self) -> mlless_store::ChannelOptions {
-        mlless_store::ChannelOptions::default().with_grace(saturating_seconds(self.channel_grace_s))
+    /// How long every function rides out an outage of the job's channel (`--channel-grace`),
+    /// what it opens the channel with (`mlless_store::ChannelOptions::with_grace`).
+    pub fn channel_grace(&self) -> Duration {
+        saturating_seconds(self.channel_grace_s)
     }
 
     /// Checks the options on their own and against each other for a job training `model`
@@ -511,10 +512,10 @@ impl TrainingConfig {
             && !pattern.runs_on(crate::billing::channel_kind(self.channel.as_deref()))
         {
             return Err(ConfigError::PatternNeedsParameterServer {
-                channel: self
-                    .channel
-                    .as_deref()
-                    .map_or_else(|| "the run's store".to_string(), mlless_store::redact_url),
+                channel: self.channel.as_deref().map_or_else(
+                    || "the run's store".to_string(),
+                    mlless_io_types::redact_url,
+                ),
             });
         }
         let algorithm = self.algorithm;
@@ -598,7 +599,7 @@ mod tests {
             ..sample()
         };
         assert!(config.validate(ModelChoice::LogisticRegression).is_err());
-        let _ = config.channel_options();
+        let _ = config.channel_grace();
         config.channel_grace_s = 30.0;
         config.worker_deadline_s = Some(1e300);
         assert!(config.validate(ModelChoice::LogisticRegression).is_err());

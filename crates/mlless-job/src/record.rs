@@ -3,7 +3,7 @@
 
 use mlless_core::Metrics;
 use mlless_cost::{Bill, CostClock, ObjectRequests, PriceTable, RequestBasis, Span, Usage};
-use mlless_faas::InvocationReport;
+use mlless_io_types::InvocationReport;
 use serde::{Deserialize, Serialize};
 
 use crate::billing::{billed_requests, channel_kind};
@@ -52,7 +52,7 @@ pub struct RunRecord {
     /// channel's messages, checkpoints, the driver's own): what the bill charges. `None` in
     /// records of older versions, whose bills estimated them.
     #[serde(default)]
-    pub requests: Option<mlless_store::RequestCounts>,
+    pub requests: Option<mlless_io_types::RequestCounts>,
     /// Location of the final model.
     pub model_url: String,
     /// Largest difference between two workers' final replicas of one parameter: 0 under BSP;

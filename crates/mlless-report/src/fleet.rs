@@ -4,7 +4,7 @@
 //! preparation in a panel of their own, on the preparation's clock); and the workers' mean step
 //! time stacked as read, compute and exchange.
 
-use mlless_faas::{InvocationReport, Outcome};
+use mlless_io_types::{InvocationReport, Outcome};
 use mlless_job::SUPERVISOR_ROLE;
 use plotters::prelude::*;
 

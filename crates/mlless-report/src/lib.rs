@@ -134,7 +134,7 @@ impl ReportOptions {
             if self.cloud_sets_channel {
                 m.channel = match latency.reads_at_once {
                     // The built-in DynamoDB latency (`--emulate dynamodb`, the name of
-                    // `mlless_store::CloudLatency::dynamodb`): billed by its request units, not
+                    // `mlless_io_types::CloudLatency::dynamodb`): billed by its request units, not
                     // as a server.
                     _ if latency.name == "dynamodb" => mlless_cost::ChannelKind::DynamoDb,
                     Some(_) => mlless_cost::ChannelKind::ObjectStore,

@@ -117,7 +117,7 @@ fn renders_plots_and_a_self_contained_page() {
 /// [`record`] under ISP on Redis, a little slower, with a worker handed off at its lifetime
 /// limit, another replaced after a crash, and one removed by scale-in.
 fn isp_record() -> RunRecord {
-    use mlless_faas::Outcome;
+    use mlless_io_types::Outcome;
     let mut record = record();
     record.spec.job_id = "job-isp".into();
     record.spec.training.sync =
@@ -470,14 +470,14 @@ fn the_validation_curve_is_plotted_against_time_and_cost_with_the_best_marked() 
 /// preparation's clock, once for the runs that share the data set.
 #[test]
 fn the_map_tasks_of_the_preparation_are_on_the_timeline_once_a_data_set() {
-    let task = |name: &str, start_ms: u64| mlless_faas::InvocationReport {
+    let task = |name: &str, start_ms: u64| mlless_io_types::InvocationReport {
         name: name.into(),
         pid: Some(7),
         started_at_unix_ms: STARTED - 3_600_000 + start_ms,
         duration_ms: 400,
         memory_mb: 1024,
         peak_rss_mb: 12.0,
-        outcome: mlless_faas::Outcome::Succeeded,
+        outcome: mlless_io_types::Outcome::Succeeded,
     };
     let preparation = mlless_job::PrepareRecord {
         started_at_unix_ms: STARTED - 3_600_000,

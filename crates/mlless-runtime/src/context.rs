@@ -63,7 +63,7 @@ impl JobContext {
                 .map(mlless_job::SecretUrl::as_str),
             &run_store,
             &spec.job_id,
-            spec.training.channel_options(),
+            mlless_store::ChannelOptions::default().with_grace(spec.training.channel_grace()),
         )
         .await?;
         if let Some(latency) = &spec.training.emulate {

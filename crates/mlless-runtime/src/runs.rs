@@ -220,7 +220,7 @@ pub async fn clean_run(run_url: &str) -> Result<Cleaned> {
         spec.training.channel.as_deref(),
         &run,
         &spec.job_id,
-        spec.training.channel_options(),
+        mlless_store::ChannelOptions::default().with_grace(spec.training.channel_grace()),
     )
     .await?;
     channel.cleanup().await?;

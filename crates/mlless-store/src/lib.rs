@@ -80,7 +80,7 @@
 //! directory and on `memory://`, [`ObjectStoreChannel`], [`RetryingChannel`] and
 //! [`conformance`]. Opening a URL whose backend was left out is a typed error naming the
 //! feature — [`ChannelError::NotBuilt`], [`StoreError::NotBuilt`] — never a fallback to another
-//! backend; [`ChannelScheme::is_built`] and [`BUILT_FEATURES`] tell beforehand.
+//! backend; [`BuiltBackend::is_built`] and [`BUILT_FEATURES`] tell beforehand.
 
 // The links to a backend lead nowhere in a build without it.
 #![cfg_attr(
@@ -98,8 +98,7 @@ pub mod channel;
 pub mod conformance;
 pub mod emulate;
 pub mod parse;
-pub mod redact;
-pub mod requests;
+pub use mlless_io_types::{redact, requests};
 pub mod store;
 
 pub use channel::average::{Averaged, Share};
@@ -111,7 +110,7 @@ pub use channel::memcached::{self, MemcachedChannel};
 pub use channel::object_store::{
     DEFAULT_MAX_BACKOFF_LOCAL, DEFAULT_MAX_BACKOFF_REMOTE, INITIAL_BACKOFF, ObjectStoreChannel,
 };
-pub use channel::open::{SUPPORTED_CHANNEL_URLS, open_channel, open_channel_with};
+pub use channel::open::{open_channel, open_channel_with};
 #[cfg(feature = "ps")]
 pub use channel::ps::{self, PsChannel, PsServer};
 #[cfg(feature = "redis")]
@@ -119,7 +118,9 @@ pub use channel::redis::{self, RedisChannel};
 pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};
 pub use channel::{Channel, ChannelError, WorkerId};
 pub use emulate::{CloudLatency, EmulatedChannel};
-pub use parse::{BUILT_FEATURES, ChannelScheme, StoreKind};
-pub use redact::redact_url;
-pub use requests::{RequestCounter, RequestCounts};
+pub use mlless_io_types::{
+    ChannelScheme, InvalidUrl, RequestCounter, RequestCounts, SUPPORTED_CHANNEL_URLS, StoreKind,
+    redact_url,
+};
+pub use parse::{BUILT_FEATURES, BuiltBackend};
 pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, local_path};

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mlless_store::{
-    Channel, ChannelError, ChannelScheme, CloudLatency, EmulatedChannel, InProcessChannel,
-    ObjectStoreChannel, RequestCounter, RequestCounts, RetryingChannel, Store, conformance,
-    open_channel,
+    BuiltBackend, Channel, ChannelError, ChannelScheme, CloudLatency, EmulatedChannel,
+    InProcessChannel, ObjectStoreChannel, RequestCounter, RequestCounts, RetryingChannel, Store,
+    conformance, open_channel,
 };
 
 fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {

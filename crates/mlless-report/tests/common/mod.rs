@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use mlless_cost::{ObjectRequests, PriceTable, Usage};
-use mlless_faas::{InvocationReport, Outcome};
+use mlless_io_types::{InvocationReport, Outcome};
 use mlless_job::RunRecord;
 use mlless_job::record::{StepRecord, WorkerStep};
 

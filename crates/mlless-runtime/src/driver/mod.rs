@@ -318,7 +318,7 @@ async fn run_job(
         spec.training.channel.as_deref(),
         run_store,
         &spec.job_id,
-        spec.training.channel_options(),
+        mlless_store::ChannelOptions::default().with_grace(spec.training.channel_grace()),
     )
     .await?;
     info!(

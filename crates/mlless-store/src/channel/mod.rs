@@ -137,7 +137,7 @@ pub enum ChannelError {
     },
     /// The channel URL names a backend that this build left out: the cargo feature of
     /// `mlless-store` that builds it
-    /// ([`ChannelScheme::required_feature`](crate::ChannelScheme::required_feature)) was off.
+    /// ([`BuiltBackend::required_feature`](crate::BuiltBackend::required_feature)) was off.
     #[error(
         "cannot open channel {url}: this mlless was built without the `{feature}` feature \
          (of mlless-store, on by default), which this backend needs"
@@ -177,6 +177,16 @@ pub enum ChannelError {
         /// Where the channel is.
         endpoint: String,
     },
+}
+
+/// A URL that names no channel is a channel that cannot be opened.
+impl From<mlless_io_types::InvalidUrl> for ChannelError {
+    fn from(invalid: mlless_io_types::InvalidUrl) -> Self {
+        ChannelError::InvalidUrl {
+            url: invalid.url,
+            reason: invalid.reason,
+        }
+    }
 }
 
 impl ChannelError {

@@ -16,89 +16,10 @@ use super::ps::PsChannel;
 use super::redis::RedisChannel;
 use super::retry::{ChannelOptions, RetryingChannel};
 use super::{Channel, ChannelError};
+use crate::parse::BuiltBackend;
 use crate::parse::ChannelScheme;
 use crate::redact::redact_url;
 use crate::store::Store;
-
-/// What [`open_channel`] accepts, for error messages.
-pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
-     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
-     redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
-     memcached://host:port, ps://:SECRET@host:port[,ps://:SECRET@host2:port…], \
-     dynamodb://TABLE[?create=true&ttl=SECONDS&endpoint=URL]";
-
-impl ChannelScheme {
-    /// The backend `url` names (`--channel`; `None` is the default, the run's store), checked
-    /// as far as it can be without connecting: an empty URL, an unknown scheme, and a
-    /// "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
-    /// `:password@host`) are [`ChannelError::InvalidUrl`] listing the supported forms. Only the
-    /// scheme is looked at otherwise; connecting checks the rest.
-    ///
-    /// ```
-    /// use mlless_store::{ChannelScheme, StoreKind};
-    ///
-    /// assert_eq!(ChannelScheme::parse(None)?, ChannelScheme::RunStore);
-    /// assert_eq!(
-    ///     ChannelScheme::parse(Some("s3://bucket/x"))?,
-    ///     ChannelScheme::ObjectStore(StoreKind::S3)
-    /// );
-    /// assert_eq!(
-    ///     ChannelScheme::parse(Some("redis://a:6379,redis://b:6379"))?,
-    ///     ChannelScheme::Redis { shards: 2 }
-    /// );
-    /// assert!(ChannelScheme::parse(Some("amqp://h")).is_err());
-    /// # Ok::<(), mlless_store::ChannelError>(())
-    /// ```
-    pub fn parse(url: Option<&str>) -> Result<ChannelScheme, ChannelError> {
-        let url = match url.map(str::trim) {
-            None | Some("store") => return Ok(ChannelScheme::RunStore),
-            Some("") => {
-                return Err(ChannelError::InvalidUrl {
-                    url: String::new(),
-                    reason: format!("empty channel URL; supported: {SUPPORTED_CHANNEL_URLS}"),
-                });
-            }
-            Some(url) => url,
-        };
-        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
-        if scheme.is_none() {
-            check_not_a_mistyped_url(url)?;
-        }
-        ChannelScheme::of_scheme(scheme, url).ok_or_else(|| ChannelError::InvalidUrl {
-            url: redact_url(url),
-            reason: format!(
-                "unsupported channel scheme {}://; supported: {SUPPORTED_CHANNEL_URLS}",
-                scheme.unwrap_or_default()
-            ),
-        })
-    }
-}
-
-/// Refuses a "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
-/// `:password@host`): opened as a directory, it would silently run the job on the local
-/// filesystem — and put the password in a directory name and in every message that names it.
-fn check_not_a_mistyped_url(url: &str) -> Result<(), ChannelError> {
-    let invalid = |reason: String| ChannelError::InvalidUrl {
-        url: redact_url(url),
-        reason,
-    };
-    if let Some((prefix, _)) = url.split_once(':') {
-        let prefix = prefix.to_ascii_lowercase();
-        if ChannelScheme::of_scheme(Some(&prefix), url).is_some() {
-            return Err(invalid(format!(
-                "looks like a {prefix}:// URL without its \"//\"; supported: \
-                 {SUPPORTED_CHANNEL_URLS}"
-            )));
-        }
-    }
-    if redact_url(url) != url {
-        return Err(invalid(format!(
-            "looks like credentials without a scheme (redis://[user]:password@host:port); \
-             supported: {SUPPORTED_CHANNEL_URLS}"
-        )));
-    }
-    Ok(())
-}
 
 /// The directory of the shared-memory channels of runs on a local directory (see
 /// [`default_channel_store`]); each user has one below it, `{uid}`.
@@ -169,7 +90,7 @@ pub async fn open_channel(
 /// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
 ///
 /// A backend that this build left out (`redis`, `memcached`, `s3`, `ps` or `dynamodb` feature off, see
-/// [`ChannelScheme::is_built`]) is [`ChannelError::NotBuilt`] naming the feature, before
+/// [`BuiltBackend::is_built`](crate::BuiltBackend::is_built)) is [`ChannelError::NotBuilt`] naming the feature, before
 /// anything is opened.
 ///
 /// Channels on a server (Redis, Memcached, DynamoDB, and object-store channels on S3) are wrapped in a

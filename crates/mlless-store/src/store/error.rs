@@ -17,7 +17,7 @@ pub enum StoreError {
         reason: String,
     },
     /// The URL names a backend that this build left out: the cargo feature of `mlless-store`
-    /// that builds it ([`StoreKind::required_feature`]) was off.
+    /// that builds it ([`BuiltBackend::required_feature`](crate::BuiltBackend::required_feature)) was off.
     #[error(
         "cannot open object store {url}: this mlless was built without the `{feature}` feature \
          (of mlless-store, on by default), which this backend needs"

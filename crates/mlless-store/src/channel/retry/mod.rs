@@ -108,11 +108,7 @@ pub use policy::{
     RetryPolicy, Transient, run,
 };
 
-/// How long an outage of a remote channel is ridden out by default: what [`open_channel`]
-/// uses.
-///
-/// [`open_channel`]: crate::open_channel
-pub const DEFAULT_CHANNEL_GRACE: Duration = Duration::from_secs(30);
+pub use mlless_io_types::DEFAULT_CHANNEL_GRACE;
 
 /// How [`open_channel_with`](crate::open_channel_with) opens a channel.
 ///

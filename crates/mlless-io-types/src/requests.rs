@@ -1,4 +1,4 @@
-//! [`RequestCounter`]: the requests a [`Store`](crate::Store) handle (and the object-store
+//! [`RequestCounter`]: the requests a `Store` handle (`mlless_store`) (and the object-store
 //! channel on it) made, counted by the kinds a cloud object store bills, so that a run's bill
 //! can use what it did rather than an estimate.
 //!
@@ -112,8 +112,8 @@ impl std::ops::AddAssign for RequestCounts {
 }
 
 /// A shared tally of requests, attached to store handles with
-/// [`Store::with_request_counter`](crate::Store::with_request_counter) (their
-/// [`child`](crate::Store::child)ren count into it too). Cloning shares the tally.
+/// `Store::with_request_counter` (their
+/// `child`ren count into it too). Cloning shares the tally.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     tally: Arc<Tally>,

@@ -6,7 +6,7 @@
 //! `spec.json`, which functions read to connect); messages, logs, run records and reports show
 //! [`redact_url`]'s rendering instead.
 
-use crate::parse::{is_server_scheme, split_scheme};
+use crate::scheme::{is_server_scheme, split_scheme};
 
 /// The rendering of `url` for messages, logs, records and reports: the password of a
 /// `user:password@` (or a whole `userinfo@` without a `:`, which some clients read as a
@@ -20,7 +20,7 @@ use crate::parse::{is_server_scheme, split_scheme};
 /// password ends up. URLs without credentials are returned unchanged.
 ///
 /// ```
-/// use mlless_store::redact_url;
+/// use mlless_io_types::redact_url;
 /// assert_eq!(redact_url("redis://:pw@h:6379"), "redis://:***@h:6379");
 /// assert_eq!(redact_url("rediss://user:pw@h:6380/0"), "rediss://user:***@h:6380/0");
 /// assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");

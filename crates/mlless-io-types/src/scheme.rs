@@ -1,0 +1,289 @@
+//! URL schemes: the one place a store or channel URL's scheme is matched (in the manner of
+//! `object_store`'s `parse.rs`).
+//!
+//! [`StoreKind`] says which object store a URL names, [`ChannelScheme`] which channel backend;
+//! opening (`mlless_store`'s `Store::open` and `open_channel`), redaction, billing and the CLI's
+//! checks all ask these two, so a new backend is one variant here and the compiler lists every
+//! `match` that must say what it means.
+//!
+//! Every scheme is recognised whatever backends a build has: which cargo feature of
+//! `mlless-store` builds a backend, and whether this build has it, is that crate's
+//! `BuiltBackend`.
+//!
+//! This module depends on no other module of the crate, so that every one of them may use it.
+
+use crate::redact::redact_url;
+
+/// Splits `scheme://rest` where `scheme` is a valid URL scheme (a letter, then letters, digits,
+/// `+`, `-` or `.`); `None` for a plain path.
+pub fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some((scheme, rest))
+}
+
+/// Which kind of backend an object store (`mlless_store::Store`) talks to.
+///
+/// Not `#[non_exhaustive]`, as [`ChannelScheme`]: a new store is a new variant that every
+/// `match` on it must then say what it means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    /// A directory of the local filesystem.
+    Local,
+    /// A process-wide in-memory store (`memory://NAME`), for tests.
+    Memory,
+    /// Amazon S3 or an S3-compatible endpoint.
+    S3,
+    /// Any other `object_store::ObjectStore` given to `mlless_store`'s
+    /// `Store::from_object_store` (e.g. a throttled wrapper).
+    Other,
+}
+
+impl StoreKind {
+    /// True for backends reached over the network, whose requests cost tens of milliseconds.
+    pub fn is_remote(self) -> bool {
+        matches!(self, StoreKind::S3)
+    }
+
+    /// The store a URL's scheme names (`None`: a plain directory path): `file` and a path are
+    /// local, `memory` in memory, `s3` and `s3a` S3; `None` for any other scheme.
+    pub fn of_scheme(scheme: Option<&str>) -> Option<StoreKind> {
+        match scheme {
+            None | Some("file") => Some(StoreKind::Local),
+            Some("memory") => Some(StoreKind::Memory),
+            Some("s3" | "s3a") => Some(StoreKind::S3),
+            Some(_) => None,
+        }
+    }
+}
+
+/// The channel backend a channel URL names, as `mlless train --channel` takes it.
+///
+/// Parsed by [`ChannelScheme::parse`], which checks the URL as far as it can without
+/// connecting; used to open the channel (`mlless_store::open_channel`), to bill its servers
+/// (`mlless_job::billing` converts it into `mlless_cost::ChannelKind`), to redact URLs and to tell
+/// whether functions on other machines can reach it ([`is_remote`](Self::is_remote)).
+///
+/// Deliberately not `#[non_exhaustive]`: a new backend is a new variant, and every `match` on
+/// this enum — in this crate and in the crates that bill or check channels — must then fail to
+/// compile until it says what the new backend means, rather than fall through to a default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelScheme {
+    /// `None` or `"store"`: an `ObjectStoreChannel` (`mlless_store`) in the run's
+    /// own store, below `channel/` (the default; no server needed).
+    RunStore,
+    /// An object store of its own: a directory path, `file://`, `memory://`, `s3://` or
+    /// `s3a://`; the [`StoreKind`] says which.
+    ObjectStore(StoreKind),
+    /// Redis (`redis://`, `rediss://` for TLS), one URL per shard, comma-separated.
+    Redis {
+        /// How many shards (URLs) the list names, at least 1.
+        shards: u32,
+    },
+    /// Memcached (`memcached://host:port`).
+    Memcached,
+    /// Parameter servers of `mlless ps` (`ps://:SECRET@host:port`), one URL per server,
+    /// comma-separated.
+    Ps {
+        /// How many servers the list names, at least 1.
+        servers: u32,
+    },
+    /// A DynamoDB table (`dynamodb://TABLE`), billed by request units.
+    DynamoDb,
+}
+
+impl ChannelScheme {
+    /// The backend of a URL whose scheme is `scheme` (`None`: a plain path), or `None` if no
+    /// backend has that scheme. Only the scheme is looked at (and, for Redis, the number of
+    /// comma-separated URLs).
+    pub fn of_scheme(scheme: Option<&str>, url: &str) -> Option<ChannelScheme> {
+        match scheme {
+            Some("redis" | "rediss") => Some(ChannelScheme::Redis {
+                shards: list_len(url),
+            }),
+            Some("memcached") => Some(ChannelScheme::Memcached),
+            Some("ps") => Some(ChannelScheme::Ps {
+                servers: list_len(url),
+            }),
+            Some("dynamodb") => Some(ChannelScheme::DynamoDb),
+            store => StoreKind::of_scheme(store).map(ChannelScheme::ObjectStore),
+        }
+    }
+
+    /// Whether the channel is a server whose URL is `scheme://[userinfo@]host[:port][/db]`,
+    /// with no path that could hold an `@`: there a URL's userinfo ends at its last `@`, even
+    /// when a password holds a `/` (what [`redact_url`](crate::redact_url) relies on).
+    /// A DynamoDB URL names a table, not a host, and holds no credentials.
+    pub fn is_server(self) -> bool {
+        match self {
+            ChannelScheme::RunStore | ChannelScheme::ObjectStore(_) | ChannelScheme::DynamoDb => {
+                false
+            }
+            ChannelScheme::Redis { .. } | ChannelScheme::Memcached | ChannelScheme::Ps { .. } => {
+                true
+            }
+        }
+    }
+
+    /// Whether functions on other machines (AWS Lambda) can reach the channel: a server, or an
+    /// object store on the network (S3). The run's own store is not a place of its own: it is
+    /// wherever the run is, and the caller checks the run's location itself.
+    pub fn is_remote(self) -> bool {
+        match self {
+            ChannelScheme::RunStore => false,
+            ChannelScheme::ObjectStore(kind) => kind.is_remote(),
+            ChannelScheme::Redis { .. }
+            | ChannelScheme::Memcached
+            | ChannelScheme::Ps { .. }
+            | ChannelScheme::DynamoDb => true,
+        }
+    }
+}
+
+/// How many non-empty URLs a comma-separated list holds, at least 1.
+fn list_len(url: &str) -> u32 {
+    u32::try_from(url_list(url).len().max(1)).unwrap_or(u32::MAX)
+}
+
+/// The URLs of a comma-separated list (Redis shards, parameter servers), trimmed, the empty
+/// ones left out.
+pub fn url_list(urls: &str) -> Vec<&str> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
+/// Whether `scheme` (any case) is that of a server URL, with no path that could hold an `@`
+/// ([`ChannelScheme::is_server`]); also the Redis forms no channel opens but a user may paste
+/// (`redis+unix`, `valkey`, `valkeys`), so that their passwords are found too.
+pub fn is_server_scheme(scheme: &str) -> bool {
+    let scheme = scheme.to_ascii_lowercase();
+    matches!(scheme.as_str(), "redis+unix" | "valkey" | "valkeys")
+        || ChannelScheme::of_scheme(Some(&scheme), "").is_some_and(ChannelScheme::is_server)
+}
+
+/// A channel URL that names no channel ([`ChannelScheme::parse`]): empty, of an unknown scheme,
+/// or a mistyped server URL. `mlless_store::ChannelError::InvalidUrl` carries the same fields.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot open channel {url}: {reason}")]
+pub struct InvalidUrl {
+    /// The URL, redacted ([`redact_url`](crate::redact_url)).
+    pub url: String,
+    /// What is wrong with it, and the forms that are supported.
+    pub reason: String,
+}
+
+/// What a channel URL may be (what `mlless_store::open_channel` accepts), for error messages.
+pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
+     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
+     redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
+     memcached://host:port, ps://:SECRET@host:port[,ps://:SECRET@host2:port…], \
+     dynamodb://TABLE[?create=true&ttl=SECONDS&endpoint=URL]";
+
+impl ChannelScheme {
+    /// The backend `url` names (`--channel`; `None` is the default, the run's store), checked
+    /// as far as it can be without connecting: an empty URL, an unknown scheme, and a
+    /// "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
+    /// `:password@host`) are [`InvalidUrl`] listing the supported forms. Only the
+    /// scheme is looked at otherwise; connecting checks the rest.
+    ///
+    /// ```
+    /// use mlless_io_types::{ChannelScheme, StoreKind};
+    ///
+    /// assert_eq!(ChannelScheme::parse(None)?, ChannelScheme::RunStore);
+    /// assert_eq!(
+    ///     ChannelScheme::parse(Some("s3://bucket/x"))?,
+    ///     ChannelScheme::ObjectStore(StoreKind::S3)
+    /// );
+    /// assert_eq!(
+    ///     ChannelScheme::parse(Some("redis://a:6379,redis://b:6379"))?,
+    ///     ChannelScheme::Redis { shards: 2 }
+    /// );
+    /// assert!(ChannelScheme::parse(Some("amqp://h")).is_err());
+    /// # Ok::<(), mlless_io_types::InvalidUrl>(())
+    /// ```
+    pub fn parse(url: Option<&str>) -> Result<ChannelScheme, InvalidUrl> {
+        let url = match url.map(str::trim) {
+            None | Some("store") => return Ok(ChannelScheme::RunStore),
+            Some("") => {
+                return Err(InvalidUrl {
+                    url: String::new(),
+                    reason: format!("empty channel URL; supported: {SUPPORTED_CHANNEL_URLS}"),
+                });
+            }
+            Some(url) => url,
+        };
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if scheme.is_none() {
+            check_not_a_mistyped_url(url)?;
+        }
+        ChannelScheme::of_scheme(scheme, url).ok_or_else(|| InvalidUrl {
+            url: redact_url(url),
+            reason: format!(
+                "unsupported channel scheme {}://; supported: {SUPPORTED_CHANNEL_URLS}",
+                scheme.unwrap_or_default()
+            ),
+        })
+    }
+}
+
+/// Refuses a "directory path" that is a mistyped server URL (`redis:/host`, `redis:host`,
+/// `:password@host`): opened as a directory, it would silently run the job on the local
+/// filesystem — and put the password in a directory name and in every message that names it.
+fn check_not_a_mistyped_url(url: &str) -> Result<(), InvalidUrl> {
+    let invalid = |reason: String| InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    if let Some((prefix, _)) = url.split_once(':') {
+        let prefix = prefix.to_ascii_lowercase();
+        if ChannelScheme::of_scheme(Some(&prefix), url).is_some() {
+            return Err(invalid(format!(
+                "looks like a {prefix}:// URL without its \"//\"; supported: \
+                 {SUPPORTED_CHANNEL_URLS}"
+            )));
+        }
+    }
+    if redact_url(url) != url {
+        return Err(invalid(format!(
+            "looks like credentials without a scheme (redis://[user]:password@host:port); \
+             supported: {SUPPORTED_CHANNEL_URLS}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_are_split() {
+        assert_eq!(split_scheme("s3://b/p"), Some(("s3", "b/p")));
+        assert_eq!(split_scheme("/tmp/a"), None);
+        assert_eq!(split_scheme("./x://y"), None);
+        assert_eq!(split_scheme("1redis://h"), None);
+    }
+
+    #[test]
+    fn server_schemes() {
+        for scheme in [
+            "redis",
+            "REDIS",
+            "rediss",
+            "redis+unix",
+            "memcached",
+            "valkeys",
+            "ps",
+        ] {
+            assert!(is_server_scheme(scheme), "{scheme}");
+        }
+        for scheme in ["s3", "s3a", "file", "memory", "https", "amqp", "dynamodb"] {
+            assert!(!is_server_scheme(scheme), "{scheme}");
+        }
+    }
+}
