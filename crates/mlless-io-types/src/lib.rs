@@ -21,7 +21,9 @@ pub use function::{InvocationReport, Limits, Outcome};
 pub use latency::{CloudLatency, EmulateError};
 pub use redact::{redact_url, scrub, url_secrets};
 pub use requests::{RequestCounter, RequestCounts};
-pub use scheme::{ChannelScheme, InvalidUrl, SUPPORTED_CHANNEL_URLS, StoreKind};
+pub use scheme::{
+    ChannelScheme, InvalidUrl, StoreKind, supported_channel_urls, supported_store_urls,
+};
 
 /// How long an outage of a remote channel is ridden out by default (`--channel-grace`), before
 /// an operation fails.

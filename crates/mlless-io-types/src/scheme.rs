@@ -43,21 +43,77 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    /// True for backends reached over the network, whose requests cost tens of milliseconds.
-    pub fn is_remote(self) -> bool {
-        matches!(self, StoreKind::S3)
-    }
+    /// Every kind, in the order of [`index`](Self::index).
+    pub const ALL: [StoreKind; 4] = [
+        StoreKind::Local,
+        StoreKind::Memory,
+        StoreKind::S3,
+        StoreKind::Other,
+    ];
 
-    /// The store a URL's scheme names (`None`: a plain directory path): `file` and a path are
-    /// local, `memory` in memory, `s3` and `s3a` S3; `None` for any other scheme.
-    pub fn of_scheme(scheme: Option<&str>) -> Option<StoreKind> {
-        match scheme {
-            None | Some("file") => Some(StoreKind::Local),
-            Some("memory") => Some(StoreKind::Memory),
-            Some("s3" | "s3a") => Some(StoreKind::S3),
-            Some(_) => None,
+    /// This kind's place in [`ALL`](Self::ALL): an exhaustive `match`, so a new store is
+    /// flagged here, and then by the check that `ALL` lists it there.
+    pub const fn index(self) -> usize {
+        match self {
+            StoreKind::Local => 0,
+            StoreKind::Memory => 1,
+            StoreKind::S3 => 2,
+            StoreKind::Other => 3,
         }
     }
+
+    /// True for backends reached over the network, whose requests cost tens of milliseconds.
+    pub fn is_remote(self) -> bool {
+        match self {
+            StoreKind::S3 => true,
+            StoreKind::Local | StoreKind::Memory | StoreKind::Other => false,
+        }
+    }
+
+    /// The URL schemes that name this store (a plain path names a local one too); none for
+    /// [`Other`](Self::Other), which no URL names.
+    pub fn schemes(self) -> &'static [&'static str] {
+        match self {
+            StoreKind::Local => &["file"],
+            StoreKind::Memory => &["memory"],
+            StoreKind::S3 => &["s3", "s3a"],
+            StoreKind::Other => &[],
+        }
+    }
+
+    /// How a URL of this store is written, for the messages that list them
+    /// ([`supported_store_urls`]); `None` for [`Other`](Self::Other).
+    pub fn url_forms(self) -> Option<&'static str> {
+        match self {
+            StoreKind::Local => Some("a directory path, file:///abs/path"),
+            StoreKind::Memory => Some("memory://NAME"),
+            StoreKind::S3 => Some("s3://bucket/prefix"),
+            StoreKind::Other => None,
+        }
+    }
+
+    /// The store a URL's scheme names (`None`: a plain directory path): the kind whose
+    /// [`schemes`](Self::schemes) hold it, local for a path; `None` for any other scheme.
+    pub fn of_scheme(scheme: Option<&str>) -> Option<StoreKind> {
+        let Some(scheme) = scheme else {
+            return Some(StoreKind::Local);
+        };
+        StoreKind::ALL
+            .into_iter()
+            .find(|kind| kind.schemes().contains(&scheme))
+    }
+}
+
+mlless_core::assert_all_in_place!(StoreKind);
+
+/// The URLs a store may be opened at (`mlless_store::Store::open`), for error messages: every
+/// [`StoreKind::url_forms`].
+pub fn supported_store_urls() -> String {
+    let forms: Vec<&str> = StoreKind::ALL
+        .into_iter()
+        .filter_map(StoreKind::url_forms)
+        .collect();
+    forms.join(", ")
 }
 
 /// The channel backend a channel URL names, as `mlless train --channel` takes it.
@@ -96,21 +152,86 @@ pub enum ChannelScheme {
 }
 
 impl ChannelScheme {
-    /// The backend of a URL whose scheme is `scheme` (`None`: a plain path), or `None` if no
-    /// backend has that scheme. Only the scheme is looked at (and, for Redis, the number of
-    /// comma-separated URLs).
-    pub fn of_scheme(scheme: Option<&str>, url: &str) -> Option<ChannelScheme> {
-        match scheme {
-            Some("redis" | "rediss") => Some(ChannelScheme::Redis {
-                shards: list_len(url),
-            }),
-            Some("memcached") => Some(ChannelScheme::Memcached),
-            Some("ps") => Some(ChannelScheme::Ps {
-                servers: list_len(url),
-            }),
-            Some("dynamodb") => Some(ChannelScheme::DynamoDb),
-            store => StoreKind::of_scheme(store).map(ChannelScheme::ObjectStore),
+    /// One of each backend, the object stores each on their own, in the order of
+    /// [`index`](Self::index) (a Redis and a parameter-server list of one URL).
+    pub const ALL: [ChannelScheme; 5 + StoreKind::ALL.len()] = [
+        ChannelScheme::RunStore,
+        ChannelScheme::ObjectStore(StoreKind::Local),
+        ChannelScheme::ObjectStore(StoreKind::Memory),
+        ChannelScheme::ObjectStore(StoreKind::S3),
+        ChannelScheme::ObjectStore(StoreKind::Other),
+        ChannelScheme::Redis { shards: 1 },
+        ChannelScheme::Memcached,
+        ChannelScheme::Ps { servers: 1 },
+        ChannelScheme::DynamoDb,
+    ];
+
+    /// This backend's place in [`ALL`](Self::ALL): an exhaustive `match`, so a new backend is
+    /// flagged here, and then by the check that `ALL` lists it there.
+    pub const fn index(self) -> usize {
+        let stores = StoreKind::ALL.len();
+        match self {
+            ChannelScheme::RunStore => 0,
+            ChannelScheme::ObjectStore(kind) => 1 + kind.index(),
+            ChannelScheme::Redis { .. } => 1 + stores,
+            ChannelScheme::Memcached => 2 + stores,
+            ChannelScheme::Ps { .. } => 3 + stores,
+            ChannelScheme::DynamoDb => 4 + stores,
         }
+    }
+
+    /// The URL schemes that name this backend (the run's store is `"store"` or no URL, not a
+    /// scheme).
+    pub fn schemes(self) -> &'static [&'static str] {
+        match self {
+            ChannelScheme::RunStore => &[],
+            ChannelScheme::ObjectStore(kind) => kind.schemes(),
+            ChannelScheme::Redis { .. } => &["redis", "rediss"],
+            ChannelScheme::Memcached => &["memcached"],
+            ChannelScheme::Ps { .. } => &["ps"],
+            ChannelScheme::DynamoDb => &["dynamodb"],
+        }
+    }
+
+    /// How a channel URL of this backend is written, for the messages that list them
+    /// ([`supported_channel_urls`]); `None` for an object store no URL names.
+    pub fn url_forms(self) -> Option<&'static str> {
+        match self {
+            ChannelScheme::RunStore => Some("\"store\" (the run's object store, the default)"),
+            ChannelScheme::ObjectStore(kind) => kind.url_forms(),
+            ChannelScheme::Redis { .. } => Some(
+                "redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL)",
+            ),
+            ChannelScheme::Memcached => Some("memcached://host:port"),
+            ChannelScheme::Ps { .. } => Some("ps://:SECRET@host:port[,ps://:SECRET@host2:port…]"),
+            ChannelScheme::DynamoDb => {
+                Some("dynamodb://TABLE[?create=true&ttl=SECONDS&endpoint=URL]")
+            }
+        }
+    }
+
+    /// The backend of a URL whose scheme is `scheme` (`None`: a plain path), or `None` if no
+    /// backend has that scheme. Only the scheme is looked at (and, for Redis and the parameter
+    /// servers, the number of comma-separated URLs).
+    pub fn of_scheme(scheme: Option<&str>, url: &str) -> Option<ChannelScheme> {
+        let Some(scheme) = scheme else {
+            return Some(ChannelScheme::ObjectStore(StoreKind::Local));
+        };
+        let backend = ChannelScheme::ALL
+            .into_iter()
+            .find(|backend| backend.schemes().contains(&scheme))?;
+        Some(match backend {
+            ChannelScheme::Redis { .. } => ChannelScheme::Redis {
+                shards: list_len(url),
+            },
+            ChannelScheme::Ps { .. } => ChannelScheme::Ps {
+                servers: list_len(url),
+            },
+            ChannelScheme::RunStore
+            | ChannelScheme::ObjectStore(_)
+            | ChannelScheme::Memcached
+            | ChannelScheme::DynamoDb => backend,
+        })
     }
 
     /// Whether the channel is a server whose URL is `scheme://[userinfo@]host[:port][/db]`,
@@ -177,12 +298,17 @@ pub struct InvalidUrl {
     pub reason: String,
 }
 
-/// What a channel URL may be (what `mlless_store::open_channel` accepts), for error messages.
-pub const SUPPORTED_CHANNEL_URLS: &str = "\"store\" (the run's object store, the default), a \
-     directory path, file:///abs/path, memory://NAME, s3://bucket/prefix, \
-     redis://host:port[,redis://host2:port…] (also rediss:// and a password in the URL), \
-     memcached://host:port, ps://:SECRET@host:port[,ps://:SECRET@host2:port…], \
-     dynamodb://TABLE[?create=true&ttl=SECONDS&endpoint=URL]";
+mlless_core::assert_all_in_place!(ChannelScheme);
+
+/// What a channel URL may be (what `mlless_store::open_channel` accepts), for error messages:
+/// every [`ChannelScheme::url_forms`].
+pub fn supported_channel_urls() -> String {
+    let forms: Vec<&str> = ChannelScheme::ALL
+        .into_iter()
+        .filter_map(ChannelScheme::url_forms)
+        .collect();
+    forms.join(", ")
+}
 
 impl ChannelScheme {
     /// The backend `url` names (`--channel`; `None` is the default, the run's store), checked
@@ -212,7 +338,7 @@ impl ChannelScheme {
             Some("") => {
                 return Err(InvalidUrl {
                     url: String::new(),
-                    reason: format!("empty channel URL; supported: {SUPPORTED_CHANNEL_URLS}"),
+                    reason: format!("empty channel URL; supported: {}", supported_channel_urls()),
                 });
             }
             Some(url) => url,
@@ -224,8 +350,9 @@ impl ChannelScheme {
         ChannelScheme::of_scheme(scheme, url).ok_or_else(|| InvalidUrl {
             url: redact_url(url),
             reason: format!(
-                "unsupported channel scheme {}://; supported: {SUPPORTED_CHANNEL_URLS}",
-                scheme.unwrap_or_default()
+                "unsupported channel scheme {}://; supported: {}",
+                scheme.unwrap_or_default(),
+                supported_channel_urls()
             ),
         })
     }
@@ -243,15 +370,16 @@ fn check_not_a_mistyped_url(url: &str) -> Result<(), InvalidUrl> {
         let prefix = prefix.to_ascii_lowercase();
         if ChannelScheme::of_scheme(Some(&prefix), url).is_some() {
             return Err(invalid(format!(
-                "looks like a {prefix}:// URL without its \"//\"; supported: \
-                 {SUPPORTED_CHANNEL_URLS}"
+                "looks like a {prefix}:// URL without its \"//\"; supported: {}",
+                supported_channel_urls()
             )));
         }
     }
     if redact_url(url) != url {
         return Err(invalid(format!(
             "looks like credentials without a scheme (redis://[user]:password@host:port); \
-             supported: {SUPPORTED_CHANNEL_URLS}"
+             supported: {}",
+            supported_channel_urls()
         )));
     }
     Ok(())
@@ -267,6 +395,32 @@ mod tests {
         assert_eq!(split_scheme("/tmp/a"), None);
         assert_eq!(split_scheme("./x://y"), None);
         assert_eq!(split_scheme("1redis://h"), None);
+    }
+
+    #[test]
+    fn every_backend_parses_back_from_its_schemes_and_is_listed() {
+        let supported = supported_channel_urls();
+        for backend in ChannelScheme::ALL {
+            for scheme in backend.schemes() {
+                let url = format!("{scheme}://host");
+                let parsed = ChannelScheme::parse(Some(&url)).expect(&url);
+                assert_eq!(parsed.index(), backend.index(), "{url}");
+            }
+            if let Some(first) = backend.schemes().first() {
+                assert!(supported.contains(&format!("{first}://")), "{first}");
+            }
+            assert_eq!(
+                backend.url_forms().is_some(),
+                backend != ChannelScheme::ObjectStore(StoreKind::Other)
+            );
+        }
+        assert_eq!(
+            ChannelScheme::parse(Some("/a/path")),
+            Ok(ChannelScheme::ObjectStore(StoreKind::Local))
+        );
+        assert_eq!(StoreKind::of_scheme(Some("s3a")), Some(StoreKind::S3));
+        assert_eq!(StoreKind::of_scheme(Some("ftp")), None);
+        assert!(supported_store_urls().starts_with("a directory path, file:///abs/path"));
     }
 
     #[test]

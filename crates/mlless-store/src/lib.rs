@@ -80,7 +80,7 @@
 //! directory and on `memory://`, [`ObjectStoreChannel`], [`RetryingChannel`] and
 //! [`conformance`]. Opening a URL whose backend was left out is a typed error naming the
 //! feature — [`ChannelError::NotBuilt`], [`StoreError::NotBuilt`] — never a fallback to another
-//! backend; [`BuiltBackend::is_built`] and [`BUILT_FEATURES`] tell beforehand.
+//! backend; [`BuiltBackend::is_built`] and [`built_features`] tell beforehand.
 
 // The links to a backend lead nowhere in a build without it.
 #![cfg_attr(
@@ -119,8 +119,8 @@ pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingCh
 pub use channel::{Channel, ChannelError, WorkerId};
 pub use emulate::{CloudLatency, EmulatedChannel};
 pub use mlless_io_types::{
-    ChannelScheme, InvalidUrl, RequestCounter, RequestCounts, SUPPORTED_CHANNEL_URLS, StoreKind,
-    redact_url,
+    ChannelScheme, InvalidUrl, RequestCounter, RequestCounts, StoreKind, redact_url,
+    supported_channel_urls, supported_store_urls,
 };
-pub use parse::{BUILT_FEATURES, BuiltBackend};
-pub use store::{SUPPORTED_STORE_URLS, Store, StoreError, local_path};
+pub use parse::{BuiltBackend, Feature, built_features};
+pub use store::{Store, StoreError, local_path};

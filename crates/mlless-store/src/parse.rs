@@ -9,33 +9,29 @@ pub use mlless_io_types::scheme::{
     ChannelScheme, StoreKind, is_server_scheme, split_scheme, url_list,
 };
 
-/// The cargo features of this crate that build a backend and are on in this build, of
-/// `redis`, `memcached`, `s3`, `ps` and `dynamodb` (see the crate's "Features").
-pub const BUILT_FEATURES: &[&str] = &[
-    #[cfg(feature = "redis")]
-    "redis",
-    #[cfg(feature = "memcached")]
-    "memcached",
-    #[cfg(feature = "s3")]
-    "s3",
-    #[cfg(feature = "ps")]
-    "ps",
-    #[cfg(feature = "dynamodb")]
-    "dynamodb",
-];
-
-/// Whether `feature` (`None`: no feature needed) is on in this build.
-fn is_built(feature: Option<&str>) -> bool {
-    feature.is_none_or(|feature| BUILT_FEATURES.contains(&feature))
+/// A cargo feature of this crate that builds a backend: its name and whether it is on in this
+/// build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Feature {
+    /// The feature's name in `Cargo.toml`.
+    pub name: &'static str,
+    /// Whether this build has it.
+    pub on: bool,
 }
 
 /// What a backend needs of this build: the cargo feature of this crate that builds it, and
-/// whether it is on. The `match`es of `required_feature` are exhaustive: a new backend does not
-/// compile until it names its feature.
+/// whether it is on. [`feature`](Self::feature) is an exhaustive `match` naming each feature
+/// beside its `cfg!`, so a new backend does not compile until it names its feature, and a
+/// misspelt one is an unexpected `cfg` (a warning, an error under CI's `-D warnings`).
 pub trait BuiltBackend: Copy {
-    /// The cargo feature of this crate that builds the backend, or `None` for the ones always
+    /// The feature that builds the backend, or `None` for the ones always built.
+    fn feature(self) -> Option<Feature>;
+
+    /// The name of the cargo feature that builds the backend, or `None` for the ones always
     /// built.
-    fn required_feature(self) -> Option<&'static str>;
+    fn required_feature(self) -> Option<&'static str> {
+        self.feature().map(|feature| feature.name)
+    }
 
     /// Whether this build can open the backend: its
     /// [`required_feature`](Self::required_feature) is on.
@@ -49,15 +45,18 @@ pub trait BuiltBackend: Copy {
     /// # Ok::<(), mlless_store::ChannelError>(())
     /// ```
     fn is_built(self) -> bool {
-        is_built(self.required_feature())
+        self.feature().is_none_or(|feature| feature.on)
     }
 }
 
 impl BuiltBackend for StoreKind {
     /// `s3` for S3; the local, in-memory and other stores are always built.
-    fn required_feature(self) -> Option<&'static str> {
+    fn feature(self) -> Option<Feature> {
         match self {
-            StoreKind::S3 => Some("s3"),
+            StoreKind::S3 => Some(Feature {
+                name: "s3",
+                on: cfg!(feature = "s3"),
+            }),
             StoreKind::Local | StoreKind::Memory | StoreKind::Other => None,
         }
     }
@@ -66,16 +65,28 @@ impl BuiltBackend for StoreKind {
 impl BuiltBackend for ChannelScheme {
     /// `redis`, `memcached`, `ps`, `dynamodb`, or `s3` for an S3 store of its own; the run's own
     /// store is whatever store the run opened, so it is always built.
-    fn required_feature(self) -> Option<&'static str> {
-        match self {
-            ChannelScheme::RunStore => None,
-            ChannelScheme::ObjectStore(kind) => kind.required_feature(),
-            ChannelScheme::Redis { .. } => Some("redis"),
-            ChannelScheme::Memcached => Some("memcached"),
-            ChannelScheme::Ps { .. } => Some("ps"),
-            ChannelScheme::DynamoDb => Some("dynamodb"),
-        }
+    fn feature(self) -> Option<Feature> {
+        let (name, on) = match self {
+            ChannelScheme::RunStore => return None,
+            ChannelScheme::ObjectStore(kind) => return kind.feature(),
+            ChannelScheme::Redis { .. } => ("redis", cfg!(feature = "redis")),
+            ChannelScheme::Memcached => ("memcached", cfg!(feature = "memcached")),
+            ChannelScheme::Ps { .. } => ("ps", cfg!(feature = "ps")),
+            ChannelScheme::DynamoDb => ("dynamodb", cfg!(feature = "dynamodb")),
+        };
+        Some(Feature { name, on })
     }
+}
+
+/// The cargo features of this crate that build a backend and are on in this build (see the
+/// crate's "Features"), in the order of [`ChannelScheme::ALL`].
+pub fn built_features() -> Vec<&'static str> {
+    ChannelScheme::ALL
+        .into_iter()
+        .filter_map(BuiltBackend::feature)
+        .filter(|feature| feature.on)
+        .map(|feature| feature.name)
+        .collect()
 }
 
 #[cfg(test)]
@@ -105,9 +116,9 @@ mod tests {
             ChannelScheme::DynamoDb.is_built(),
             cfg!(feature = "dynamodb")
         );
-        for feature in BUILT_FEATURES {
+        for feature in built_features() {
             assert!(
-                ["redis", "memcached", "s3", "ps", "dynamodb"].contains(feature),
+                ["redis", "memcached", "s3", "ps", "dynamodb"].contains(&feature),
                 "{feature}"
             );
         }

@@ -27,13 +27,10 @@ pub use crate::parse::StoreKind;
 use crate::parse::split_scheme;
 use crate::redact::{redact_url, scrub, url_secrets};
 use crate::requests::{Request, RequestCounter, pages};
+use mlless_io_types::supported_store_urls;
 
 mod error;
 pub use error::StoreError;
-
-/// The URL schemes [`Store::open`] accepts, for error messages.
-pub const SUPPORTED_STORE_URLS: &str =
-    "a directory path, file:///abs/path, memory://NAME, s3://bucket/prefix";
 
 /// A handle on an object store below a key prefix.
 ///
@@ -131,7 +128,8 @@ impl Store {
                 }
                 Some(StoreKind::S3) => open_s3(url, rest),
                 Some(StoreKind::Other) | None => Err(invalid(format!(
-                    "unsupported scheme {scheme}://; supported: {SUPPORTED_STORE_URLS}"
+                    "unsupported scheme {scheme}://; supported: {}",
+                    supported_store_urls()
                 ))),
             },
         }
