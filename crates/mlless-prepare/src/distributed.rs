@@ -25,7 +25,6 @@ mod tasks;
 use mlless_function::{InputError, Internal, Refusal};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use tasks::*;
 pub use tasks::{run_shuffle_reduce, run_split_map};
 
@@ -37,16 +36,15 @@ use mlless_data::{
     BatchInfo, Compression, DatasetKind, FeatureRange, InputFormat, LabelMap, LineRange,
     ParseOptions, RangeSchema, RowSink, batch_key, merge_ranges, stream_range,
 };
-use mlless_faas::{InvocationReport, Invoker};
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::input::InputParts;
 use super::{
-    MapRound, PrepareOptions, RangeObject, Requests, SPLITS, STOP_KEY, Stopped, TestSet,
-    UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, run_map_tasks,
-    shuffle_budget, split_sizes,
+    MapRound, MapRounds, PrepareOptions, RangeObject, SPLITS, STOP_KEY, Stopped, TestSet,
+    UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, shuffle_budget,
+    split_sizes,
 };
 use mlless_function::messages::Message;
 use mlless_function::task::{InputSegment, Payload, ShuffleReduceTask, SplitMapTask};
@@ -209,15 +207,12 @@ pub(super) struct Distributed {
     pub(super) ranges: Option<FeatureRange>,
 }
 
-/// Runs the split-map and shuffle-reduce rounds (see the module doc), the tasks' reports added
-/// to `invocations`.
+/// Runs the split-map and shuffle-reduce rounds (see the module doc) on `rounds`, which keeps
+/// the tasks' reports.
 pub(super) async fn shuffle(
-    options: &PrepareOptions,
-    store: &Store,
-    invoker: &Arc<dyn Invoker>,
-    requests: &mut Requests<'_>,
-    invocations: &mut Vec<InvocationReport>,
+    rounds: &mut MapRounds<'_, '_>,
 ) -> Result<std::result::Result<Distributed, Stopped>> {
+    let (options, store) = (rounds.options, rounds.store);
     check_options(options)?;
     let (input_url, objects, names) = input_objects(options).await?;
     let input = Store::open(&input_url)?;
@@ -254,18 +249,7 @@ pub(super) async fn shuffle(
             })
         })
         .collect();
-    let round = run_map_tasks(
-        invoker,
-        store,
-        MapRound::Split,
-        &payloads,
-        0,
-        options,
-        requests,
-    );
-    let (reports, stopped) = round.await?;
-    invocations.extend(reports);
-    if let Some(stopped) = stopped {
+    if let Some(stopped) = rounds.run(MapRound::Split, &payloads, 0).await? {
         return Ok(Err(stopped));
     }
     let mut ranges: Vec<Vec<RangeSchema>> = vec![Vec::new(); objects.len()];
@@ -342,18 +326,10 @@ pub(super) async fn shuffle(
         first_row += share.iter().map(|&b| bucket_rows[b]).sum::<u64>();
     }
     let total = counts.iter().sum();
-    let round = run_map_tasks(
-        invoker,
-        store,
-        MapRound::Shuffle,
-        &reduce_payloads,
-        total,
-        options,
-        requests,
-    );
-    let (reports, stopped) = round.await?;
-    invocations.extend(reports);
-    if let Some(stopped) = stopped {
+    if let Some(stopped) = rounds
+        .run(MapRound::Shuffle, &reduce_payloads, total)
+        .await?
+    {
         return Ok(Err(stopped));
     }
 

@@ -244,10 +244,14 @@ async fn prepare_body(
     store.check_writable().await?;
     if options.distributed {
         clear(&store).await?;
-        let mut invocations = Vec::new();
-        let shuffled =
-            distributed::shuffle(options, &store, &invoker, &mut requests, &mut invocations);
-        let done = match shuffled.await? {
+        let mut rounds = MapRounds {
+            options,
+            store: &store,
+            invoker: &invoker,
+            requests: &mut requests,
+            invocations: Vec::new(),
+        };
+        let done = match distributed::shuffle(&mut rounds).await? {
             Ok(done) => done,
             Err((stage, killed)) => return cancelled(&store, stage, killed).await,
         };
@@ -258,22 +262,14 @@ async fn prepare_body(
                     ("test", done.infos[1].len()),
                     ("validation", done.infos[2].len()),
                 ];
-                let normalized = normalize(
-                    options,
-                    &store,
-                    invoker,
-                    staged,
-                    Ranges::Known(ranges),
-                    &mut requests,
-                    &mut invocations,
-                );
-                match normalized.await? {
+                match normalize(&mut rounds, staged, Ranges::Known(ranges)).await? {
                     Ok(normalized) => normalized,
                     Err((stage, killed)) => return cancelled(&store, stage, killed).await,
                 }
             }
             None => (Vec::from(done.infos), None),
         };
+        let invocations = rounds.invocations;
         let written = Written {
             kind: done.kind,
             label_map: done.label_map,
@@ -367,7 +363,13 @@ async fn prepare_body(
     let Some(written) = written else {
         return cancelled(&store, writing, false).await;
     };
-    let mut invocations = Vec::new();
+    let mut rounds = MapRounds {
+        options,
+        store: &store,
+        invoker: &invoker,
+        requests: &mut requests,
+        invocations: Vec::new(),
+    };
     let (infos, normalization) = if options.normalize {
         let DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
@@ -377,22 +379,14 @@ async fn prepare_body(
             ("test", counts[1]),
             ("validation", counts[2]),
         ];
-        let normalized = normalize(
-            options,
-            &store,
-            invoker,
-            staged,
-            Ranges::Compute(features),
-            &mut requests,
-            &mut invocations,
-        );
-        match normalized.await? {
+        match normalize(&mut rounds, staged, Ranges::Compute(features)).await? {
             Ok(normalized) => normalized,
             Err((stage, killed)) => return cancelled(&store, stage, killed).await,
         }
     } else {
         (Vec::from(written), None)
     };
+    let invocations = rounds.invocations;
     let written = Written {
         kind,
         label_map,

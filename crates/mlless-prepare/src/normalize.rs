@@ -17,6 +17,19 @@ pub(super) type Normalized = (Vec<Vec<BatchInfo>>, Option<mlless_data::Normaliza
 /// Where a normalisation stopped when asked to, and whether its map tasks were killed.
 pub(super) type Stopped = (PrepareStage, bool);
 
+/// What every round of a preparation's map tasks runs with — the data set's store, the invoker,
+/// the options, the caller's requests to stop — and the reports of every task run so far, which
+/// the preparation's record keeps.
+pub(super) struct MapRounds<'a, 'r> {
+    pub(super) options: &'a PrepareOptions,
+    pub(super) store: &'a Store,
+    pub(super) invoker: &'a Arc<dyn Invoker>,
+    pub(super) requests: &'a mut Requests<'r>,
+    /// The reports of the tasks run so far, round after round, each round's in the order its
+    /// tasks were invoked.
+    pub(super) invocations: Vec<InvocationReport>,
+}
+
 /// The feature ranges a normalisation applies.
 pub(super) enum Ranges {
     /// To compute from the staged training minibatches, of this many features.
@@ -27,33 +40,20 @@ pub(super) enum Ranges {
 
 /// Min-max normalisation as map-reduce over function invocations of the minibatches staged under
 /// `staging/` (`staged`: each split's name and number of minibatches), with the ranges of the
-/// first split (the training set) applied to every split, the map tasks' reports added to
-/// `invocations`; `Ok(Err(_))` when `requests` asked it to stop.
+/// first split (the training set) applied to every split, its rounds run on `rounds` (which keeps
+/// the tasks' reports); `Ok(Err(_))` when the caller asked it to stop.
 pub(super) async fn normalize<const N: usize>(
-    options: &PrepareOptions,
-    store: &Store,
-    invoker: Arc<dyn Invoker>,
+    rounds: &mut MapRounds<'_, '_>,
     staged: [(&str, usize); N],
     ranges: Ranges,
-    requests: &mut Requests<'_>,
-    invocations: &mut Vec<InvocationReport>,
 ) -> Result<std::result::Result<Normalized, Stopped>> {
+    let (options, store) = (rounds.options, rounds.store);
     let counts = staged;
     let tasks =
         (options.map_tasks.max(1) as usize).min(counts.first().map_or(0, |&(_, c)| c).max(1));
     let merged = match ranges {
         Ranges::Known(ranges) => ranges,
-        Ranges::Compute(features) => match feature_ranges(
-            options,
-            store,
-            &invoker,
-            features,
-            counts,
-            requests,
-            invocations,
-        )
-        .await?
-        {
+        Ranges::Compute(features) => match feature_ranges(rounds, features, counts).await? {
             Ok(merged) => merged,
             Err(stopped) => return Ok(Err(stopped)),
         },
@@ -88,20 +88,8 @@ pub(super) async fn normalize<const N: usize>(
             })
         })
         .collect();
-    let scale = MapRound::Scale;
     let total = counts.iter().map(|&(_, c)| c).sum();
-    let round = run_map_tasks(
-        &invoker,
-        store,
-        scale,
-        &scale_payloads,
-        total,
-        options,
-        requests,
-    );
-    let (reports, stopped) = round.await?;
-    invocations.extend(reports);
-    if let Some(stopped) = stopped {
+    if let Some(stopped) = rounds.run(MapRound::Scale, &scale_payloads, total).await? {
         return Ok(Err(stopped));
     }
 
@@ -128,16 +116,13 @@ pub(super) async fn normalize<const N: usize>(
 }
 
 /// The feature ranges of the training minibatches staged under `staging/train/` (the first of
-/// `counts`), computed by a round of map tasks; `Ok(Err(_))` when `requests` asked it to stop.
+/// `counts`), computed by a round of map tasks; `Ok(Err(_))` when the caller asked it to stop.
 pub(super) async fn feature_ranges<const N: usize>(
-    options: &PrepareOptions,
-    store: &Store,
-    invoker: &Arc<dyn Invoker>,
+    rounds: &mut MapRounds<'_, '_>,
     features: u32,
     counts: [(&str, usize); N],
-    requests: &mut Requests<'_>,
-    invocations: &mut Vec<InvocationReport>,
 ) -> Result<std::result::Result<FeatureRange, Stopped>> {
+    let (options, store) = (rounds.options, rounds.store);
     let staged_train: Vec<String> = (0..counts.first().map_or(0, |&(_, c)| c))
         .map(|i| batch_key("staging/train", i))
         .collect();
@@ -155,19 +140,10 @@ pub(super) async fn feature_ranges<const N: usize>(
             stop_key: Some(STOP_KEY.to_string()),
         }));
     }
-    let ranges = MapRound::Ranges;
-    let round = run_map_tasks(
-        invoker,
-        store,
-        ranges,
-        &map_payloads,
-        train_count,
-        options,
-        requests,
-    );
-    let (reports, stopped) = round.await?;
-    invocations.extend(reports);
-    if let Some(stopped) = stopped {
+    if let Some(stopped) = rounds
+        .run(MapRound::Ranges, &map_payloads, train_count)
+        .await?
+    {
         return Ok(Err(stopped));
     }
 
@@ -184,19 +160,34 @@ pub(super) async fn feature_ranges<const N: usize>(
     Ok(Ok(merged))
 }
 
+impl MapRounds<'_, '_> {
+    /// Runs one round of map tasks (named `{round}-{i}`) to its end, their reports added to
+    /// [`invocations`](Self::invocations) in the order they were invoked; see [`run_map_tasks`].
+    /// Returns where it stopped, if the caller asked it to.
+    pub(super) async fn run(
+        &mut self,
+        round: MapRound,
+        payloads: &[Payload],
+        minibatches: usize,
+    ) -> Result<Option<Stopped>> {
+        let (reports, stopped) = run_map_tasks(self, round, payloads, minibatches).await?;
+        self.invocations.extend(reports);
+        Ok(stopped)
+    }
+}
+
 /// Runs one round of map tasks (named `{round}-{i}`) to its end; the first failure kills the
-/// others and is the error. When `requests` asks to stop, writes [`STOP_KEY`] so that each task
+/// others and is the error. When the caller asks to stop, writes [`STOP_KEY`] so that each task
 /// ends after its minibatch (and kills them all on a kill), waits for every task to end, and
 /// returns where it stopped. Returns the tasks' reports, in the order they were invoked.
-pub(super) async fn run_map_tasks(
-    invoker: &Arc<dyn Invoker>,
-    store: &Store,
+async fn run_map_tasks(
+    rounds: &mut MapRounds<'_, '_>,
     round: MapRound,
     payloads: &[Payload],
     minibatches: usize,
-    options: &PrepareOptions,
-    requests: &mut Requests<'_>,
 ) -> Result<(Vec<InvocationReport>, Option<Stopped>)> {
+    let (invoker, store, options) = (rounds.invoker, rounds.store, rounds.options);
+    let requests = &mut *rounds.requests;
     let stage = PrepareStage::Mapping {
         round,
         tasks: payloads.len(),
