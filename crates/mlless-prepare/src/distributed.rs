@@ -33,8 +33,8 @@ use futures::{StreamExt, TryStreamExt};
 use mlless_core::{Batch, SparseBatch};
 use mlless_data::external_shuffle::{ExternalShuffle, part_position, row_key};
 use mlless_data::{
-    BatchInfo, Compression, DatasetKind, FeatureRange, InputFormat, LabelMap, LineRange,
-    ParseOptions, RangeSchema, RowSink, batch_key, merge_ranges, stream_range,
+    BatchInfo, Compression, DatasetKind, FeatureRange, InputFormat, LineRange, ParseOptions,
+    RangeSchema, RowSink, batch_key, merge_ranges, stream_range,
 };
 use mlless_store::Store;
 use serde::{Deserialize, Serialize};
@@ -42,8 +42,8 @@ use tracing::info;
 
 use super::input::InputParts;
 use super::{
-    MapRound, MapRounds, PrepareOptions, RangeObject, SPLITS, STOP_KEY, Stopped, TestSet,
-    UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, shuffle_budget,
+    InputSummary, MapRound, MapRounds, PrepareOptions, RangeObject, SPLITS, STOP_KEY, Stopped,
+    TestSet, UPLOAD_CONCURRENCY, ValidationSet, asked_to_stop, chunks, put_batch, shuffle_budget,
     split_sizes,
 };
 use mlless_function::messages::Message;
@@ -197,12 +197,7 @@ fn check_options(options: &PrepareOptions) -> Result<()> {
 /// description, each split's manifest entries, and the ranges of the normalisation still to
 /// apply (`None` when there is none).
 pub(super) struct Distributed {
-    pub(super) kind: DatasetKind,
-    pub(super) label_map: Option<LabelMap>,
-    pub(super) labels: Option<mlless_data::LabelRange>,
-    pub(super) layout: mlless_data::InputLayout,
-    /// Samples of each split, in the order of [`SPLITS`].
-    pub(super) samples: [u64; 3],
+    pub(super) summary: InputSummary,
     pub(super) infos: [Vec<BatchInfo>; 3],
     pub(super) ranges: Option<FeatureRange>,
 }
@@ -393,13 +388,15 @@ pub(super) async fn shuffle(
         store.delete_prefix("staging/").await?;
     }
     Ok(Ok(Distributed {
-        kind: DatasetKind::Sparse {
-            features: schema.features,
+        summary: InputSummary {
+            kind: DatasetKind::Sparse {
+                features: schema.features,
+            },
+            label_map: schema.label_map,
+            labels: schema.labels,
+            layout,
+            samples,
         },
-        label_map: schema.label_map,
-        labels: schema.labels,
-        layout,
-        samples,
         infos: complete,
         ranges,
     }))

@@ -271,11 +271,7 @@ async fn prepare_body(
         };
         let invocations = rounds.invocations;
         let written = Written {
-            kind: done.kind,
-            label_map: done.label_map,
-            labels: done.labels,
-            layout: done.layout,
-            samples: done.samples,
+            summary: done.summary,
             infos,
             normalization,
             ids: None,
@@ -302,23 +298,17 @@ async fn prepare_body(
             });
         }
     };
-    let Input {
-        kind,
-        label_map,
-        labels,
-        layout,
-        samples,
-        batches,
-    } = input;
+    let Input { summary, batches } = input;
+    let (kind, samples) = (&summary.kind, summary.samples);
     if options.normalize && !matches!(kind, DatasetKind::Sparse { .. }) {
         return Err(Refusal::NormalizeRatings.into());
     }
     clear(&store).await?;
-    let ids = match &layout.ids {
+    let ids = match &summary.layout.ids {
         Some(ids) => Some(put_ids(&store, ids).await?),
         None => None,
     };
-    let rating_counts = match (&kind, &batches) {
+    let rating_counts = match (kind, &batches) {
         (&DatasetKind::Ratings { users, items, .. }, Batches::Whole([train, ..])) => {
             Some(put_counts(&store, users, items, train).await?)
         }
@@ -371,7 +361,7 @@ async fn prepare_body(
         invocations: Vec::new(),
     };
     let (infos, normalization) = if options.normalize {
-        let DatasetKind::Sparse { features } = kind else {
+        let &DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")
         };
         let staged = [
@@ -388,11 +378,7 @@ async fn prepare_body(
     };
     let invocations = rounds.invocations;
     let written = Written {
-        kind,
-        label_map,
-        labels,
-        layout,
-        samples,
+        summary,
         infos,
         normalization,
         ids,
@@ -442,12 +428,7 @@ async fn warn_of_runs(store: &Store) -> Result<()> {
 
 /// What the manifest says of a data set whose minibatches are written.
 struct Written {
-    kind: DatasetKind,
-    label_map: Option<LabelMap>,
-    labels: Option<LabelRange>,
-    layout: InputLayout,
-    /// Samples of each split, in the order of [`SPLITS`].
-    samples: [u64; 3],
+    summary: InputSummary,
     /// Each split's minibatches, in the order of [`SPLITS`].
     infos: Vec<Vec<BatchInfo>>,
     normalization: Option<mlless_data::Normalization>,
@@ -466,18 +447,20 @@ async fn finish(
     clock: Instant,
 ) -> Result<Manifest> {
     let Written {
-        kind,
-        label_map,
-        labels,
-        layout,
-        samples,
+        summary,
         infos,
         normalization,
         ids,
         rating_counts,
         invocations,
     } = written;
-    let [train_samples, test_samples, validation_samples] = samples;
+    let InputSummary {
+        kind,
+        label_map,
+        labels,
+        layout,
+        samples: [train_samples, test_samples, validation_samples],
+    } = summary;
     if requests.stopping() {
         return cancelled(store, PrepareStage::Finishing, false).await;
     }

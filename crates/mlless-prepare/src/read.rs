@@ -4,17 +4,24 @@
 use super::*;
 use mlless_function::{Internal, Refusal};
 
-/// The names of the splits, in the order of [`Input::samples`] and of the minibatches written.
+/// The names of the splits, in the order of [`InputSummary::samples`] and of the minibatches
+/// written.
 pub(super) const SPLITS: [&str; 3] = ["train", "test", "validation"];
 
-/// The input read, its minibatches to come, and what the manifest says of it.
-pub(super) struct Input {
+/// What the manifest says of an input, found by reading it (here or by the split-map tasks of
+/// a distributed preparation): its kind, labels and layout, and the samples of each split.
+pub(super) struct InputSummary {
     pub(super) kind: DatasetKind,
     pub(super) label_map: Option<LabelMap>,
     pub(super) labels: Option<LabelRange>,
     pub(super) layout: InputLayout,
     /// Samples of each split, in the order of [`SPLITS`].
     pub(super) samples: [u64; 3],
+}
+
+/// The input read: what the manifest says of it, and its minibatches to come.
+pub(super) struct Input {
+    pub(super) summary: InputSummary,
     pub(super) batches: Batches,
 }
 
@@ -276,13 +283,15 @@ pub(super) fn read_streamed(
     }
     segments.retain(|&(_, rows, _)| rows > 0);
     Ok(Input {
-        kind: DatasetKind::Sparse {
-            features: schema.features,
+        summary: InputSummary {
+            kind: DatasetKind::Sparse {
+                features: schema.features,
+            },
+            label_map: schema.label_map,
+            labels: schema.labels.clone(),
+            layout,
+            samples: [train_n, test_n, validation_n],
         },
-        label_map: schema.label_map,
-        labels: schema.labels.clone(),
-        layout,
-        samples: [train_n, test_n, validation_n],
         batches: Batches::Streamed(StreamedRows {
             shuffled,
             schema,
@@ -357,15 +366,17 @@ pub(super) fn read_whole(
     let samples = |p: &Parsed| p.samples() as u64;
     let batch = |p: &Parsed| mlless_data::into_batches(p, options.batch_size);
     Ok(Input {
-        kind: train.dataset_kind(),
-        label_map: train.label_map(),
-        labels: train.label_range().cloned(),
-        layout,
-        samples: [
-            samples(&train),
-            samples(&test),
-            validation.as_ref().map_or(0, samples),
-        ],
+        summary: InputSummary {
+            kind: train.dataset_kind(),
+            label_map: train.label_map(),
+            labels: train.label_range().cloned(),
+            layout,
+            samples: [
+                samples(&train),
+                samples(&test),
+                validation.as_ref().map_or(0, samples),
+            ],
+        },
         batches: Batches::Whole([
             batch(&train)?,
             batch(&test)?,
