@@ -218,15 +218,9 @@ class _Classifier(ClassifierMixin, _MllessEstimator):
         return self.classes_[np.argmax(scores, axis=1)]
 
 
-class SparseLogisticRegression(_Classifier):
-    """Binary logistic regression on sparse (or dense) rows, trained data-parallel by mlless.
-
-    Parameters are ``mlless train``'s options (``None``: the CLI's default). Fitted:
-    ``classes_``, ``coef_`` (1, n_features), ``intercept_``, ``run_record_``, ``run_path_``,
-    ``cost_usd_``, ``validation_curve_``.
-    """
-
-    _model_name = "lr"
+class _LinearClassifier(_Classifier):
+    """A binary linear classifier: ``mlless train``'s options and nothing more (scikit-learn reads
+    the parameters from this ``__init__``, which the subclasses inherit)."""
 
     def __init__(self, *, workers=4, max_epochs=10, lr=None, l2=None, optimizer=None, sync=None,
                  channel=None, invoker=None, early_stop=None, scale_in=None, max_time=None,
@@ -236,6 +230,17 @@ class SparseLogisticRegression(_Classifier):
         _init_common(self, workers, max_epochs, lr, l2, optimizer, sync, channel, invoker,
                      early_stop, scale_in, max_time, memory_mb, seed, batch_size,
                      validation_fraction, test_fraction, store, verbose, options)
+
+
+class SparseLogisticRegression(_LinearClassifier):
+    """Binary logistic regression on sparse (or dense) rows, trained data-parallel by mlless.
+
+    Parameters are ``mlless train``'s options (``None``: the CLI's default). Fitted:
+    ``classes_``, ``coef_`` (1, n_features), ``intercept_``, ``run_record_``, ``run_path_``,
+    ``cost_usd_``, ``validation_curve_``.
+    """
+
+    _model_name = "lr"
 
     def predict_proba(self, X):
         """``[P(classes_[0]), P(classes_[1])]`` of each row."""
@@ -248,20 +253,11 @@ class SparseLogisticRegression(_Classifier):
         return np.log(self.predict_proba(X))
 
 
-class LinearSVM(_Classifier):
+class LinearSVM(_LinearClassifier):
     """Binary linear SVM (hinge loss), trained data-parallel by mlless; see
     :class:`SparseLogisticRegression` for the parameters and fitted attributes."""
 
     _model_name = "svm"
-
-    def __init__(self, *, workers=4, max_epochs=10, lr=None, l2=None, optimizer=None, sync=None,
-                 channel=None, invoker=None, early_stop=None, scale_in=None, max_time=None,
-                 memory_mb=None, seed=1, batch_size=None, validation_fraction=None, test_fraction=None,
-                 store=None,
-                 verbose=True, options=None):
-        _init_common(self, workers, max_epochs, lr, l2, optimizer, sync, channel, invoker,
-                     early_stop, scale_in, max_time, memory_mb, seed, batch_size,
-                     validation_fraction, test_fraction, store, verbose, options)
 
 
 class MLPClassifier(_Classifier):

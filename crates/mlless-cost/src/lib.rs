@@ -176,19 +176,14 @@ impl PriceTable {
     /// IBM Cloud Functions, the platform of the MLLess paper (100 ms granularity); a DynamoDB
     /// channel is billed at AWS's prices (IBM has no DynamoDB).
     pub fn ibm_cloud_functions() -> Self {
+        // The services (Redis, Memcached, the parameter servers' VMs, object storage) at the
+        // same prices as beside Lambda.
         Self {
             name: "ibm-cf".into(),
             gb_second_usd: 0.000_017,
             granularity_ms: 100,
             request_usd: 0.0,
-            services_usd_per_hour: 0.0,
-            redis_usd_per_hour: REDIS_USD_PER_HOUR,
-            memcached_usd_per_hour: MEMCACHED_USD_PER_HOUR,
-            ps_usd_per_hour: PS_USD_PER_HOUR,
-            object_write_usd_per_1000: 0.005,
-            object_read_usd_per_1000: 0.0004,
-            dynamodb_write_usd_per_million: DYNAMODB_WRITE_USD_PER_MILLION,
-            dynamodb_read_usd_per_million: DYNAMODB_READ_USD_PER_MILLION,
+            ..Self::aws_lambda()
         }
     }
 

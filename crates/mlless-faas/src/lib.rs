@@ -136,35 +136,27 @@ pub trait Invoker: Send + Sync + fmt::Debug {
     }
 }
 
-#[async_trait::async_trait]
-impl<T: Invoker + ?Sized> Invoker for Arc<T> {
-    async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError> {
-        (**self).invoke(request).await
-    }
+/// An `Arc` or a `Box` of an invoker is that invoker.
+macro_rules! forward_invoker {
+    ($($pointer:ident),*) => {$(
+        #[async_trait::async_trait]
+        impl<T: Invoker + ?Sized> Invoker for $pointer<T> {
+            async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError> {
+                (**self).invoke(request).await
+            }
 
-    fn platform(&self) -> &str {
-        (**self).platform()
-    }
+            fn platform(&self) -> &str {
+                (**self).platform()
+            }
 
-    fn max_concurrent(&self) -> Option<u32> {
-        (**self).max_concurrent()
-    }
+            fn max_concurrent(&self) -> Option<u32> {
+                (**self).max_concurrent()
+            }
+        }
+    )*};
 }
 
-#[async_trait::async_trait]
-impl<T: Invoker + ?Sized> Invoker for Box<T> {
-    async fn invoke(&self, request: FunctionRequest) -> Result<Invocation, InvokeError> {
-        (**self).invoke(request).await
-    }
-
-    fn platform(&self) -> &str {
-        (**self).platform()
-    }
-
-    fn max_concurrent(&self) -> Option<u32> {
-        (**self).max_concurrent()
-    }
-}
+forward_invoker!(Arc, Box);
 
 /// A handle that stops an invocation from elsewhere (e.g. when another worker failed).
 ///

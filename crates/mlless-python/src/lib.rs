@@ -25,6 +25,7 @@ use mlless_cli::prepare::PrepareArgs;
 use mlless_cli::progress::{Mode, Reporter, text_line};
 use mlless_cli::train::TrainArgs;
 use mlless_core::{ModelSpec, Prediction, Predictor, SparseBatch};
+use mlless_data::generate::push_u64;
 use mlless_data::{IdMap, LabelMap, Normalization};
 use mlless_job::record::RECORD_KEY;
 use mlless_runtime::predict::TrainedModel;
@@ -120,21 +121,6 @@ fn label_text(label: f64) -> String {
     } else {
         format!("{label}")
     }
-}
-
-/// Appends `n` in decimal.
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// Appends `v` as its shortest decimal that reads back as the same `f32` (what `{}` writes),

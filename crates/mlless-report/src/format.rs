@@ -52,6 +52,17 @@ pub(crate) fn format_tick(v: f64, span: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// The smallest and largest of the finite `values`, or `None` when there is none: where an
+/// axis must reach.
+pub(crate) fn finite_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    values
+        .filter(|v| v.is_finite())
+        .fold(None, |range, v| match range {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((f64::min(lo, v), f64::max(hi, v))),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

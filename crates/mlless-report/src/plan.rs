@@ -8,6 +8,7 @@ use std::fmt::Write;
 use mlless_cost::plan::{Candidate, Goal};
 
 use crate::escape;
+use crate::format::finite_range;
 
 const WIDTH: f64 = 720.0;
 const HEIGHT: f64 = 440.0;
@@ -22,14 +23,9 @@ const COLOURS: [&str; 5] = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2
 /// `[low, high]` of `values`, padded by a tenth on each side (a point alone gets a
 /// range around it).
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-    if !lo.is_finite() {
+    let Some((lo, hi)) = finite_range(values) else {
         return (0.0, 1.0);
-    }
+    };
     let pad = if hi > lo {
         (hi - lo) / 10.0
     } else {

@@ -9,6 +9,7 @@ use mlless_cost::PriceTable;
 use mlless_job::RunRecord;
 
 use crate::escape;
+use crate::format::finite_range;
 use crate::measure::cost_curve;
 
 /// What the scale-in plot shows, on the run's clock (seconds since the run started).
@@ -231,14 +232,9 @@ pub fn scale_in_svg(series: &ScaleInSeries) -> String {
 
 /// The range of `values`, widened to a non-empty one.
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-    if !lo.is_finite() {
+    let Some((lo, hi)) = finite_range(values) else {
         return (0.0, 1.0);
-    }
+    };
     if hi - lo < 1e-12 {
         return (lo - 0.5, hi + 0.5);
     }

@@ -44,6 +44,7 @@ pub use criteo::{
 pub use dense_lr::{DENSE_LR_GROUP, DenseLrSpec, DenseLrTruth, write_dense_lr};
 pub use ratings::{RATINGS_BASE, RATINGS_BIAS_STD, RatingsSpec, RatingsTruth, write_ratings};
 pub use rings::{RingsSpec, RingsTruth, write_rings};
+pub use shared::push_u64;
 pub use sparse_lr::{FeatureValues, SparseLrSpec, SparseLrTruth, sparse_lr_truth, write_sparse_lr};
 
 /// The largest label or class count of the dense generators: labels are parsed as `f32`,

@@ -26,8 +26,9 @@ pub(super) fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
 }
 
-/// Appends the decimal digits of `n`.
-pub(super) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+/// Appends the decimal digits of `n` (without `format!`'s machinery: the writers of large text
+/// inputs, the generators' and the Python package's, write millions of them).
+pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {

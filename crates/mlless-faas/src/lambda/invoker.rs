@@ -11,8 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
-use aws_sigv4::sign::v4;
 use base64::Engine;
 use tracing::{debug, warn};
 
@@ -250,27 +248,8 @@ impl LambdaInvoker {
             .header("x-amz-log-type", "Tail")
             .body(payload.to_vec())
             .map_err(|e| config_error(format!("invalid Invoke request to {url}: {e}")))?;
-        let identity = credentials.into();
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.config.region)
-            .name("lambda")
-            .time(SystemTime::now())
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?
-            .into();
-        let headers = request
-            .headers()
-            .iter()
-            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
-        let signable =
-            SignableRequest::new("POST", &url, headers, SignableBody::Bytes(request.body()))
-                .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?;
-        let (instructions, _) = sign(signable, &params)
-            .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?
-            .into_parts();
-        instructions.apply_to_request_http1x(&mut request);
+        mlless_aws::sign_v4(&mut request, credentials, &self.config.region, "lambda")
+            .map_err(|e| config_error(format!("cannot sign for {name}: {e}")))?;
         reqwest::Request::try_from(request)
             .map_err(|e| config_error(format!("invalid Invoke request to {url}: {e}")))
     }

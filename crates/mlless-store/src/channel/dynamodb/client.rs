@@ -8,10 +8,8 @@
 //! `reqwest` and `aws-sigv4` are already in the build (S3, the Lambda invoker), and the requests
 //! are small JSON documents (the Lambda invoker calls Lambda the same way).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
-use aws_sigv4::sign::v4;
 use serde_json::Value;
 use tracing::trace;
 
@@ -179,27 +177,8 @@ impl Client {
             .header("x-amz-target", format!("{TARGET_PREFIX}.{op}"))
             .body(payload)
             .map_err(|e| signing(&e))?;
-        let identity = credentials.into();
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.region)
-            .name("dynamodb")
-            .time(SystemTime::now())
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|e| signing(&e))?
-            .into();
-        let headers = request
-            .headers()
-            .iter()
-            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
-        let signable =
-            SignableRequest::new("POST", &url, headers, SignableBody::Bytes(request.body()))
-                .map_err(|e| signing(&e))?;
-        let (instructions, _) = sign(signable, &params)
-            .map_err(|e| signing(&e))?
-            .into_parts();
-        instructions.apply_to_request_http1x(&mut request);
+        mlless_aws::sign_v4(&mut request, credentials, &self.region, "dynamodb")
+            .map_err(|e| signing(&e))?;
         reqwest::Request::try_from(request).map_err(|e| signing(&e))
     }
 }
