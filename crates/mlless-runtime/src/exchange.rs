@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{SparseVector, WireDelta, mean_of};
-use mlless_store::{Channel, Share};
+use mlless_store::{Channel, Share, StepExchange};
 
 use mlless_faas::clock::now_unix_ms_f64;
 
@@ -203,14 +203,7 @@ impl Exchange<'_> {
                 };
                 let averaged = self
                     .channel
-                    .publish_and_average(
-                        MEANS,
-                        step,
-                        self.worker,
-                        share,
-                        self.workers,
-                        self.timeout,
-                    )
+                    .publish_and_average(self.step_exchange(MEANS, step, self.workers), share)
                     .await?;
                 traffic.bytes_sent += averaged.bytes_sent;
                 traffic.messages_sent += 1;
@@ -371,9 +364,26 @@ impl Exchange<'_> {
         let bytes = Self::encode(message, traffic);
         let payloads = self
             .channel
-            .publish_and_collect(topic, step, self.worker, bytes, from, self.timeout)
+            .publish_and_collect(self.step_exchange(topic, step, from), bytes)
             .await?;
         self.decode_all(topic, step, from, &payloads, traffic)
+    }
+
+    /// This worker's side of the exchange of `step` on `topic` with `peers`, within the
+    /// exchange's timeout.
+    fn step_exchange<'b>(
+        &'b self,
+        topic: &'b str,
+        step: u64,
+        peers: &'b [u32],
+    ) -> StepExchange<'b> {
+        StepExchange {
+            topic,
+            step,
+            from: self.worker,
+            peers,
+            timeout: self.timeout,
+        }
     }
 
     /// Encodes a message to publish, counting it in `traffic`.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::channel::{Channel, ChannelError, StepExchange, WorkerId};
 use crate::store::{Store, StoreError};
 
 mod average;
@@ -54,6 +54,23 @@ fn pattern(seed: u64, len: usize) -> Bytes {
     }
     out.truncate(len);
     Bytes::from(out)
+}
+
+/// Worker `from`'s side of the exchange of `step` on `topic` with `peers` within `timeout`.
+fn exchange<'a>(
+    topic: &'a str,
+    step: u64,
+    from: WorkerId,
+    peers: &'a [WorkerId],
+    timeout: Duration,
+) -> StepExchange<'a> {
+    StepExchange {
+        topic,
+        step,
+        from,
+        peers,
+        timeout,
+    }
 }
 
 /// A payload distinct per (step, worker), of a length that varies with the worker.
@@ -211,8 +228,9 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
             async move {
                 // Spread the arrivals, so that some wait for the others.
                 tokio::time::sleep(Duration::from_millis(u64::from(w % 3))).await;
+                let exchange = exchange(topic, step, w, from, PATIENT);
                 channel
-                    .publish_and_collect(topic, step, w, payload(step, w), from, PATIENT)
+                    .publish_and_collect(exchange, payload(step, w))
                     .await
             }
         });
@@ -230,7 +248,7 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
         let again = must(
             channel,
             "publish_and_collect",
-            channel.publish_and_collect(topic, step, 0, payload(step, 0), &from, PATIENT),
+            channel.publish_and_collect(exchange(topic, step, 0, &from, PATIENT), payload(step, 0)),
         )
         .await;
         assert!(again == expected, "{}: a repeat", channel.describe());
@@ -238,7 +256,7 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
     let others = must(
         channel,
         "publish_and_collect",
-        channel.publish_and_collect(topic, 0, 3, payload(0, 3), &[1, 2], PATIENT),
+        channel.publish_and_collect(exchange(topic, 0, 3, &[1, 2], PATIENT), payload(0, 3)),
     )
     .await;
     assert!(
@@ -247,7 +265,7 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
         channel.describe()
     );
     let result = channel
-        .publish_and_collect(topic, 5, 0, payload(5, 0), &[0, 1], SHORT)
+        .publish_and_collect(exchange(topic, 5, 0, &[0, 1], SHORT), payload(5, 0))
         .await;
     assert_timeout(channel, result, topic, 5, &[1]);
     let own = must(channel, "poll", channel.poll(topic, 5, &[0])).await;

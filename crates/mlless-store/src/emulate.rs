@@ -67,7 +67,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::average::{Averaged, Share};
 use crate::channel::collect::thread_sleep;
-use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::channel::{Channel, ChannelError, StepExchange, WorkerId};
 use crate::store::Store;
 
 /// The latency and bandwidth of a cloud service, as one function sees them.
@@ -439,16 +439,12 @@ impl Channel for EmulatedChannel {
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
         let averaged = self
             .inner
-            .publish_and_average(topic, step, from, share, peers, timeout)
+            .publish_and_average(exchange, share)
             .await
             .map_err(|e| self.renamed(e))?;
         let sent = usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX);

@@ -117,7 +117,7 @@ pub use channel::ps::{self, PsChannel, PsServer};
 #[cfg(feature = "redis")]
 pub use channel::redis::{self, RedisChannel};
 pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};
-pub use channel::{Channel, ChannelError, WorkerId};
+pub use channel::{Channel, ChannelError, StepExchange, WorkerId};
 pub use emulate::{CloudLatency, EmulatedChannel};
 pub use parse::{BUILT_FEATURES, ChannelScheme, StoreKind};
 pub use redact::redact_url;

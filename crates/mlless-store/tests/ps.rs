@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlless_store::ps::wire::{self, Request, Response};
 use mlless_store::ps::{PsLimits, PsServer};
-use mlless_store::{Channel, ChannelError, PsChannel, RetryingChannel, conformance};
+use mlless_store::{Channel, ChannelError, PsChannel, RetryingChannel, StepExchange, conformance};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -132,8 +132,15 @@ async fn the_servers_average_so_a_worker_receives_one_mean() {
                 let channel = channel.clone();
                 let peers = peers.clone();
                 async move {
+                    let exchange = StepExchange {
+                        topic: "means",
+                        step: 0,
+                        from: w,
+                        peers: &peers,
+                        timeout: PATIENT,
+                    };
                     channel
-                        .publish_and_average("means", 0, w, share(w), &peers, PATIENT)
+                        .publish_and_average(exchange, share(w))
                         .await
                         .expect("average")
                 }

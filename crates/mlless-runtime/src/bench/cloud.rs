@@ -52,7 +52,7 @@ use metering::*;
 use mlless_store::requests::{Request, pages};
 use mlless_store::{
     Averaged, Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel,
-    RequestCounter, RequestCounts, Share, WorkerId,
+    RequestCounter, RequestCounts, Share, StepExchange, WorkerId,
 };
 use parameter_server::SimulatedServers;
 use rand::SeedableRng;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlless_store::{Averaged, Channel, ChannelError, Share, WorkerId};
+use mlless_store::{Averaged, Channel, ChannelError, Share, StepExchange, WorkerId};
 
 use super::Worker;
 use crate::exchange::{MEANS, SCATTER};
@@ -186,14 +186,11 @@ impl Channel for FaultyChannel {
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
         // Cancel safety: as `publish`.
+        let StepExchange { topic, step, .. } = exchange;
         match self.fault(step).filter(|_| topic == MEANS) {
             Some(PublishFault::Drop) => {
                 tracing::error!(
@@ -202,7 +199,9 @@ impl Channel for FaultyChannel {
                     "fault injection: dropping a share"
                 );
                 // Waits for the peers' shares as the average would, its own never arriving.
-                self.inner.collect(topic, step, peers, timeout).await?;
+                self.inner
+                    .collect(topic, step, exchange.peers, exchange.timeout)
+                    .await?;
             }
             Some(PublishFault::Delay(delay)) => {
                 tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
@@ -210,9 +209,7 @@ impl Channel for FaultyChannel {
             }
             None => {}
         }
-        self.inner
-            .publish_and_average(topic, step, from, share, peers, timeout)
-            .await
+        self.inner.publish_and_average(exchange, share).await
     }
 
     async fn poll(

@@ -65,6 +65,25 @@ mod wake;
 /// Identifies a worker of a job: 0, 1, …, P − 1.
 pub type WorkerId = u32;
 
+/// One worker's side of a step's exchange on a channel: what
+/// [`Channel::publish_and_collect`] and [`Channel::publish_and_average`] take besides the
+/// worker's own message or share. Worker `from` publishes its message of (`topic`, `step`), then
+/// waits at most `timeout` for the messages of `peers` (which may include `from`) of the same
+/// step and topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepExchange<'a> {
+    /// The topic published and collected.
+    pub topic: &'a str,
+    /// The step published and collected.
+    pub step: u64,
+    /// The worker publishing.
+    pub from: WorkerId,
+    /// The workers whose messages are collected, in the order of the result.
+    pub peers: &'a [WorkerId],
+    /// How long to wait for the peers' messages.
+    pub timeout: Duration,
+}
+
 /// Errors of a channel; every message names the channel's endpoint (never a secret).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -309,9 +328,10 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError>;
 
-    /// Publishes worker `from`'s message of `step` on `topic`, then collects the step's messages
-    /// of `peers` (which may include `from`): a synchronous step's exchange in one call, so that
-    /// a backend can save a round trip (Redis publishes and reads what is there in one script).
+    /// Publishes `payload` as worker `from`'s message of `step` on `topic`, then collects the
+    /// step's messages of `peers` (which may include `from`) within `timeout` (the fields of
+    /// `exchange`): a synchronous step's exchange in one call, so that a backend can save a
+    /// round trip (Redis publishes and reads what is there in one script).
     /// The default is [`publish`](Channel::publish) then [`collect`](Channel::collect), with
     /// their contracts.
     ///
@@ -321,21 +341,20 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// and calling it again stores it once.
     async fn publish_and_collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         payload: Bytes,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        self.publish(topic, step, from, payload).await?;
-        self.collect(topic, step, peers, timeout).await
+        let StepExchange { topic, step, .. } = exchange;
+        self.publish(topic, step, exchange.from, payload).await?;
+        self.collect(topic, step, exchange.peers, exchange.timeout)
+            .await
     }
 
-    /// Publishes worker `from`'s [`Share`](average::Share) of `step` on `topic` and returns,
-    /// once every worker of `peers` (which includes `from`) has published its own, the mean of
-    /// their deltas ([`mlless_core::mean_of`] in the order of `peers`) and their headers. After
-    /// `timeout` fails with [`ChannelError::Timeout`] naming the missing workers.
+    /// Publishes `share`, worker `from`'s [`Share`](average::Share) of `step` on `topic`, and
+    /// returns, once every worker of `peers` (which includes `from`) has published its own, the
+    /// mean of their deltas ([`mlless_core::mean_of`] in the order of `peers`) and their
+    /// headers (`from`, `step`, `topic`, `peers` and `timeout` are the fields of `exchange`).
+    /// After `timeout` fails with [`ChannelError::Timeout`] naming the missing workers.
     ///
     /// The default publishes the share as a message and averages the peers' on the worker
     /// ([`average`]); a backend that can average on its side (the parameter server) overrides
@@ -350,14 +369,10 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// have stored the share, and calling it again stores it once.
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: average::Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<average::Averaged, ChannelError> {
-        average::average_on_worker(self, (topic, step, from), share, peers, timeout).await
+        average::average_on_worker(self, exchange, share).await
     }
 
     /// Returns, without waiting, the messages of `step` on `topic` from the workers in `from`

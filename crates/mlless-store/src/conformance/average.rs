@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 
-use super::{PATIENT, assert_timeout, must};
+use super::{PATIENT, assert_timeout, exchange, must};
 use crate::channel::average::{Share, share_header};
 use crate::channel::{Channel, ChannelError, WorkerId};
 
@@ -49,7 +49,7 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
     let expected = mean_of(&deltas.iter().collect::<Vec<_>>());
     let averages = peers
         .iter()
-        .map(|&w| channel.publish_and_average(topic, step, w, share(w), &peers, PATIENT));
+        .map(|&w| channel.publish_and_average(exchange(topic, step, w, &peers, PATIENT), share(w)));
     let results = futures::future::join_all(averages).await;
     let headers: Vec<Bytes> = peers
         .iter()
@@ -85,7 +85,7 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
     let again = must(
         channel,
         "publish_and_average again",
-        channel.publish_and_average(topic, step, 0, share(0), &peers, PATIENT),
+        channel.publish_and_average(exchange(topic, step, 0, &peers, PATIENT), share(0)),
     )
     .await;
     assert!(
@@ -119,12 +119,8 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
 
     let result = channel
         .publish_and_average(
-            topic,
-            step + 1,
-            0,
+            exchange(topic, step + 1, 0, &[0, 1], Duration::from_millis(300)),
             share(0),
-            &[0, 1],
-            Duration::from_millis(300),
         )
         .await
         .map(|averaged| averaged.headers);
@@ -140,7 +136,7 @@ pub async fn average_refuses_what_does_not_fit(channel: &dyn Channel) {
         SparseVector::from_parts(vec![3, DIM as u32 + 5], vec![1.0, 1.0]).unwrap_or_default(),
     );
     let result = channel
-        .publish_and_average("means", 1, 0, bad, &[0], PATIENT)
+        .publish_and_average(exchange("means", 1, 0, &[0], PATIENT), bad)
         .await;
     match result {
         Err(e @ (ChannelError::BadShare { .. } | ChannelError::Backend { .. })) => assert!(

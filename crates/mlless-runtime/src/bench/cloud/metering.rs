@@ -124,18 +124,11 @@ impl Channel for MeteredChannel {
     /// One request to push the share and pull the mean (a request to each server).
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> std::result::Result<Averaged, ChannelError> {
         self.charge(Request::Put, 1).await;
-        let averaged = self
-            .inner
-            .publish_and_average(topic, step, from, share, peers, timeout)
-            .await?;
+        let averaged = self.inner.publish_and_average(exchange, share).await?;
         self.requests.add(
             Request::TableWrite,
             write_units(usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX)),

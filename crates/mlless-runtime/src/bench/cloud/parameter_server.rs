@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mlless_core::WireDelta;
-use mlless_store::{Averaged, Channel, ChannelError, Share, WorkerId};
+use mlless_store::{Averaged, Channel, ChannelError, Share, StepExchange, WorkerId};
 
 use crate::messages::{Message, UpdateMessage};
 
@@ -40,25 +40,18 @@ impl<C: Channel> Channel for SimulatedServers<C> {
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
-        let mut averaged = self
-            .0
-            .publish_and_average(topic, step, from, share, peers, timeout)
-            .await?;
+        let mut averaged = self.0.publish_and_average(exchange, share).await?;
         // What the server sends back: the mean as an update message, and the headers.
         let mean = UpdateMessage {
-            step,
-            worker: from,
+            step: exchange.step,
+            worker: exchange.from,
             loss: Default::default(),
             stop: false,
             last: false,
-            applied_through: step,
+            applied_through: exchange.step,
             removal: None,
             delta: WireDelta::Sparse(averaged.mean.clone()),
         };

@@ -48,7 +48,7 @@ use mlless_core::{SparseVector, WireDelta};
 
 use crate::channel::average::{Averaged, Share, encode_share, share_header};
 use crate::channel::collect::timeout_error;
-use crate::channel::{Channel, ChannelError, WorkerId, check_name};
+use crate::channel::{Channel, ChannelError, StepExchange, WorkerId, check_name};
 use crate::redact::redact_url;
 
 mod client;
@@ -390,13 +390,11 @@ impl Channel for PsChannel {
     /// goes to the server that holds its message of the step.
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
+        let (topic, step, from) = (exchange.topic, exchange.step, exchange.from);
+        let (peers, timeout) = (exchange.peers, exchange.timeout);
         self.check_topic(topic)?;
         let start = Instant::now();
         let bad = |worker: WorkerId, reason: String| ChannelError::BadShare {

@@ -64,7 +64,8 @@ use tracing::{debug, trace};
 
 use crate::channel::retry::RetryPolicy;
 use crate::channel::{
-    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule, server_urls,
+    Channel, ChannelError, KEYS_SEGMENT, StepExchange, WorkerId, check_name, segment_topic_rule,
+    server_urls,
 };
 use crate::redact::{redact_url, scrub};
 use crate::store::check_segment;
@@ -604,16 +605,13 @@ impl Channel for RedisChannel {
 
     async fn publish_and_collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         payload: Bytes,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let (topic, step, from) = (exchange.topic, exchange.step, exchange.from);
         self.check_topic(topic)?;
         let start = Instant::now();
-        let deadline = super::collect::deadline_after(start, timeout);
+        let deadline = super::collect::deadline_after(start, exchange.timeout);
         let own = self.shard_of(from);
         let shard = self.shard(own);
         let stream = self.stream_key(topic, step);
@@ -622,6 +620,7 @@ impl Channel for RedisChannel {
             .await?;
         let read = StreamRead::of_range(entries);
         trace!(channel = %self.describe(), key = stream, from, len = payload.len(), present = read.found.len(), "publish and read");
+        let peers = exchange.peers;
         if peers.is_empty() {
             return Ok(Vec::new());
         }

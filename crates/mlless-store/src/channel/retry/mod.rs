@@ -100,7 +100,7 @@ use bytes::Bytes;
 use tracing::{debug, info, warn};
 
 use super::average::{Averaged, Share};
-use super::{Channel, ChannelError, WorkerId};
+use super::{Channel, ChannelError, StepExchange, WorkerId};
 
 mod policy;
 pub use policy::{
@@ -211,6 +211,29 @@ impl<C: Channel> RetryingChannel<C> {
     /// How long an outage is ridden out.
     pub fn grace(&self) -> Duration {
         self.grace
+    }
+
+    /// [`run`](Self::run) for an operation that waits at most `timeout` (a collect): each
+    /// attempt is given what is left of it, so the retries do not extend the wait.
+    async fn run_within<T, F, Fut>(
+        &self,
+        operation: &str,
+        timeout: Duration,
+        mut attempt: F,
+    ) -> Result<T, ChannelError>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T, ChannelError>>,
+    {
+        // `None`: a timeout too large to add to now, which never runs out.
+        let deadline = Instant::now().checked_add(timeout);
+        self.run(operation, || {
+            attempt(match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => timeout,
+            })
+        })
+        .await
     }
 
     /// Runs `attempt` under the grace's [`RetryPolicy`] until it succeeds, fails with an error
@@ -337,13 +360,7 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         from: &[WorkerId],
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        // `None`: a timeout too large to add to now, which never runs out.
-        let deadline = Instant::now().checked_add(timeout);
-        self.run("collect", || {
-            let remaining = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => timeout,
-            };
+        self.run_within("collect", timeout, |remaining| {
             self.inner.collect(topic, step, from, remaining)
         })
         .await
@@ -351,44 +368,32 @@ impl<C: Channel> Channel for RetryingChannel<C> {
 
     async fn publish_and_collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         payload: Bytes,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        // As `collect`: the retries do not extend the wait; a repeated publish stores nothing.
-        let deadline = Instant::now().checked_add(timeout);
-        self.run("publish_and_collect", || {
-            let remaining = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => timeout,
+        // As `collect`; a repeated publish stores nothing.
+        self.run_within("publish_and_collect", exchange.timeout, |timeout| {
+            let exchange = StepExchange {
+                timeout,
+                ..exchange
             };
-            self.inner
-                .publish_and_collect(topic, step, from, payload.clone(), peers, remaining)
+            self.inner.publish_and_collect(exchange, payload.clone())
         })
         .await
     }
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
-        // As `collect`: the retries do not extend the wait; a repeated share is stored once.
-        let deadline = Instant::now().checked_add(timeout);
-        self.run("publish_and_average", || {
-            let remaining = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => timeout,
+        // As `collect`; a repeated share is stored once.
+        self.run_within("publish_and_average", exchange.timeout, |timeout| {
+            let exchange = StepExchange {
+                timeout,
+                ..exchange
             };
-            self.inner
-                .publish_and_average(topic, step, from, share.clone(), peers, remaining)
+            self.inner.publish_and_average(exchange, share.clone())
         })
         .await
     }
