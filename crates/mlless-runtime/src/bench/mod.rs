@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta};
 use mlless_faas::{Invoker, Limits};
-use mlless_store::{Channel, CloudLatency, EmulatedChannel, StepExchange, Store, open_channel};
+use mlless_store::{
+    Channel, CloudLatency, EmulatedChannel, StepExchange, StepMessages, Store, open_channel,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
@@ -238,7 +240,11 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
             },
             discard_before(step, |old| {
                 let channel = &channel;
-                async move { Ok(channel.discard(TOPIC, old, &[task.worker]).await?) }
+                async move {
+                    Ok(channel
+                        .discard(StepMessages::new(TOPIC, old, &[task.worker]))
+                        .await?)
+                }
             }),
         )?;
         let elapsed = started.elapsed();

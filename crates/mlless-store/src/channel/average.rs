@@ -14,7 +14,7 @@ use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 use serde::{Deserialize, Serialize};
 
-use super::{Channel, ChannelError, StepExchange, WorkerId};
+use super::{Channel, ChannelError, MessageId, StepExchange, WorkerId};
 
 /// One worker's share of a step's mean.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,7 +88,7 @@ pub(crate) async fn average_on_worker<C: Channel + ?Sized>(
     exchange: StepExchange<'_>,
     share: Share,
 ) -> Result<Averaged, ChannelError> {
-    let (topic, step, from) = (exchange.topic, exchange.step, exchange.from);
+    let MessageId { topic, step, from } = exchange.own();
     let bad = |worker: WorkerId, reason: String| ChannelError::BadShare {
         endpoint: channel.describe(),
         topic: topic.to_string(),

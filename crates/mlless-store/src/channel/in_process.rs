@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::collect::{deadline_after, timeout_error};
-use super::{Channel, ChannelError, WorkerId};
+use super::{Channel, ChannelError, MessageId, StepMessages, WorkerId};
 
 /// A message's address: topic, step, worker.
 type MessageKey = (String, u64, WorkerId);
@@ -71,13 +71,8 @@ fn key(topic: &str, step: u64, from: WorkerId) -> MessageKey {
 
 #[async_trait::async_trait]
 impl Channel for InProcessChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         let key = key(topic, step, from);
         let woken = {
             let mut state = self.state();
@@ -92,11 +87,10 @@ impl Channel for InProcessChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         let started = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::from_std(deadline_after(started.into_std(), timeout));
         let mut collected = Vec::with_capacity(from.len());
@@ -138,12 +132,8 @@ impl Channel for InProcessChannel {
         Ok(collected)
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         let state = self.state();
         Ok(from
             .iter()
@@ -151,7 +141,8 @@ impl Channel for InProcessChannel {
             .collect())
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         let mut state = self.state();
         for &w in from {
             state.messages.remove(&key(topic, step, w));

@@ -65,6 +65,44 @@ mod wake;
 /// Identifies a worker of a job: 0, 1, …, P − 1.
 pub type WorkerId = u32;
 
+/// Names one message of a channel: worker `from`'s of `step` on `topic`. A channel keeps one
+/// message per id ([`Channel::publish`] is idempotent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MessageId<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The step.
+    pub step: u64,
+    /// The worker that publishes it.
+    pub from: WorkerId,
+}
+
+impl<'a> MessageId<'a> {
+    /// Worker `from`'s message of `step` on `topic`.
+    pub const fn new(topic: &'a str, step: u64, from: WorkerId) -> Self {
+        MessageId { topic, step, from }
+    }
+}
+
+/// The messages of one step on one topic from some workers, in the order of `from`: what
+/// [`Channel::collect`], [`Channel::poll`] and [`Channel::discard`] act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepMessages<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The step.
+    pub step: u64,
+    /// The workers whose messages they are, in the order of a result.
+    pub from: &'a [WorkerId],
+}
+
+impl<'a> StepMessages<'a> {
+    /// The messages of `step` on `topic` from the workers of `from`.
+    pub const fn new(topic: &'a str, step: u64, from: &'a [WorkerId]) -> Self {
+        StepMessages { topic, step, from }
+    }
+}
+
 /// One worker's side of a step's exchange on a channel: what
 /// [`Channel::publish_and_collect`] and [`Channel::publish_and_average`] take besides the
 /// worker's own message or share. Worker `from` publishes its message of (`topic`, `step`), then
@@ -82,6 +120,18 @@ pub struct StepExchange<'a> {
     pub peers: &'a [WorkerId],
     /// How long to wait for the peers' messages.
     pub timeout: Duration,
+}
+
+impl<'a> StepExchange<'a> {
+    /// The message that worker `from` publishes.
+    pub const fn own(&self) -> MessageId<'a> {
+        MessageId::new(self.topic, self.step, self.from)
+    }
+
+    /// The messages collected: the peers'.
+    pub const fn peers_messages(&self) -> StepMessages<'a> {
+        StepMessages::new(self.topic, self.step, self.peers)
+    }
 }
 
 /// Errors of a channel; every message names the channel's endpoint (never a secret).
@@ -295,8 +345,8 @@ pub(crate) fn segment_topic_rule(topic: &str, no_colon: bool) -> Result<(), Stri
 /// is always safe, which is what [`RetryingChannel`](retry::RetryingChannel) relies on.
 #[async_trait::async_trait]
 pub trait Channel: Send + Sync + std::fmt::Debug {
-    /// Publishes worker `from`'s message for `step` on `topic`. Publishing the same
-    /// (topic, step, from) twice stores one message (idempotent): a re-invoked worker may
+    /// Publishes `payload` as the message `id` (worker `from`'s for `step` on `topic`).
+    /// Publishing the same id twice stores one message (idempotent): a re-invoked worker may
     /// publish its step again, and should publish the same payload.
     ///
     /// # Cancel safety
@@ -304,17 +354,12 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// A cancelled publish may or may not have stored the message; publishing it again stores
     /// it once. On a chunking backend (Memcached, DynamoDB) it may leave chunks that no message
     /// names, which expire with the item TTL (DynamoDB's cleanup deletes them too).
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError>;
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError>;
 
-    /// Waits until the messages of `step` on `topic` from every worker in `from` are present and
-    /// returns their payloads in the order of `from`. Never busy-polls without backoff. After
-    /// `timeout` fails with [`ChannelError::Timeout`] naming the step, topic and missing workers.
+    /// Waits until the `messages` (of `step` on `topic` from every worker in `from`) are present
+    /// and returns their payloads in the order of `from`. Never busy-polls without backoff.
+    /// After `timeout` fails with [`ChannelError::Timeout`] naming the step, topic and missing
+    /// workers.
     ///
     /// # Cancel safety
     ///
@@ -322,9 +367,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// messages it had read are dropped with it and a new collect reads them again.
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError>;
 
@@ -344,9 +387,8 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         exchange: StepExchange<'_>,
         payload: Bytes,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        let StepExchange { topic, step, .. } = exchange;
-        self.publish(topic, step, exchange.from, payload).await?;
-        self.collect(topic, step, exchange.peers, exchange.timeout)
+        self.publish(exchange.own(), payload).await?;
+        self.collect(exchange.peers_messages(), exchange.timeout)
             .await
     }
 
@@ -375,28 +417,24 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         average::average_on_worker(self, exchange, share).await
     }
 
-    /// Returns, without waiting, the messages of `step` on `topic` from the workers in `from`
-    /// that are present now, in the order of `from`: `None` where a message has not arrived.
+    /// Returns, without waiting, those of the `messages` (of `step` on `topic` from the workers
+    /// in `from`) that are present now, in the order of `from`: `None` where a message has not
+    /// arrived.
     /// For the protocols without a barrier (SSP, ASP), which apply whatever has arrived.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a poll only reads.
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError>;
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError>;
 
-    /// Deletes the messages of `step` on `topic` from the given workers (once nobody needs them
-    /// any more). Messages that are already gone are not an error.
+    /// Deletes the `messages` (of `step` on `topic` from the workers in `from`) once nobody needs
+    /// them any more. Messages that are already gone are not an error.
     ///
     /// # Cancel safety
     ///
     /// A cancelled discard may have deleted some of the messages and not others; discarding
     /// again deletes the rest.
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError>;
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError>;
 
     /// Sets a key (control messages, progress); the last write wins.
     ///

@@ -9,7 +9,7 @@ use mlless_core::{SparseVector, WireDelta, mean_of};
 
 use super::{PATIENT, assert_timeout, exchange, must};
 use crate::channel::average::{Share, share_header};
-use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::channel::{Channel, ChannelError, StepMessages, WorkerId};
 
 /// The dimension of the deltas averaged.
 const DIM: usize = 1_000;
@@ -93,7 +93,12 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
         "{}: averaging again gave another mean",
         channel.describe()
     );
-    let polled = must(channel, "poll", channel.poll(topic, step, &[0])).await;
+    let polled = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, step, &[0])),
+    )
+    .await;
     let header = polled[0]
         .as_ref()
         .map(|m| share_header(m))
@@ -109,8 +114,18 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
         "{}: the header a poll reads",
         channel.describe()
     );
-    must(channel, "discard", channel.discard(topic, step, &peers)).await;
-    let polled = must(channel, "poll", channel.poll(topic, step, &peers)).await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, step, &peers)),
+    )
+    .await;
+    let polled = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, step, &peers)),
+    )
+    .await;
     assert!(
         polled.iter().all(Option::is_none),
         "{}: discarded shares are still there",

@@ -95,7 +95,7 @@ use tracing::{debug, trace};
 
 use crate::channel::collect::{CollectPlan, collect_with_backoff};
 use crate::channel::retry::RetryPolicy;
-use crate::channel::{Channel, ChannelError, WorkerId, check_name};
+use crate::channel::{Channel, ChannelError, MessageId, StepMessages, WorkerId, check_name};
 use crate::redact::{redact_url, scrub, url_secrets};
 
 mod chunks;
@@ -131,11 +131,12 @@ const INITIAL_BACKOFF: Duration = Duration::from_micros(200);
 /// # async fn example() -> Result<(), mlless_store::ChannelError> {
 /// use std::time::Duration;
 /// use bytes::Bytes;
-/// use mlless_store::{Channel, MemcachedChannel};
+/// use mlless_store::{Channel, MemcachedChannel, MessageId, StepMessages};
 ///
 /// let channel = MemcachedChannel::connect("memcached://127.0.0.1:11211", "job-1").await?;
-/// channel.publish("updates", 0, 0, Bytes::from_static(b"hello")).await?;
-/// let got = channel.collect("updates", 0, &[0], Duration::from_secs(5)).await?;
+/// channel.publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"hello")).await?;
+/// let step = StepMessages::new("updates", 0, &[0]);
+/// let got = channel.collect(step, Duration::from_secs(5)).await?;
 /// assert_eq!(got, [&b"hello"[..]]);
 /// channel.cleanup().await?;
 /// # Ok(())
@@ -464,13 +465,8 @@ impl MemcachedChannel {
 
 #[async_trait::async_trait]
 impl Channel for MemcachedChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let key = self.message_key(topic, step, from);
         trace!(channel = %self.client.endpoint, key, len = payload.len(), "publish");
@@ -522,12 +518,8 @@ impl Channel for MemcachedChannel {
         }
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let keys = self.message_keys(topic, step, from);
         let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
@@ -537,11 +529,10 @@ impl Channel for MemcachedChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let keys = self.message_keys(topic, step, from);
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
@@ -557,7 +548,8 @@ impl Channel for MemcachedChannel {
         .await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut keys: Vec<String> = Vec::with_capacity(from.len());
         for &w in from {

@@ -64,8 +64,8 @@ use tracing::{debug, trace};
 
 use crate::channel::retry::RetryPolicy;
 use crate::channel::{
-    Channel, ChannelError, KEYS_SEGMENT, StepExchange, WorkerId, check_name, segment_topic_rule,
-    server_urls,
+    Channel, ChannelError, KEYS_SEGMENT, MessageId, StepExchange, StepMessages, WorkerId,
+    check_name, segment_topic_rule, server_urls,
 };
 use crate::redact::{redact_url, scrub};
 use crate::store::check_segment;
@@ -552,13 +552,8 @@ fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
 
 #[async_trait::async_trait]
 impl Channel for RedisChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let shard = self.shard(self.shard_of(from));
         let stream = self.stream_key(topic, step);
@@ -569,12 +564,8 @@ impl Channel for RedisChannel {
         Ok(())
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
             return Ok(Vec::new());
@@ -587,11 +578,10 @@ impl Channel for RedisChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
             return Ok(Vec::new());
@@ -608,7 +598,7 @@ impl Channel for RedisChannel {
         exchange: StepExchange<'_>,
         payload: Bytes,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        let (topic, step, from) = (exchange.topic, exchange.step, exchange.from);
+        let MessageId { topic, step, from } = exchange.own();
         self.check_topic(topic)?;
         let start = Instant::now();
         let deadline = super::collect::deadline_after(start, exchange.timeout);
@@ -630,7 +620,8 @@ impl Channel for RedisChannel {
         self.collected(topic, step, peers, &found, start)
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let stream = self.stream_key(topic, step);
         let index = self.index_key(topic, step);

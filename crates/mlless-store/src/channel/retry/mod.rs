@@ -100,7 +100,7 @@ use bytes::Bytes;
 use tracing::{debug, info, warn};
 
 use super::average::{Averaged, Share};
-use super::{Channel, ChannelError, StepExchange, WorkerId};
+use super::{Channel, ChannelError, MessageId, StepExchange, StepMessages};
 
 mod policy;
 pub use policy::{
@@ -340,28 +340,18 @@ impl<C: Channel> RetryingChannel<C> {
 
 #[async_trait::async_trait]
 impl<C: Channel> Channel for RetryingChannel<C> {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
-        self.run("publish", || {
-            self.inner.publish(topic, step, from, payload.clone())
-        })
-        .await
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        self.run("publish", || self.inner.publish(id, payload.clone()))
+            .await
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
         self.run_within("collect", timeout, |remaining| {
-            self.inner.collect(topic, step, from, remaining)
+            self.inner.collect(messages, remaining)
         })
         .await
     }
@@ -398,19 +388,12 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         .await
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        self.run("poll", || self.inner.poll(topic, step, from))
-            .await
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.run("poll", || self.inner.poll(messages)).await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
-        self.run("discard", || self.inner.discard(topic, step, from))
-            .await
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        self.run("discard", || self.inner.discard(messages)).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
