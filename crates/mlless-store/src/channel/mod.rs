@@ -101,6 +101,12 @@ impl<'a> StepMessages<'a> {
     pub const fn new(topic: &'a str, step: u64, from: &'a [WorkerId]) -> Self {
         StepMessages { topic, step, from }
     }
+
+    /// The id of each message, in the order of `from`.
+    pub fn ids(self) -> impl Iterator<Item = MessageId<'a>> {
+        let StepMessages { topic, step, from } = self;
+        from.iter().map(move |&w| MessageId::new(topic, step, w))
+    }
 }
 
 /// One worker's side of a step's exchange on a channel: what

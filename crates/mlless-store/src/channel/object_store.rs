@@ -262,7 +262,7 @@ impl Channel for ObjectStoreChannel {
             INITIAL_BACKOFF
         };
         let backoff = (initial_backoff, self.max_backoff);
-        let plan = CollectPlan::polling(&endpoint, topic, step, from, timeout, backoff)
+        let plan = CollectPlan::polling(&endpoint, messages, timeout, backoff)
             .woken_by(watching.as_ref().map(|(watcher, _)| watcher.landed()));
         collect_with_backoff(plan, |mut slots| {
             let prefix = &prefix;

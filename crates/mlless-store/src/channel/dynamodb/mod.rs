@@ -602,7 +602,7 @@ impl Channel for DynamoDbChannel {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
-        let plan = CollectPlan::polling(&self.endpoint, topic, step, from, timeout, backoff);
+        let plan = CollectPlan::polling(&self.endpoint, messages, timeout, backoff);
         collect_with_backoff(plan, |mut slots| async move {
             let found = self.poll_step(topic, step, from, &mut slots).await?;
             Ok((slots, found))

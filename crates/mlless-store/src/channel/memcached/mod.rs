@@ -328,10 +328,11 @@ impl MemcachedChannel {
         format!("mlless:{}", self.job_id)
     }
 
-    /// The items of the messages of `step` on `topic` from `from`, in that order.
-    fn message_keys(&self, topic: &str, step: u64, from: &[WorkerId]) -> Vec<String> {
-        from.iter()
-            .map(|&w| self.message_key(topic, step, w))
+    /// The items of `messages`, in their order.
+    fn message_keys(&self, messages: StepMessages<'_>) -> Vec<String> {
+        messages
+            .ids()
+            .map(|id| self.message_key(id.topic, id.step, id.from))
             .collect()
     }
 
@@ -519,10 +520,9 @@ impl Channel for MemcachedChannel {
     }
 
     async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        let StepMessages { topic, step, from } = messages;
-        self.check_topic(topic)?;
-        let keys = self.message_keys(topic, step, from);
-        let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
+        self.check_topic(messages.topic)?;
+        let keys = self.message_keys(messages);
+        let mut slots: Vec<Option<Bytes>> = vec![None; keys.len()];
         self.poll_step(&keys, &mut slots).await?;
         Ok(slots)
     }
@@ -532,12 +532,11 @@ impl Channel for MemcachedChannel {
         messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        let StepMessages { topic, step, from } = messages;
-        self.check_topic(topic)?;
-        let keys = self.message_keys(topic, step, from);
+        self.check_topic(messages.topic)?;
+        let keys = self.message_keys(messages);
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
         let endpoint = &self.client.endpoint;
-        let plan = CollectPlan::polling(endpoint, topic, step, from, timeout, backoff);
+        let plan = CollectPlan::polling(endpoint, messages, timeout, backoff);
         collect_with_backoff(plan, |mut slots| {
             let keys = &keys;
             async move {

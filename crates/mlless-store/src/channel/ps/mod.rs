@@ -373,9 +373,7 @@ impl Channel for PsChannel {
             .collect();
         Err(timeout_error(
             self.describe(),
-            topic,
-            step,
-            from,
+            messages,
             &present,
             start.elapsed(),
         ))
@@ -473,9 +471,7 @@ impl Channel for PsChannel {
         if timed_out {
             return Err(timeout_error(
                 self.describe(),
-                topic,
-                step,
-                peers,
+                exchange.peers_messages(),
                 &present,
                 start.elapsed(),
             ));

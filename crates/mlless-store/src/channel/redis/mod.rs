@@ -503,36 +503,27 @@ impl RedisChannel {
             .map_err(|e| self.backend_error(shard, "publish", &stream, e))
     }
 
-    /// The payloads of `from` in its order out of what a collect `found`, or the
+    /// The payloads of `messages` in their order out of what a collect `found`, or the
     /// [`ChannelError::Timeout`] naming the workers missing.
     fn collected(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         found: &HashMap<WorkerId, Bytes>,
         start: Instant,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        let mut out = Vec::with_capacity(from.len());
-        let mut missing: Vec<WorkerId> = Vec::new();
-        for w in from {
-            match found.get(w) {
-                Some(payload) => out.push(payload.clone()),
-                None if !missing.contains(w) => missing.push(*w),
-                None => {}
-            }
-        }
-        if missing.is_empty() {
+        let StepMessages { topic, step, from } = messages;
+        let out: Option<Vec<Bytes>> = from.iter().map(|w| found.get(w).cloned()).collect();
+        if let Some(out) = out {
             trace!(channel = %self.describe(), topic, step, workers = from.len(), waited = ?start.elapsed(), "collected");
             return Ok(out);
         }
-        Err(ChannelError::Timeout {
-            topic: topic.to_string(),
-            step,
-            missing,
-            waited: start.elapsed(),
-            endpoint: self.describe(),
-        })
+        let present: Vec<bool> = from.iter().map(|w| found.contains_key(w)).collect();
+        Err(super::collect::timeout_error(
+            self.describe(),
+            messages,
+            &present,
+            start.elapsed(),
+        ))
     }
 }
 
@@ -590,7 +581,7 @@ impl Channel for RedisChannel {
         let deadline = super::collect::deadline_after(start, timeout);
         let key = self.stream_key(topic, step);
         let found = self.gather(&key, from, deadline, None).await?;
-        self.collected(topic, step, from, &found, start)
+        self.collected(messages, &found, start)
     }
 
     async fn publish_and_collect(
@@ -617,7 +608,7 @@ impl Channel for RedisChannel {
         let found = self
             .gather(&stream, peers, deadline, Some((own, read)))
             .await?;
-        self.collected(topic, step, peers, &found, start)
+        self.collected(exchange.peers_messages(), &found, start)
     }
 
     async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
