@@ -14,7 +14,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
-//! | this one | the [`Channel`] trait, [`ChannelError`] (which says whether a failure is worth retrying: [`ChannelError::is_transient`]), the name checks the backends share |
+//! | this one | the [`Channel`] trait, what its methods name ([`MessageId`], [`StepMessages`], [`StepExchange`]), [`ChannelError`] (which says whether a failure is worth retrying: [`ChannelError::is_transient`]), the name checks the backends share |
 //! | [`crate::parse`] (outside) | [`ChannelScheme`](crate::ChannelScheme): the one place a URL's scheme is matched |
 //! | [`open`] | the factory: [`ChannelScheme::parse`](crate::ChannelScheme::parse), [`open_channel`](open::open_channel) |
 //! | [`object_store`] | [`ObjectStoreChannel`](object_store::ObjectStoreChannel) on any [`Store`](crate::Store) |
@@ -380,9 +380,8 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// Publishes `payload` as worker `from`'s message of `step` on `topic`, then collects the
     /// step's messages of `peers` (which may include `from`) within `timeout` (the fields of
     /// `exchange`): a synchronous step's exchange in one call, so that a backend can save a
-    /// round trip (Redis publishes and reads what is there in one script).
-    /// The default is [`publish`](Channel::publish) then [`collect`](Channel::collect), with
-    /// their contracts.
+    /// round trip (Redis publishes and reads what is there in one script). The default is
+    /// [`publish`](Channel::publish) then [`collect`](Channel::collect), with their contracts.
     ///
     /// # Cancel safety
     ///
@@ -425,8 +424,8 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
 
     /// Returns, without waiting, those of the `messages` (of `step` on `topic` from the workers
     /// in `from`) that are present now, in the order of `from`: `None` where a message has not
+    /// arrived. For the protocols without a barrier (SSP, ASP), which apply whatever has
     /// arrived.
-    /// For the protocols without a barrier (SSP, ASP), which apply whatever has arrived.
     ///
     /// # Cancel safety
     ///
