@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use mlless_core::{SparseVector, WireDelta, mean_of};
-use mlless_store::{Channel, Share};
+use mlless_store::{Channel, MessageId, Share, StepExchange, StepMessages};
 
 use mlless_faas::clock::now_unix_ms_f64;
 
@@ -203,14 +203,7 @@ impl Exchange<'_> {
                 };
                 let averaged = self
                     .channel
-                    .publish_and_average(
-                        MEANS,
-                        step,
-                        self.worker,
-                        share,
-                        self.workers,
-                        self.timeout,
-                    )
+                    .publish_and_average(self.step_exchange(MEANS, step, self.workers), share)
                     .await?;
                 traffic.bytes_sent += averaged.bytes_sent;
                 traffic.messages_sent += 1;
@@ -236,7 +229,10 @@ impl Exchange<'_> {
     /// Cancel safe: it only reads.
     pub async fn published(&self, step: u64) -> Result<Option<UpdateMessage>> {
         let (topic, id) = first_message(self.pattern, self.worker, self.job_workers)?;
-        let found = self.channel.poll(topic, step, &[id]).await?;
+        let found = self
+            .channel
+            .poll(StepMessages::new(topic, step, &[id]))
+            .await?;
         let Some(payload) = found.into_iter().next().flatten() else {
             return Ok(None);
         };
@@ -342,7 +338,9 @@ impl Exchange<'_> {
         traffic: &mut Traffic,
     ) -> Result<()> {
         let bytes = Self::encode(message, traffic);
-        self.channel.publish(topic, step, id, bytes).await?;
+        self.channel
+            .publish(MessageId::new(topic, step, id), bytes)
+            .await?;
         Ok(())
     }
 
@@ -351,7 +349,7 @@ impl Exchange<'_> {
     /// cloud`: 420 ms a step at P = 16 on 20 ms requests, 120 ms at once).
     async fn publish_all(&self, topic: &str, step: u64, messages: Vec<(u32, Bytes)>) -> Result<()> {
         futures::stream::iter(messages)
-            .map(|(id, bytes)| self.channel.publish(topic, step, id, bytes))
+            .map(|(id, bytes)| self.channel.publish(MessageId::new(topic, step, id), bytes))
             .buffer_unordered(PUBLISH_CONCURRENCY)
             .try_for_each(|()| std::future::ready(Ok(())))
             .await?;
@@ -371,9 +369,26 @@ impl Exchange<'_> {
         let bytes = Self::encode(message, traffic);
         let payloads = self
             .channel
-            .publish_and_collect(topic, step, self.worker, bytes, from, self.timeout)
+            .publish_and_collect(self.step_exchange(topic, step, from), bytes)
             .await?;
         self.decode_all(topic, step, from, &payloads, traffic)
+    }
+
+    /// This worker's side of the exchange of `step` on `topic` with `peers`, within the
+    /// exchange's timeout.
+    fn step_exchange<'b>(
+        &'b self,
+        topic: &'b str,
+        step: u64,
+        peers: &'b [u32],
+    ) -> StepExchange<'b> {
+        StepExchange {
+            topic,
+            step,
+            from: self.worker,
+            peers,
+            timeout: self.timeout,
+        }
     }
 
     /// Encodes a message to publish, counting it in `traffic`.
@@ -397,7 +412,7 @@ impl Exchange<'_> {
     ) -> Result<Vec<UpdateMessage>> {
         let payloads = self
             .channel
-            .collect(topic, step, from, self.timeout)
+            .collect(StepMessages::new(topic, step, from), self.timeout)
             .await?;
         self.decode_all(topic, step, from, &payloads, traffic)
     }
@@ -453,20 +468,36 @@ pub(crate) async fn discard_published(
     step: u64,
 ) -> Result<()> {
     match pattern {
-        Pattern::Broadcast => channel.discard(UPDATES, step, &[worker]).await?,
+        Pattern::Broadcast => {
+            channel
+                .discard(StepMessages::new(UPDATES, step, &[worker]))
+                .await?
+        }
         Pattern::AllReduce => {
-            channel.discard(UPDATES, step, &[worker]).await?;
-            channel.discard(REDUCED, step, &[worker]).await?;
+            channel
+                .discard(StepMessages::new(UPDATES, step, &[worker]))
+                .await?;
+            channel
+                .discard(StepMessages::new(REDUCED, step, &[worker]))
+                .await?;
         }
         Pattern::ScatterReduce => {
             let n = u64::from(job_workers);
             let ids: Vec<u32> = (0..job_workers as usize)
                 .map(|c| scatter_id(worker, c, n))
                 .collect::<Result<_>>()?;
-            channel.discard(SCATTER, step, &ids).await?;
-            channel.discard(REDUCED, step, &[worker]).await?;
+            channel
+                .discard(StepMessages::new(SCATTER, step, &ids))
+                .await?;
+            channel
+                .discard(StepMessages::new(REDUCED, step, &[worker]))
+                .await?;
         }
-        Pattern::Server => channel.discard(MEANS, step, &[worker]).await?,
+        Pattern::Server => {
+            channel
+                .discard(StepMessages::new(MEANS, step, &[worker]))
+                .await?
+        }
     }
     Ok(())
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::channel::{Channel, ChannelError, MessageId, StepExchange, StepMessages, WorkerId};
 use crate::store::{Store, StoreError};
 
 mod average;
@@ -54,6 +54,23 @@ fn pattern(seed: u64, len: usize) -> Bytes {
     }
     out.truncate(len);
     Bytes::from(out)
+}
+
+/// Worker `from`'s side of the exchange of `step` on `topic` with `peers` within `timeout`.
+fn exchange<'a>(
+    topic: &'a str,
+    step: u64,
+    from: WorkerId,
+    peers: &'a [WorkerId],
+    timeout: Duration,
+) -> StepExchange<'a> {
+    StepExchange {
+        topic,
+        step,
+        from,
+        peers,
+        timeout,
+    }
 }
 
 /// A payload distinct per (step, worker), of a length that varies with the worker.
@@ -129,12 +146,12 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
     for (step, workers) in [(0u64, 1u32), (1, 4), (2, 32)] {
         let from: Vec<WorkerId> = (0..workers).collect();
         // A collector starts first and must wait for the late publishers.
-        let collect = channel.collect(topic, step, &from, PATIENT);
+        let collect = channel.collect(StepMessages::new(topic, step, &from), PATIENT);
         let publish = async {
             tokio::time::sleep(Duration::from_millis(5)).await;
             let publishes = from
                 .iter()
-                .map(|&w| channel.publish(topic, step, w, payload(step, w)));
+                .map(|&w| channel.publish(MessageId::new(topic, step, w), payload(step, w)));
             futures::future::try_join_all(publishes).await
         };
         let (collected, published) = futures::future::join(collect, publish).await;
@@ -152,7 +169,7 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
         let collected = must(
             channel,
             "collect",
-            channel.collect(topic, step, &reversed, PATIENT),
+            channel.collect(StepMessages::new(topic, step, &reversed), PATIENT),
         )
         .await;
         let expected: Vec<Bytes> = reversed.iter().map(|&w| payload(step, w)).collect();
@@ -167,7 +184,7 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
         let collected = must(
             channel,
             "collect",
-            channel.collect(topic, step, &subset, PATIENT),
+            channel.collect(StepMessages::new(topic, step, &subset), PATIENT),
         )
         .await;
         let expected: Vec<Bytes> = subset.iter().map(|&w| payload(step, w)).collect();
@@ -182,7 +199,7 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
     let collected = must(
         channel,
         "collect",
-        channel.collect(topic, 1, &all, Duration::MAX),
+        channel.collect(StepMessages::new(topic, 1, &all), Duration::MAX),
     )
     .await;
     assert_eq!(collected.len(), 4, "{}", channel.describe());
@@ -190,7 +207,7 @@ pub async fn publish_collect_step(channel: &dyn Channel) {
     let none = must(
         channel,
         "collect",
-        channel.collect(topic, 99, &[], Duration::ZERO),
+        channel.collect(StepMessages::new(topic, 99, &[]), Duration::ZERO),
     )
     .await;
     assert!(none.is_empty());
@@ -211,8 +228,9 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
             async move {
                 // Spread the arrivals, so that some wait for the others.
                 tokio::time::sleep(Duration::from_millis(u64::from(w % 3))).await;
+                let exchange = exchange(topic, step, w, from, PATIENT);
                 channel
-                    .publish_and_collect(topic, step, w, payload(step, w), from, PATIENT)
+                    .publish_and_collect(exchange, payload(step, w))
                     .await
             }
         });
@@ -230,7 +248,7 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
         let again = must(
             channel,
             "publish_and_collect",
-            channel.publish_and_collect(topic, step, 0, payload(step, 0), &from, PATIENT),
+            channel.publish_and_collect(exchange(topic, step, 0, &from, PATIENT), payload(step, 0)),
         )
         .await;
         assert!(again == expected, "{}: a repeat", channel.describe());
@@ -238,7 +256,7 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
     let others = must(
         channel,
         "publish_and_collect",
-        channel.publish_and_collect(topic, 0, 3, payload(0, 3), &[1, 2], PATIENT),
+        channel.publish_and_collect(exchange(topic, 0, 3, &[1, 2], PATIENT), payload(0, 3)),
     )
     .await;
     assert!(
@@ -247,10 +265,15 @@ pub async fn publish_and_collect_step(channel: &dyn Channel) {
         channel.describe()
     );
     let result = channel
-        .publish_and_collect(topic, 5, 0, payload(5, 0), &[0, 1], SHORT)
+        .publish_and_collect(exchange(topic, 5, 0, &[0, 1], SHORT), payload(5, 0))
         .await;
     assert_timeout(channel, result, topic, 5, &[1]);
-    let own = must(channel, "poll", channel.poll(topic, 5, &[0])).await;
+    let own = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, 5, &[0])),
+    )
+    .await;
     assert!(
         own == vec![Some(payload(5, 0))],
         "{}: the own message of a timed-out exchange",
@@ -266,14 +289,14 @@ pub async fn empty_messages(channel: &dyn Channel) {
         must(
             channel,
             "publish",
-            channel.publish("empty", 7, w, Bytes::new()),
+            channel.publish(MessageId::new("empty", 7, w), Bytes::new()),
         )
         .await;
     }
     let collected = must(
         channel,
         "collect",
-        channel.collect("empty", 7, &[0, 1, 2], PATIENT),
+        channel.collect(StepMessages::new("empty", 7, &[0, 1, 2]), PATIENT),
     )
     .await;
     assert_eq!(collected.len(), 3, "{}: wrong count", channel.describe());
@@ -293,25 +316,25 @@ pub async fn republish_is_idempotent(channel: &dyn Channel) {
     must(
         channel,
         "publish",
-        channel.publish(topic, step, 0, payload(step, 0)),
+        channel.publish(MessageId::new(topic, step, 0), payload(step, 0)),
     )
     .await;
     must(
         channel,
         "publish",
-        channel.publish(topic, step, 0, payload(step, 0)),
+        channel.publish(MessageId::new(topic, step, 0), payload(step, 0)),
     )
     .await;
     must(
         channel,
         "publish",
-        channel.publish(topic, step, 1, payload(step, 1)),
+        channel.publish(MessageId::new(topic, step, 1), payload(step, 1)),
     )
     .await;
     let collected = must(
         channel,
         "collect",
-        channel.collect(topic, step, &[0, 1], PATIENT),
+        channel.collect(StepMessages::new(topic, step, &[0, 1]), PATIENT),
     )
     .await;
     assert!(
@@ -319,8 +342,15 @@ pub async fn republish_is_idempotent(channel: &dyn Channel) {
         "{}: republished message came back wrong",
         channel.describe()
     );
-    must(channel, "discard", channel.discard(topic, step, &[0])).await;
-    let result = channel.collect(topic, step, &[0, 1], SHORT).await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, step, &[0])),
+    )
+    .await;
+    let result = channel
+        .collect(StepMessages::new(topic, step, &[0, 1]), SHORT)
+        .await;
     assert_timeout(channel, result, topic, step, &[0]);
     must(channel, "cleanup", channel.cleanup()).await;
 }
@@ -335,14 +365,14 @@ pub async fn large_values(channel: &dyn Channel) {
         must(
             channel,
             "publish",
-            channel.publish("large", 1, w, value.clone()),
+            channel.publish(MessageId::new("large", 1, w), value.clone()),
         )
         .await;
     }
     let collected = must(
         channel,
         "collect",
-        channel.collect("large", 1, &[0, 1], PATIENT),
+        channel.collect(StepMessages::new("large", 1, &[0, 1]), PATIENT),
     )
     .await;
     for (got, want) in collected.iter().zip(&big) {
@@ -372,16 +402,28 @@ pub async fn jobs_are_isolated(factory: ChannelFactory<'_>) {
     let (a, b) = (a.as_ref(), b.as_ref());
     must(a, "cleanup", a.cleanup()).await;
     must(b, "cleanup", b.cleanup()).await;
-    must(a, "publish", a.publish("updates", 0, 0, payload(0, 0))).await;
+    must(
+        a,
+        "publish",
+        a.publish(MessageId::new("updates", 0, 0), payload(0, 0)),
+    )
+    .await;
     must(a, "put_key", a.put_key("stop", Bytes::from_static(b"a"))).await;
 
-    let result = b.collect("updates", 0, &[0], SHORT).await;
+    let result = b
+        .collect(StepMessages::new("updates", 0, &[0]), SHORT)
+        .await;
     assert_timeout(b, result, "updates", 0, &[0]);
     let key = must(b, "get_key", b.get_key("stop")).await;
     assert!(key.is_none(), "{}: sees another job's key", b.describe());
 
     must(b, "put_key", b.put_key("stop", Bytes::from_static(b"b"))).await;
-    must(b, "publish", b.publish("updates", 0, 0, payload(1, 1))).await;
+    must(
+        b,
+        "publish",
+        b.publish(MessageId::new("updates", 0, 0), payload(1, 1)),
+    )
+    .await;
     let key = must(a, "get_key", a.get_key("stop")).await;
     assert_eq!(
         key.as_deref(),
@@ -391,7 +433,12 @@ pub async fn jobs_are_isolated(factory: ChannelFactory<'_>) {
     );
 
     must(b, "cleanup", b.cleanup()).await;
-    let collected = must(a, "collect", a.collect("updates", 0, &[0], PATIENT)).await;
+    let collected = must(
+        a,
+        "collect",
+        a.collect(StepMessages::new("updates", 0, &[0]), PATIENT),
+    )
+    .await;
     assert!(
         collected == vec![payload(0, 0)],
         "{}: message changed by another job",
@@ -414,13 +461,13 @@ pub async fn cleanup_leaves_nothing(channel: &dyn Channel) {
         must(
             channel,
             "publish",
-            channel.publish("updates", 3, w, payload(3, w)),
+            channel.publish(MessageId::new("updates", 3, w), payload(3, w)),
         )
         .await;
         must(
             channel,
             "publish",
-            channel.publish("stats", 3, w, payload(4, w)),
+            channel.publish(MessageId::new("stats", 3, w), payload(4, w)),
         )
         .await;
     }
@@ -445,9 +492,13 @@ pub async fn cleanup_leaves_nothing(channel: &dyn Channel) {
             channel.describe()
         );
     }
-    let result = channel.collect("updates", 3, &[0, 1], SHORT).await;
+    let result = channel
+        .collect(StepMessages::new("updates", 3, &[0, 1]), SHORT)
+        .await;
     assert_timeout(channel, result, "updates", 3, &[0, 1]);
-    let result = channel.collect("stats", 3, &[1], SHORT).await;
+    let result = channel
+        .collect(StepMessages::new("stats", 3, &[1]), SHORT)
+        .await;
     assert_timeout(channel, result, "stats", 3, &[1]);
     // Cleaning up an empty job is fine.
     must(channel, "cleanup", channel.cleanup()).await;
@@ -461,18 +512,20 @@ pub async fn collect_times_out(channel: &dyn Channel) {
     must(
         channel,
         "publish",
-        channel.publish(topic, step, 0, payload(step, 0)),
+        channel.publish(MessageId::new(topic, step, 0), payload(step, 0)),
     )
     .await;
     must(
         channel,
         "publish",
-        channel.publish(topic, step, 2, payload(step, 2)),
+        channel.publish(MessageId::new(topic, step, 2), payload(step, 2)),
     )
     .await;
     let timeout = Duration::from_millis(400);
     let started = Instant::now();
-    let result = channel.collect(topic, step, &[0, 1, 2], timeout).await;
+    let result = channel
+        .collect(StepMessages::new(topic, step, &[0, 1, 2]), timeout)
+        .await;
     let elapsed = started.elapsed();
     let message = match &result {
         Err(e) => e.to_string(),
@@ -498,7 +551,9 @@ pub async fn collect_times_out(channel: &dyn Channel) {
     }
     // A zero timeout polls once and fails at once.
     let started = Instant::now();
-    let result = channel.collect(topic, step, &[1], Duration::ZERO).await;
+    let result = channel
+        .collect(StepMessages::new(topic, step, &[1]), Duration::ZERO)
+        .await;
     assert_timeout(channel, result, topic, step, &[1]);
     assert!(started.elapsed() < Duration::from_secs(2));
     // The message is missing because it was never published: the channel lost nothing, and
@@ -572,41 +627,75 @@ pub async fn discard_removes_messages(channel: &dyn Channel) {
         must(
             channel,
             "publish",
-            channel.publish(topic, 5, w, payload(5, w)),
+            channel.publish(MessageId::new(topic, 5, w), payload(5, w)),
         )
         .await;
     }
     must(
         channel,
         "publish",
-        channel.publish(topic, 6, 0, payload(6, 0)),
+        channel.publish(MessageId::new(topic, 6, 0), payload(6, 0)),
     )
     .await;
     must(
         channel,
         "collect",
-        channel.collect(topic, 5, &[0, 1, 2], PATIENT),
+        channel.collect(StepMessages::new(topic, 5, &[0, 1, 2]), PATIENT),
     )
     .await;
-    must(channel, "discard", channel.discard(topic, 5, &[0, 1])).await;
-    let kept = must(channel, "collect", channel.collect(topic, 5, &[2], PATIENT)).await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, 5, &[0, 1])),
+    )
+    .await;
+    let kept = must(
+        channel,
+        "collect",
+        channel.collect(StepMessages::new(topic, 5, &[2]), PATIENT),
+    )
+    .await;
     assert!(
         kept == vec![payload(5, 2)],
         "{}: discard removed too much",
         channel.describe()
     );
-    let result = channel.collect(topic, 5, &[0, 2, 1], SHORT).await;
+    let result = channel
+        .collect(StepMessages::new(topic, 5, &[0, 2, 1]), SHORT)
+        .await;
     assert_timeout(channel, result, topic, 5, &[0, 1]);
-    let next = must(channel, "collect", channel.collect(topic, 6, &[0], PATIENT)).await;
+    let next = must(
+        channel,
+        "collect",
+        channel.collect(StepMessages::new(topic, 6, &[0]), PATIENT),
+    )
+    .await;
     assert!(
         next == vec![payload(6, 0)],
         "{}: discard touched another step",
         channel.describe()
     );
-    must(channel, "discard", channel.discard(topic, 5, &[0, 1, 2])).await;
-    must(channel, "discard", channel.discard(topic, 5, &[0, 1, 2])).await;
-    must(channel, "discard", channel.discard(topic, 5, &[])).await;
-    let result = channel.collect(topic, 5, &[2], SHORT).await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, 5, &[0, 1, 2])),
+    )
+    .await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, 5, &[0, 1, 2])),
+    )
+    .await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, 5, &[])),
+    )
+    .await;
+    let result = channel
+        .collect(StepMessages::new(topic, 5, &[2]), SHORT)
+        .await;
     assert_timeout(channel, result, topic, 5, &[2]);
     must(channel, "cleanup", channel.cleanup()).await;
 }
@@ -616,7 +705,12 @@ pub async fn discard_removes_messages(channel: &dyn Channel) {
 pub async fn poll_returns_what_is_there(channel: &dyn Channel) {
     must(channel, "cleanup", channel.cleanup()).await;
     let topic = "updates";
-    let none = must(channel, "poll", channel.poll(topic, 3, &[0, 1])).await;
+    let none = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, 3, &[0, 1])),
+    )
+    .await;
     assert!(
         none == vec![None, None],
         "{}: poll of an empty step found messages",
@@ -626,18 +720,23 @@ pub async fn poll_returns_what_is_there(channel: &dyn Channel) {
         must(
             channel,
             "publish",
-            channel.publish(topic, 3, w, payload(3, w)),
+            channel.publish(MessageId::new(topic, 3, w), payload(3, w)),
         )
         .await;
     }
     must(
         channel,
         "publish",
-        channel.publish(topic, 4, 1, payload(4, 1)),
+        channel.publish(MessageId::new(topic, 4, 1), payload(4, 1)),
     )
     .await;
     let started = Instant::now();
-    let got = must(channel, "poll", channel.poll(topic, 3, &[5, 1, 0, 2])).await;
+    let got = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, 3, &[5, 1, 0, 2])),
+    )
+    .await;
     assert!(
         started.elapsed() < PATIENT / 4,
         "{}: poll waited {:?}",
@@ -655,14 +754,29 @@ pub async fn poll_returns_what_is_there(channel: &dyn Channel) {
         "{}: poll returned the wrong messages",
         channel.describe()
     );
-    must(channel, "discard", channel.discard(topic, 3, &[0])).await;
-    let after = must(channel, "poll", channel.poll(topic, 3, &[0, 2])).await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, 3, &[0])),
+    )
+    .await;
+    let after = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, 3, &[0, 2])),
+    )
+    .await;
     assert!(
         after == vec![None, Some(payload(3, 2))],
         "{}: poll after discard",
         channel.describe()
     );
-    let empty = must(channel, "poll", channel.poll(topic, 3, &[])).await;
+    let empty = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, 3, &[])),
+    )
+    .await;
     assert!(empty.is_empty(), "{}: poll of nobody", channel.describe());
     must(channel, "cleanup", channel.cleanup()).await;
 }

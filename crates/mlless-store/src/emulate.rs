@@ -51,7 +51,7 @@ use object_store::{
 
 use crate::channel::average::{Averaged, Share};
 use crate::channel::collect::thread_sleep;
-use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::channel::{Channel, ChannelError, MessageId, StepExchange, StepMessages};
 use crate::store::Store;
 pub use mlless_io_types::{CloudLatency, EmulateError};
 
@@ -238,27 +238,19 @@ fn total_len<'a>(messages: impl IntoIterator<Item = &'a Bytes>) -> usize {
 
 #[async_trait::async_trait]
 impl Channel for EmulatedChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
         self.request(payload.len()).await;
-        self.inner.publish(topic, step, from, payload).await
+        self.inner.publish(id, payload).await
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
         let messages = self
             .inner
-            .collect(topic, step, from, timeout)
+            .collect(messages, timeout)
             .await
             .map_err(|e| self.renamed(e))?;
         self.wait(self.latency.read(messages.len(), total_len(&messages)))
@@ -268,16 +260,12 @@ impl Channel for EmulatedChannel {
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
         let averaged = self
             .inner
-            .publish_and_average(topic, step, from, share, peers, timeout)
+            .publish_and_average(exchange, share)
             .await
             .map_err(|e| self.renamed(e))?;
         let sent = usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX);
@@ -293,24 +281,19 @@ impl Channel for EmulatedChannel {
         Ok(averaged)
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        let found = self.inner.poll(topic, step, from).await?;
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let found = self.inner.poll(messages).await?;
         self.wait(
             self.latency
-                .read(from.len(), total_len(found.iter().flatten())),
+                .read(messages.from.len(), total_len(found.iter().flatten())),
         )
         .await;
         Ok(found)
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
         self.request(0).await;
-        self.inner.discard(topic, step, from).await
+        self.inner.discard(messages).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {

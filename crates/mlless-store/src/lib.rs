@@ -31,7 +31,7 @@
 //! ```
 //! use std::time::Duration;
 //! use bytes::Bytes;
-//! use mlless_store::{Channel, Store, open_channel};
+//! use mlless_store::{Channel, MessageId, StepMessages, Store, open_channel};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,9 +42,10 @@
 //! // The default channel lives in the run's store, below `channel/{job_id}` (for a store on a
 //! // local directory on Linux, in shared memory: `/dev/shm/mlless-channel/{uid}/{job_id}`).
 //! let channel = open_channel(None, &store, "job-1").await?;
-//! channel.publish("updates", 0, 1, Bytes::from_static(b"from 1")).await?;
-//! channel.publish("updates", 0, 0, Bytes::from_static(b"from 0")).await?;
-//! let updates = channel.collect("updates", 0, &[0, 1], Duration::from_secs(5)).await?;
+//! channel.publish(MessageId::new("updates", 0, 1), Bytes::from_static(b"from 1")).await?;
+//! channel.publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"from 0")).await?;
+//! let step = StepMessages::new("updates", 0, &[0, 1]);
+//! let updates = channel.collect(step, Duration::from_secs(5)).await?;
 //! assert_eq!(updates, [&b"from 0"[..], &b"from 1"[..]]);
 //! channel.cleanup().await?;
 //! # Ok(())
@@ -116,7 +117,7 @@ pub use channel::ps::{self, PsChannel, PsServer};
 #[cfg(feature = "redis")]
 pub use channel::redis::{self, RedisChannel};
 pub use channel::retry::{self, ChannelOptions, DEFAULT_CHANNEL_GRACE, RetryingChannel};
-pub use channel::{Channel, ChannelError, WorkerId};
+pub use channel::{Channel, ChannelError, MessageId, StepExchange, StepMessages, WorkerId};
 pub use emulate::{CloudLatency, EmulatedChannel};
 pub use mlless_io_types::{
     ChannelScheme, InvalidUrl, RequestCounter, RequestCounts, StoreKind, redact_url,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlless_store::{
     BuiltBackend, Channel, ChannelError, ChannelScheme, CloudLatency, EmulatedChannel,
-    InProcessChannel, ObjectStoreChannel, RequestCounter, RequestCounts, RetryingChannel, Store,
-    conformance, open_channel,
+    InProcessChannel, MessageId, ObjectStoreChannel, RequestCounter, RequestCounts,
+    RetryingChannel, StepMessages, Store, conformance, open_channel,
 };
 
 fn factory(store: Store) -> impl Fn(&str) -> Arc<dyn Channel> {
@@ -120,17 +120,17 @@ async fn the_latency_decorators_add_what_they_are_configured_to_add() {
     };
     let started = std::time::Instant::now();
     channel
-        .publish("u", 0, 0, payload.clone())
+        .publish(MessageId::new("u", 0, 0), payload.clone())
         .await
         .expect("publish");
     within(started.elapsed(), 60, "a publish");
     channel
-        .publish("u", 0, 1, payload.clone())
+        .publish(MessageId::new("u", 0, 1), payload.clone())
         .await
         .expect("publish");
     let started = std::time::Instant::now();
     let got = channel
-        .collect("u", 0, &[0, 1], Duration::from_secs(5))
+        .collect(StepMessages::new("u", 0, &[0, 1]), Duration::from_secs(5))
         .await
         .expect("collect");
     within(started.elapsed(), 80, "a collect of two");
@@ -156,7 +156,7 @@ async fn default_channel_lives_in_the_run_store() {
     let channel = open_channel(None, &store, "job-7").await.expect("open");
     assert_eq!(channel.describe(), "memory://default-channel/channel/job-7");
     channel
-        .publish("updates", 1, 2, Bytes::from_static(b"u"))
+        .publish(MessageId::new("updates", 1, 2), Bytes::from_static(b"u"))
         .await
         .expect("publish");
     assert_eq!(
@@ -189,7 +189,7 @@ async fn the_default_channel_of_a_local_run_is_in_shared_memory() {
         "{described}"
     );
     channel
-        .publish("updates", 1, 0, Bytes::from_static(b"u"))
+        .publish(MessageId::new("updates", 1, 0), Bytes::from_static(b"u"))
         .await
         .expect("publish");
     let path = described.trim_start_matches("file://").to_string();
@@ -303,7 +303,10 @@ async fn invalid_names_are_errors() {
     }
     let channel = open_channel(None, &store, "j").await.expect("open");
     for topic in ["", "keys", "a/b"] {
-        match channel.publish(topic, 0, 0, Bytes::new()).await {
+        match channel
+            .publish(MessageId::new(topic, 0, 0), Bytes::new())
+            .await
+        {
             Err(e @ ChannelError::InvalidName { .. }) => {
                 assert!(e.to_string().contains(&channel.describe()), "{e}");
             }
@@ -348,9 +351,14 @@ async fn workers_exchange_updates_for_many_steps() {
                 let mut sum = 0u64;
                 for step in 0..30u64 {
                     let update = Bytes::from((step * 10 + u64::from(id)).to_le_bytes().to_vec());
-                    channel.publish("updates", step, id, update).await?;
+                    channel
+                        .publish(MessageId::new("updates", step, id), update)
+                        .await?;
                     let got = channel
-                        .collect("updates", step, &workers, Duration::from_secs(20))
+                        .collect(
+                            StepMessages::new("updates", step, &workers),
+                            Duration::from_secs(20),
+                        )
                         .await?;
                     for bytes in got {
                         let mut b = [0u8; 8];
@@ -358,7 +366,9 @@ async fn workers_exchange_updates_for_many_steps() {
                         sum += u64::from_le_bytes(b);
                     }
                     if step > 0 {
-                        channel.discard("updates", step - 1, &[id]).await?;
+                        channel
+                            .discard(StepMessages::new("updates", step - 1, &[id]))
+                            .await?;
                     }
                 }
                 Ok::<u64, ChannelError>(sum)
@@ -372,7 +382,7 @@ async fn workers_exchange_updates_for_many_steps() {
     // The last step's messages can go only once everyone has collected them.
     assert_eq!(messages.list("").await.expect("list").len(), 4);
     channel
-        .discard("updates", 29, &workers)
+        .discard(StepMessages::new("updates", 29, &workers))
         .await
         .expect("discard");
     assert!(messages.list("").await.expect("list").is_empty());
@@ -396,9 +406,11 @@ async fn publishes_survive_concurrent_discards_of_neighbouring_directories() {
                 for step in 0..300u64 {
                     let topic = if step % 2 == 0 { "even" } else { "odd" };
                     channel
-                        .publish(topic, step, id, Bytes::from_static(b"x"))
+                        .publish(MessageId::new(topic, step, id), Bytes::from_static(b"x"))
                         .await?;
-                    channel.discard(topic, step, &[id]).await?;
+                    channel
+                        .discard(StepMessages::new(topic, step, &[id]))
+                        .await?;
                 }
                 Ok::<(), ChannelError>(())
             })
@@ -426,12 +438,18 @@ async fn requests_are_counted_as_a_cloud_store_bills_them() {
         let workers = [0, 1, 2];
         for w in workers {
             channel
-                .publish("updates", 0, w, Bytes::from(vec![w as u8; 10]))
+                .publish(
+                    MessageId::new("updates", 0, w),
+                    Bytes::from(vec![w as u8; 10]),
+                )
                 .await
                 .expect("publish");
         }
         let got = channel
-            .collect("updates", 0, &workers, Duration::from_secs(10))
+            .collect(
+                StepMessages::new("updates", 0, &workers),
+                Duration::from_secs(10),
+            )
             .await
             .expect("collect");
         assert_eq!(got.len(), 3);
@@ -447,7 +465,10 @@ async fn requests_are_counted_as_a_cloud_store_bills_them() {
         );
         // A worker that never publishes: every look for it is a miss, nothing else.
         let missing = channel
-            .collect("updates", 0, &[0, 7], Duration::from_millis(50))
+            .collect(
+                StepMessages::new("updates", 0, &[0, 7]),
+                Duration::from_millis(50),
+            )
             .await;
         assert!(matches!(missing, Err(ChannelError::Timeout { .. })));
         let looked = counter.counts().since(&after_collect);
@@ -456,7 +477,10 @@ async fn requests_are_counted_as_a_cloud_store_bills_them() {
         assert_eq!(looked.puts + looked.lists + looked.deletes, 0, "{url}");
         let before = counter.counts();
         for w in workers {
-            channel.discard("updates", 0, &[w]).await.expect("discard");
+            channel
+                .discard(StepMessages::new("updates", 0, &[w]))
+                .await
+                .expect("discard");
         }
         channel
             .put_key("stop", Bytes::from_static(b"1"))

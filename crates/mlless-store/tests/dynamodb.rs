@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mlless_store::{
-    Channel, ChannelError, DynamoDbChannel, RequestCounter, RetryingChannel, conformance,
+    Channel, ChannelError, DynamoDbChannel, MessageId, RequestCounter, RetryingChannel,
+    StepMessages, conformance,
 };
 use serde_json::{Value, json};
 
@@ -110,7 +111,7 @@ async fn a_2mb_message_crosses_intact_in_chunks_and_its_units_are_counted() {
     let before = counter.counts();
     let payload = big(3, 2 << 20);
     channel
-        .publish("updates", 1, 0, payload.clone())
+        .publish(MessageId::new("updates", 1, 0), payload.clone())
         .await
         .expect("publish");
     let written = counter.counts().since(&before);
@@ -142,7 +143,10 @@ async fn a_2mb_message_crosses_intact_in_chunks_and_its_units_are_counted() {
 
     let before = counter.counts();
     let got = channel
-        .collect("updates", 1, &[0], Duration::from_secs(20))
+        .collect(
+            StepMessages::new("updates", 1, &[0]),
+            Duration::from_secs(20),
+        )
         .await
         .expect("collect");
     assert!(got[0] == payload, "the 2 MB message came back different");
@@ -158,7 +162,7 @@ async fn a_head_whose_chunks_are_missing_is_never_taken_as_whole() {
     channel.cleanup().await.expect("cleanup");
     let payload = big(5, 1 << 20);
     channel
-        .publish("updates", 2, 0, payload.clone())
+        .publish(MessageId::new("updates", 2, 0), payload.clone())
         .await
         .expect("publish");
     let chunk = items(&channel)
@@ -171,10 +175,16 @@ async fn a_head_whose_chunks_are_missing_is_never_taken_as_whole() {
     // Its head is still there: the message is lost, which a read says at once.
     for result in [
         channel
-            .collect("updates", 2, &[0], Duration::from_secs(5))
+            .collect(
+                StepMessages::new("updates", 2, &[0]),
+                Duration::from_secs(5),
+            )
             .await
             .map(|_| ()),
-        channel.poll("updates", 2, &[0]).await.map(|_| ()),
+        channel
+            .poll(StepMessages::new("updates", 2, &[0]))
+            .await
+            .map(|_| ()),
     ] {
         match result {
             Err(e @ ChannelError::Backend { .. }) => {
@@ -195,7 +205,7 @@ async fn chunks_without_their_head_are_not_a_message() {
     let channel = connect(&url, "dynamodb-headless").await;
     channel.cleanup().await.expect("cleanup");
     channel
-        .publish("updates", 4, 1, big(7, 1 << 20))
+        .publish(MessageId::new("updates", 4, 1), big(7, 1 << 20))
         .await
         .expect("publish");
     // A publish cut off before its head: the chunks are there, the head is not.
@@ -206,10 +216,16 @@ async fn chunks_without_their_head_are_not_a_message() {
         .find(|sk| sk.starts_with("m#"))
         .expect("a head");
     delete_item(&channel, &head).await;
-    let polled = channel.poll("updates", 4, &[1]).await.expect("poll");
+    let polled = channel
+        .poll(StepMessages::new("updates", 4, &[1]))
+        .await
+        .expect("poll");
     assert_eq!(polled, vec![None]);
     match channel
-        .collect("updates", 4, &[1], Duration::from_millis(200))
+        .collect(
+            StepMessages::new("updates", 4, &[1]),
+            Duration::from_millis(200),
+        )
         .await
     {
         Err(ChannelError::Timeout { missing, .. }) => assert_eq!(missing, [1]),
@@ -218,11 +234,14 @@ async fn chunks_without_their_head_are_not_a_message() {
     // Publishing again stores the message whole.
     let payload = big(8, 1 << 20);
     channel
-        .publish("updates", 4, 1, payload.clone())
+        .publish(MessageId::new("updates", 4, 1), payload.clone())
         .await
         .expect("publish");
     let got = channel
-        .collect("updates", 4, &[1], Duration::from_secs(20))
+        .collect(
+            StepMessages::new("updates", 4, &[1]),
+            Duration::from_secs(20),
+        )
         .await
         .expect("collect");
     assert!(got[0] == payload);
@@ -240,9 +259,7 @@ async fn cleanup_leaves_no_item_of_the_job_and_spares_other_jobs() {
         for worker in 0..2 {
             channel
                 .publish(
-                    "updates",
-                    step,
-                    worker,
+                    MessageId::new("updates", step, worker),
                     big(step as u8, 1000 + worker as usize),
                 )
                 .await
@@ -250,7 +267,7 @@ async fn cleanup_leaves_no_item_of_the_job_and_spares_other_jobs() {
         }
     }
     channel
-        .publish("updates", 9, 0, big(1, 900_000))
+        .publish(MessageId::new("updates", 9, 0), big(1, 900_000))
         .await
         .expect("publish");
     channel
@@ -359,7 +376,7 @@ async fn a_table_deleted_under_a_run_is_a_clear_error_not_retried() {
     let table = format!("mlless-lost-{}", std::process::id());
     let channel = connect(&format!("dynamodb://{table}?create=true"), "job").await;
     channel
-        .publish("updates", 0, 0, Bytes::from_static(b"x"))
+        .publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"x"))
         .await
         .expect("publish");
     channel
@@ -369,7 +386,7 @@ async fn a_table_deleted_under_a_run_is_a_clear_error_not_retried() {
     // Within a grace of an hour: an error that were retried would not come back at all.
     let retrying = RetryingChannel::new(channel, Duration::from_secs(3600));
     match retrying
-        .publish("updates", 1, 0, Bytes::from_static(b"y"))
+        .publish(MessageId::new("updates", 1, 0), Bytes::from_static(b"y"))
         .await
     {
         Err(e @ ChannelError::Backend { .. }) => {
@@ -471,7 +488,7 @@ async fn throttling_is_transient_and_ridden_out_by_the_retry_decorator() {
     let url = format!("dynamodb://throttled?endpoint={endpoint}");
     let channel = connect(&url, "job").await;
     match channel
-        .publish("updates", 0, 0, Bytes::from_static(b"x"))
+        .publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"x"))
         .await
     {
         Err(e @ ChannelError::Backend { .. }) => {
@@ -483,7 +500,7 @@ async fn throttling_is_transient_and_ridden_out_by_the_retry_decorator() {
     // The second throttled attempt and a third that succeeds, within the grace.
     let retrying = RetryingChannel::new(channel, Duration::from_secs(3600));
     retrying
-        .publish("updates", 0, 0, Bytes::from_static(b"x"))
+        .publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"x"))
         .await
         .expect("published once the throttling ends");
     assert_eq!(puts.load(std::sync::atomic::Ordering::SeqCst), 3);

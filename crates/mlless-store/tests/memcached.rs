@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlless_store::{Channel, ChannelError, MemcachedChannel, conformance};
+use mlless_store::{Channel, ChannelError, MemcachedChannel, MessageId, StepMessages, conformance};
 
 fn server_url() -> Option<String> {
     let url = std::env::var("MLLESS_TEST_MEMCACHED_URL").ok()?;
@@ -233,7 +233,10 @@ async fn invalid_topics_and_keys_are_rejected() {
     let url = server_or_skip!();
     let channel = connect(&url, "names").await;
     for topic in ["", "a:b", "a b", &"t".repeat(240)] {
-        match channel.publish(topic, 0, 0, Bytes::new()).await {
+        match channel
+            .publish(MessageId::new(topic, 0, 0), Bytes::new())
+            .await
+        {
             Err(ChannelError::InvalidName { what, .. }) => assert_eq!(what, "topic"),
             other => panic!("topic {topic:?}: {other:?}"),
         }
@@ -265,7 +268,7 @@ async fn chunked_messages_without_head_or_chunks_are_not_collected() {
 
     // A publisher that died after its chunks, before its head: nothing to collect.
     channel
-        .publish("updates", 1, 0, big(1, size))
+        .publish(MessageId::new("updates", 1, 0), big(1, size))
         .await
         .expect("publish");
     let head = format!("mlless:{job}:m:updates:1:0");
@@ -276,25 +279,31 @@ async fn chunked_messages_without_head_or_chunks_are_not_collected() {
         assert!(raw.get(chunk).is_some(), "chunk {chunk} gone with the head");
     }
     let result = channel
-        .collect("updates", 1, &[0], Duration::from_millis(200))
+        .collect(
+            StepMessages::new("updates", 1, &[0]),
+            Duration::from_millis(200),
+        )
         .await;
     assert_timeout(result, &[0]);
 
     // A head whose chunk is missing (evicted, or being discarded) counts as missing.
     channel
-        .publish("updates", 2, 1, big(2, size))
+        .publish(MessageId::new("updates", 2, 1), big(2, size))
         .await
         .expect("publish");
     let chunks = raw.chunk_keys(job, &format!("mlless:{job}:m:updates:2:1"));
     assert!(raw.delete(&chunks[1]));
     let result = channel
-        .collect("updates", 2, &[1], Duration::from_millis(200))
+        .collect(
+            StepMessages::new("updates", 2, &[1]),
+            Duration::from_millis(200),
+        )
         .await;
     assert_timeout(result, &[1]);
 
     // A chunk whose bytes changed is an error, never a wrong payload.
     channel
-        .publish("updates", 3, 2, big(3, size))
+        .publish(MessageId::new("updates", 3, 2), big(3, size))
         .await
         .expect("publish");
     let chunks = raw.chunk_keys(job, &format!("mlless:{job}:m:updates:3:2"));
@@ -302,7 +311,10 @@ async fn chunked_messages_without_head_or_chunks_are_not_collected() {
     data[100] ^= 0xff;
     raw.set(&chunks[0], 0, &data);
     match channel
-        .collect("updates", 3, &[2], Duration::from_secs(5))
+        .collect(
+            StepMessages::new("updates", 3, &[2]),
+            Duration::from_secs(5),
+        )
         .await
     {
         Err(e @ ChannelError::Backend { .. }) => {
@@ -315,15 +327,18 @@ async fn chunked_messages_without_head_or_chunks_are_not_collected() {
 
     // Republishing a chunked message keeps the first and leaves no stray chunks.
     channel
-        .publish("updates", 4, 0, big(4, size))
+        .publish(MessageId::new("updates", 4, 0), big(4, size))
         .await
         .expect("publish");
     channel
-        .publish("updates", 4, 0, big(5, size))
+        .publish(MessageId::new("updates", 4, 0), big(5, size))
         .await
         .expect("republish");
     let got = channel
-        .collect("updates", 4, &[0], Duration::from_secs(5))
+        .collect(
+            StepMessages::new("updates", 4, &[0]),
+            Duration::from_secs(5),
+        )
         .await
         .expect("collect");
     assert!(got[0] == big(4, size), "the first publish did not win");
@@ -369,7 +384,7 @@ async fn small_values_are_single_items_with_an_expiration() {
     assert_eq!(channel.ttl(), Duration::from_secs(120));
     channel.cleanup().await.expect("cleanup");
     channel
-        .publish("stats", 0, 3, Bytes::from_static(b"hi"))
+        .publish(MessageId::new("stats", 0, 3), Bytes::from_static(b"hi"))
         .await
         .expect("publish");
     let mut raw = Raw::open(&url);
@@ -479,7 +494,10 @@ async fn a_server_that_stops_answering_fails_within_the_op_timeout() {
     // A collect is bounded by its own timeout even when every poll hangs.
     let started = Instant::now();
     let result = channel
-        .collect("updates", 0, &[0], Duration::from_millis(100))
+        .collect(
+            StepMessages::new("updates", 0, &[0]),
+            Duration::from_millis(100),
+        )
         .await;
     assert!(result.is_err());
     assert!(
@@ -538,7 +556,7 @@ async fn a_full_memcached_that_evicted_items_says_so() {
     let payload = Bytes::from(vec![7u8; 50_000]);
     for step in 0..400 {
         channel
-            .publish("updates", step, 0, payload.clone())
+            .publish(MessageId::new("updates", step, 0), payload.clone())
             .await
             .expect("publish");
     }

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlless_store::{Channel, ChannelError, ChannelOptions, Store, open_channel_with};
+use mlless_store::{
+    Channel, ChannelError, ChannelOptions, MessageId, StepMessages, Store, open_channel_with,
+};
 
 /// A loopback port with nothing listening.
 fn free_port() -> u16 {
@@ -202,7 +204,7 @@ async fn redis_restart_within_the_grace_is_survived() {
     };
     let channel = open(&server, "restart", Duration::from_secs(10)).await;
     channel
-        .publish("u", 0, 0, Bytes::from_static(b"before"))
+        .publish(MessageId::new("u", 0, 0), Bytes::from_static(b"before"))
         .await
         .expect("publish");
 
@@ -211,7 +213,7 @@ async fn redis_restart_within_the_grace_is_survived() {
     server.down();
     let restarted = server.restart_after(Duration::from_secs(1));
     let got = channel
-        .collect("u", 0, &[0], Duration::from_secs(8))
+        .collect(StepMessages::new("u", 0, &[0]), Duration::from_secs(8))
         .await
         .expect("collect across the restart");
     assert_eq!(got, [&b"before"[..]]);
@@ -222,12 +224,12 @@ async fn redis_restart_within_the_grace_is_survived() {
     server.down();
     let restarted = server.restart_after(Duration::from_secs(1));
     channel
-        .publish("u", 1, 1, Bytes::from_static(b"during"))
+        .publish(MessageId::new("u", 1, 1), Bytes::from_static(b"during"))
         .await
         .expect("publish across the restart");
     restarted.join().expect("restart");
     let got = channel
-        .collect("u", 1, &[1], Duration::from_secs(2))
+        .collect(StepMessages::new("u", 1, &[1]), Duration::from_secs(2))
         .await
         .expect("collect");
     assert_eq!(got, [&b"during"[..]]);
@@ -238,7 +240,10 @@ async fn redis_restart_within_the_grace_is_survived() {
     let restarted = server.restart_after(Duration::from_secs(1));
     let start = Instant::now();
     match channel
-        .collect("u", 1, &[1, 2], Duration::from_millis(200))
+        .collect(
+            StepMessages::new("u", 1, &[1, 2]),
+            Duration::from_millis(200),
+        )
         .await
     {
         Err(ChannelError::Timeout { missing, .. }) => assert_eq!(missing, [2]),
@@ -257,7 +262,10 @@ async fn redis_restart_within_the_grace_is_survived() {
         channel.get_key("stop").await.expect("get_key").as_deref(),
         Some(&b"1"[..])
     );
-    channel.discard("u", 0, &[0]).await.expect("discard");
+    channel
+        .discard(StepMessages::new("u", 0, &[0]))
+        .await
+        .expect("discard");
     channel.cleanup().await.expect("cleanup");
 }
 
@@ -272,7 +280,7 @@ async fn redis_outage_longer_than_the_grace_fails_naming_the_server() {
     let grace = Duration::from_secs(1);
     let channel = open(&server, "long", grace).await;
     channel
-        .publish("u", 0, 0, Bytes::from_static(b"x"))
+        .publish(MessageId::new("u", 0, 0), Bytes::from_static(b"x"))
         .await
         .expect("publish");
     // A collect that blocks in XREAD when the server goes away.
@@ -281,7 +289,7 @@ async fn redis_outage_longer_than_the_grace_fails_naming_the_server() {
         tokio::spawn(async move {
             let start = Instant::now();
             let result = channel
-                .collect("u", 0, &[0, 1], Duration::from_secs(30))
+                .collect(StepMessages::new("u", 0, &[0, 1]), Duration::from_secs(30))
                 .await;
             (start, result)
         })
@@ -290,7 +298,9 @@ async fn redis_outage_longer_than_the_grace_fails_naming_the_server() {
     server.down();
 
     let start = Instant::now();
-    let result = channel.publish("u", 1, 0, Bytes::from_static(b"y")).await;
+    let result = channel
+        .publish(MessageId::new("u", 1, 0), Bytes::from_static(b"y"))
+        .await;
     assert_unavailable(result, &server, start, grace);
     let start = Instant::now();
     let result = channel.get_key("k").await;
@@ -307,7 +317,10 @@ async fn redis_outage_longer_than_the_grace_fails_naming_the_server() {
     }
     // Request errors are not retried.
     let start = Instant::now();
-    match channel.publish("a:b", 0, 0, Bytes::new()).await {
+    match channel
+        .publish(MessageId::new("a:b", 0, 0), Bytes::new())
+        .await
+    {
         Err(ChannelError::InvalidName { .. }) => {}
         other => panic!("expected InvalidName, got {other:?}"),
     }
@@ -325,12 +338,12 @@ async fn memcached_restart_within_the_grace_is_survived() {
     };
     let channel = open(&server, "restart", Duration::from_secs(10)).await;
     channel
-        .publish("u", 0, 0, Bytes::from_static(b"before"))
+        .publish(MessageId::new("u", 0, 0), Bytes::from_static(b"before"))
         .await
         .expect("publish");
     assert_eq!(
         channel
-            .collect("u", 0, &[0], Duration::from_secs(2))
+            .collect(StepMessages::new("u", 0, &[0]), Duration::from_secs(2))
             .await
             .expect("collect"),
         [&b"before"[..]]
@@ -343,13 +356,13 @@ async fn memcached_restart_within_the_grace_is_survived() {
     // Larger than an item: chunks, then the head, across the outage.
     let big = Bytes::from(vec![7u8; 3 << 20]);
     channel
-        .publish("u", 1, 0, big.clone())
+        .publish(MessageId::new("u", 1, 0), big.clone())
         .await
         .expect("publish across the restart");
     assert!(start.elapsed() >= Duration::from_millis(900));
     restarted.join().expect("restart");
     let got = channel
-        .collect("u", 1, &[0], Duration::from_secs(2))
+        .collect(StepMessages::new("u", 1, &[0]), Duration::from_secs(2))
         .await
         .expect("collect");
     assert_eq!(got, [big]);
@@ -385,9 +398,13 @@ async fn memcached_outage_longer_than_the_grace_fails_naming_the_server() {
         .expect("put_key");
     server.down();
     let start = Instant::now();
-    let result = channel.publish("u", 0, 0, Bytes::from_static(b"x")).await;
+    let result = channel
+        .publish(MessageId::new("u", 0, 0), Bytes::from_static(b"x"))
+        .await;
     assert_unavailable(result, &server, start, grace);
     let start = Instant::now();
-    let result = channel.collect("u", 0, &[0], Duration::from_secs(30)).await;
+    let result = channel
+        .collect(StepMessages::new("u", 0, &[0]), Duration::from_secs(30))
+        .await;
     assert_unavailable(result, &server, start, grace);
 }

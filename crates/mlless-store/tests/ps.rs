@@ -9,7 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlless_store::ps::wire::{self, Request, Response};
 use mlless_store::ps::{PsLimits, PsServer};
-use mlless_store::{Channel, ChannelError, PsChannel, RetryingChannel, conformance};
+use mlless_store::{
+    Channel, ChannelError, MessageId, PsChannel, RetryingChannel, StepExchange, StepMessages,
+    conformance,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -86,13 +89,19 @@ async fn conformance_two_servers() {
     let channel = connect(&url, "spread").await;
     for w in 0..16 {
         channel
-            .publish("updates", 0, w, Bytes::from(vec![w as u8]))
+            .publish(MessageId::new("updates", 0, w), Bytes::from(vec![w as u8]))
             .await
             .expect("publish");
     }
     for server in [&a, &b] {
         let alone = connect(&server.url(), "spread").await;
-        let polled = alone.poll("updates", 0, &(0..16).collect::<Vec<_>>()).await;
+        let polled = alone
+            .poll(StepMessages::new(
+                "updates",
+                0,
+                &(0..16).collect::<Vec<_>>(),
+            ))
+            .await;
         let present = polled.expect("poll").iter().flatten().count();
         assert!(
             (1..16).contains(&present),
@@ -132,8 +141,15 @@ async fn the_servers_average_so_a_worker_receives_one_mean() {
                 let channel = channel.clone();
                 let peers = peers.clone();
                 async move {
+                    let exchange = StepExchange {
+                        topic: "means",
+                        step: 0,
+                        from: w,
+                        peers: &peers,
+                        timeout: PATIENT,
+                    };
                     channel
-                        .publish_and_average("means", 0, w, share(w), &peers, PATIENT)
+                        .publish_and_average(exchange, share(w))
                         .await
                         .expect("average")
                 }
@@ -200,17 +216,22 @@ async fn jobs_are_kept_apart() {
     let server = Running::start("127.0.0.1:0", PsLimits::default()).await;
     let a = connect(&server.url(), "job-a").await;
     let b = connect(&server.url(), "job-b").await;
-    a.publish("updates", 1, 0, Bytes::from_static(b"a"))
+    a.publish(MessageId::new("updates", 1, 0), Bytes::from_static(b"a"))
         .await
         .expect("publish");
     a.put_key("stop", Bytes::from_static(b"a"))
         .await
         .expect("put");
-    assert_eq!(b.poll("updates", 1, &[0]).await.expect("poll"), [None]);
+    assert_eq!(
+        b.poll(StepMessages::new("updates", 1, &[0]))
+            .await
+            .expect("poll"),
+        [None]
+    );
     assert_eq!(b.get_key("stop").await.expect("get"), None);
     b.cleanup().await.expect("cleanup");
     assert_eq!(
-        a.collect("updates", 1, &[0], PATIENT)
+        a.collect(StepMessages::new("updates", 1, &[0]), PATIENT)
             .await
             .expect("collect"),
         [Bytes::from_static(b"a")]
@@ -237,7 +258,7 @@ async fn bad_frames_and_greedy_clients_harm_nobody_else() {
     };
     let server = Running::start("127.0.0.1:0", limits).await;
     let good = connect(&server.url(), "good").await;
-    good.publish("updates", 0, 0, Bytes::from_static(b"kept"))
+    good.publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"kept"))
         .await
         .expect("publish");
 
@@ -283,7 +304,10 @@ async fn bad_frames_and_greedy_clients_harm_nobody_else() {
     let mut refusal = None;
     for w in 0..8 {
         let payload = Bytes::from(vec![7u8; 900 << 10]);
-        if let Err(e) = greedy.publish("updates", 0, w, payload).await {
+        if let Err(e) = greedy
+            .publish(MessageId::new("updates", 0, w), payload)
+            .await
+        {
             refusal = Some(e);
             break;
         }
@@ -292,7 +316,7 @@ async fn bad_frames_and_greedy_clients_harm_nobody_else() {
     assert!(!refusal.is_transient(), "{refusal}");
     assert!(refusal.to_string().contains("--max-job-bytes"), "{refusal}");
     let big = greedy
-        .publish("big", 0, 0, Bytes::from(vec![0u8; 2 << 20]))
+        .publish(MessageId::new("big", 0, 0), Bytes::from(vec![0u8; 2 << 20]))
         .await;
     let big = big.expect_err("a frame over the limit");
     assert!(!big.is_transient(), "{big}");
@@ -300,14 +324,17 @@ async fn bad_frames_and_greedy_clients_harm_nobody_else() {
 
     // The good client was not disturbed.
     assert_eq!(
-        good.collect("updates", 0, &[0], PATIENT)
+        good.collect(StepMessages::new("updates", 0, &[0]), PATIENT)
             .await
             .expect("collect"),
         [Bytes::from_static(b"kept")]
     );
     greedy.cleanup().await.expect("cleanup frees the job");
     greedy
-        .publish("updates", 1, 0, Bytes::from(vec![7u8; 900 << 10]))
+        .publish(
+            MessageId::new("updates", 1, 0),
+            Bytes::from(vec![7u8; 900 << 10]),
+        )
         .await
         .expect("room again after cleanup");
     server.kill().await;
@@ -326,7 +353,7 @@ async fn a_killed_server_is_named_within_the_grace() {
     let dead = b.kill().await;
     let all: Vec<u32> = (0..8).collect();
     let error = channel
-        .collect("updates", 0, &all, PATIENT)
+        .collect(StepMessages::new("updates", 0, &all), PATIENT)
         .await
         .expect_err("a server is down");
     let text = error.to_string();
@@ -341,13 +368,16 @@ async fn a_server_restarted_empty_is_an_error_not_an_empty_model() {
     let server = Running::start("127.0.0.1:0", PsLimits::default()).await;
     let channel = RetryingChannel::new(connect(&server.url(), "restarted").await, PATIENT);
     channel
-        .publish("model", 0, 0, Bytes::from_static(b"weights"))
+        .publish(
+            MessageId::new("model", 0, 0),
+            Bytes::from_static(b"weights"),
+        )
         .await
         .expect("publish");
     let addr = server.kill().await;
     let again = Running::start(&addr.to_string(), PsLimits::default()).await;
     let error = channel
-        .poll("model", 0, &[0])
+        .poll(StepMessages::new("model", 0, &[0]))
         .await
         .expect_err("the messages are gone");
     let text = error.to_string();

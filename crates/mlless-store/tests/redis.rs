@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mlless_store::redis::{CONNECT_TIMEOUT, DEFAULT_TTL};
-use mlless_store::{Channel, ChannelError, RedisChannel, conformance};
+use mlless_store::{Channel, ChannelError, MessageId, RedisChannel, StepMessages, conformance};
 
 const PASSWORD: &str = "mlless-test-secret";
 
@@ -178,7 +178,10 @@ async fn layout_shards_and_ttls() {
     channel.cleanup().await.expect("cleanup");
     for w in 0..4 {
         channel
-            .publish("updates", 7, w, Bytes::from(vec![w as u8; 10]))
+            .publish(
+                MessageId::new("updates", 7, w),
+                Bytes::from(vec![w as u8; 10]),
+            )
             .await
             .expect("publish");
     }
@@ -230,7 +233,10 @@ async fn layout_shards_and_ttls() {
     }
     // A timeout too large to add to an Instant is fine.
     let collected = channel
-        .collect("updates", 7, &[3, 0, 2, 1], Duration::MAX)
+        .collect(
+            StepMessages::new("updates", 7, &[3, 0, 2, 1]),
+            Duration::MAX,
+        )
         .await
         .expect("collect");
     let firsts: Vec<u8> = collected.iter().map(|p| p[0]).collect();
@@ -255,7 +261,7 @@ async fn discard_spares_other_workers() {
     channel.cleanup().await.expect("cleanup");
     for w in 0..2 {
         channel
-            .publish("u", 1, w, Bytes::from(format!("m{w}")))
+            .publish(MessageId::new("u", 1, w), Bytes::from(format!("m{w}")))
             .await
             .expect("publish");
     }
@@ -264,20 +270,26 @@ async fn discard_spares_other_workers() {
         let channel = channel.clone();
         tokio::spawn(async move {
             channel
-                .collect("u", 1, &[0, 1, 2], Duration::from_secs(10))
+                .collect(
+                    StepMessages::new("u", 1, &[0, 1, 2]),
+                    Duration::from_secs(10),
+                )
                 .await
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    channel.discard("u", 1, &[0, 1]).await.expect("discard");
     channel
-        .publish("u", 1, 2, Bytes::from_static(b"m2"))
+        .discard(StepMessages::new("u", 1, &[0, 1]))
+        .await
+        .expect("discard");
+    channel
+        .publish(MessageId::new("u", 1, 2), Bytes::from_static(b"m2"))
         .await
         .expect("publish");
     let got = reader.await.expect("join").expect("collect");
     assert_eq!(got, [&b"m0"[..], b"m1", b"m2"]);
     let left = channel
-        .collect("u", 1, &[2], Duration::from_secs(1))
+        .collect(StepMessages::new("u", 1, &[2]), Duration::from_secs(1))
         .await
         .expect("collect");
     assert_eq!(left, [&b"m2"[..]]);
@@ -307,7 +319,7 @@ async fn server_errors_name_the_shard_and_key() {
         .expect("SET");
     let started = Instant::now();
     let e = channel
-        .publish("u", 3, 1, Bytes::from_static(b"x"))
+        .publish(MessageId::new("u", 3, 1), Bytes::from_static(b"x"))
         .await
         .expect_err("publish onto a string");
     let message = e.to_string();
@@ -317,13 +329,13 @@ async fn server_errors_name_the_shard_and_key() {
     assert!(message.contains(&key), "{message}");
     assert!(message.contains("WRONGTYPE"), "{message}");
     let e = channel
-        .collect("u", 3, &[0, 1], Duration::from_secs(5))
+        .collect(StepMessages::new("u", 3, &[0, 1]), Duration::from_secs(5))
         .await
         .expect_err("collect from a string");
     assert!(e.to_string().contains("WRONGTYPE"), "{e}");
     // Worker 0 (shard 0) is unaffected.
     channel
-        .publish("u", 3, 0, Bytes::from_static(b"x"))
+        .publish(MessageId::new("u", 3, 0), Bytes::from_static(b"x"))
         .await
         .expect("publish on shard 0");
     channel.cleanup().await.expect("cleanup");
@@ -456,16 +468,22 @@ async fn password_required() {
         );
         channel.cleanup().await.expect("cleanup");
         channel
-            .publish("updates", 0, 0, Bytes::from_static(b"x"))
+            .publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"x"))
             .await
             .expect("publish");
         let got = channel
-            .collect("updates", 0, &[0], Duration::from_secs(5))
+            .collect(
+                StepMessages::new("updates", 0, &[0]),
+                Duration::from_secs(5),
+            )
             .await
             .expect("collect");
         assert_eq!(got, [&b"x"[..]]);
         let e = channel
-            .collect("updates", 0, &[0, 1], Duration::from_millis(50))
+            .collect(
+                StepMessages::new("updates", 0, &[0, 1]),
+                Duration::from_millis(50),
+            )
             .await
             .expect_err("timeout");
         assert!(!e.to_string().contains(PASSWORD), "{e}");
@@ -500,18 +518,21 @@ async fn two_jobs_isolated() {
     a.cleanup().await.expect("cleanup");
     b.cleanup().await.expect("cleanup");
     for w in 0..3 {
-        a.publish("updates", 1, w, Bytes::from_static(b"a"))
+        a.publish(MessageId::new("updates", 1, w), Bytes::from_static(b"a"))
             .await
             .expect("publish");
     }
     a.put_key("stop", Bytes::from_static(b"a"))
         .await
         .expect("put");
-    b.publish("updates", 1, 0, Bytes::from_static(b"b"))
+    b.publish(MessageId::new("updates", 1, 0), Bytes::from_static(b"b"))
         .await
         .expect("publish");
     match b
-        .collect("updates", 1, &[0, 1, 2], Duration::from_millis(100))
+        .collect(
+            StepMessages::new("updates", 1, &[0, 1, 2]),
+            Duration::from_millis(100),
+        )
         .await
     {
         Err(ChannelError::Timeout { missing, .. }) => assert_eq!(missing, [1, 2]),
@@ -520,7 +541,10 @@ async fn two_jobs_isolated() {
     assert!(b.get_key("stop").await.expect("get").is_none());
     b.cleanup().await.expect("cleanup");
     let got = a
-        .collect("updates", 1, &[0, 1, 2], Duration::from_secs(5))
+        .collect(
+            StepMessages::new("updates", 1, &[0, 1, 2]),
+            Duration::from_secs(5),
+        )
         .await
         .expect("collect");
     assert_eq!(got, [&b"a"[..], b"a", b"a"]);
@@ -575,7 +599,7 @@ async fn invalid_urls_and_names() {
         .expect("connect");
     for topic in ["keys", "a:b", "a/b", ""] {
         let e = channel
-            .publish(topic, 0, 0, Bytes::new())
+            .publish(MessageId::new(topic, 0, 0), Bytes::new())
             .await
             .expect_err("invalid topic");
         assert!(
@@ -630,14 +654,14 @@ async fn survives_killed_connections() {
         .expect("connect");
     channel.cleanup().await.expect("cleanup");
     channel
-        .publish("u", 0, 0, Bytes::from_static(b"0"))
+        .publish(MessageId::new("u", 0, 0), Bytes::from_static(b"0"))
         .await
         .expect("publish");
     let reader = {
         let channel = channel.clone();
         tokio::spawn(async move {
             channel
-                .collect("u", 0, &[0, 1], Duration::from_secs(10))
+                .collect(StepMessages::new("u", 0, &[0, 1]), Duration::from_secs(10))
                 .await
         })
     };
@@ -655,7 +679,7 @@ async fn survives_killed_connections() {
     assert!(killed >= 2, "killed {killed} connections");
     tokio::time::sleep(Duration::from_millis(50)).await;
     channel
-        .publish("u", 0, 1, Bytes::from_static(b"1"))
+        .publish(MessageId::new("u", 0, 1), Bytes::from_static(b"1"))
         .await
         .expect("publish after the kill");
     let got = reader
@@ -781,7 +805,10 @@ async fn errors_with_a_password_url_never_show_it() {
     );
     assert!(!format!("{channel:?}").contains(&password), "{channel:?}");
     let e = channel
-        .collect("updates", 0, &[0], Duration::from_millis(20))
+        .collect(
+            StepMessages::new("updates", 0, &[0]),
+            Duration::from_millis(20),
+        )
         .await
         .expect_err("timeout");
     assert_no_secret(&e, &password);

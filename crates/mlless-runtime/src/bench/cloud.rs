@@ -51,8 +51,8 @@ mod parameter_server;
 use metering::*;
 use mlless_store::requests::{Request, pages};
 use mlless_store::{
-    Averaged, Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel,
-    RequestCounter, RequestCounts, Share, WorkerId,
+    Averaged, Channel, ChannelError, CloudLatency, EmulatedChannel, InProcessChannel, MessageId,
+    RequestCounter, RequestCounts, Share, StepExchange, StepMessages, WorkerId,
 };
 use parameter_server::SimulatedServers;
 use rand::SeedableRng;

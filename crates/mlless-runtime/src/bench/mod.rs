@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta};
 use mlless_faas::{Invoker, Limits};
-use mlless_store::{Channel, CloudLatency, EmulatedChannel, Store, open_channel};
+use mlless_store::{
+    Channel, CloudLatency, EmulatedChannel, StepExchange, StepMessages, Store, open_channel,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
@@ -225,19 +227,24 @@ pub async fn run_channel_bench(task: ChannelBenchTask) -> Result<()> {
         let started = Instant::now();
         let (messages, ()) = futures::try_join!(
             async {
-                let published = channel.publish_and_collect(
-                    TOPIC,
+                let exchange = StepExchange {
+                    topic: TOPIC,
                     step,
-                    task.worker,
-                    Bytes::copy_from_slice(&payload),
-                    &peers,
-                    Duration::from_secs(120),
-                );
+                    from: task.worker,
+                    peers: &peers,
+                    timeout: Duration::from_secs(120),
+                };
+                let published =
+                    channel.publish_and_collect(exchange, Bytes::copy_from_slice(&payload));
                 Ok::<_, RuntimeError>(published.await?)
             },
             discard_before(step, |old| {
                 let channel = &channel;
-                async move { Ok(channel.discard(TOPIC, old, &[task.worker]).await?) }
+                async move {
+                    Ok(channel
+                        .discard(StepMessages::new(TOPIC, old, &[task.worker]))
+                        .await?)
+                }
             }),
         )?;
         let elapsed = started.elapsed();

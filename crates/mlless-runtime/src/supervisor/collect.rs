@@ -62,7 +62,11 @@ pub(super) async fn collect_final(
         let slice = wait
             .saturating_sub(started.elapsed())
             .min(FINAL_CHECK_EVERY);
-        match ctx.channel.collect(FINAL, 0, survivors, slice).await {
+        match ctx
+            .channel
+            .collect(StepMessages::new(FINAL, 0, survivors), slice)
+            .await
+        {
             Ok(payloads) => return Ok(payloads),
             Err(ChannelError::Timeout {
                 missing, endpoint, ..
@@ -108,7 +112,7 @@ pub(super) async fn collect_stats(
     loop {
         match ctx
             .channel
-            .collect(STATS, step, active, deadline.duration())
+            .collect(StepMessages::new(STATS, step, active), deadline.duration())
             .await
         {
             Ok(payloads) => return Ok(payloads),
@@ -136,7 +140,12 @@ pub(super) async fn collect_stats(
                         worker,
                         spec.training.workers,
                     )?;
-                    if ctx.channel.poll(topic, step, &[id]).await?[0].is_none() {
+                    if ctx
+                        .channel
+                        .poll(StepMessages::new(topic, step, &[id]))
+                        .await?[0]
+                        .is_none()
+                    {
                         silent.push(worker);
                     }
                 }

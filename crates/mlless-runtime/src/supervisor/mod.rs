@@ -11,7 +11,7 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 
 use mlless_core::{Batch, BatchLoss, ScaleInConfig, primary_metric};
-use mlless_store::RequestCounts;
+use mlless_store::{RequestCounts, StepMessages};
 use tracing::info;
 
 use mlless_faas::clock::now_unix_ms_f64;
@@ -315,7 +315,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             })?);
         }
         if spec.training.checkpoint_every == 0 {
-            ctx.channel.discard(STATS, step, &active).await?;
+            ctx.channel
+                .discard(StepMessages::new(STATS, step, &active))
+                .await?;
         }
         let mut total = BatchLoss::default();
         for s in &stats {
@@ -433,7 +435,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
             let keep = checkpoint::keep_from(state.step, every);
             let workers = ctx.workers();
             for s in state.retained_from..keep {
-                ctx.channel.discard(STATS, s, &workers).await?;
+                ctx.channel
+                    .discard(StepMessages::new(STATS, s, &workers))
+                    .await?;
             }
             if let Some(validation) = &mut state.validation {
                 validation.discard_read(&ctx, keep).await?;
@@ -501,7 +505,9 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
         }
         replicas.push(replica);
     }
-    ctx.channel.discard(FINAL, 0, &survivors).await?;
+    ctx.channel
+        .discard(StepMessages::new(FINAL, 0, &survivors))
+        .await?;
     let views: Vec<&[f32]> = replicas.iter().map(|r| r.params.as_slice()).collect();
     let params = mlless_core::average(&views);
     let replica_spread = spread(&views);

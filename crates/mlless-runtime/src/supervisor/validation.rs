@@ -2,6 +2,7 @@
 //! best one kept, early stopping and metric targets; and the evaluation on the test set.
 
 use mlless_core::{Batch, EarlyStopping, Evaluation, primary_metric};
+use mlless_store::StepMessages;
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -105,7 +106,7 @@ pub(super) async fn read_snapshot(
 ) -> Result<Option<Vec<f32>>> {
     let Some(payload) = ctx
         .channel
-        .poll(EVAL, step, &[worker])
+        .poll(StepMessages::new(EVAL, step, &[worker]))
         .await?
         .pop()
         .flatten()
@@ -216,7 +217,9 @@ impl Validation {
     /// Deletes the [`EVAL`] messages read of the steps before `before`.
     pub(super) async fn discard_read(&mut self, ctx: &JobContext, before: u64) -> Result<()> {
         for &(step, worker) in self.read.iter().filter(|(s, _)| *s < before) {
-            ctx.channel.discard(EVAL, step, &[worker]).await?;
+            ctx.channel
+                .discard(StepMessages::new(EVAL, step, &[worker]))
+                .await?;
         }
         self.read.retain(|(s, _)| *s >= before);
         Ok(())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlless_store::{Averaged, Channel, ChannelError, Share, WorkerId};
+use mlless_store::{Averaged, Channel, ChannelError, MessageId, Share, StepExchange, StepMessages};
 
 use super::Worker;
 use crate::exchange::{MEANS, SCATTER};
@@ -147,13 +147,8 @@ impl FaultyChannel {
 
 #[async_trait::async_trait]
 impl Channel for FaultyChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, .. } = id;
         // Cancel safety: dropped during a delay, the message is not published, as if dropped.
         let own = topic == UPDATES || topic == SCATTER;
         match self.fault(step).filter(|_| own) {
@@ -168,32 +163,27 @@ impl Channel for FaultyChannel {
             Some(PublishFault::Delay(delay)) => {
                 tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
                 tokio::time::sleep(delay).await;
-                self.inner.publish(topic, step, from, payload).await
+                self.inner.publish(id, payload).await
             }
-            None => self.inner.publish(topic, step, from, payload).await,
+            None => self.inner.publish(id, payload).await,
         }
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        self.inner.collect(topic, step, from, timeout).await
+        self.inner.collect(messages, timeout).await
     }
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
         // Cancel safety: as `publish`.
+        let StepExchange { topic, step, .. } = exchange;
         match self.fault(step).filter(|_| topic == MEANS) {
             Some(PublishFault::Drop) => {
                 tracing::error!(
@@ -202,7 +192,9 @@ impl Channel for FaultyChannel {
                     "fault injection: dropping a share"
                 );
                 // Waits for the peers' shares as the average would, its own never arriving.
-                self.inner.collect(topic, step, peers, timeout).await?;
+                self.inner
+                    .collect(exchange.peers_messages(), exchange.timeout)
+                    .await?;
             }
             Some(PublishFault::Delay(delay)) => {
                 tracing::warn!(worker = self.worker, step, ?delay, "fault injection: delay");
@@ -210,22 +202,15 @@ impl Channel for FaultyChannel {
             }
             None => {}
         }
-        self.inner
-            .publish_and_average(topic, step, from, share, peers, timeout)
-            .await
+        self.inner.publish_and_average(exchange, share).await
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        self.inner.poll(topic, step, from).await
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.inner.poll(messages).await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
-        self.inner.discard(topic, step, from).await
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        self.inner.discard(messages).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
@@ -273,16 +258,37 @@ mod tests {
         ];
         let channel = FaultyChannel::wrap(inner.clone(), 1, &faults);
         let payload = || Bytes::from_static(b"m");
-        channel.publish(UPDATES, 3, 1, payload()).await.unwrap();
-        channel.publish(SCATTER, 3, 7, payload()).await.unwrap();
-        channel.publish(STATS, 3, 1, payload()).await.unwrap();
-        channel.publish(UPDATES, 5, 1, payload()).await.unwrap();
+        channel
+            .publish(MessageId::new(UPDATES, 3, 1), payload())
+            .await
+            .unwrap();
+        channel
+            .publish(MessageId::new(SCATTER, 3, 7), payload())
+            .await
+            .unwrap();
+        channel
+            .publish(MessageId::new(STATS, 3, 1), payload())
+            .await
+            .unwrap();
+        channel
+            .publish(MessageId::new(UPDATES, 5, 1), payload())
+            .await
+            .unwrap();
         let started = std::time::Instant::now();
-        channel.publish(UPDATES, 4, 1, payload()).await.unwrap();
+        channel
+            .publish(MessageId::new(UPDATES, 4, 1), payload())
+            .await
+            .unwrap();
         assert!(started.elapsed() >= Duration::from_millis(50));
         let found = |topic, step, id| {
             let inner = inner.clone();
-            async move { inner.poll(topic, step, &[id]).await.unwrap()[0].is_some() }
+            async move {
+                inner
+                    .poll(StepMessages::new(topic, step, &[id]))
+                    .await
+                    .unwrap()[0]
+                    .is_some()
+            }
         };
         assert!(!found(UPDATES, 3, 1).await, "dropped");
         assert!(!found(SCATTER, 3, 7).await, "dropped chunk");

@@ -47,7 +47,7 @@ use mlless_core::{
     BatchLoss, FilterStats, GradientAccumulator, Model, Optimizer, SparseVector, UpdateFilter,
     WireDelta,
 };
-use mlless_store::Channel;
+use mlless_store::{Channel, MessageId, StepMessages};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -552,7 +552,7 @@ impl Worker {
         traffic.entries_held = 0;
         self.ctx
             .channel
-            .publish(FLUSH, flush_step, self.id, bytes)
+            .publish(MessageId::new(FLUSH, flush_step, self.id), bytes)
             .await?;
         Ok(())
     }
@@ -573,7 +573,10 @@ impl Worker {
         let payloads = self
             .ctx
             .channel
-            .collect(FLUSH, flush_step, from, self.ctx.spec.collect_timeout())
+            .collect(
+                StepMessages::new(FLUSH, flush_step, from),
+                self.ctx.spec.collect_timeout(),
+            )
             .await?;
         for (payload, &peer) in payloads.iter().zip(from) {
             traffic.bytes_received += payload.len() as u64;
@@ -665,7 +668,7 @@ impl Worker {
         let id = self.id;
         self.pending_stats = Some(tokio::spawn(async move {
             channel
-                .publish(STATS, step, id, stats.encode())
+                .publish(MessageId::new(STATS, step, id), stats.encode())
                 .await
                 .map_err(RuntimeError::from)
         }));
@@ -703,7 +706,7 @@ impl Worker {
         };
         self.ctx
             .channel
-            .publish(topic, at, self.id, replica.encode())
+            .publish(MessageId::new(topic, at, self.id), replica.encode())
             .await?;
         Ok(())
     }

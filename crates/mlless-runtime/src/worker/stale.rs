@@ -6,6 +6,7 @@ use std::time::Instant;
 use tracing::debug;
 
 use mlless_faas::clock::now_unix_ms_f64;
+use mlless_store::{MessageId, StepMessages};
 
 use super::{End, Worker, ms};
 use crate::error::{Result, RuntimeError};
@@ -102,12 +103,19 @@ impl Worker {
                         let payloads = self
                             .ctx
                             .channel
-                            .collect(UPDATES, s, &from, spec.collect_timeout())
+                            .collect(StepMessages::new(UPDATES, s, &from), spec.collect_timeout())
                             .await?;
                         fetched.push((s, group, payloads.into_iter().map(Some).collect()));
                         break;
                     }
-                    fetched.push((s, group, self.ctx.channel.poll(UPDATES, s, &from).await?));
+                    fetched.push((
+                        s,
+                        group,
+                        self.ctx
+                            .channel
+                            .poll(StepMessages::new(UPDATES, s, &from))
+                            .await?,
+                    ));
                 }
                 let mut any = false;
                 for (s, group, payloads) in fetched {
@@ -139,7 +147,7 @@ impl Worker {
             while discarded_through < safe {
                 self.ctx
                     .channel
-                    .discard(UPDATES, discarded_through, &[self.id])
+                    .discard(StepMessages::new(UPDATES, discarded_through, &[self.id]))
                     .await?;
                 discarded_through += 1;
             }
@@ -201,7 +209,7 @@ impl Worker {
         traffic.published_unix_ms = now_unix_ms_f64();
         self.ctx
             .channel
-            .publish(UPDATES, message.step, self.id, bytes)
+            .publish(MessageId::new(UPDATES, message.step, self.id), bytes)
             .await?;
         Ok(())
     }

@@ -10,13 +10,11 @@
 //! them on the worker (broadcast's traffic). Both average with [`mean_of`] in the order of the
 //! peers, so both give the same bits.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 use serde::{Deserialize, Serialize};
 
-use super::{Channel, ChannelError, WorkerId};
+use super::{Channel, ChannelError, MessageId, StepExchange, WorkerId};
 
 /// One worker's share of a step's mean.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,15 +80,15 @@ pub fn share_header(message: &[u8]) -> Result<Bytes, String> {
     decode_share(message).map(|envelope| envelope.header)
 }
 
-/// The default [`Channel::publish_and_average`]: publishes `share` as a message on `topic` and
-/// collects the peers' ([`Channel::publish_and_collect`]), then averages their deltas here.
+/// The default [`Channel::publish_and_average`]: publishes `share` as a message of the
+/// `exchange` and collects the peers' ([`Channel::publish_and_collect`]), then averages their
+/// deltas here.
 pub(crate) async fn average_on_worker<C: Channel + ?Sized>(
     channel: &C,
-    (topic, step, from): (&str, u64, WorkerId),
+    exchange: StepExchange<'_>,
     share: Share,
-    peers: &[WorkerId],
-    timeout: Duration,
 ) -> Result<Averaged, ChannelError> {
+    let MessageId { topic, step, from } = exchange.own();
     let bad = |worker: WorkerId, reason: String| ChannelError::BadShare {
         endpoint: channel.describe(),
         topic: topic.to_string(),
@@ -101,13 +99,11 @@ pub(crate) async fn average_on_worker<C: Channel + ?Sized>(
     let payload = encode_share(&share.header, &share.delta)
         .map_err(|e| bad(from, format!("cannot encode the share: {e}")))?;
     let bytes_sent = payload.len() as u64;
-    let messages = channel
-        .publish_and_collect(topic, step, from, payload, peers, timeout)
-        .await?;
+    let messages = channel.publish_and_collect(exchange, payload).await?;
     let mut headers = Vec::with_capacity(messages.len());
     let mut deltas = Vec::with_capacity(messages.len());
     let (mut bytes_received, mut messages_received) = (0, 0);
-    for (message, &peer) in messages.iter().zip(peers) {
+    for (message, &peer) in messages.iter().zip(exchange.peers) {
         if peer != from {
             bytes_received += message.len() as u64;
             messages_received += 1;

@@ -10,19 +10,15 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 use tracing::{debug, trace};
 
-use super::{ChannelError, WorkerId};
+use super::{ChannelError, StepMessages, WorkerId};
 
 /// What a collect waits for and how it backs off, for [`collect_with_backoff`].
 pub(crate) struct CollectPlan<'a> {
     /// Where the channel is ([`Channel::describe`](super::Channel::describe)), for logs and
     /// the timeout error.
     pub(crate) endpoint: &'a str,
-    /// The topic collected.
-    pub(crate) topic: &'a str,
-    /// The step collected.
-    pub(crate) step: u64,
-    /// The workers whose messages are wanted, in the order of the result.
-    pub(crate) from: &'a [WorkerId],
+    /// The messages wanted, in the order of the result.
+    pub(crate) messages: StepMessages<'a>,
     /// How long to wait for all of them.
     pub(crate) timeout: Duration,
     /// The first sleep after a poll that left messages missing; also where the backoff
@@ -36,22 +32,18 @@ pub(crate) struct CollectPlan<'a> {
 }
 
 impl<'a> CollectPlan<'a> {
-    /// A collect of `from`'s messages of (`topic`, `step`) on `endpoint` within `timeout`,
-    /// polling with sleeps from `initial_backoff` doubling up to `max_backoff`, woken by
-    /// nothing ([`woken_by`](Self::woken_by) sets it).
+    /// A collect of `messages` on `endpoint` within `timeout`, polling with sleeps from
+    /// `initial_backoff` doubling up to `max_backoff`, woken by nothing
+    /// ([`woken_by`](Self::woken_by) sets it).
     pub(crate) fn polling(
         endpoint: &'a str,
-        topic: &'a str,
-        step: u64,
-        from: &'a [WorkerId],
+        messages: StepMessages<'a>,
         timeout: Duration,
         (initial_backoff, max_backoff): (Duration, Duration),
     ) -> Self {
         CollectPlan {
             endpoint,
-            topic,
-            step,
-            from,
+            messages,
             timeout,
             initial_backoff,
             max_backoff,
@@ -66,9 +58,9 @@ impl<'a> CollectPlan<'a> {
     }
 }
 
-/// Collects the messages of `plan.from` by calling `poll` until every slot is filled.
+/// Collects `plan.messages` by calling `poll` until every slot is filled.
 ///
-/// `poll` is one look at the step: it is given the slots (one per worker of `from`, `None`
+/// `poll` is one look at the step: it is given the slots (one per message wanted, `None`
 /// where the message has not been read yet), fills those whose message is now present, and
 /// returns them with whether it found any. A poll still running at the deadline may finish, but
 /// not past the deadline plus the timeout (at least 100 ms): a hung backend request must not turn
@@ -87,13 +79,8 @@ where
     F: FnMut(Vec<Option<Bytes>>) -> Fut,
     Fut: Future<Output = Result<(Vec<Option<Bytes>>, bool), ChannelError>>,
 {
-    let (endpoint, topic, step, from, timeout) = (
-        plan.endpoint,
-        plan.topic,
-        plan.step,
-        plan.from,
-        plan.timeout,
-    );
+    let (endpoint, timeout) = (plan.endpoint, plan.timeout);
+    let StepMessages { topic, step, from } = plan.messages;
     let (initial_backoff, max_backoff) = (plan.initial_backoff, plan.max_backoff);
     if from.is_empty() {
         return Ok(Vec::new());
@@ -107,7 +94,7 @@ where
     let mut backoff = initial_backoff;
     let mut polls = 0u32;
     let give_up = |present: &[bool], waited: Duration| {
-        timeout_error(endpoint.to_string(), topic, step, from, present, waited)
+        timeout_error(endpoint.to_string(), plan.messages, present, waited)
     };
     loop {
         polls += 1;
@@ -165,16 +152,15 @@ where
     }
 }
 
-/// The [`ChannelError::Timeout`] of a collect that gave up: the workers of `from` whose message
-/// is not `present`, each named once.
+/// The [`ChannelError::Timeout`] of a collect of `messages` that gave up: the workers whose
+/// message is not `present` (one flag per worker of `messages.from`), each named once.
 pub(crate) fn timeout_error(
     endpoint: String,
-    topic: &str,
-    step: u64,
-    from: &[WorkerId],
+    messages: StepMessages<'_>,
     present: &[bool],
     waited: Duration,
 ) -> ChannelError {
+    let StepMessages { topic, step, from } = messages;
     let mut missing: Vec<WorkerId> = Vec::new();
     for (worker, present) in from.iter().zip(present) {
         if !present && !missing.contains(worker) {

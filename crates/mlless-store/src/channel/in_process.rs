@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::collect::{deadline_after, timeout_error};
-use super::{Channel, ChannelError, WorkerId};
+use super::{Channel, ChannelError, MessageId, StepMessages, WorkerId};
 
 /// A message's address: topic, step, worker.
 type MessageKey = (String, u64, WorkerId);
@@ -65,20 +65,14 @@ impl InProcessChannel {
     }
 }
 
-fn key(topic: &str, step: u64, from: WorkerId) -> MessageKey {
-    (topic.to_string(), step, from)
+fn key(id: MessageId<'_>) -> MessageKey {
+    (id.topic.to_string(), id.step, id.from)
 }
 
 #[async_trait::async_trait]
 impl Channel for InProcessChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
-        let key = key(topic, step, from);
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let key = key(id);
         let woken = {
             let mut state = self.state();
             state.messages.entry(key.clone()).or_insert(payload);
@@ -92,17 +86,15 @@ impl Channel for InProcessChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
         let started = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::from_std(deadline_after(started.into_std(), timeout));
-        let mut collected = Vec::with_capacity(from.len());
-        for &worker in from {
+        let mut collected = Vec::with_capacity(messages.from.len());
+        for id in messages.ids() {
             loop {
-                let wake = match self.get_or_wait(key(topic, step, worker)) {
+                let wake = match self.get_or_wait(key(id)) {
                     Ok(message) => {
                         collected.push(message);
                         break;
@@ -113,22 +105,21 @@ impl Channel for InProcessChannel {
                 // The message may have landed between the look and the registration above.
                 let mut woken = std::pin::pin!(woken);
                 woken.as_mut().enable();
-                if let Some(message) = self.state().messages.get(&key(topic, step, worker)) {
+                if let Some(message) = self.state().messages.get(&key(id)) {
                     collected.push(message.clone());
                     break;
                 }
                 if tokio::time::timeout_at(deadline, woken).await.is_err() {
                     let present: Vec<bool> = {
                         let state = self.state();
-                        from.iter()
-                            .map(|&w| state.messages.contains_key(&key(topic, step, w)))
+                        messages
+                            .ids()
+                            .map(|id| state.messages.contains_key(&key(id)))
                             .collect()
                     };
                     return Err(timeout_error(
                         self.describe(),
-                        topic,
-                        step,
-                        from,
+                        messages,
                         &present,
                         started.elapsed(),
                     ));
@@ -138,23 +129,18 @@ impl Channel for InProcessChannel {
         Ok(collected)
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
         let state = self.state();
-        Ok(from
-            .iter()
-            .map(|&w| state.messages.get(&key(topic, step, w)).cloned())
+        Ok(messages
+            .ids()
+            .map(|id| state.messages.get(&key(id)).cloned())
             .collect())
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
         let mut state = self.state();
-        for &w in from {
-            state.messages.remove(&key(topic, step, w));
+        for id in messages.ids() {
+            state.messages.remove(&key(id));
         }
         Ok(())
     }

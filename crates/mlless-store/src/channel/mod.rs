@@ -14,7 +14,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
-//! | this one | the [`Channel`] trait, [`ChannelError`] (which says whether a failure is worth retrying: [`ChannelError::is_transient`]), the name checks the backends share |
+//! | this one | the [`Channel`] trait, what its methods name ([`MessageId`], [`StepMessages`], [`StepExchange`]), [`ChannelError`] (which says whether a failure is worth retrying: [`ChannelError::is_transient`]), the name checks the backends share |
 //! | [`crate::parse`] (outside) | [`ChannelScheme`](crate::ChannelScheme): the one place a URL's scheme is matched |
 //! | [`open`] | the factory: [`ChannelScheme::parse`](crate::ChannelScheme::parse), [`open_channel`](open::open_channel) |
 //! | [`object_store`] | [`ObjectStoreChannel`](object_store::ObjectStoreChannel) on any [`Store`](crate::Store) |
@@ -64,6 +64,81 @@ mod wake;
 
 /// Identifies a worker of a job: 0, 1, …, P − 1.
 pub type WorkerId = u32;
+
+/// Names one message of a channel: worker `from`'s of `step` on `topic`. A channel keeps one
+/// message per id ([`Channel::publish`] is idempotent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MessageId<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The step.
+    pub step: u64,
+    /// The worker that publishes it.
+    pub from: WorkerId,
+}
+
+impl<'a> MessageId<'a> {
+    /// Worker `from`'s message of `step` on `topic`.
+    pub const fn new(topic: &'a str, step: u64, from: WorkerId) -> Self {
+        MessageId { topic, step, from }
+    }
+}
+
+/// The messages of one step on one topic from some workers, in the order of `from`: what
+/// [`Channel::collect`], [`Channel::poll`] and [`Channel::discard`] act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepMessages<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The step.
+    pub step: u64,
+    /// The workers whose messages they are, in the order of a result.
+    pub from: &'a [WorkerId],
+}
+
+impl<'a> StepMessages<'a> {
+    /// The messages of `step` on `topic` from the workers of `from`.
+    pub const fn new(topic: &'a str, step: u64, from: &'a [WorkerId]) -> Self {
+        StepMessages { topic, step, from }
+    }
+
+    /// The id of each message, in the order of `from`.
+    pub fn ids(self) -> impl Iterator<Item = MessageId<'a>> {
+        let StepMessages { topic, step, from } = self;
+        from.iter().map(move |&w| MessageId::new(topic, step, w))
+    }
+}
+
+/// One worker's side of a step's exchange on a channel: what
+/// [`Channel::publish_and_collect`] and [`Channel::publish_and_average`] take besides the
+/// worker's own message or share. Worker `from` publishes its message of (`topic`, `step`), then
+/// waits at most `timeout` for the messages of `peers` (which may include `from`) of the same
+/// step and topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepExchange<'a> {
+    /// The topic published and collected.
+    pub topic: &'a str,
+    /// The step published and collected.
+    pub step: u64,
+    /// The worker publishing.
+    pub from: WorkerId,
+    /// The workers whose messages are collected, in the order of the result.
+    pub peers: &'a [WorkerId],
+    /// How long to wait for the peers' messages.
+    pub timeout: Duration,
+}
+
+impl<'a> StepExchange<'a> {
+    /// The message that worker `from` publishes.
+    pub const fn own(&self) -> MessageId<'a> {
+        MessageId::new(self.topic, self.step, self.from)
+    }
+
+    /// The messages collected: the peers'.
+    pub const fn peers_messages(&self) -> StepMessages<'a> {
+        StepMessages::new(self.topic, self.step, self.peers)
+    }
+}
 
 /// Errors of a channel; every message names the channel's endpoint (never a secret).
 #[derive(Debug, thiserror::Error)]
@@ -286,8 +361,8 @@ pub(crate) fn segment_topic_rule(topic: &str, no_colon: bool) -> Result<(), Stri
 /// is always safe, which is what [`RetryingChannel`](retry::RetryingChannel) relies on.
 #[async_trait::async_trait]
 pub trait Channel: Send + Sync + std::fmt::Debug {
-    /// Publishes worker `from`'s message for `step` on `topic`. Publishing the same
-    /// (topic, step, from) twice stores one message (idempotent): a re-invoked worker may
+    /// Publishes `payload` as the message `id` (worker `from`'s for `step` on `topic`).
+    /// Publishing the same id twice stores one message (idempotent): a re-invoked worker may
     /// publish its step again, and should publish the same payload.
     ///
     /// # Cancel safety
@@ -295,17 +370,12 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// A cancelled publish may or may not have stored the message; publishing it again stores
     /// it once. On a chunking backend (Memcached, DynamoDB) it may leave chunks that no message
     /// names, which expire with the item TTL (DynamoDB's cleanup deletes them too).
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError>;
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError>;
 
-    /// Waits until the messages of `step` on `topic` from every worker in `from` are present and
-    /// returns their payloads in the order of `from`. Never busy-polls without backoff. After
-    /// `timeout` fails with [`ChannelError::Timeout`] naming the step, topic and missing workers.
+    /// Waits until the `messages` (of `step` on `topic` from every worker in `from`) are present
+    /// and returns their payloads in the order of `from`. Never busy-polls without backoff.
+    /// After `timeout` fails with [`ChannelError::Timeout`] naming the step, topic and missing
+    /// workers.
     ///
     /// # Cancel safety
     ///
@@ -313,17 +383,15 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// messages it had read are dropped with it and a new collect reads them again.
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError>;
 
-    /// Publishes worker `from`'s message of `step` on `topic`, then collects the step's messages
-    /// of `peers` (which may include `from`): a synchronous step's exchange in one call, so that
-    /// a backend can save a round trip (Redis publishes and reads what is there in one script).
-    /// The default is [`publish`](Channel::publish) then [`collect`](Channel::collect), with
-    /// their contracts.
+    /// Publishes `payload` as worker `from`'s message of `step` on `topic`, then collects the
+    /// step's messages of `peers` (which may include `from`) within `timeout` (the fields of
+    /// `exchange`): a synchronous step's exchange in one call, so that a backend can save a
+    /// round trip (Redis publishes and reads what is there in one script). The default is
+    /// [`publish`](Channel::publish) then [`collect`](Channel::collect), with their contracts.
     ///
     /// # Cancel safety
     ///
@@ -331,21 +399,19 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// and calling it again stores it once.
     async fn publish_and_collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         payload: Bytes,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        self.publish(topic, step, from, payload).await?;
-        self.collect(topic, step, peers, timeout).await
+        self.publish(exchange.own(), payload).await?;
+        self.collect(exchange.peers_messages(), exchange.timeout)
+            .await
     }
 
-    /// Publishes worker `from`'s [`Share`](average::Share) of `step` on `topic` and returns,
-    /// once every worker of `peers` (which includes `from`) has published its own, the mean of
-    /// their deltas ([`mlless_core::mean_of`] in the order of `peers`) and their headers. After
-    /// `timeout` fails with [`ChannelError::Timeout`] naming the missing workers.
+    /// Publishes `share`, worker `from`'s [`Share`](average::Share) of `step` on `topic`, and
+    /// returns, once every worker of `peers` (which includes `from`) has published its own, the
+    /// mean of their deltas ([`mlless_core::mean_of`] in the order of `peers`) and their
+    /// headers (`from`, `step`, `topic`, `peers` and `timeout` are the fields of `exchange`).
+    /// After `timeout` fails with [`ChannelError::Timeout`] naming the missing workers.
     ///
     /// The default publishes the share as a message and averages the peers' on the worker
     /// ([`average`]); a backend that can average on its side (the parameter server) overrides
@@ -360,38 +426,30 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// have stored the share, and calling it again stores it once.
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: average::Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<average::Averaged, ChannelError> {
-        average::average_on_worker(self, (topic, step, from), share, peers, timeout).await
+        average::average_on_worker(self, exchange, share).await
     }
 
-    /// Returns, without waiting, the messages of `step` on `topic` from the workers in `from`
-    /// that are present now, in the order of `from`: `None` where a message has not arrived.
-    /// For the protocols without a barrier (SSP, ASP), which apply whatever has arrived.
+    /// Returns, without waiting, those of the `messages` (of `step` on `topic` from the workers
+    /// in `from`) that are present now, in the order of `from`: `None` where a message has not
+    /// arrived. For the protocols without a barrier (SSP, ASP), which apply whatever has
+    /// arrived.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a poll only reads.
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError>;
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError>;
 
-    /// Deletes the messages of `step` on `topic` from the given workers (once nobody needs them
-    /// any more). Messages that are already gone are not an error.
+    /// Deletes the `messages` (of `step` on `topic` from the workers in `from`) once nobody needs
+    /// them any more. Messages that are already gone are not an error.
     ///
     /// # Cancel safety
     ///
     /// A cancelled discard may have deleted some of the messages and not others; discarding
     /// again deletes the rest.
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError>;
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError>;
 
     /// Sets a key (control messages, progress); the last write wins.
     ///

@@ -11,7 +11,10 @@ use tracing::{debug, trace};
 use super::collect::{CollectPlan, collect_with_backoff};
 use super::local_files;
 use super::wake::DirWatcher;
-use super::{Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule};
+use super::{
+    Channel, ChannelError, KEYS_SEGMENT, MessageId, StepMessages, WorkerId, check_name,
+    segment_topic_rule,
+};
 use crate::requests::{Request, pages};
 use crate::store::{Store, StoreError, check_segment};
 
@@ -222,13 +225,8 @@ impl ObjectStoreChannel {
 
 #[async_trait::async_trait]
 impl Channel for ObjectStoreChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         trace!(channel = %self.job.url(), topic, step, from, len = payload.len(), "publish");
         self.put_object(&Self::message_key(topic, step, from), payload)
@@ -236,12 +234,8 @@ impl Channel for ObjectStoreChannel {
         Ok(())
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
         self.poll_step(&Self::step_prefix(topic, step), from, &mut slots)
@@ -251,11 +245,10 @@ impl Channel for ObjectStoreChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let prefix = Self::step_prefix(topic, step);
         let endpoint = self.describe();
@@ -269,7 +262,7 @@ impl Channel for ObjectStoreChannel {
             INITIAL_BACKOFF
         };
         let backoff = (initial_backoff, self.max_backoff);
-        let plan = CollectPlan::polling(&endpoint, topic, step, from, timeout, backoff)
+        let plan = CollectPlan::polling(&endpoint, messages, timeout, backoff)
             .woken_by(watching.as_ref().map(|(watcher, _)| watcher.landed()));
         collect_with_backoff(plan, |mut slots| {
             let prefix = &prefix;
@@ -281,7 +274,8 @@ impl Channel for ObjectStoreChannel {
         .await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let keys: Vec<String> = from
             .iter()

@@ -7,9 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlless_core::{SparseVector, WireDelta, mean_of};
 
-use super::{PATIENT, assert_timeout, must};
+use super::{PATIENT, assert_timeout, exchange, must};
 use crate::channel::average::{Share, share_header};
-use crate::channel::{Channel, ChannelError, WorkerId};
+use crate::channel::{Channel, ChannelError, StepMessages, WorkerId};
 
 /// The dimension of the deltas averaged.
 const DIM: usize = 1_000;
@@ -49,7 +49,7 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
     let expected = mean_of(&deltas.iter().collect::<Vec<_>>());
     let averages = peers
         .iter()
-        .map(|&w| channel.publish_and_average(topic, step, w, share(w), &peers, PATIENT));
+        .map(|&w| channel.publish_and_average(exchange(topic, step, w, &peers, PATIENT), share(w)));
     let results = futures::future::join_all(averages).await;
     let headers: Vec<Bytes> = peers
         .iter()
@@ -85,7 +85,7 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
     let again = must(
         channel,
         "publish_and_average again",
-        channel.publish_and_average(topic, step, 0, share(0), &peers, PATIENT),
+        channel.publish_and_average(exchange(topic, step, 0, &peers, PATIENT), share(0)),
     )
     .await;
     assert!(
@@ -93,7 +93,12 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
         "{}: averaging again gave another mean",
         channel.describe()
     );
-    let polled = must(channel, "poll", channel.poll(topic, step, &[0])).await;
+    let polled = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, step, &[0])),
+    )
+    .await;
     let header = polled[0]
         .as_ref()
         .map(|m| share_header(m))
@@ -109,8 +114,18 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
         "{}: the header a poll reads",
         channel.describe()
     );
-    must(channel, "discard", channel.discard(topic, step, &peers)).await;
-    let polled = must(channel, "poll", channel.poll(topic, step, &peers)).await;
+    must(
+        channel,
+        "discard",
+        channel.discard(StepMessages::new(topic, step, &peers)),
+    )
+    .await;
+    let polled = must(
+        channel,
+        "poll",
+        channel.poll(StepMessages::new(topic, step, &peers)),
+    )
+    .await;
     assert!(
         polled.iter().all(Option::is_none),
         "{}: discarded shares are still there",
@@ -119,12 +134,8 @@ pub async fn publish_and_average_step(channel: &dyn Channel) {
 
     let result = channel
         .publish_and_average(
-            topic,
-            step + 1,
-            0,
+            exchange(topic, step + 1, 0, &[0, 1], Duration::from_millis(300)),
             share(0),
-            &[0, 1],
-            Duration::from_millis(300),
         )
         .await
         .map(|averaged| averaged.headers);
@@ -140,7 +151,7 @@ pub async fn average_refuses_what_does_not_fit(channel: &dyn Channel) {
         SparseVector::from_parts(vec![3, DIM as u32 + 5], vec![1.0, 1.0]).unwrap_or_default(),
     );
     let result = channel
-        .publish_and_average("means", 1, 0, bad, &[0], PATIENT)
+        .publish_and_average(exchange("means", 1, 0, &[0], PATIENT), bad)
         .await;
     match result {
         Err(e @ (ChannelError::BadShare { .. } | ChannelError::Backend { .. })) => assert!(

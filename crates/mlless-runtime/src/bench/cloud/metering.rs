@@ -96,26 +96,22 @@ impl MeteredChannel {
 impl Channel for MeteredChannel {
     async fn publish(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        id: MessageId<'_>,
         payload: Bytes,
     ) -> std::result::Result<(), ChannelError> {
         self.requests
             .add(Request::TableWrite, write_units(payload.len()));
         self.charge(Request::Put, 1).await;
-        self.inner.publish(topic, step, from, payload).await
+        self.inner.publish(id, payload).await
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> std::result::Result<Vec<Bytes>, ChannelError> {
-        self.charge(Request::Get, from.len() as u64).await;
-        let collected = self.inner.collect(topic, step, from, timeout).await?;
+        self.charge(Request::Get, messages.from.len() as u64).await;
+        let collected = self.inner.collect(messages, timeout).await?;
         let bytes: usize = collected.iter().map(Bytes::len).sum();
         self.requests.add(Request::TableRead, read_units(bytes));
         Ok(collected)
@@ -124,18 +120,11 @@ impl Channel for MeteredChannel {
     /// One request to push the share and pull the mean (a request to each server).
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> std::result::Result<Averaged, ChannelError> {
         self.charge(Request::Put, 1).await;
-        let averaged = self
-            .inner
-            .publish_and_average(topic, step, from, share, peers, timeout)
-            .await?;
+        let averaged = self.inner.publish_and_average(exchange, share).await?;
         self.requests.add(
             Request::TableWrite,
             write_units(usize::try_from(averaged.bytes_sent).unwrap_or(usize::MAX)),
@@ -151,12 +140,10 @@ impl Channel for MeteredChannel {
 
     async fn poll(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
     ) -> std::result::Result<Vec<Option<Bytes>>, ChannelError> {
         sleep_cpu(self.account.take()).await;
-        let found = self.inner.poll(topic, step, from).await?;
+        let found = self.inner.poll(messages).await?;
         let present = found.iter().flatten().count() as u64;
         let bytes: usize = found.iter().flatten().map(Bytes::len).sum();
         self.requests.add(Request::TableRead, read_units(bytes));
@@ -166,15 +153,11 @@ impl Channel for MeteredChannel {
         Ok(found)
     }
 
-    async fn discard(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> std::result::Result<(), ChannelError> {
-        self.requests.add(Request::TableWrite, from.len() as u64);
-        self.charge(Request::Delete, pages(from.len())).await;
-        self.inner.discard(topic, step, from).await
+    async fn discard(&self, messages: StepMessages<'_>) -> std::result::Result<(), ChannelError> {
+        let workers = messages.from.len();
+        self.requests.add(Request::TableWrite, workers as u64);
+        self.charge(Request::Delete, pages(workers)).await;
+        self.inner.discard(messages).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> std::result::Result<(), ChannelError> {

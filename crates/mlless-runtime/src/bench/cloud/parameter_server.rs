@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mlless_core::WireDelta;
-use mlless_store::{Averaged, Channel, ChannelError, Share, WorkerId};
+use mlless_store::{Averaged, Channel, ChannelError, MessageId, Share, StepExchange, StepMessages};
 
 use crate::messages::{Message, UpdateMessage};
 
@@ -18,47 +18,32 @@ pub(super) struct SimulatedServers<C>(pub(super) C);
 
 #[async_trait::async_trait]
 impl<C: Channel> Channel for SimulatedServers<C> {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
-        self.0.publish(topic, step, from, payload).await
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        self.0.publish(id, payload).await
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        self.0.collect(topic, step, from, timeout).await
+        self.0.collect(messages, timeout).await
     }
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
-        let mut averaged = self
-            .0
-            .publish_and_average(topic, step, from, share, peers, timeout)
-            .await?;
+        let mut averaged = self.0.publish_and_average(exchange, share).await?;
         // What the server sends back: the mean as an update message, and the headers.
         let mean = UpdateMessage {
-            step,
-            worker: from,
+            step: exchange.step,
+            worker: exchange.from,
             loss: Default::default(),
             stop: false,
             last: false,
-            applied_through: step,
+            applied_through: exchange.step,
             removal: None,
             delta: WireDelta::Sparse(averaged.mean.clone()),
         };
@@ -69,17 +54,12 @@ impl<C: Channel> Channel for SimulatedServers<C> {
         Ok(averaged)
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        self.0.poll(topic, step, from).await
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.0.poll(messages).await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
-        self.0.discard(topic, step, from).await
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        self.0.discard(messages).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {

@@ -92,7 +92,7 @@ use serde_json::{Map, Value, json};
 use tracing::{debug, trace, warn};
 
 use crate::channel::collect::{CollectPlan, collect_with_backoff};
-use crate::channel::{Channel, ChannelError, WorkerId, check_name};
+use crate::channel::{Channel, ChannelError, MessageId, StepMessages, WorkerId, check_name};
 use crate::redact::redact_url;
 use crate::requests::{Request, RequestCounter};
 
@@ -137,11 +137,12 @@ const MAX_SK_LEN: usize = 1024;
 /// # async fn example() -> Result<(), mlless_store::ChannelError> {
 /// use std::time::Duration;
 /// use bytes::Bytes;
-/// use mlless_store::{Channel, DynamoDbChannel};
+/// use mlless_store::{Channel, DynamoDbChannel, MessageId, StepMessages};
 ///
 /// let channel = DynamoDbChannel::connect("dynamodb://mlless-updates?create=true", "job-1").await?;
-/// channel.publish("updates", 0, 0, Bytes::from_static(b"hello")).await?;
-/// let got = channel.collect("updates", 0, &[0], Duration::from_secs(5)).await?;
+/// channel.publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"hello")).await?;
+/// let step = StepMessages::new("updates", 0, &[0]);
+/// let got = channel.collect(step, Duration::from_secs(5)).await?;
 /// assert_eq!(got, [&b"hello"[..]]);
 /// channel.cleanup().await?;
 /// # Ok(())
@@ -555,13 +556,8 @@ impl DynamoDbChannel {
 
 #[async_trait::async_trait]
 impl Channel for DynamoDbChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let sk = message_sk(topic, step, from);
         trace!(channel = %self.endpoint, sk, len = payload.len(), "publish");
@@ -600,14 +596,13 @@ impl Channel for DynamoDbChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
-        let plan = CollectPlan::polling(&self.endpoint, topic, step, from, timeout, backoff);
+        let plan = CollectPlan::polling(&self.endpoint, messages, timeout, backoff);
         collect_with_backoff(plan, |mut slots| async move {
             let found = self.poll_step(topic, step, from, &mut slots).await?;
             Ok((slots, found))
@@ -615,19 +610,16 @@ impl Channel for DynamoDbChannel {
         .await
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut slots = vec![None; from.len()];
         self.poll_step(topic, step, from, &mut slots).await?;
         Ok(slots)
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut sks: Vec<String> = Vec::with_capacity(from.len());
         for &worker in from {

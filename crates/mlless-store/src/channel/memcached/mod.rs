@@ -95,7 +95,7 @@ use tracing::{debug, trace};
 
 use crate::channel::collect::{CollectPlan, collect_with_backoff};
 use crate::channel::retry::RetryPolicy;
-use crate::channel::{Channel, ChannelError, WorkerId, check_name};
+use crate::channel::{Channel, ChannelError, MessageId, StepMessages, WorkerId, check_name};
 use crate::redact::{redact_url, scrub, url_secrets};
 
 mod chunks;
@@ -131,11 +131,12 @@ const INITIAL_BACKOFF: Duration = Duration::from_micros(200);
 /// # async fn example() -> Result<(), mlless_store::ChannelError> {
 /// use std::time::Duration;
 /// use bytes::Bytes;
-/// use mlless_store::{Channel, MemcachedChannel};
+/// use mlless_store::{Channel, MemcachedChannel, MessageId, StepMessages};
 ///
 /// let channel = MemcachedChannel::connect("memcached://127.0.0.1:11211", "job-1").await?;
-/// channel.publish("updates", 0, 0, Bytes::from_static(b"hello")).await?;
-/// let got = channel.collect("updates", 0, &[0], Duration::from_secs(5)).await?;
+/// channel.publish(MessageId::new("updates", 0, 0), Bytes::from_static(b"hello")).await?;
+/// let step = StepMessages::new("updates", 0, &[0]);
+/// let got = channel.collect(step, Duration::from_secs(5)).await?;
 /// assert_eq!(got, [&b"hello"[..]]);
 /// channel.cleanup().await?;
 /// # Ok(())
@@ -327,10 +328,11 @@ impl MemcachedChannel {
         format!("mlless:{}", self.job_id)
     }
 
-    /// The items of the messages of `step` on `topic` from `from`, in that order.
-    fn message_keys(&self, topic: &str, step: u64, from: &[WorkerId]) -> Vec<String> {
-        from.iter()
-            .map(|&w| self.message_key(topic, step, w))
+    /// The items of `messages`, in their order.
+    fn message_keys(&self, messages: StepMessages<'_>) -> Vec<String> {
+        messages
+            .ids()
+            .map(|id| self.message_key(id.topic, id.step, id.from))
             .collect()
     }
 
@@ -464,13 +466,8 @@ impl MemcachedChannel {
 
 #[async_trait::async_trait]
 impl Channel for MemcachedChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let key = self.message_key(topic, step, from);
         trace!(channel = %self.client.endpoint, key, len = payload.len(), "publish");
@@ -522,31 +519,24 @@ impl Channel for MemcachedChannel {
         }
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        self.check_topic(topic)?;
-        let keys = self.message_keys(topic, step, from);
-        let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.check_topic(messages.topic)?;
+        let keys = self.message_keys(messages);
+        let mut slots: Vec<Option<Bytes>> = vec![None; keys.len()];
         self.poll_step(&keys, &mut slots).await?;
         Ok(slots)
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        self.check_topic(topic)?;
-        let keys = self.message_keys(topic, step, from);
+        self.check_topic(messages.topic)?;
+        let keys = self.message_keys(messages);
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
         let endpoint = &self.client.endpoint;
-        let plan = CollectPlan::polling(endpoint, topic, step, from, timeout, backoff);
+        let plan = CollectPlan::polling(endpoint, messages, timeout, backoff);
         collect_with_backoff(plan, |mut slots| {
             let keys = &keys;
             async move {
@@ -557,7 +547,8 @@ impl Channel for MemcachedChannel {
         .await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut keys: Vec<String> = Vec::with_capacity(from.len());
         for &w in from {

@@ -48,7 +48,9 @@ use mlless_core::{SparseVector, WireDelta};
 
 use crate::channel::average::{Averaged, Share, encode_share, share_header};
 use crate::channel::collect::timeout_error;
-use crate::channel::{Channel, ChannelError, WorkerId, check_name};
+use crate::channel::{
+    Channel, ChannelError, MessageId, StepExchange, StepMessages, WorkerId, check_name,
+};
 use crate::redact::redact_url;
 
 mod client;
@@ -298,13 +300,8 @@ enum Collected {
 
 #[async_trait::async_trait]
 impl Channel for PsChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let server = &self.servers[self.server_of_message(topic, step, from)];
         let request = Request::Publish {
@@ -328,11 +325,10 @@ impl Channel for PsChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
             return Ok(Vec::new());
@@ -377,9 +373,7 @@ impl Channel for PsChannel {
             .collect();
         Err(timeout_error(
             self.describe(),
-            topic,
-            step,
-            from,
+            messages,
             &present,
             start.elapsed(),
         ))
@@ -390,13 +384,11 @@ impl Channel for PsChannel {
     /// goes to the server that holds its message of the step.
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
+        let MessageId { topic, step, from } = exchange.own();
+        let (peers, timeout) = (exchange.peers, exchange.timeout);
         self.check_topic(topic)?;
         let start = Instant::now();
         let bad = |worker: WorkerId, reason: String| ChannelError::BadShare {
@@ -479,9 +471,7 @@ impl Channel for PsChannel {
         if timed_out {
             return Err(timeout_error(
                 self.describe(),
-                topic,
-                step,
-                peers,
+                exchange.peers_messages(),
                 &present,
                 start.elapsed(),
             ));
@@ -508,12 +498,8 @@ impl Channel for PsChannel {
         })
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let polled = self
             .fan_out(
@@ -534,7 +520,8 @@ impl Channel for PsChannel {
         Ok(polled.into_iter().map(Option::flatten).collect())
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         self.fan_out(
             ("discard", topic, step),

@@ -64,7 +64,8 @@ use tracing::{debug, trace};
 
 use crate::channel::retry::RetryPolicy;
 use crate::channel::{
-    Channel, ChannelError, KEYS_SEGMENT, WorkerId, check_name, segment_topic_rule, server_urls,
+    Channel, ChannelError, KEYS_SEGMENT, MessageId, StepExchange, StepMessages, WorkerId,
+    check_name, segment_topic_rule, server_urls,
 };
 use crate::redact::{redact_url, scrub};
 use crate::store::check_segment;
@@ -502,36 +503,27 @@ impl RedisChannel {
             .map_err(|e| self.backend_error(shard, "publish", &stream, e))
     }
 
-    /// The payloads of `from` in its order out of what a collect `found`, or the
+    /// The payloads of `messages` in their order out of what a collect `found`, or the
     /// [`ChannelError::Timeout`] naming the workers missing.
     fn collected(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         found: &HashMap<WorkerId, Bytes>,
         start: Instant,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        let mut out = Vec::with_capacity(from.len());
-        let mut missing: Vec<WorkerId> = Vec::new();
-        for w in from {
-            match found.get(w) {
-                Some(payload) => out.push(payload.clone()),
-                None if !missing.contains(w) => missing.push(*w),
-                None => {}
-            }
-        }
-        if missing.is_empty() {
+        let StepMessages { topic, step, from } = messages;
+        let out: Option<Vec<Bytes>> = from.iter().map(|w| found.get(w).cloned()).collect();
+        if let Some(out) = out {
             trace!(channel = %self.describe(), topic, step, workers = from.len(), waited = ?start.elapsed(), "collected");
             return Ok(out);
         }
-        Err(ChannelError::Timeout {
-            topic: topic.to_string(),
-            step,
-            missing,
-            waited: start.elapsed(),
-            endpoint: self.describe(),
-        })
+        let present: Vec<bool> = from.iter().map(|w| found.contains_key(w)).collect();
+        Err(super::collect::timeout_error(
+            self.describe(),
+            messages,
+            &present,
+            start.elapsed(),
+        ))
     }
 }
 
@@ -551,13 +543,8 @@ fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
 
 #[async_trait::async_trait]
 impl Channel for RedisChannel {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let shard = self.shard(self.shard_of(from));
         let stream = self.stream_key(topic, step);
@@ -568,12 +555,8 @@ impl Channel for RedisChannel {
         Ok(())
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
             return Ok(Vec::new());
@@ -586,11 +569,10 @@ impl Channel for RedisChannel {
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
             return Ok(Vec::new());
@@ -599,21 +581,18 @@ impl Channel for RedisChannel {
         let deadline = super::collect::deadline_after(start, timeout);
         let key = self.stream_key(topic, step);
         let found = self.gather(&key, from, deadline, None).await?;
-        self.collected(topic, step, from, &found, start)
+        self.collected(messages, &found, start)
     }
 
     async fn publish_and_collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         payload: Bytes,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
+        let MessageId { topic, step, from } = exchange.own();
         self.check_topic(topic)?;
         let start = Instant::now();
-        let deadline = super::collect::deadline_after(start, timeout);
+        let deadline = super::collect::deadline_after(start, exchange.timeout);
         let own = self.shard_of(from);
         let shard = self.shard(own);
         let stream = self.stream_key(topic, step);
@@ -622,16 +601,18 @@ impl Channel for RedisChannel {
             .await?;
         let read = StreamRead::of_range(entries);
         trace!(channel = %self.describe(), key = stream, from, len = payload.len(), present = read.found.len(), "publish and read");
+        let peers = exchange.peers;
         if peers.is_empty() {
             return Ok(Vec::new());
         }
         let found = self
             .gather(&stream, peers, deadline, Some((own, read)))
             .await?;
-        self.collected(topic, step, peers, &found, start)
+        self.collected(exchange.peers_messages(), &found, start)
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let stream = self.stream_key(topic, step);
         let index = self.index_key(topic, step);

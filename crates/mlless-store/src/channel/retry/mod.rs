@@ -100,7 +100,7 @@ use bytes::Bytes;
 use tracing::{debug, info, warn};
 
 use super::average::{Averaged, Share};
-use super::{Channel, ChannelError, WorkerId};
+use super::{Channel, ChannelError, MessageId, StepExchange, StepMessages};
 
 mod policy;
 pub use policy::{
@@ -209,6 +209,29 @@ impl<C: Channel> RetryingChannel<C> {
         self.grace
     }
 
+    /// [`run`](Self::run) for an operation that waits at most `timeout` (a collect): each
+    /// attempt is given what is left of it, so the retries do not extend the wait.
+    async fn run_within<T, F, Fut>(
+        &self,
+        operation: &str,
+        timeout: Duration,
+        mut attempt: F,
+    ) -> Result<T, ChannelError>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T, ChannelError>>,
+    {
+        // `None`: a timeout too large to add to now, which never runs out.
+        let deadline = Instant::now().checked_add(timeout);
+        self.run(operation, || {
+            attempt(match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => timeout,
+            })
+        })
+        .await
+    }
+
     /// Runs `attempt` under the grace's [`RetryPolicy`] until it succeeds, fails with an error
     /// that is not transient, or has kept failing for the grace.
     async fn run<T, F, Fut>(&self, operation: &str, attempt: F) -> Result<T, ChannelError>
@@ -313,95 +336,60 @@ impl<C: Channel> RetryingChannel<C> {
 
 #[async_trait::async_trait]
 impl<C: Channel> Channel for RetryingChannel<C> {
-    async fn publish(
-        &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
-        payload: Bytes,
-    ) -> Result<(), ChannelError> {
-        self.run("publish", || {
-            self.inner.publish(topic, step, from, payload.clone())
-        })
-        .await
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+        self.run("publish", || self.inner.publish(id, payload.clone()))
+            .await
     }
 
     async fn collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
+        messages: StepMessages<'_>,
         timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        // `None`: a timeout too large to add to now, which never runs out.
-        let deadline = Instant::now().checked_add(timeout);
-        self.run("collect", || {
-            let remaining = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => timeout,
-            };
-            self.inner.collect(topic, step, from, remaining)
+        self.run_within("collect", timeout, |remaining| {
+            self.inner.collect(messages, remaining)
         })
         .await
     }
 
     async fn publish_and_collect(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         payload: Bytes,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Vec<Bytes>, ChannelError> {
-        // As `collect`: the retries do not extend the wait; a repeated publish stores nothing.
-        let deadline = Instant::now().checked_add(timeout);
-        self.run("publish_and_collect", || {
-            let remaining = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => timeout,
+        // As `collect`; a repeated publish stores nothing.
+        self.run_within("publish_and_collect", exchange.timeout, |timeout| {
+            let exchange = StepExchange {
+                timeout,
+                ..exchange
             };
-            self.inner
-                .publish_and_collect(topic, step, from, payload.clone(), peers, remaining)
+            self.inner.publish_and_collect(exchange, payload.clone())
         })
         .await
     }
 
     async fn publish_and_average(
         &self,
-        topic: &str,
-        step: u64,
-        from: WorkerId,
+        exchange: StepExchange<'_>,
         share: Share,
-        peers: &[WorkerId],
-        timeout: Duration,
     ) -> Result<Averaged, ChannelError> {
-        // As `collect`: the retries do not extend the wait; a repeated share is stored once.
-        let deadline = Instant::now().checked_add(timeout);
-        self.run("publish_and_average", || {
-            let remaining = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => timeout,
+        // As `collect`; a repeated share is stored once.
+        self.run_within("publish_and_average", exchange.timeout, |timeout| {
+            let exchange = StepExchange {
+                timeout,
+                ..exchange
             };
-            self.inner
-                .publish_and_average(topic, step, from, share.clone(), peers, remaining)
+            self.inner.publish_and_average(exchange, share.clone())
         })
         .await
     }
 
-    async fn poll(
-        &self,
-        topic: &str,
-        step: u64,
-        from: &[WorkerId],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
-        self.run("poll", || self.inner.poll(topic, step, from))
-            .await
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+        self.run("poll", || self.inner.poll(messages)).await
     }
 
-    async fn discard(&self, topic: &str, step: u64, from: &[WorkerId]) -> Result<(), ChannelError> {
-        self.run("discard", || self.inner.discard(topic, step, from))
-            .await
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+        self.run("discard", || self.inner.discard(messages)).await
     }
 
     async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
