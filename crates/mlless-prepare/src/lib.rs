@@ -244,13 +244,7 @@ async fn prepare_body(
     store.check_writable().await?;
     if options.distributed {
         clear(&store).await?;
-        let mut rounds = MapRounds {
-            options,
-            store: &store,
-            invoker: &invoker,
-            requests: &mut requests,
-            invocations: Vec::new(),
-        };
+        let mut rounds = MapRounds::new(options, &store, &invoker, &mut requests);
         let done = match distributed::shuffle(&mut rounds).await? {
             Ok(done) => done,
             Err((stage, killed)) => return cancelled(&store, stage, killed).await,
@@ -353,13 +347,7 @@ async fn prepare_body(
     let Some(written) = written else {
         return cancelled(&store, writing, false).await;
     };
-    let mut rounds = MapRounds {
-        options,
-        store: &store,
-        invoker: &invoker,
-        requests: &mut requests,
-        invocations: Vec::new(),
-    };
+    let mut rounds = MapRounds::new(options, &store, &invoker, &mut requests);
     let (infos, normalization) = if options.normalize {
         let &DatasetKind::Sparse { features } = kind else {
             unreachable!("checked above")

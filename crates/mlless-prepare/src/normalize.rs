@@ -160,7 +160,24 @@ pub(super) async fn feature_ranges<const N: usize>(
     Ok(Ok(merged))
 }
 
-impl MapRounds<'_, '_> {
+impl<'a, 'r> MapRounds<'a, 'r> {
+    /// Rounds on `store` with `invoker` and `options`, stopping where `requests` asks; no task
+    /// run yet.
+    pub(super) fn new(
+        options: &'a PrepareOptions,
+        store: &'a Store,
+        invoker: &'a Arc<dyn Invoker>,
+        requests: &'a mut Requests<'r>,
+    ) -> Self {
+        MapRounds {
+            options,
+            store,
+            invoker,
+            requests,
+            invocations: Vec::new(),
+        }
+    }
+
     /// Runs one round of map tasks (named `{round}-{i}`) to its end, their reports added to
     /// [`invocations`](Self::invocations) in the order they were invoked; see [`run_map_tasks`].
     /// Returns where it stopped, if the caller asked it to.
