@@ -81,6 +81,65 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The milliseconds a model's training steps spent, summed over the timed steps.
+struct StepTimes {
+    gradient: f64,
+    take: f64,
+    optimizer: f64,
+    apply: f64,
+    /// Entries of the gradients, summed.
+    touched: usize,
+}
+
+/// Runs `steps` training steps of `spec` (after two untimed ones) over `batches` in turn, with
+/// `kind` at `rate`, calling `between` before each and `after` with each delta; times the
+/// gradient, its `take()`, the optimiser's step and applying the delta.
+fn timed_steps(
+    spec: &ModelSpec,
+    kind: OptimizerKind,
+    rate: f32,
+    batches: &[Batch],
+    steps: usize,
+    between: &mut dyn FnMut(),
+    mut after: impl FnMut(&SparseVector),
+) -> StepTimes {
+    let model = spec.model();
+    let mut params = spec.init_params(1);
+    let mut optimizer = build_optimizer(&OptimizerConfig::new(kind), params.len());
+    let mut acc = GradientAccumulator::new(params.len());
+    let mut times = StepTimes {
+        gradient: 0.0,
+        take: 0.0,
+        optimizer: 0.0,
+        apply: 0.0,
+        touched: 0,
+    };
+    for step in 0..steps + 2 {
+        let batch = &batches[step % batches.len()];
+        between();
+        let t0 = Instant::now();
+        model
+            .gradient(&params, batch, &mut acc)
+            .expect("valid batch");
+        let t1 = Instant::now();
+        let grad = acc.take();
+        let t2 = Instant::now();
+        let delta = optimizer.step(&params, &grad, rate);
+        let t3 = Instant::now();
+        delta.scaled_add_to(&mut params, 0.25);
+        let t4 = Instant::now();
+        if step >= 2 {
+            times.gradient += ms(t1 - t0);
+            times.take += ms(t2 - t1);
+            times.optimizer += ms(t3 - t2);
+            times.apply += ms(t4 - t3);
+            times.touched += grad.nnz();
+        }
+        after(&delta);
+    }
+    times
+}
+
 fn lr(steps: usize, between: &mut dyn FnMut()) {
     let (features, rows, nnz) = (1_000_000_u32, 10_000, 30);
     let mut rng = StdRng::seed_from_u64(1);
@@ -93,41 +152,29 @@ fn lr(steps: usize, between: &mut dyn FnMut()) {
         l2: 1e-5,
         init_bias: 0.0,
     };
-    let model = spec.model();
-    let mut params = spec.init_params(1);
-    // Sparse LR's default optimiser.
-    let mut optimizer =
-        build_optimizer(&OptimizerConfig::new(OptimizerKind::Momentum), params.len());
-    let mut acc = GradientAccumulator::new(params.len());
-    let (mut gradient, mut take, mut momentum, mut apply) = (0.0, 0.0, 0.0, 0.0);
-    let mut touched = 0;
     let mut last_deltas = Vec::new();
-    for step in 0..steps + 2 {
-        let batch = &batches[step % batches.len()];
-        between();
-        let t0 = Instant::now();
-        model
-            .gradient(&params, batch, &mut acc)
-            .expect("valid batch");
-        let t1 = Instant::now();
-        let grad = acc.take();
-        let t2 = Instant::now();
-        let delta = optimizer.step(&params, &grad, 0.5);
-        let t3 = Instant::now();
-        delta.scaled_add_to(&mut params, 0.25);
-        let t4 = Instant::now();
-        if step >= 2 {
-            gradient += ms(t1 - t0);
-            take += ms(t2 - t1);
-            momentum += ms(t3 - t2);
-            apply += ms(t4 - t3);
-            touched += grad.nnz();
-        }
-        last_deltas.push(delta);
-        if last_deltas.len() > 4 {
-            last_deltas.remove(0);
-        }
-    }
+    // Sparse LR's default optimiser.
+    let times = timed_steps(
+        &spec,
+        OptimizerKind::Momentum,
+        0.5,
+        &batches,
+        steps,
+        between,
+        |delta| {
+            last_deltas.push(delta.clone());
+            if last_deltas.len() > 4 {
+                last_deltas.remove(0);
+            }
+        },
+    );
+    let StepTimes {
+        gradient,
+        take,
+        optimizer: momentum,
+        apply,
+        touched,
+    } = times;
     let n = steps as f64;
     let compute = (gradient + take + momentum) / n;
     println!(
@@ -181,30 +228,21 @@ fn pmf(steps: usize, between: &mut dyn FnMut()) {
         init_std: 0.1,
         prior: 0.0,
     };
-    let model = spec.model();
-    let mut params = spec.init_params(1);
-    let mut optimizer = build_optimizer(&OptimizerConfig::new(OptimizerKind::Adam), params.len());
-    let mut acc = GradientAccumulator::new(params.len());
-    let (mut gradient, mut take, mut adam) = (0.0, 0.0, 0.0);
-    for step in 0..steps + 2 {
-        let batch = &batches[step % batches.len()];
-        between();
-        let t0 = Instant::now();
-        model
-            .gradient(&params, batch, &mut acc)
-            .expect("valid batch");
-        let t1 = Instant::now();
-        let grad = acc.take();
-        let t2 = Instant::now();
-        let delta = optimizer.step(&params, &grad, 0.01);
-        let t3 = Instant::now();
-        delta.scaled_add_to(&mut params, 0.25);
-        if step >= 2 {
-            gradient += ms(t1 - t0);
-            take += ms(t2 - t1);
-            adam += ms(t3 - t2);
-        }
-    }
+    let times = timed_steps(
+        &spec,
+        OptimizerKind::Adam,
+        0.01,
+        &batches,
+        steps,
+        between,
+        |_| {},
+    );
+    let StepTimes {
+        gradient,
+        take,
+        optimizer: adam,
+        ..
+    } = times;
     let n = steps as f64;
     let compute = (gradient + take + adam) / n;
     println!(

@@ -13,17 +13,17 @@ use std::time::Duration;
 
 pub mod function;
 pub mod latency;
+pub mod parse;
 pub mod redact;
 pub mod requests;
 pub mod scheme;
 
 pub use function::{InvocationReport, Limits, Outcome};
 pub use latency::{CloudLatency, EmulateError};
+pub use parse::{InvalidUrl, supported_channel_urls};
 pub use redact::{redact_url, scrub, url_secrets};
 pub use requests::{RequestCounter, RequestCounts};
-pub use scheme::{
-    ChannelScheme, InvalidUrl, StoreKind, supported_channel_urls, supported_store_urls,
-};
+pub use scheme::{ChannelScheme, StoreKind, supported_store_urls};
 
 /// How long an outage of a remote channel is ridden out by default (`--channel-grace`), before
 /// an operation fails.
