@@ -94,25 +94,17 @@ impl FromStr for Compression {
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum SignificanceScale {
-    /// The parameter itself: `|a_j / x_j| > v_t` (DESIGN §4, MLLess).
+    /// The parameter itself: |a_j / x_j| > v_t (MLLess, DESIGN §4).
     #[default]
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "The parameter itself: |a_j / x_j| > v_t (MLLess, DESIGN §4)")
-    )]
     Parameter,
-    /// The parameter, or where that is larger the mean magnitude `m` of the non-zero
-    /// parameters the worker has updated (for 1-bit, those of this step):
-    /// `|a_j| > v_t · max(|x_j|, m)`. A weight near zero — a rare feature of sparse LR, which
+    /// The larger of |x_j| and the mean magnitude of the parameters: |a_j| > v_t · max(|x_j|,
+    /// m).
+    ///
+    /// `m` is the mean magnitude of the non-zero parameters the worker has updated (for 1-bit,
+    /// those of this step). A weight near zero — a rare feature of sparse LR, which
     /// moves by about `1/k` of itself at its k-th update and so stays "significant" under
     /// [`Parameter`](Self::Parameter) — is judged by the model's scale, and its small updates
     /// are held back until they add up.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "The larger of |x_j| and the mean magnitude of the parameters: |a_j| > v_t · max(|x_j|, m)"
-        )
-    )]
     Mean,
 }
 

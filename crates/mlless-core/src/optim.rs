@@ -38,20 +38,17 @@ pub struct ParseError {
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
-    /// Plain SGD: `Δ = -lr g`.
-    #[cfg_attr(feature = "clap", value(help = "Plain stochastic gradient descent"))]
+    /// Plain stochastic gradient descent.
+    ///
+    /// `Δ = -lr g`.
     Sgd,
-    /// Heavy-ball momentum.
-    #[cfg_attr(feature = "clap", value(help = "SGD with heavy-ball momentum 0.9"))]
+    /// SGD with heavy-ball momentum 0.9.
     Momentum,
-    /// Nesterov momentum.
-    #[cfg_attr(feature = "clap", value(help = "SGD with Nesterov momentum 0.9"))]
+    /// SGD with Nesterov momentum 0.9.
     Nesterov,
-    /// Adam, with lazy (sparse) moments.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Adam (sparse: only touched coordinates are updated)")
-    )]
+    /// Adam (sparse: only touched coordinates are updated).
+    ///
+    /// Its moments are lazy: a coordinate's are updated when its gradient is not zero.
     Adam,
 }
 
@@ -488,16 +485,13 @@ impl Optimizer for Adam {
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Schedule {
-    /// The base rate throughout.
+    /// The same rate throughout.
     #[default]
-    #[cfg_attr(feature = "clap", value(help = "The same rate throughout"))]
     Constant,
-    /// `base / sqrt(1 + epoch / T)`, epochs counted from 0, `T` the schedule's time constant in
+    /// lr / sqrt(1 + epoch / T), T = --decay-epochs.
+    ///
+    /// That is `base / sqrt(1 + epoch / T)`, epochs counted from 0, `T` the schedule's time constant in
     /// epochs (`--decay-epochs`; 1: `base / sqrt(epoch + 1)`).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "lr / sqrt(1 + epoch / T), T = --decay-epochs")
-    )]
     InvSqrtEpoch,
 }
 

@@ -203,40 +203,25 @@ impl std::fmt::Display for Algorithm {
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
-    /// Every worker reads every other worker's vector and averages them itself (MLLess).
+    /// Every worker reads every other worker's update (MLLess).
+    ///
+    /// Each averages them itself.
     #[default]
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Every worker reads every other worker's update (MLLess)")
-    )]
     Broadcast,
-    /// Every worker publishes; a leader averages and publishes the mean; the others read it
-    /// (LambdaML's AllReduce).
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            name = "allreduce",
-            help = "A leader averages everyone's update and publishes the mean (LambdaML's AllReduce)"
-        )
-    )]
+    /// A leader averages everyone's update and publishes the mean (LambdaML's AllReduce).
+    ///
+    /// The others read the mean.
+    #[cfg_attr(feature = "clap", value(name = "allreduce"))]
     AllReduce,
-    /// The vector is cut into one chunk per worker; worker k averages chunk k of everyone's and
-    /// publishes it; everyone reads the averaged chunks (LambdaML's ScatterReduce).
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's ScatterReduce)"
-        )
-    )]
+    /// Worker k averages chunk k of everyone's update; everyone reads the chunks (LambdaML's
+    /// ScatterReduce).
+    ///
+    /// The vector is cut into one chunk per worker.
     ScatterReduce,
-    /// Every worker pushes its vector to the parameter servers, which average them; everyone
-    /// pulls the mean (LambdaML's hybrid parameter server; `ps://` channels only).
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "The parameter servers average everyone's update; everyone reads the mean (a ps:// channel; its default there)"
-        )
-    )]
+    /// The parameter servers average everyone's update; everyone reads the mean (a ps://
+    /// channel; its default there).
+    ///
+    /// LambdaML's hybrid parameter server; `ps://` channels only.
     Server,
 }
 

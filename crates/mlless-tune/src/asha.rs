@@ -33,13 +33,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum RungUnit {
     /// Epochs trained.
-    #[cfg_attr(feature = "clap", value(help = "Epochs trained"))]
     Epochs,
-    /// Seconds since the trial started.
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Seconds since the trial started (needs --trial-time)")
-    )]
+    /// Seconds since the trial started (needs --trial-time).
     Seconds,
 }
 

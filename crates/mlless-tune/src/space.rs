@@ -81,16 +81,9 @@ pub enum SpaceError {
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Sampler {
-    /// Every point of the grid (ranges at their grid points), in a seeded random order.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "Every point of the grid (a range at its `:N` points, default 3), in a seeded order"
-        )
-    )]
+    /// Every point of the grid (a range at its `:N` points, default 3), in a seeded order.
     Grid,
-    /// Independent draws, seeded.
-    #[cfg_attr(feature = "clap", value(help = "`--trials` independent draws, seeded"))]
+    /// `--trials` independent draws, seeded.
     Random,
 }
 

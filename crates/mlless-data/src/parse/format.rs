@@ -8,32 +8,18 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum InputFormat {
-    /// `label index:value ...`, sparse or dense (`libsvm`).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "`label index:value …` (LIBSVM; 1-based indices)")
-    )]
+    /// `label index:value …` (LIBSVM; 1-based indices).
+    ///
+    /// Sparse or dense rows (`libsvm`).
     Libsvm,
-    /// Dense numeric CSV, the label in one column (the first by default), optional header
-    /// (`csv`; see [`CsvOptions`](super::CsvOptions)).
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "Dense numeric rows, the label in one column (--label-column: the first by default); a header row is detected (--header), fields are separated by --delimiter"
-        )
-    )]
+    /// Dense numeric rows, the label in one column (--label-column: the first by default); a
+    /// header row is detected (--header), fields are separated by --delimiter.
+    ///
+    /// CSV (`csv`; see [`CsvOptions`](super::CsvOptions)).
     Csv,
-    /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv` (`movielens`).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv`")
-    )]
+    /// MovieLens ratings: `u.data`, `ratings.dat` or `ratings.csv`.
     Movielens,
-    /// Criteo display-ads TSV: label, 13 integer and 26 categorical columns (`criteo`).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "Criteo display-ads TSV: label, 13 integer and 26 categorical columns")
-    )]
+    /// Criteo display-ads TSV: label, 13 integer and 26 categorical columns.
     Criteo,
 }
 

@@ -78,56 +78,34 @@ pub const WARM_UP_STEPS: u64 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CloudJob {
-    /// a9a-shaped sparse logistic regression: 32,561 rows, 123 binary features, 14 a row,
-    /// minibatches of 256.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            name = "lr",
-            help = "a9a-shaped sparse logistic regression (32,561 rows, 123 features, minibatch 256)"
-        )
-    )]
+    /// a9a-shaped sparse logistic regression (32,561 rows, 123 features, minibatch 256).
+    ///
+    /// The features are binary, 14 a row.
+    #[cfg_attr(feature = "clap", value(name = "lr"))]
     SparseLr,
-    /// MovieLens-100k-shaped matrix factorisation: 943 users, 1,682 items, about 100,000
-    /// ratings, rank 10, minibatches of 1,000.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "MovieLens-100k-shaped matrix factorisation (943 × 1,682, 100k ratings, minibatch 1,000)"
-        )
-    )]
+    /// MovieLens-100k-shaped matrix factorisation (943 × 1,682, 100k ratings, minibatch 1,000).
+    ///
+    /// 943 users, 1,682 items, rank 10.
     Pmf,
-    /// The a9a-shaped data of [`CloudJob::SparseLr`] with a linear SVM.
-    #[cfg_attr(feature = "clap", value(help = "A linear SVM on the a9a-shaped data"))]
+    /// A linear SVM on the a9a-shaped data.
+    ///
+    /// The data of [`CloudJob::SparseLr`].
     Svm,
-    /// The a9a-shaped data of [`CloudJob::SparseLr`] with the default MLP (one hidden layer of
-    /// 64, two classes).
-    #[cfg_attr(
-        feature = "clap",
-        value(help = "The default MLP (64 hidden units) on the a9a-shaped data")
-    )]
+    /// The default MLP (64 hidden units) on the a9a-shaped data.
+    ///
+    /// One hidden layer of 64, two classes, on the data of [`CloudJob::SparseLr`].
     Mlp,
-    /// MovieLens-20M-shaped matrix factorisation (MLLess's scale-out job): 138,493 users,
-    /// 26,744 items, rank 10, minibatches of 3,000 (a global batch of 12,000 ratings, as MLLess
+    /// MovieLens-20M-shaped matrix factorisation (138,493 × 26,744, minibatch 3,000).
+    ///
+    /// MLLess's scale-out job: 138,493 users, 26,744 items, rank 10, minibatches of 3,000 (a global batch of 12,000 ratings, as MLLess
     /// held it); steps are simulated on a sample of 2M ratings of that shape, epochs counted
     /// over 20M.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            name = "pmf-20m",
-            help = "MovieLens-20M-shaped matrix factorisation (138,493 × 26,744, minibatch 3,000)"
-        )
-    )]
+    #[cfg_attr(feature = "clap", value(name = "pmf-20m"))]
     Pmf20m,
-    /// Criteo-shaped sparse logistic regression (LambdaML's and MLLess's large LR job): the
-    /// Kaggle set's columns hashed into 2^20 features, minibatches of 1,000; steps are
+    /// Criteo-shaped sparse logistic regression (2^20 hashed features, minibatch 1,000).
+    ///
+    /// LambdaML's and MLLess's large LR job: the Kaggle set's columns hashed into 2^20 features, minibatches of 1,000; steps are
     /// simulated on a sample of 200,000 rows, epochs counted over the Kaggle set's 45.8M.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "Criteo-shaped sparse logistic regression (2^20 hashed features, minibatch 1,000)"
-        )
-    )]
     Criteo,
 }
 
