@@ -8,12 +8,8 @@
 # the extra time of the steps around the kill over the median step.
 #
 # Usage: scripts/bench-faults.sh [WORKDIR]   (default: ./mlless-bench/faults)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-out=${1:-mlless-bench/faults}
-mkdir -p "$out"
-cargo build --release -q -p mlless-cli
-bin=${CARGO_TARGET_DIR:-target}/release/mlless
+# shellcheck source=scripts/bench-setup.sh
+source "$(dirname "$0")/bench-setup.sh" faults "${1:-}"
 
 if [ ! -f "$out/lr/manifest.json" ]; then
     "$bin" generate sparse-lr --samples 300000 --features 100000 --nnz 30 --seed 11 --out "$out/lr.libsvm"

@@ -20,12 +20,8 @@
 # MLLESS_BENCH_MARGIN (the target's margin over BSP's loss, default 0.005),
 # MLLESS_BENCH_ISP_MEAN_V_LR and MLLESS_BENCH_ISP_MEAN_V_PMF (V of the mean-scaled ISP, default
 # 5 and 6).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-out=${1:-mlless-bench/sync}
-mkdir -p "$out"
-cargo build --release -q -p mlless-cli
-bin=${CARGO_TARGET_DIR:-target}/release/mlless
+# shellcheck source=scripts/bench-setup.sh
+source "$(dirname "$0")/bench-setup.sh" sync "${1:-}"
 
 command -v redis-server >/dev/null 2>&1 || {
     sudo=""

@@ -434,26 +434,14 @@ async fn finish(
     started: std::time::SystemTime,
     clock: Instant,
 ) -> Result<Manifest> {
-    let Written {
-        summary,
-        infos,
-        normalization,
-        ids,
-        rating_counts,
-        invocations,
-    } = written;
-    let InputSummary {
-        kind,
-        label_map,
-        labels,
-        layout,
-        samples: [train_samples, test_samples, validation_samples],
-    } = summary;
+    let summary = written.summary;
+    let [train_samples, test_samples, validation_samples] = summary.samples;
     if requests.stopping() {
         return cancelled(store, PrepareStage::Finishing, false).await;
     }
     requests.enter(PrepareStage::Finishing);
-    let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] = infos
+    let [train_infos, test_infos, validation_infos]: [Vec<BatchInfo>; 3] = written
+        .infos
         .try_into()
         .map_err(|_| Internal::Invariant("preparation returned the wrong number of splits"))?;
 
@@ -462,7 +450,7 @@ async fn finish(
         // A new identity for every preparation, even of the same input and seed: a run is
         // bound to the minibatches it started on, not to their recipe.
         dataset_id: Some(uuid::Uuid::now_v7().to_string()),
-        kind,
+        kind: summary.kind,
         batch_size: options.batch_size,
         train: SplitInfo {
             samples: train_samples,
@@ -476,9 +464,9 @@ async fn finish(
             samples: validation_samples,
             batches: validation_infos,
         },
-        normalization,
-        label_map,
-        labels,
+        normalization: written.normalization,
+        label_map: summary.label_map,
+        labels: summary.labels,
         source: SourceInfo {
             format: options.format.to_string(),
             input: mlless_data::input_name(&options.input)
@@ -496,17 +484,17 @@ async fn finish(
         },
         created_unix_s: mlless_faas::clock::unix_ms(std::time::SystemTime::now()) / 1000,
         schema: Some(InputSchema {
-            zero_based: layout.zero_based,
-            csv_columns: layout.csv_columns,
-            csv: layout.csv,
-            ids,
+            zero_based: summary.layout.zero_based,
+            csv_columns: summary.layout.csv_columns,
+            csv: summary.layout.csv,
+            ids: written.ids,
         }),
-        rating_counts,
+        rating_counts: written.rating_counts,
     };
     let record = PrepareRecord {
         started_at_unix_ms: mlless_faas::clock::unix_ms(started),
         wall_s: clock.elapsed().as_secs_f64(),
-        invocations,
+        invocations: written.invocations,
     };
     let record = serde_json::to_vec_pretty(&record).map_err(|source| RuntimeError::Json {
         location: format!("{}/{PREPARE_RECORD_KEY}", store.url()),
