@@ -3,7 +3,7 @@
 //! ([`supported_channel_urls`]).
 
 use crate::redact::redact_url;
-use crate::scheme::ChannelScheme;
+use crate::scheme::{ChannelScheme, list_forms};
 
 /// A channel URL that names no channel ([`ChannelScheme::parse`]): empty, of an unknown scheme,
 /// or a mistyped server URL. `mlless_store::ChannelError::InvalidUrl` carries the same fields.
@@ -19,11 +19,7 @@ pub struct InvalidUrl {
 /// What a channel URL may be (what `mlless_store::open_channel` accepts), for error messages:
 /// every [`ChannelScheme::url_forms`].
 pub fn supported_channel_urls() -> String {
-    let forms: Vec<&str> = ChannelScheme::ALL
-        .into_iter()
-        .filter_map(ChannelScheme::url_forms)
-        .collect();
-    forms.join(", ")
+    list_forms(ChannelScheme::ALL.map(ChannelScheme::url_forms))
 }
 
 impl ChannelScheme {

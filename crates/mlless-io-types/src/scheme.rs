@@ -107,11 +107,12 @@ mlless_core::assert_all_in_place!(StoreKind);
 /// The URLs a store may be opened at (`mlless_store::Store::open`), for error messages: every
 /// [`StoreKind::url_forms`].
 pub fn supported_store_urls() -> String {
-    let forms: Vec<&str> = StoreKind::ALL
-        .into_iter()
-        .filter_map(StoreKind::url_forms)
-        .collect();
-    forms.join(", ")
+    list_forms(StoreKind::ALL.map(StoreKind::url_forms))
+}
+
+/// The URL forms that are there, comma-separated, for the messages that list them.
+pub(crate) fn list_forms<const N: usize>(forms: [Option<&str>; N]) -> String {
+    forms.into_iter().flatten().collect::<Vec<_>>().join(", ")
 }
 
 /// The channel backend a channel URL names, as `mlless train --channel` takes it.
