@@ -79,6 +79,31 @@ impl Message for UpdateMessage {
     const MAGIC: [u8; 4] = *b"MLLU";
 }
 
+/// What a worker sent and received in one step: counted by its exchange, sent to the supervisor
+/// in its [`StatsMessage`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// Bytes the worker published (its update; at the last step also its flush).
+    pub bytes_sent: u64,
+    /// Bytes of the updates the worker received.
+    pub bytes_received: u64,
+    /// Messages the worker published.
+    pub messages_sent: u32,
+    /// Messages the worker received from its peers.
+    pub messages_received: u32,
+    /// Entries of the flat parameter vector the worker sent.
+    pub entries_sent: u64,
+    /// Entries its filter held back (accumulated, not sent yet).
+    pub entries_held: u64,
+    /// Updates the worker applied to its replica in this step (its own included; at the last
+    /// step also the peers' flushes).
+    pub updates_applied: u32,
+    /// When the worker started publishing its update, Unix ms.
+    pub published_unix_ms: f64,
+    /// Whether the worker published its model of this step on [`EVAL`] for validation.
+    pub snapshot: bool,
+}
+
 /// A worker's statistics for one step, for the supervisor.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StatsMessage {
@@ -98,31 +123,14 @@ pub struct StatsMessage {
     pub exchange_ms: f64,
     /// Wall time of the whole step, in ms.
     pub step_ms: f64,
-    /// Bytes the worker published (its update; at the last step also its flush).
-    pub bytes_sent: u64,
-    /// Bytes of the updates the worker received.
-    pub bytes_received: u64,
-    /// Messages the worker published.
-    pub messages_sent: u32,
-    /// Messages the worker received from its peers.
-    pub messages_received: u32,
-    /// Entries of the flat parameter vector the worker sent.
-    pub entries_sent: u64,
-    /// Entries its filter held back (accumulated, not sent yet).
-    pub entries_held: u64,
-    /// Updates the worker applied to its replica in this step (its own included; at the last
-    /// step also the peers' flushes).
-    pub updates_applied: u32,
+    /// What the worker sent and received in the step.
+    pub traffic: Traffic,
     /// When the worker started computing the step (after any barrier), Unix ms.
     pub started_unix_ms: f64,
-    /// When the worker started publishing its update, Unix ms.
-    pub published_unix_ms: f64,
     /// Whether this was the worker's last step.
     pub last: bool,
     /// Whether the worker ends because the scale-in tuner removed it.
     pub removed: bool,
-    /// Whether the worker published its model of this step on [`EVAL`] for validation.
-    pub snapshot: bool,
     /// The object-store requests this invocation of the worker has counted so far (its
     /// data, its checkpoints and, on the object-store channel, its exchange), for the live
     /// bill; an invocation's count starts at 0.
@@ -297,18 +305,20 @@ mod tests {
             compute_cpu_ms: Some(1.5),
             exchange_ms: 3.0,
             step_ms: 6.0,
-            bytes_sent: 100,
-            bytes_received: 200,
-            messages_sent: 1,
-            messages_received: 2,
-            entries_sent: 10,
-            entries_held: 0,
-            updates_applied: 3,
+            traffic: Traffic {
+                bytes_sent: 100,
+                bytes_received: 200,
+                messages_sent: 1,
+                messages_received: 2,
+                entries_sent: 10,
+                entries_held: 0,
+                updates_applied: 3,
+                published_unix_ms: 1e12,
+                snapshot: false,
+            },
             started_unix_ms: 1e12,
-            published_unix_ms: 1e12,
             last: false,
             removed: false,
-            snapshot: false,
             requests: mlless_store::RequestCounts {
                 puts: 4,
                 gets: 9,

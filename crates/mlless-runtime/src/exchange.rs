@@ -25,7 +25,7 @@ use mlless_store::{Channel, MessageId, Share, StepExchange, StepMessages};
 use mlless_faas::clock::now_unix_ms_f64;
 
 use crate::error::{Result, RuntimeError};
-use crate::messages::{Message, Removal, UPDATES, UpdateMessage};
+use crate::messages::{Message, Removal, Traffic, UPDATES, UpdateMessage};
 use mlless_job::Pattern;
 
 /// Topic of the chunks a scatter-reduce sends to their owners; the message of worker `w` for
@@ -38,21 +38,6 @@ const PUBLISH_CONCURRENCY: usize = 32;
 pub const REDUCED: &str = "reduced";
 /// Topic of the shares the parameter servers average (the server pattern).
 pub const MEANS: &str = "means";
-
-/// The traffic of one step, for the supervisor.
-#[derive(Debug, Default)]
-pub(crate) struct Traffic {
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub messages_sent: u32,
-    pub messages_received: u32,
-    pub entries_sent: u64,
-    pub entries_held: u64,
-    pub updates_applied: u32,
-    pub published_unix_ms: f64,
-    /// The worker published its model of the step for validation.
-    pub snapshot: bool,
-}
 
 /// What every worker of a step learns from an exchange.
 #[derive(Debug)]

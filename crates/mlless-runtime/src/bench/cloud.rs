@@ -62,7 +62,8 @@ use crate::driver::{
     CURVATURE_ITERATIONS, DEFAULT_HIDDEN, DataSample, Defaults, PMF_L2, initial_bias,
 };
 use crate::error::{Result, RuntimeError};
-use crate::exchange::{Exchange, Traffic};
+use crate::exchange::Exchange;
+use crate::messages::Traffic;
 use crate::messages::UpdateMessage;
 
 /// How much slower the simulated clock runs than the one reported (see the module docs).

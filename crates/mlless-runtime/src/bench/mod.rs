@@ -17,7 +17,8 @@ use mlless_store::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
-use crate::exchange::{Exchange, Traffic};
+use crate::exchange::Exchange;
+use crate::messages::Traffic;
 use crate::messages::{Message, UpdateMessage};
 use crate::task::{ChannelBenchTask, Payload};
 use mlless_job::Pattern;

@@ -349,7 +349,7 @@ pub async fn run_supervisor(ctx: JobContext, start: Start) -> Result<()> {
 
         // The primary validation metric of this step's evaluation, for the tuner.
         let mut validation_value = None;
-        if let Some(worker) = stats.iter().find(|s| s.snapshot).map(|s| s.worker)
+        if let Some(worker) = stats.iter().find(|s| s.traffic.snapshot).map(|s| s.worker)
             && let Some(validation) = &mut state.validation
         {
             let snapshot = read_snapshot(&ctx, step, worker).await?;
@@ -615,15 +615,15 @@ fn worker_step(s: &StatsMessage) -> WorkerStep {
         compute_cpu_ms: s.compute_cpu_ms,
         exchange_ms: s.exchange_ms,
         step_ms: s.step_ms,
-        bytes_sent: s.bytes_sent,
-        bytes_received: s.bytes_received,
-        messages_sent: s.messages_sent,
-        messages_received: s.messages_received,
-        entries_sent: s.entries_sent,
-        entries_held: s.entries_held,
-        updates_applied: s.updates_applied,
+        bytes_sent: s.traffic.bytes_sent,
+        bytes_received: s.traffic.bytes_received,
+        messages_sent: s.traffic.messages_sent,
+        messages_received: s.traffic.messages_received,
+        entries_sent: s.traffic.entries_sent,
+        entries_held: s.traffic.entries_held,
+        updates_applied: s.traffic.updates_applied,
         started_unix_ms: s.started_unix_ms,
-        published_unix_ms: s.published_unix_ms,
+        published_unix_ms: s.traffic.published_unix_ms,
     }
 }
 

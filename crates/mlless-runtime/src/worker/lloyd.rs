@@ -9,7 +9,7 @@ use mlless_faas::clock::{now_unix_ms_f64, thread_cpu_time};
 use super::{Computed, End, RoundState, Worker, cpu_elapsed, ms};
 use crate::dataset::Split;
 use crate::error::{Result, RuntimeError};
-use crate::exchange::Traffic;
+use crate::messages::Traffic;
 
 /// k-means++ seeds on this many minibatches (the first ones of the training set).
 pub const KMEANS_SEED_BATCHES: u32 = 8;

@@ -56,11 +56,11 @@ use mlless_faas::clock::{now_unix_ms_f64, thread_cpu_time};
 use crate::checkpoint::{self, Lifetime};
 use crate::context::JobContext;
 use crate::error::{Result, RuntimeError};
-use crate::exchange::{Exchange, Traffic, discard_published};
+use crate::exchange::{Exchange, discard_published};
 use crate::fleet::Fleet;
 use crate::messages::{
     EVAL, FINAL, FLUSH, Message, Removal, ReplicaMessage, SCALE_IN_KEY, STATS, STOP_KEY,
-    StatsMessage, UpdateMessage,
+    StatsMessage, Traffic, UpdateMessage,
 };
 use crate::task::Start;
 use mlless_job::{Algorithm, Fault, JobSpec, SyncMode, worker_role};
@@ -647,18 +647,10 @@ impl Worker {
             compute_cpu_ms: computed.compute_cpu_ms,
             exchange_ms,
             step_ms: ms(computed.started.elapsed()),
-            bytes_sent: traffic.bytes_sent,
-            bytes_received: traffic.bytes_received,
-            messages_sent: traffic.messages_sent,
-            messages_received: traffic.messages_received,
-            entries_sent: traffic.entries_sent,
-            entries_held: traffic.entries_held,
-            updates_applied: traffic.updates_applied,
+            traffic,
             started_unix_ms: computed.started_unix_ms,
-            published_unix_ms: traffic.published_unix_ms,
             last,
             removed,
-            snapshot: traffic.snapshot,
             requests: self.ctx.requests.counts(),
         };
         if let Some(previous) = self.pending_stats.take() {

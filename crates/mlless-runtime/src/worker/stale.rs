@@ -10,7 +10,7 @@ use mlless_store::{MessageId, StepMessages};
 
 use super::{End, Worker, ms};
 use crate::error::{Result, RuntimeError};
-use crate::exchange::Traffic;
+use crate::messages::Traffic;
 use crate::messages::{Message, UPDATES, UpdateMessage};
 
 /// SSP and ASP: what a worker knows of each peer (indexed by position in the fleet).

@@ -8,7 +8,8 @@ use tracing::debug;
 
 use super::{End, RoundState, Worker, ms};
 use crate::error::Result;
-use crate::exchange::{Exchanged, Traffic};
+use crate::exchange::Exchanged;
+use crate::messages::Traffic;
 use mlless_job::Algorithm;
 
 impl Worker {
