@@ -81,7 +81,7 @@ pub enum Outcome {
         /// The cap, in seconds.
         limit_s: f64,
     },
-    /// Stopped by its [`KillSwitch`].
+    /// Stopped by its invoker's kill switch (`mlless_faas::KillSwitch`).
     Killed,
 }
 

@@ -10,7 +10,7 @@ use crate::scheme::{ChannelScheme, list_forms};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot open channel {url}: {reason}")]
 pub struct InvalidUrl {
-    /// The URL, redacted ([`redact_url`](crate::redact_url)).
+    /// The URL, redacted ([`redact_url`]).
     pub url: String,
     /// What is wrong with it, and the forms that are supported.
     pub reason: String,

@@ -193,7 +193,7 @@ impl ChannelScheme {
     }
 
     /// How a channel URL of this backend is written, for the messages that list them
-    /// ([`supported_channel_urls`]); `None` for an object store no URL names.
+    /// ([`supported_channel_urls`](crate::supported_channel_urls)); `None` for an object store no URL names.
     pub fn url_forms(self) -> Option<&'static str> {
         match self {
             ChannelScheme::RunStore => Some("\"store\" (the run's object store, the default)"),

@@ -10,7 +10,7 @@
 //! did not finish has no manifest, and no job will use it.
 //!
 //! With `--distributed` ([`PrepareOptions::distributed`]), the input is parsed and shuffled by
-//! function invocations instead, reading it from its object store (see [`distributed`]); the
+//! function invocations instead, reading it from its object store (see the `distributed` module); the
 //! data set is the same.
 //!
 //! # Layout

@@ -6,9 +6,9 @@ use super::*;
 /// A round of function tasks: of the min-max normalisation, or of a distributed preparation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapRound {
-    /// Parsing byte ranges of the input and dealing their rows into buckets ([`SplitMapTask`]).
+    /// Parsing byte ranges of the input and dealing their rows into buckets ([`SplitMapTask`](mlless_function::task::SplitMapTask)).
     Split,
-    /// Shuffling buckets into minibatches ([`ShuffleReduceTask`]).
+    /// Shuffling buckets into minibatches ([`ShuffleReduceTask`](mlless_function::task::ShuffleReduceTask)).
     Shuffle,
     /// The feature ranges of the staged training minibatches ([`RangeMapTask`]).
     Ranges,

@@ -90,7 +90,7 @@ pub async fn open_channel(
 /// - anything else is [`ChannelError::InvalidUrl`] listing the supported forms.
 ///
 /// A backend that this build left out (`redis`, `memcached`, `s3`, `ps` or `dynamodb` feature off, see
-/// [`BuiltBackend::is_built`](crate::BuiltBackend::is_built)) is [`ChannelError::NotBuilt`] naming the feature, before
+/// [`BuiltBackend::is_built`]) is [`ChannelError::NotBuilt`] naming the feature, before
 /// anything is opened.
 ///
 /// Channels on a server (Redis, Memcached, DynamoDB, and object-store channels on S3) are wrapped in a
