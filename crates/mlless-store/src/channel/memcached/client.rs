@@ -22,9 +22,10 @@ const MAX_LINE: usize = 8 << 10;
 /// Largest value accepted in a reply, against a corrupt length.
 const MAX_VALUE: usize = 1 << 30;
 
-/// What went wrong talking to Memcached: the source of the [`ChannelError`]s of a
-/// [`MemcachedChannel`] (wrapped in [`ChannelError::Backend`], which names the server and the
-/// item).
+/// What went wrong talking to Memcached: the source of the
+/// [`ChannelError`](crate::ChannelError)s of a [`MemcachedChannel`](super::MemcachedChannel)
+/// (wrapped in [`ChannelError::Backend`](crate::ChannelError::Backend), which names the server
+/// and the item).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemcachedError {

@@ -13,7 +13,8 @@ use crate::channel::ChannelError;
 use crate::channel::retry::{self, RetryPolicy, Transient};
 use crate::redact::{redact_url, scrub, url_secrets};
 
-/// How long [`RedisChannel::connect`] waits for each server (TCP, TLS, authentication, `PING`).
+/// How long [`RedisChannel::connect`](super::RedisChannel::connect) waits for each server
+/// (TCP, TLS, authentication, `PING`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a command other than a blocking read may wait for its reply (large payloads on a
 /// slow link take time).
