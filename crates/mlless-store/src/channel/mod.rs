@@ -138,6 +138,11 @@ impl<'a> StepExchange<'a> {
     pub const fn peers_messages(&self) -> StepMessages<'a> {
         StepMessages::new(self.topic, self.step, self.peers)
     }
+
+    /// The same exchange, waiting at most `timeout` (what is left of it, for a retry).
+    pub const fn with_timeout(self, timeout: Duration) -> Self {
+        StepExchange { timeout, ..self }
+    }
 }
 
 /// Errors of a channel; every message names the channel's endpoint (never a secret).

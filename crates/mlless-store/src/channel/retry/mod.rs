@@ -359,11 +359,8 @@ impl<C: Channel> Channel for RetryingChannel<C> {
     ) -> Result<Vec<Bytes>, ChannelError> {
         // As `collect`; a repeated publish stores nothing.
         self.run_within("publish_and_collect", exchange.timeout, |timeout| {
-            let exchange = StepExchange {
-                timeout,
-                ..exchange
-            };
-            self.inner.publish_and_collect(exchange, payload.clone())
+            self.inner
+                .publish_and_collect(exchange.with_timeout(timeout), payload.clone())
         })
         .await
     }
@@ -375,11 +372,8 @@ impl<C: Channel> Channel for RetryingChannel<C> {
     ) -> Result<Averaged, ChannelError> {
         // As `collect`; a repeated share is stored once.
         self.run_within("publish_and_average", exchange.timeout, |timeout| {
-            let exchange = StepExchange {
-                timeout,
-                ..exchange
-            };
-            self.inner.publish_and_average(exchange, share.clone())
+            self.inner
+                .publish_and_average(exchange.with_timeout(timeout), share.clone())
         })
         .await
     }
