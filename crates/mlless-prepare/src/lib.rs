@@ -139,7 +139,7 @@ pub async fn prepare_with(
                     remove_written(&store).await;
                 }
                 if let (Err(_), Some(created)) = (&result, &created) {
-                    remove_empty_dirs(created);
+                    mlless_store::remove_local_leftovers(created);
                 }
                 return result;
             }
@@ -181,21 +181,6 @@ fn first_missing(path: &Path) -> Option<PathBuf> {
     missing
 }
 
-/// Removes `dir` and the directories below it that are empty (after their own empty
-/// directories went), bottom up; never a file. A failed preparation thus leaves no empty
-/// directory where there was none.
-fn remove_empty_dirs(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_empty_dirs(&entry.path());
-            }
-        }
-    }
-    // Fails, as it should, where something is left.
-    let _ = std::fs::remove_dir(dir);
-}
-
 /// Removes what a cancelled preparation wrote (it has no manifest yet) and says what happened.
 ///
 /// `staging/`, with the stop object, goes last: a Lambda map task that a kill abandoned (Lambda
@@ -218,10 +203,11 @@ async fn remove_written(store: &Store) {
         if let Err(e) = store.delete_prefix(prefix).await {
             warn!("could not remove {}/{prefix}: {e}", store.url());
         }
-        // A local store deletes files, not the directories they were in (`staging/ranges/`
-        // when a map task had written its ranges before the round failed).
+        // A local store deletes objects, not the directories they were in (`staging/ranges/`
+        // when a map task had written its ranges before the round failed) nor the staged file
+        // of an upload that a killed map task abandoned.
         if let Some(local) = &local {
-            remove_empty_dirs(&local.join(prefix));
+            mlless_store::remove_local_leftovers(&local.join(prefix));
         }
     }
     for key in [IDS_KEY, COUNTS_KEY, PREPARE_RECORD_KEY] {

@@ -115,3 +115,22 @@ fn chunks_are_balanced_and_keep_order() {
     assert_eq!(chunks(vec![1], 4), vec![vec![1]]);
     assert_eq!(chunks(Vec::<u8>::new(), 3), vec![Vec::<u8>::new()]);
 }
+
+#[tokio::test]
+async fn what_a_failed_preparation_wrote_locally_is_removed_with_killed_uploads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&dir.path().display().to_string()).expect("local store");
+    for key in [batch_key("train", 0), "staging/ranges/0000.bin".to_string()] {
+        store
+            .put(&key, Bytes::from_static(b"x"))
+            .await
+            .expect("put");
+    }
+    // A map task killed (over its memory) while uploading its ranges leaves the local
+    // backend's staged file, which no listing shows.
+    std::fs::write(dir.path().join("staging/ranges/0001.bin#12"), b"half").expect("staged");
+    remove_written(&store).await;
+    for part in ["train", "staging"] {
+        assert!(!dir.path().join(part).exists(), "{part}/ left behind");
+    }
+}

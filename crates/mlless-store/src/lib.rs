@@ -124,4 +124,4 @@ pub use mlless_io_types::{
     supported_channel_urls, supported_store_urls,
 };
 pub use parse::{BuiltBackend, Feature, built_features};
-pub use store::{Store, StoreError, local_path};
+pub use store::{Store, StoreError, local_path, remove_local_leftovers};

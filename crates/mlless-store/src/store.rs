@@ -663,6 +663,37 @@ fn percent_decode(s: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "path is not valid UTF-8 once decoded".to_string())
 }
 
+/// Removes what deleting a local store's objects under `dir` leaves behind, bottom up: the
+/// staged file of each upload that a killed process abandoned (the local backend writes an
+/// object to `name#N` and renames it when complete, and lists no such file, so no delete
+/// reaches it) and then every directory left empty, `dir` included. Never removes any other
+/// file: a directory holding one stays.
+pub fn remove_local_leftovers(dir: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => remove_local_leftovers(&path),
+                Ok(t) if t.is_file() && is_abandoned_upload(&path) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                _ => {}
+            }
+        }
+    }
+    // Fails, as it should, where something is left.
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Whether `path` is the local backend's staged file of an upload (`name#N`, N a number): the
+/// files `object_store`'s `LocalFileSystem` does not list.
+fn is_abandoned_upload(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split_once('#'))
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The directory of a local location (a path, or a `file://` URL), without creating it (as
 /// [`Store::open`] does); `None` for any other location or a malformed one.
 pub fn local_path(url: &str) -> Option<PathBuf> {

@@ -22,6 +22,33 @@ fn local_path_resolves_local_locations_without_creating_them() {
     assert!(!dir.exists(), "resolving creates nothing");
 }
 
+#[tokio::test]
+async fn local_leftovers_of_a_killed_upload_go_with_the_empty_directories() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&dir.path().display().to_string()).expect("local store");
+    store
+        .put("staging/ranges/0000.bin", Bytes::from_static(b"done"))
+        .await
+        .expect("put");
+    store
+        .put("staging/kept.bin", Bytes::from_static(b"an object"))
+        .await
+        .expect("put");
+    // What a process killed while uploading leaves: the backend's staged file, never listed.
+    let abandoned = dir.path().join("staging/ranges/0001.bin#3");
+    std::fs::write(&abandoned, b"half").expect("staged file");
+    store
+        .delete_prefix("staging/ranges/")
+        .await
+        .expect("delete");
+    assert!(abandoned.exists(), "deleting objects does not reach it");
+
+    remove_local_leftovers(&dir.path().join("staging"));
+    assert!(!dir.path().join("staging/ranges").exists());
+    // A file that is an object stays, and so does its directory.
+    assert!(store.exists("staging/kept.bin").await.expect("exists"));
+}
+
 #[test]
 fn keys_are_validated() {
     assert!(check_key("a/b/c.bin").is_ok());
