@@ -216,16 +216,10 @@ pub fn render(record: &RunRecord) -> String {
         mean(&|w| w.compute_ms),
         mean(&|w| w.exchange_ms)
     );
-    let total = |f: &dyn Fn(&mlless_job::record::WorkerStep) -> u64| -> u64 {
-        record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
-    };
     let _ = writeln!(
         out,
-        "  sent {:.2} MB in {} messages ({} entries) · received {:.2} MB · replica spread {:.2e}",
-        total(&|w| w.bytes_sent) as f64 / 1e6,
-        total(&|w| u64::from(w.messages_sent)),
-        total(&|w| w.entries_sent),
-        total(&|w| w.bytes_received) as f64 / 1e6,
+        "  sent {} · replica spread {:.2e}",
+        record.traffic(),
         record.replica_spread
     );
     let _ = writeln!(out, "  {}", render_metrics(&record.metrics));

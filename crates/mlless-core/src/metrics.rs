@@ -24,15 +24,7 @@ pub struct Evaluation {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum State {
-    Binary {
-        /// Logits, or margins when `score` is [`Score::Margin`].
-        logits: Vec<f64>,
-        labels: Vec<bool>,
-        /// Sum of the log losses, or of the hinge losses for margins.
-        log_loss: f64,
-        correct: u64,
-        score: Score,
-    },
+    Binary(Scored),
     Regression {
         squared_error: f64,
         count: u64,
@@ -47,6 +39,58 @@ enum State {
         correct: u64,
         count: u64,
     },
+}
+
+/// A binary or margin classifier's predictions so far: every score, for AUC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Scored {
+    /// Logits, or margins when `score` is [`Score::Margin`].
+    logits: Vec<f64>,
+    labels: Vec<bool>,
+    /// Sum of the log losses, or of the hinge losses for margins.
+    log_loss: f64,
+    correct: u64,
+    score: Score,
+}
+
+impl Scored {
+    /// Adds one prediction: its score, its label and its loss.
+    fn push(&mut self, score: f64, label: bool, loss: f64) {
+        self.log_loss += loss;
+        self.correct += u64::from((score > 0.0) == label);
+        self.logits.push(score);
+        self.labels.push(label);
+    }
+
+    /// Adds `other`'s predictions; `false` (and nothing added) if its scores are of another
+    /// kind.
+    fn merge(&mut self, other: &Scored) -> bool {
+        if self.score != other.score {
+            return false;
+        }
+        self.logits.extend_from_slice(&other.logits);
+        self.labels.extend_from_slice(&other.labels);
+        self.log_loss += other.log_loss;
+        self.correct += other.correct;
+        true
+    }
+
+    /// Gives `insert` the mean loss and the accuracy (when there are predictions) and the AUC
+    /// (when defined).
+    fn metrics(&self, insert: &mut impl FnMut(&str, f64)) {
+        let n = self.labels.len();
+        if n > 0 {
+            let loss = match self.score {
+                Score::Logit => "logloss",
+                Score::Margin => "hinge",
+            };
+            insert(loss, self.log_loss / n as f64);
+            insert("accuracy", self.correct as f64 / n as f64);
+        }
+        if let Some(a) = auc(&self.logits, &self.labels) {
+            insert("auc", a);
+        }
+    }
 }
 
 /// What a binary evaluation's scores are, and so which loss it sums.
@@ -126,13 +170,13 @@ impl Evaluation {
 
     fn scored(score: Score) -> Self {
         Self {
-            state: State::Binary {
+            state: State::Binary(Scored {
                 logits: Vec::new(),
                 labels: Vec::new(),
                 log_loss: 0.0,
                 correct: 0,
                 score,
-            },
+            }),
         }
     }
 
@@ -172,15 +216,11 @@ impl Evaluation {
 
     /// `"binary"`, `"margin"`, `"regression"`, `"multiclass"` or `"clustering"`.
     pub fn task(&self) -> &'static str {
-        match self.state {
-            State::Binary {
-                score: Score::Logit,
-                ..
-            } => "binary",
-            State::Binary {
-                score: Score::Margin,
-                ..
-            } => "margin",
+        match &self.state {
+            State::Binary(scored) => match scored.score {
+                Score::Logit => "binary",
+                Score::Margin => "margin",
+            },
             State::Regression { .. } => "regression",
             State::Clustering { .. } => "clustering",
             State::Multiclass { .. } => "multiclass",
@@ -190,7 +230,7 @@ impl Evaluation {
     /// Number of predictions so far.
     pub fn samples(&self) -> u64 {
         match &self.state {
-            State::Binary { labels, .. } => labels.len() as u64,
+            State::Binary(scored) => scored.labels.len() as u64,
             State::Regression { count, .. }
             | State::Clustering { count, .. }
             | State::Multiclass { count, .. } => *count,
@@ -241,18 +281,8 @@ impl Evaluation {
     }
 
     fn push_score(&mut self, score: f64, label: bool, loss: f64) {
-        if let State::Binary {
-            logits,
-            labels,
-            log_loss,
-            correct,
-            ..
-        } = &mut self.state
-        {
-            *log_loss += loss;
-            *correct += u64::from((score > 0.0) == label);
-            logits.push(score);
-            labels.push(label);
+        if let State::Binary(scored) = &mut self.state {
+            scored.push(score, label, loss);
         }
     }
 
@@ -316,28 +346,17 @@ impl Evaluation {
 
     /// Adds the predictions of `other` (e.g. another shard of the test set).
     pub fn merge(&mut self, other: &Evaluation) -> Result<(), EvaluationError> {
+        let mismatch = EvaluationError::Kind {
+            expected: other.task(),
+            got: self.task(),
+        };
         match (&mut self.state, &other.state) {
-            (
-                State::Binary {
-                    logits,
-                    labels,
-                    log_loss,
-                    correct,
-                    score,
-                },
-                State::Binary {
-                    logits: l2,
-                    labels: y2,
-                    log_loss: ll2,
-                    correct: c2,
-                    score: s2,
-                },
-            ) if score == s2 => {
-                logits.extend_from_slice(l2);
-                labels.extend_from_slice(y2);
-                *log_loss += ll2;
-                *correct += c2;
-                Ok(())
+            (State::Binary(scored), State::Binary(more)) => {
+                if scored.merge(more) {
+                    Ok(())
+                } else {
+                    Err(mismatch)
+                }
             }
             (
                 State::Regression {
@@ -380,10 +399,7 @@ impl Evaluation {
                 *count += c2;
                 Ok(())
             }
-            _ => Err(EvaluationError::Kind {
-                expected: other.task(),
-                got: self.task(),
-            }),
+            _ => Err(mismatch),
         }
     }
 
@@ -404,25 +420,7 @@ impl Evaluation {
         };
         insert("samples", n as f64);
         match &self.state {
-            State::Binary {
-                logits,
-                labels,
-                log_loss,
-                correct,
-                score,
-            } => {
-                if n > 0 {
-                    let loss = match score {
-                        Score::Logit => "logloss",
-                        Score::Margin => "hinge",
-                    };
-                    insert(loss, log_loss / n as f64);
-                    insert("accuracy", *correct as f64 / n as f64);
-                }
-                if let Some(a) = auc(logits, labels) {
-                    insert("auc", a);
-                }
-            }
+            State::Binary(scored) => scored.metrics(&mut insert),
             State::Regression {
                 squared_error,
                 count,

@@ -1,6 +1,8 @@
 //! The run record: what a run did, step by step, what it cost and what it reached. Written as
 //! JSON to the run's location (`record.json`) and, on request, to a local file.
 
+use std::fmt;
+
 use mlless_core::Metrics;
 use mlless_cost::{Bill, CostClock, ObjectRequests, PriceTable, RequestBasis, Span, Usage};
 use mlless_io_types::InvocationReport;
@@ -341,6 +343,46 @@ impl RunRecord {
     /// Loss of the last step, if any step ran.
     pub fn final_loss(&self) -> Option<f64> {
         self.steps.last().map(|s| s.loss)
+    }
+
+    /// What the workers exchanged over the run: their steps' traffic summed.
+    pub fn traffic(&self) -> TrafficTotals {
+        let mut totals = TrafficTotals::default();
+        for w in self.steps.iter().flat_map(|s| &s.workers) {
+            totals.bytes_sent += w.bytes_sent;
+            totals.messages_sent += u64::from(w.messages_sent);
+            totals.entries_sent += w.entries_sent;
+            totals.bytes_received += w.bytes_received;
+        }
+        totals
+    }
+}
+
+/// What the workers of a run exchanged, summed over their steps ([`RunRecord::traffic`]).
+/// Displays as the summaries show it: `1.20 MB in 40 messages (3000 entries) · received
+/// 3.60 MB`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficTotals {
+    /// Bytes published.
+    pub bytes_sent: u64,
+    /// Messages published.
+    pub messages_sent: u64,
+    /// Parameter entries sent.
+    pub entries_sent: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+}
+
+impl fmt::Display for TrafficTotals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:.2} MB in {} messages ({} entries) · received {:.2} MB",
+            self.bytes_sent as f64 / 1e6,
+            self.messages_sent,
+            self.entries_sent,
+            self.bytes_received as f64 / 1e6
+        )
     }
 }
 

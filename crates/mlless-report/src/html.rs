@@ -272,17 +272,11 @@ fn summary(out: &mut String, record: &RunRecord) {
         )),
         None => rows.push(("billed cost", "not recorded".into())),
     }
-    let traffic = |f: &dyn Fn(&mlless_job::record::WorkerStep) -> u64| -> u64 {
-        record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
-    };
     rows.push((
         "updates sent",
         format!(
-            "{:.2} MB in {} messages ({} entries); received {:.2} MB; replica spread {:.2e}",
-            traffic(&|w| w.bytes_sent) as f64 / 1e6,
-            traffic(&|w| u64::from(w.messages_sent)),
-            traffic(&|w| w.entries_sent),
-            traffic(&|w| w.bytes_received) as f64 / 1e6,
+            "{} · replica spread {:.2e}",
+            record.traffic(),
             record.replica_spread
         ),
     ));

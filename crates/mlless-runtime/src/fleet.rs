@@ -42,10 +42,7 @@ impl TryFrom<FleetParts> for Fleet {
     type Error = String;
 
     fn try_from(parts: FleetParts) -> Result<Self, String> {
-        let FleetParts {
-            segments,
-            step_slices,
-        } = parts;
+        let segments = &parts.segments;
         match segments.first() {
             None => return Err("a fleet without segments".into()),
             Some(first) if first.from_step != 0 || first.base != 0 => {
@@ -56,7 +53,7 @@ impl TryFrom<FleetParts> for Fleet {
             }
             Some(_) => {}
         }
-        for s in &segments {
+        for s in segments {
             if s.workers.is_empty() || s.workers.windows(2).any(|w| w[1] <= w[0]) || s.share == 0 {
                 return Err(format!(
                     "a fleet segment from step {} with workers {:?} reading {} positions each",
@@ -84,8 +81,8 @@ impl TryFrom<FleetParts> for Fleet {
             }
         }
         Ok(Self {
-            segments,
-            step_slices,
+            segments: parts.segments,
+            step_slices: parts.step_slices,
         })
     }
 }

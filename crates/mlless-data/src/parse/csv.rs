@@ -481,23 +481,22 @@ pub(super) fn finish(
     options: &ParseOptions,
 ) -> Result<(Vec<Parsed>, u32, CsvDialect), ParseError> {
     let (first_ctx, first) = &raws[0];
+    let first_path = first_ctx.path.display();
     for (ctx, raw) in &raws[1..] {
-        if raw.columns != first.columns {
-            return Err(ctx.invalid(format!(
-                "{} columns, but {} has {}",
-                raw.columns,
-                first_ctx.path.display(),
-                first.columns
-            )));
-        }
-        if raw.label != first.label {
-            return Err(ctx.invalid(format!(
-                "the label is column {} (from 0), but in {} it is column {}",
-                raw.label,
-                first_ctx.path.display(),
-                first.label
-            )));
-        }
+        let differs = if raw.columns != first.columns {
+            format!(
+                "{} columns, but {first_path} has {}",
+                raw.columns, first.columns
+            )
+        } else if raw.label != first.label {
+            format!(
+                "the label is column {} (from 0), but in {first_path} it is column {}",
+                raw.label, first.label
+            )
+        } else {
+            continue;
+        };
+        return Err(ctx.invalid(differs));
     }
     let ctx = *first_ctx;
     let columns_features =
