@@ -40,7 +40,7 @@ use crate::metrics::{Evaluation, Task};
 
 pub use accumulator::GradientAccumulator;
 pub(crate) use accumulator::SupportSums;
-pub use error::ModelError;
+pub use error::{ModelError, Result};
 pub(crate) use error::{batch_kind, check_dims};
 pub use factorization::MatrixFactorization;
 pub use kmeans::{KMeans, LloydRun, LloydSums, kmeans_plus_plus, lloyd};
@@ -355,7 +355,7 @@ impl ModelSpec {
 
     /// Checks that the spec describes a trainable model: finite, non-negative hyper-parameters,
     /// at least one feature and one cluster for k-means, and at most [`MAX_PARAMS`] parameters.
-    pub fn validate(&self) -> Result<(), ModelError> {
+    pub fn validate(&self) -> Result<()> {
         let invalid = |reason: String| Err(ModelError::InvalidSpec { reason });
         let n = self.num_params();
         if n > MAX_PARAMS {
@@ -472,10 +472,7 @@ impl ModelSpec {
     /// count-aware prior when its coefficient is positive, for which `counts` are the training
     /// set's (see [`MatrixFactorization::with_prior`]). Errs when the prior needs counts and
     /// there are none, or they do not fit the model.
-    pub fn training_model(
-        &self,
-        counts: Option<Arc<RatingCounts>>,
-    ) -> Result<Box<dyn Model>, ModelError> {
+    pub fn training_model(&self, counts: Option<Arc<RatingCounts>>) -> Result<Box<dyn Model>> {
         match *self {
             ModelSpec::MatrixFactorization {
                 users,
@@ -571,29 +568,20 @@ pub trait Model: Send + Sync {
         _params: &[f32],
         _batch: &Batch,
         _acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
+    ) -> Result<BatchLoss> {
         Err(ModelError::NoGradient { model: self.name() })
     }
 
     /// Adds the model's predictions on `batch` to `eval`.
     ///
     /// Validates the batch as [`gradient`](Self::gradient) does; on error `eval` is unchanged.
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError>;
+    fn evaluate(&self, params: &[f32], batch: &Batch, eval: &mut Evaluation) -> Result<()>;
 
     /// Predicts every row of `rows` (labels ignored) with the same per-sample code as
     /// [`evaluate`](Self::evaluate); `params` has the model's length ([`Predictor::new`]
     /// checks it). Feature indices must be below the model's features and values finite, as
     /// in training. A model that scores no rows (PMF) returns [`ModelError::WrongBatchKind`].
-    fn predict_rows(
-        &self,
-        params: &[f32],
-        rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError>;
+    fn predict_rows(&self, params: &[f32], rows: &SparseBatch) -> Result<Vec<Prediction>>;
 
     /// Predicts the rating of `(user, item)` by model ids, `None` an id the model does not
     /// know (see [`Predictor::predict_rating`]). By default, for a model that predicts no
@@ -603,7 +591,7 @@ pub trait Model: Send + Sync {
         _params: &[f32],
         _user: Option<u32>,
         _item: Option<u32>,
-    ) -> Result<f64, ModelError> {
+    ) -> Result<f64> {
         Err(ModelError::rows_only(self.name()))
     }
 }

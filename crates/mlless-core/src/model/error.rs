@@ -3,6 +3,9 @@
 use super::MAX_PARAMS;
 use crate::batch::Batch;
 
+/// What a model's computations return: their value, or why they could not run.
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;
+
 /// Why a model cannot compute on the given parameters or batch.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
@@ -147,11 +150,7 @@ impl ModelError {
 }
 
 /// Checks the lengths of the parameter vector and the accumulator against the model's.
-pub(crate) fn check_dims(
-    num_params: usize,
-    params: &[f32],
-    acc_dim: Option<usize>,
-) -> Result<(), ModelError> {
+pub(crate) fn check_dims(num_params: usize, params: &[f32], acc_dim: Option<usize>) -> Result<()> {
     if num_params > MAX_PARAMS {
         return Err(ModelError::InvalidSpec {
             reason: format!("{num_params} parameters exceed the maximum of {MAX_PARAMS}"),

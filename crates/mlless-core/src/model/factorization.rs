@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::{
-    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, Result, batch_kind, check_dims,
 };
 use crate::batch::{Batch, RatingBatch, RatingCounts, SparseBatch};
 use crate::metrics::Evaluation;
@@ -61,7 +61,7 @@ impl MatrixFactorization {
     /// parameters does (MAP), where per-example L2 alone shrinks the rare least. `counts` are
     /// the training ratings of each user and item; a count of 0 is taken as 1. Errs when
     /// `prior` is negative or not finite, or `counts` does not have one entry per user and item.
-    pub fn with_prior(mut self, prior: f32, counts: Arc<RatingCounts>) -> Result<Self, ModelError> {
+    pub fn with_prior(mut self, prior: f32, counts: Arc<RatingCounts>) -> Result<Self> {
         if !(prior.is_finite() && prior >= 0.0) {
             return Err(ModelError::InvalidSpec {
                 reason: format!("prior must be finite and >= 0, got {prior}"),
@@ -102,7 +102,7 @@ impl MatrixFactorization {
         params: &[f32],
         user: Option<u32>,
         item: Option<u32>,
-    ) -> Result<f32, ModelError> {
+    ) -> Result<f32> {
         check_dims(self.num_params, params, None)?;
         if let Some(user) = user.filter(|&u| u >= self.users) {
             return Err(ModelError::UserOutOfRange {
@@ -134,7 +134,7 @@ impl MatrixFactorization {
         params: &[f32],
         batch: &'b Batch,
         acc_dim: Option<usize>,
-    ) -> Result<&'b RatingBatch, ModelError> {
+    ) -> Result<&'b RatingBatch> {
         check_dims(self.num_params, params, acc_dim)?;
         let Batch::Ratings(ratings) = batch else {
             return Err(ModelError::WrongBatchKind {
@@ -183,11 +183,7 @@ impl Model for MatrixFactorization {
 
     /// Always [`ModelError::WrongBatchKind`]: the model scores `(user, item)` pairs
     /// ([`predict_rating`](Model::predict_rating)), not rows.
-    fn predict_rows(
-        &self,
-        _params: &[f32],
-        _rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError> {
+    fn predict_rows(&self, _params: &[f32], _rows: &SparseBatch) -> Result<Vec<Prediction>> {
         Err(ModelError::WrongBatchKind {
             model: "pmf",
             expected: "ratings",
@@ -195,12 +191,7 @@ impl Model for MatrixFactorization {
         })
     }
 
-    fn predict_rating(
-        &self,
-        params: &[f32],
-        user: Option<u32>,
-        item: Option<u32>,
-    ) -> Result<f64, ModelError> {
+    fn predict_rating(&self, params: &[f32], user: Option<u32>, item: Option<u32>) -> Result<f64> {
         Ok(f64::from(self.predict_partial(params, user, item)?))
     }
 
@@ -213,7 +204,7 @@ impl Model for MatrixFactorization {
         params: &[f32],
         batch: &Batch,
         acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
+    ) -> Result<BatchLoss> {
         let ratings = self.prepare(params, batch, Some(acc.dim()))?;
         let n = ratings.len();
         if n == 0 {
@@ -256,12 +247,7 @@ impl Model for MatrixFactorization {
         Ok(BatchLoss::new(loss, n as u64))
     }
 
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError> {
+    fn evaluate(&self, params: &[f32], batch: &Batch, eval: &mut Evaluation) -> Result<()> {
         let ratings = self.prepare(params, batch, None)?;
         eval.check_regression()?;
         for (user, item, rating) in ratings.iter() {

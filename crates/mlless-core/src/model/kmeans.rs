@@ -25,7 +25,7 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::linear::{LabelRule, sparse_rows, validate_sparse};
-use super::{Model, ModelError, Prediction, check_dims};
+use super::{Model, ModelError, Prediction, Result, check_dims};
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
 
@@ -46,11 +46,7 @@ impl KMeans {
 }
 
 impl Model for KMeans {
-    fn predict_rows(
-        &self,
-        params: &[f32],
-        rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError> {
+    fn predict_rows(&self, params: &[f32], rows: &SparseBatch) -> Result<Vec<Prediction>> {
         let batch = Batch::Sparse(rows.clone());
         Ok(self
             .assign(params, &batch)?
@@ -72,12 +68,7 @@ impl Model for KMeans {
 
     /// Adds each row's squared distance to its nearest centroid to a
     /// [`clustering`](Evaluation::clustering) evaluation.
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError> {
+    fn evaluate(&self, params: &[f32], batch: &Batch, eval: &mut Evaluation) -> Result<()> {
         let rows = prepare(params, batch, self.k, self.features)?;
         eval.check_task("clustering")?;
         let centroids = Centroids::new(params, self.features);
@@ -93,11 +84,7 @@ impl KMeans {
     /// The nearest centroid of each row of `batch` and the row's squared distance to it (the
     /// lowest index among ties), as [`evaluate`](Model::evaluate) computes them; labels are
     /// ignored.
-    pub(super) fn assign(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-    ) -> Result<Vec<(u32, f64)>, ModelError> {
+    pub(super) fn assign(&self, params: &[f32], batch: &Batch) -> Result<Vec<(u32, f64)>> {
         let rows = prepare(params, batch, self.k, self.features)?;
         let centroids = Centroids::new(params, self.features);
         Ok(rows
@@ -117,7 +104,7 @@ fn prepare<'b>(
     batch: &'b Batch,
     k: u32,
     features: u32,
-) -> Result<&'b SparseBatch, ModelError> {
+) -> Result<&'b SparseBatch> {
     check_dims(k as usize * features as usize, centroids, None)?;
     let rows = sparse_rows("kmeans", batch)?;
     validate_sparse(rows, features, LabelRule::Ignored)?;
@@ -248,7 +235,7 @@ impl LloydSums {
     /// Sparse rows cost O(k · nnz) after an O(k · features) precomputation of the centroids'
     /// norms. The batch is untrusted (as in [`Model::gradient`]; labels are ignored): on error
     /// `self` is unchanged.
-    pub fn add_batch(&mut self, centroids: &[f32], batch: &Batch) -> Result<(), ModelError> {
+    pub fn add_batch(&mut self, centroids: &[f32], batch: &Batch) -> Result<()> {
         let rows = prepare(centroids, batch, self.k, self.features)?;
         let centroids = Centroids::new(centroids, self.features);
         let features = self.features as usize;
@@ -302,7 +289,7 @@ impl LloydSums {
     ///
     /// The vector is untrusted: a wrong length, a non-finite value or a negative count is a
     /// [`ModelError::MalformedLloydSums`].
-    pub fn from_mean_vector(k: u32, features: u32, v: &[f32]) -> Result<Self, ModelError> {
+    pub fn from_mean_vector(k: u32, features: u32, v: &[f32]) -> Result<Self> {
         let malformed = |reason: String| Err(ModelError::MalformedLloydSums { reason });
         let n_sums = k as usize * features as usize;
         let expected = n_sums + k as usize;
@@ -362,12 +349,7 @@ impl LloydSums {
 /// Deterministic for a `seed` and the sample's row order (`StdRng`). When every remaining row
 /// coincides with a chosen centroid, the next one is drawn uniformly. Errors on an invalid
 /// batch, and with [`ModelError::TooFewPoints`] when the sample has fewer than `k` rows.
-pub fn kmeans_plus_plus(
-    sample: &[Batch],
-    k: u32,
-    features: u32,
-    seed: u64,
-) -> Result<Vec<f32>, ModelError> {
+pub fn kmeans_plus_plus(sample: &[Batch], k: u32, features: u32, seed: u64) -> Result<Vec<f32>> {
     let mut rows: Vec<(&[u32], &[f32], f64)> = Vec::new();
     for batch in sample {
         let batch = sparse_rows("kmeans", batch)?;
@@ -453,7 +435,7 @@ pub fn lloyd(
     features: u32,
     max_iterations: usize,
     tolerance: f64,
-) -> Result<LloydRun, ModelError> {
+) -> Result<LloydRun> {
     let mut centroids = init;
     let mut previous: Option<f64> = None;
     let mut iterations = 0;

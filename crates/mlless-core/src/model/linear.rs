@@ -6,7 +6,7 @@
 //! rows the same way but ignores their labels) and the MLP build on the validation.
 
 use super::{
-    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, SupportSums, batch_kind,
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, Result, SupportSums, batch_kind,
     check_dims,
 };
 use crate::batch::{Batch, SparseBatch};
@@ -47,18 +47,13 @@ impl<M: LinearModel> Model for M {
         params: &[f32],
         batch: &Batch,
         acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
+    ) -> Result<BatchLoss> {
         let (features, l2) = self.shape();
         let batch = prepare_linear(M::NAME, features, params, batch, Some(acc.dim()))?;
         Ok(linear_gradient(params, batch, l2, acc, M::loss))
     }
 
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError> {
+    fn evaluate(&self, params: &[f32], batch: &Batch, eval: &mut Evaluation) -> Result<()> {
         let batch = prepare_linear(M::NAME, self.shape().0, params, batch, None)?;
         eval.check_task(M::TASK)?;
         for (z, label) in margins(params, batch) {
@@ -67,11 +62,7 @@ impl<M: LinearModel> Model for M {
         Ok(())
     }
 
-    fn predict_rows(
-        &self,
-        params: &[f32],
-        rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError> {
+    fn predict_rows(&self, params: &[f32], rows: &SparseBatch) -> Result<Vec<Prediction>> {
         validate_sparse(rows, self.shape().0, LabelRule::Ignored)?;
         Ok(margins(params, rows)
             .map(|(z, _)| M::PREDICTION(z))
@@ -125,10 +116,7 @@ impl LabelRule {
 }
 
 /// The rows of `batch`, or [`ModelError::WrongBatchKind`] for `model` when it holds ratings.
-pub(crate) fn sparse_rows<'b>(
-    model: &'static str,
-    batch: &'b Batch,
-) -> Result<&'b SparseBatch, ModelError> {
+pub(crate) fn sparse_rows<'b>(model: &'static str, batch: &'b Batch) -> Result<&'b SparseBatch> {
     match batch {
         Batch::Sparse(rows) => Ok(rows),
         _ => Err(ModelError::WrongBatchKind {
@@ -147,7 +135,7 @@ pub(crate) fn prepare_linear<'b>(
     params: &[f32],
     batch: &'b Batch,
     acc_dim: Option<usize>,
-) -> Result<&'b SparseBatch, ModelError> {
+) -> Result<&'b SparseBatch> {
     check_dims(features as usize + 1, params, acc_dim)?;
     let rows = sparse_rows(model, batch)?;
     validate_sparse(rows, features, LabelRule::Binary)?;
@@ -156,11 +144,7 @@ pub(crate) fn prepare_linear<'b>(
 
 /// Checks the CSR layout, the labels (as `labels` asks), the indices and the values of an
 /// untrusted batch.
-pub(crate) fn validate_sparse(
-    batch: &SparseBatch,
-    features: u32,
-    labels: LabelRule,
-) -> Result<(), ModelError> {
+pub(crate) fn validate_sparse(batch: &SparseBatch, features: u32, labels: LabelRule) -> Result<()> {
     let malformed = |reason: String| Err(ModelError::MalformedBatch { reason });
     let rows = batch.labels.len();
     if batch.values.len() != batch.indices.len() {

@@ -14,9 +14,9 @@
 //! or `X · n_j / n` with `n_j` the rows that hold feature `j`); the solver minimises that mean
 //! form, which has the same minimiser as the sum form, in f64 with L-BFGS from zero.
 
-use super::ModelError;
 use super::linear::prepare_linear;
 use super::logistic::logistic_loss;
+use super::{ModelError, Result};
 use crate::batch::Batch;
 
 /// The L2 term of the reference objective.
@@ -83,11 +83,7 @@ struct Problem {
 }
 
 impl Problem {
-    fn new(
-        batches: &[Batch],
-        features: u32,
-        regularization: LrRegularization,
-    ) -> Result<Self, ModelError> {
+    fn new(batches: &[Batch], features: u32, regularization: LrRegularization) -> Result<Self> {
         let zeros = vec![0.0_f32; features as usize + 1];
         let mut rows = Rows {
             labels: Vec::new(),
@@ -179,7 +175,7 @@ pub fn solve_lr_reference(
     features: u32,
     regularization: LrRegularization,
     options: &LrReferenceOptions,
-) -> Result<LrReference, ModelError> {
+) -> Result<LrReference> {
     if let LrRegularization::InverseC(c) = regularization
         && (c.is_nan() || c <= 0.0)
     {
@@ -291,7 +287,7 @@ pub fn lr_reference_objective(
     features: u32,
     regularization: LrRegularization,
     params: &[f32],
-) -> Result<f64, ModelError> {
+) -> Result<f64> {
     let problem = Problem::new(batches, features, regularization)?;
     let x: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
     if x.len() != problem.dim() {

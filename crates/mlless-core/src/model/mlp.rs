@@ -10,7 +10,7 @@ use rand_distr::StandardNormal;
 
 use super::linear::{LabelRule, validate_sparse};
 use super::{
-    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, batch_kind, check_dims,
+    BatchLoss, GradientAccumulator, Model, ModelError, Prediction, Result, batch_kind, check_dims,
 };
 use crate::batch::{Batch, SparseBatch};
 use crate::metrics::Evaluation;
@@ -199,7 +199,7 @@ impl Mlp {
         params: &[f32],
         batch: &'b Batch,
         acc_dim: Option<usize>,
-    ) -> Result<&'b SparseBatch, ModelError> {
+    ) -> Result<&'b SparseBatch> {
         if let Some(reason) = &self.shape_error {
             return Err(ModelError::InvalidSpec {
                 reason: reason.clone(),
@@ -219,11 +219,7 @@ impl Mlp {
 
     /// The output logits of each row of `batch`, as [`evaluate`](Model::evaluate) computes
     /// them; labels are ignored (they need not be class ids).
-    pub(super) fn logits(
-        &self,
-        params: &[f32],
-        batch: &SparseBatch,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub(super) fn logits(&self, params: &[f32], batch: &SparseBatch) -> Result<Vec<Vec<f32>>> {
         if let Some(reason) = &self.shape_error {
             return Err(ModelError::InvalidSpec {
                 reason: reason.clone(),
@@ -278,11 +274,7 @@ impl Mlp {
 }
 
 impl Model for Mlp {
-    fn predict_rows(
-        &self,
-        params: &[f32],
-        rows: &SparseBatch,
-    ) -> Result<Vec<Prediction>, ModelError> {
+    fn predict_rows(&self, params: &[f32], rows: &SparseBatch) -> Result<Vec<Prediction>> {
         Ok(self
             .logits(params, rows)?
             .into_iter()
@@ -303,7 +295,7 @@ impl Model for Mlp {
         params: &[f32],
         batch: &Batch,
         acc: &mut GradientAccumulator,
-    ) -> Result<BatchLoss, ModelError> {
+    ) -> Result<BatchLoss> {
         let batch = self.prepare(params, batch, Some(acc.dim()))?;
         let rows = batch.rows();
         if rows == 0 {
@@ -412,12 +404,7 @@ impl Model for Mlp {
         Ok(BatchLoss::new(loss, rows as u64))
     }
 
-    fn evaluate(
-        &self,
-        params: &[f32],
-        batch: &Batch,
-        eval: &mut Evaluation,
-    ) -> Result<(), ModelError> {
+    fn evaluate(&self, params: &[f32], batch: &Batch, eval: &mut Evaluation) -> Result<()> {
         let batch = self.prepare(params, batch, None)?;
         eval.check_multiclass()?;
         let mut acts = self.layer_buffers();

@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use super::{Model, ModelError, ModelSpec, check_dims};
+use super::{Model, ModelSpec, Result, check_dims};
 use crate::batch::SparseBatch;
 
 /// What a model predicts for one sample.
@@ -115,7 +115,7 @@ impl fmt::Debug for Predictor<'_> {
 
 impl<'a> Predictor<'a> {
     /// Checks that `spec` is valid and `params` has its number of parameters.
-    pub fn new(spec: &'a ModelSpec, params: &'a [f32]) -> Result<Self, ModelError> {
+    pub fn new(spec: &'a ModelSpec, params: &'a [f32]) -> Result<Self> {
         spec.validate()?;
         check_dims(spec.num_params(), params, None)?;
         Ok(Self {
@@ -132,14 +132,14 @@ impl<'a> Predictor<'a> {
 
     /// Predicts every row of `rows` (LR, SVM, k-means, MLP); labels are ignored. Feature
     /// indices must be below the model's features and values finite, as in training.
-    pub fn predict_rows(&self, rows: &SparseBatch) -> Result<Vec<Prediction>, ModelError> {
+    pub fn predict_rows(&self, rows: &SparseBatch) -> Result<Vec<Prediction>> {
         self.model.predict_rows(self.params, rows)
     }
 
     /// Predicts the rating of `(user, item)` by model ids (PMF); `None` is an id the model
     /// does not know, which contributes neither factors nor a bias: the prediction is the mean
     /// plus the known biases.
-    pub fn predict_rating(&self, user: Option<u32>, item: Option<u32>) -> Result<f64, ModelError> {
+    pub fn predict_rating(&self, user: Option<u32>, item: Option<u32>) -> Result<f64> {
         self.model.predict_rating(self.params, user, item)
     }
 }
@@ -147,6 +147,7 @@ impl<'a> Predictor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ModelError;
     use crate::batch::{Batch, RatingBatch};
     use crate::metrics::Evaluation;
 

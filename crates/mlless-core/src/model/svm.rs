@@ -6,7 +6,7 @@
 //! labels 0/1 taken as `y = −1/+1`.
 
 use super::linear::{LinearModel, margins, prepare_linear};
-use super::{ModelError, Prediction};
+use super::{Prediction, Result};
 use crate::batch::Batch;
 use crate::metrics::{Evaluation, EvaluationError};
 
@@ -60,12 +60,7 @@ impl LinearModel for Svm {
 /// The SVM's training objective over all of `batches` at `params`: the mean hinge loss plus the
 /// mean per-example L2 term `l2/2 · Σ_{j in the row} w_j²`, as [`Svm`]'s gradient minimises.
 /// 0 when there is no sample.
-pub fn svm_objective(
-    batches: &[Batch],
-    features: u32,
-    l2: f32,
-    params: &[f32],
-) -> Result<f64, ModelError> {
+pub fn svm_objective(batches: &[Batch], features: u32, l2: f32, params: &[f32]) -> Result<f64> {
     let (mut sum, mut rows) = (0.0_f64, 0_u64);
     for batch in batches {
         let batch = prepare_linear("svm", features, params, batch, None)?;
@@ -97,7 +92,7 @@ pub fn solve_svm_reference(
     features: u32,
     l2: f32,
     iterations: usize,
-) -> Result<Vec<f32>, ModelError> {
+) -> Result<Vec<f32>> {
     let zeros = vec![0.0_f32; features as usize + 1];
     let mut rows: Vec<Row> = Vec::new();
     // Per-example L2 weighs weight j by the fraction of rows that touch it.
@@ -258,7 +253,7 @@ mod tests {
     use crate::model::testutil::{
         assert_close, dense, finite_difference, spec_gradient, split_rows, synthetic_linear,
     };
-    use crate::model::{BatchLoss, GradientAccumulator, Model, ModelSpec};
+    use crate::model::{BatchLoss, GradientAccumulator, Model, ModelError, ModelSpec};
     use crate::optim::{OptimizerConfig, OptimizerKind, build_optimizer};
 
     /// Rows of `nnz` random features; the label is the sign of `w·x + bias` flipped with

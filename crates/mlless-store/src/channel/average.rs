@@ -15,6 +15,7 @@ use mlless_core::{SparseVector, WireDelta, mean_of};
 use serde::{Deserialize, Serialize};
 
 use super::{Channel, ChannelError, MessageId, StepExchange, WorkerId};
+use crate::channel::Result;
 
 /// One worker's share of a step's mean.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,7 +88,7 @@ pub(crate) async fn average_on_worker<C: Channel + ?Sized>(
     channel: &C,
     exchange: StepExchange<'_>,
     share: Share,
-) -> Result<Averaged, ChannelError> {
+) -> Result<Averaged> {
     let MessageId { topic, step, from } = exchange.own();
     let bad = |worker: WorkerId, reason: String| ChannelError::BadShare {
         endpoint: channel.describe(),

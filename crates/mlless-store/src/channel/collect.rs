@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use tracing::{debug, trace};
 
 use super::{ChannelError, StepMessages, WorkerId};
+use crate::channel::Result;
 
 /// What a collect waits for and how it backs off, for [`collect_with_backoff`].
 pub(crate) struct CollectPlan<'a> {
@@ -74,10 +75,10 @@ impl<'a> CollectPlan<'a> {
 pub(crate) async fn collect_with_backoff<F, Fut>(
     plan: CollectPlan<'_>,
     mut poll: F,
-) -> Result<Vec<Bytes>, ChannelError>
+) -> Result<Vec<Bytes>>
 where
     F: FnMut(Vec<Option<Bytes>>) -> Fut,
-    Fut: Future<Output = Result<(Vec<Option<Bytes>>, bool), ChannelError>>,
+    Fut: Future<Output = Result<(Vec<Option<Bytes>>, bool)>>,
 {
     let (endpoint, timeout) = (plan.endpoint, plan.timeout);
     let StepMessages { topic, step, from } = plan.messages;

@@ -18,7 +18,8 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::collect::{deadline_after, timeout_error};
-use super::{Channel, ChannelError, MessageId, StepMessages, WorkerId};
+use super::{Channel, MessageId, StepMessages, WorkerId};
+use crate::channel::Result;
 
 /// A message's address: topic, step, worker.
 type MessageKey = (String, u64, WorkerId);
@@ -71,7 +72,7 @@ fn key(id: MessageId<'_>) -> MessageKey {
 
 #[async_trait::async_trait]
 impl Channel for InProcessChannel {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         let key = key(id);
         let woken = {
             let mut state = self.state();
@@ -84,11 +85,7 @@ impl Channel for InProcessChannel {
         Ok(())
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         let started = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::from_std(deadline_after(started.into_std(), timeout));
         let mut collected = Vec::with_capacity(messages.from.len());
@@ -129,7 +126,7 @@ impl Channel for InProcessChannel {
         Ok(collected)
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         let state = self.state();
         Ok(messages
             .ids()
@@ -137,7 +134,7 @@ impl Channel for InProcessChannel {
             .collect())
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         let mut state = self.state();
         for id in messages.ids() {
             state.messages.remove(&key(id));
@@ -145,16 +142,16 @@ impl Channel for InProcessChannel {
         Ok(())
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.state().keys.insert(key.to_string(), value);
         Ok(())
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         Ok(self.state().keys.get(key).cloned())
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         let mut state = self.state();
         state.messages.clear();
         state.keys.clear();
@@ -166,7 +163,7 @@ impl Channel for InProcessChannel {
     }
 
     /// Nothing: the map keeps what it was given.
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         Ok(None)
     }
 }

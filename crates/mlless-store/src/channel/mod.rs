@@ -145,6 +145,9 @@ impl<'a> StepExchange<'a> {
     }
 }
 
+/// What a channel's operations return: their value, or the [`ChannelError`] that stopped them.
+pub type Result<T, E = ChannelError> = std::result::Result<T, E>;
+
 /// Errors of a channel; every message names the channel's endpoint (never a secret).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -308,7 +311,7 @@ pub(crate) fn seconds(d: &Duration) -> String {
 /// The URLs of a comma-separated list of servers (Redis shards, parameter servers), or
 /// [`ChannelError::InvalidUrl`] with `form` (the forms expected) when it names none.
 #[cfg(any(feature = "redis", feature = "ps"))]
-pub(crate) fn server_urls<'a>(urls: &'a str, form: &str) -> Result<Vec<&'a str>, ChannelError> {
+pub(crate) fn server_urls<'a>(urls: &'a str, form: &str) -> Result<Vec<&'a str>> {
     let list = crate::parse::url_list(urls);
     if list.is_empty() {
         return Err(ChannelError::InvalidUrl {
@@ -330,7 +333,7 @@ pub(crate) fn check_name(
     name: &str,
     endpoint: impl FnOnce() -> String,
     rule: impl FnOnce(&str) -> Result<(), String>,
-) -> Result<(), ChannelError> {
+) -> Result<()> {
     rule(name).map_err(|reason| ChannelError::InvalidName {
         what,
         name: name.to_string(),
@@ -375,7 +378,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// A cancelled publish may or may not have stored the message; publishing it again stores
     /// it once. On a chunking backend (Memcached, DynamoDB) it may leave chunks that no message
     /// names, which expire with the item TTL (DynamoDB's cleanup deletes them too).
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError>;
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()>;
 
     /// Waits until the `messages` (of `step` on `topic` from every worker in `from`) are present
     /// and returns their payloads in the order of `from`. Never busy-polls without backoff.
@@ -386,11 +389,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ///
     /// Cancel-safe: a collect only reads, so a cancelled one changes nothing on the channel; the
     /// messages it had read are dropped with it and a new collect reads them again.
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError>;
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>>;
 
     /// Publishes `payload` as worker `from`'s message of `step` on `topic`, then collects the
     /// step's messages of `peers` (which may include `from`) within `timeout` (the fields of
@@ -406,7 +405,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         &self,
         exchange: StepExchange<'_>,
         payload: Bytes,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    ) -> Result<Vec<Bytes>> {
         self.publish(exchange.own(), payload).await?;
         self.collect(exchange.peers_messages(), exchange.timeout)
             .await
@@ -433,7 +432,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         &self,
         exchange: StepExchange<'_>,
         share: average::Share,
-    ) -> Result<average::Averaged, ChannelError> {
+    ) -> Result<average::Averaged> {
         average::average_on_worker(self, exchange, share).await
     }
 
@@ -445,7 +444,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// # Cancel safety
     ///
     /// Cancel-safe: a poll only reads.
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError>;
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>>;
 
     /// Deletes the `messages` (of `step` on `topic` from the workers in `from`) once nobody needs
     /// them any more. Messages that are already gone are not an error.
@@ -454,7 +453,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ///
     /// A cancelled discard may have deleted some of the messages and not others; discarding
     /// again deletes the rest.
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError>;
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()>;
 
     /// Sets a key (control messages, progress); the last write wins.
     ///
@@ -462,14 +461,14 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ///
     /// A cancelled put may or may not have set the key (a reader sees the old or the new value,
     /// never a mix).
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError>;
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()>;
 
     /// Reads a key; `None` if it is absent (an empty value is `Some` of an empty payload).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: it only reads.
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError>;
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>>;
 
     /// Removes everything this job wrote to the channel.
     ///
@@ -477,7 +476,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ///
     /// A cancelled cleanup may have removed part of the job's data; running it again removes
     /// the rest (Memcached deletes its index of the job last, so a repeat finds it again).
-    async fn cleanup(&self) -> Result<(), ChannelError>;
+    async fn cleanup(&self) -> Result<()>;
 
     /// Where the channel is, for messages and logs (never a secret).
     fn describe(&self) -> String;
@@ -489,7 +488,7 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     /// # Cancel safety
     ///
     /// Cancel-safe: it only reads.
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError>;
+    async fn explain_missing(&self) -> Result<Option<String>>;
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use super::collect::{CollectPlan, collect_with_backoff};
 use super::local_files;
 use super::wake::DirWatcher;
 use super::{
-    Channel, ChannelError, KEYS_SEGMENT, MessageId, StepMessages, WorkerId, check_name,
-    segment_topic_rule,
+    Channel, KEYS_SEGMENT, MessageId, StepMessages, WorkerId, check_name, segment_topic_rule,
 };
+use crate::channel::Result;
 use crate::requests::{Request, pages};
 use crate::store::{Store, StoreError, check_segment};
 
@@ -64,7 +64,7 @@ const WOKEN_INITIAL_BACKOFF: Duration = Duration::from_millis(2);
 impl ObjectStoreChannel {
     /// A channel for job `job_id` on `store`. The job id must be one valid key segment (no `/`,
     /// not empty, no forbidden character), so that no job's namespace contains another's.
-    pub fn new(store: Store, job_id: &str) -> Result<Self, ChannelError> {
+    pub fn new(store: Store, job_id: &str) -> Result<Self> {
         check_name("job id", job_id, || store.url().to_string(), check_segment)?;
         let max_backoff = if store.kind().is_remote() {
             DEFAULT_MAX_BACKOFF_REMOTE
@@ -123,7 +123,7 @@ impl ObjectStoreChannel {
         self.max_backoff
     }
 
-    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+    fn check_topic(&self, topic: &str) -> Result<()> {
         check_name(
             "topic",
             topic,
@@ -190,7 +190,7 @@ impl ObjectStoreChannel {
         prefix: &str,
         from: &[WorkerId],
         slots: &mut [Option<Bytes>],
-    ) -> Result<bool, ChannelError> {
+    ) -> Result<bool> {
         // GET each missing message directly rather than LIST the step first: one round trip
         // fewer, O(1) on every backend, and on S3 a GET costs a twelfth of a LIST.
         let mut wanted: Vec<WorkerId> = Vec::new();
@@ -225,7 +225,7 @@ impl ObjectStoreChannel {
 
 #[async_trait::async_trait]
 impl Channel for ObjectStoreChannel {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         trace!(channel = %self.job.url(), topic, step, from, len = payload.len(), "publish");
@@ -234,7 +234,7 @@ impl Channel for ObjectStoreChannel {
         Ok(())
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut slots: Vec<Option<Bytes>> = vec![None; from.len()];
@@ -243,11 +243,7 @@ impl Channel for ObjectStoreChannel {
         Ok(slots)
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let prefix = Self::step_prefix(topic, step);
@@ -274,7 +270,7 @@ impl Channel for ObjectStoreChannel {
         .await
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let keys: Vec<String> = from
@@ -298,16 +294,16 @@ impl Channel for ObjectStoreChannel {
         Ok(())
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.put_object(&Self::key_key(key), value).await?;
         Ok(())
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         Ok(self.get_object(&Self::key_key(key)).await?)
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         debug!(channel = %self.job.url(), "cleanup");
         self.job.delete_prefix("").await?;
         if let Some(dir) = &self.local {
@@ -323,7 +319,7 @@ impl Channel for ObjectStoreChannel {
     }
 
     /// Nothing: an object store keeps what it was given.
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         Ok(None)
     }
 }

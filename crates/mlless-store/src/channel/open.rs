@@ -16,6 +16,7 @@ use super::ps::PsChannel;
 use super::redis::RedisChannel;
 use super::retry::{ChannelOptions, RetryingChannel};
 use super::{Channel, ChannelError};
+use crate::channel::Result;
 use crate::parse::BuiltBackend;
 use crate::parse::ChannelScheme;
 use crate::redact::redact_url;
@@ -68,7 +69,7 @@ pub async fn open_channel(
     url: Option<&str>,
     store: &Store,
     job_id: &str,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     open_channel_with(url, store, job_id, ChannelOptions::default()).await
 }
 
@@ -110,7 +111,7 @@ pub async fn open_channel_with(
     store: &Store,
     job_id: &str,
     options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     let scheme = ChannelScheme::parse(url)?;
     let url = url.map(str::trim).unwrap_or_default();
     if let Some(feature) = scheme.required_feature()
@@ -152,7 +153,7 @@ async fn connect_redis(
     url: &str,
     job_id: &str,
     options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     // The decorator retries its commands: the channel does not as well.
     let channel = RedisChannel::connect(url, job_id)
         .await?
@@ -167,7 +168,7 @@ async fn connect_redis(
     url: &str,
     _job_id: &str,
     _options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     Err(not_built(url, "redis"))
 }
 
@@ -176,7 +177,7 @@ async fn connect_memcached(
     url: &str,
     job_id: &str,
     options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     // The decorator retries its exchanges: the channel does not as well.
     let channel = MemcachedChannel::connect(url, job_id)
         .await?
@@ -191,16 +192,12 @@ async fn connect_memcached(
     url: &str,
     _job_id: &str,
     _options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     Err(not_built(url, "memcached"))
 }
 
 #[cfg(feature = "ps")]
-async fn connect_ps(
-    url: &str,
-    job_id: &str,
-    options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+async fn connect_ps(url: &str, job_id: &str, options: ChannelOptions) -> Result<Arc<dyn Channel>> {
     let channel = PsChannel::connect(url, job_id).await?;
     Ok(retrying(channel, options))
 }
@@ -212,7 +209,7 @@ async fn connect_ps(
     url: &str,
     _job_id: &str,
     _options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     Err(not_built(url, "ps"))
 }
 
@@ -222,7 +219,7 @@ async fn connect_dynamodb(
     store: &Store,
     job_id: &str,
     options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     let mut channel = DynamoDbChannel::connect(url, job_id).await?;
     // Its request units count where the run store's requests do.
     if let Some(counter) = store.request_counter() {
@@ -239,7 +236,7 @@ async fn connect_dynamodb(
     _store: &Store,
     _job_id: &str,
     _options: ChannelOptions,
-) -> Result<Arc<dyn Channel>, ChannelError> {
+) -> Result<Arc<dyn Channel>> {
     Err(not_built(url, "dynamodb"))
 }
 

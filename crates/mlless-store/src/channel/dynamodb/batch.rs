@@ -1,15 +1,12 @@
 //! Batched writes, deletes and reads, and what DynamoDB left unprocessed sent again.
 
 use super::*;
+use crate::channel::Result;
 
 impl DynamoDbChannel {
     /// `BatchWriteItem` of `requests` (with their write units), sending again what DynamoDB
     /// leaves unprocessed.
-    pub(super) async fn batch_write(
-        &self,
-        requests: Vec<(Value, u64)>,
-        what: &str,
-    ) -> Result<(), ChannelError> {
+    pub(super) async fn batch_write(&self, requests: Vec<(Value, u64)>, what: &str) -> Result<()> {
         let units: u64 = requests.iter().map(|(_, units)| units).sum();
         let mut pending: Vec<Value> = requests.into_iter().map(|(request, _)| request).collect();
         let mut pause = UNPROCESSED_BACKOFF;
@@ -43,11 +40,7 @@ impl DynamoDbChannel {
 
     /// Deletes the items `sks` (with their sizes, for the write units), `DELETES_PER_WRITE` per
     /// request.
-    pub(super) async fn delete(
-        &self,
-        sks: &[(String, usize)],
-        what: &str,
-    ) -> Result<(), ChannelError> {
+    pub(super) async fn delete(&self, sks: &[(String, usize)], what: &str) -> Result<()> {
         for batch in sks.chunks(DELETES_PER_WRITE) {
             let requests = batch
                 .iter()
@@ -75,10 +68,7 @@ impl DynamoDbChannel {
     }
 
     /// `GetItem` (strongly consistent) of `sk`.
-    pub(super) async fn get_item(
-        &self,
-        sk: &str,
-    ) -> Result<Option<Map<String, Value>>, ChannelError> {
+    pub(super) async fn get_item(&self, sk: &str) -> Result<Option<Map<String, Value>>> {
         let body = json!({
             "TableName": self.table,
             "Key": key(&self.job_id, sk),
@@ -98,7 +88,7 @@ impl DynamoDbChannel {
         &self,
         sks: &[String],
         what: &str,
-    ) -> Result<HashMap<String, Map<String, Value>>, ChannelError> {
+    ) -> Result<HashMap<String, Map<String, Value>>> {
         let mut found = HashMap::new();
         for batch in sks.chunks(KEYS_PER_GET) {
             let mut pending: Vec<Value> = batch.iter().map(|sk| key(&self.job_id, sk)).collect();

@@ -91,6 +91,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tracing::{debug, trace, warn};
 
+use crate::channel::Result;
 use crate::channel::collect::{CollectPlan, collect_with_backoff};
 use crate::channel::{Channel, ChannelError, MessageId, StepMessages, WorkerId, check_name};
 use crate::redact::redact_url;
@@ -186,7 +187,7 @@ impl DynamoDbChannel {
     ///
     /// Cancel-safe apart from table creation: a cancelled open may have created the table
     /// (without its TTL turned on when cancelled before that).
-    pub async fn connect(url: &str, job_id: &str) -> Result<Self, ChannelError> {
+    pub async fn connect(url: &str, job_id: &str) -> Result<Self> {
         let settings = parse_url(url)?;
         let invalid = |reason: String| ChannelError::InvalidUrl {
             url: redact_url(url),
@@ -231,7 +232,7 @@ impl DynamoDbChannel {
 
     /// The channel of another job on the same table, sharing this channel's HTTP client,
     /// settings and request counter (no network traffic).
-    pub fn for_job(&self, job_id: &str) -> Result<Self, ChannelError> {
+    pub fn for_job(&self, job_id: &str) -> Result<Self> {
         check_name(
             "job id",
             job_id,
@@ -306,14 +307,14 @@ impl DynamoDbChannel {
     }
 
     /// Calls `op` about `what` (an item's sort key, for the error).
-    async fn call(&self, op: &str, what: &str, body: &Value) -> Result<Value, ChannelError> {
+    async fn call(&self, op: &str, what: &str, body: &Value) -> Result<Value> {
         self.client
             .call(op, body)
             .await
             .map_err(|e| self.backend(format!("{op} of {what} in job {}", self.job_id), e))
     }
 
-    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+    fn check_topic(&self, topic: &str) -> Result<()> {
         let longest = message_sk(topic, u64::MAX, WorkerId::MAX).len();
         check_name(
             "topic",
@@ -326,7 +327,7 @@ impl DynamoDbChannel {
         )
     }
 
-    fn check_key(&self, key: &str) -> Result<(), ChannelError> {
+    fn check_key(&self, key: &str) -> Result<()> {
         let full = key_sk(key).len();
         check_name(
             "key",
@@ -341,11 +342,7 @@ impl DynamoDbChannel {
 
     /// The head item of `payload` at `sk`: the payload itself if it fits in an item, else a
     /// manifest of chunks, which are written first.
-    async fn head_item(
-        &self,
-        sk: &str,
-        payload: &Bytes,
-    ) -> Result<(Value, Option<Manifest>), ChannelError> {
+    async fn head_item(&self, sk: &str, payload: &Bytes) -> Result<(Value, Option<Manifest>)> {
         let ttl = self.expiry();
         if payload.len() <= CHUNK_SIZE {
             return Ok((value_item(&self.job_id, sk, payload, ttl), None));
@@ -375,7 +372,7 @@ impl DynamoDbChannel {
         &self,
         prefix: Option<&str>,
         start: Option<Value>,
-    ) -> Result<(Vec<Map<String, Value>>, Option<Value>), ChannelError> {
+    ) -> Result<(Vec<Map<String, Value>>, Option<Value>)> {
         let mut body = json!({
             "TableName": self.table,
             "ConsistentRead": true,
@@ -418,7 +415,7 @@ impl DynamoDbChannel {
         step: u64,
         wanted: &[WorkerId],
         all: bool,
-    ) -> Result<Vec<(WorkerId, String, Map<String, Value>)>, ChannelError> {
+    ) -> Result<Vec<(WorkerId, String, Map<String, Value>)>> {
         let prefix = step_prefix(topic, step);
         let mut heads = Vec::new();
         if all {
@@ -458,7 +455,7 @@ impl DynamoDbChannel {
     async fn payloads(
         &self,
         heads: Vec<(WorkerId, String, Map<String, Value>)>,
-    ) -> Result<Vec<(WorkerId, Bytes)>, ChannelError> {
+    ) -> Result<Vec<(WorkerId, Bytes)>> {
         let mut out = Vec::with_capacity(heads.len());
         let mut chunked = Vec::new();
         for (worker, sk, item) in heads {
@@ -508,7 +505,7 @@ impl DynamoDbChannel {
         manifest: &Manifest,
         found: &HashMap<String, Map<String, Value>>,
         sk: &str,
-    ) -> Result<Option<Bytes>, ChannelError> {
+    ) -> Result<Option<Bytes>> {
         let corrupt = |e| self.backend(format!("read of {sk}"), e);
         let mut chunks = Vec::with_capacity(manifest.count as usize);
         for chunk_sk in manifest.chunk_sks() {
@@ -527,7 +524,7 @@ impl DynamoDbChannel {
         step: u64,
         from: &[WorkerId],
         slots: &mut [Option<Bytes>],
-    ) -> Result<bool, ChannelError> {
+    ) -> Result<bool> {
         let mut wanted: Vec<WorkerId> = Vec::new();
         for (&worker, slot) in from.iter().zip(slots.iter()) {
             if slot.is_none() && !wanted.contains(&worker) {
@@ -556,7 +553,7 @@ impl DynamoDbChannel {
 
 #[async_trait::async_trait]
 impl Channel for DynamoDbChannel {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let sk = message_sk(topic, step, from);
@@ -594,11 +591,7 @@ impl Channel for DynamoDbChannel {
         }
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
@@ -610,7 +603,7 @@ impl Channel for DynamoDbChannel {
         .await
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut slots = vec![None; from.len()];
@@ -618,7 +611,7 @@ impl Channel for DynamoDbChannel {
         Ok(slots)
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut sks: Vec<String> = Vec::with_capacity(from.len());
@@ -642,7 +635,7 @@ impl Channel for DynamoDbChannel {
         self.delete(&chunks, "chunks of discarded messages").await
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.check_key(key)?;
         let sk = key_sk(key);
         let (item, manifest) = self.head_item(&sk, &value).await?;
@@ -666,7 +659,7 @@ impl Channel for DynamoDbChannel {
         Ok(())
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         self.check_key(key)?;
         let sk = key_sk(key);
         let mut last_nonce = None;
@@ -698,7 +691,7 @@ impl Channel for DynamoDbChannel {
         ))
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         let mut chunks: Vec<(String, usize)> = Vec::new();
         let mut deleted = 0;
         let mut start = None;
@@ -732,7 +725,7 @@ impl Channel for DynamoDbChannel {
         self.endpoint.clone()
     }
 
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         Ok(None)
     }
 }

@@ -1,10 +1,11 @@
 //! The table: found and checked, or created on request (on-demand billing, TTL on).
 
 use super::*;
+use crate::channel::Result;
 
 impl DynamoDbChannel {
     /// The table exists (or is created, with `create`), is active and has the channel's keys.
-    pub(super) async fn ensure_table(&self, create: bool, url: &str) -> Result<(), ChannelError> {
+    pub(super) async fn ensure_table(&self, create: bool, url: &str) -> Result<()> {
         let invalid = |reason: String| ChannelError::InvalidUrl {
             url: redact_url(url),
             reason,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::channel::ChannelError;
+use crate::channel::Result;
 use crate::redact::redact_url;
 
 /// Default time to live of every item (1 day).
@@ -26,7 +27,7 @@ pub(super) struct Settings {
 /// Parses `dynamodb://TABLE[?create=true|false&ttl=SECONDS&endpoint=URL]`; the table name is
 /// DynamoDB's: 3 to 255 letters, digits, `_`, `-` and `.`; the endpoint an `http://` or
 /// `https://` URL.
-pub(super) fn parse_url(url: &str) -> Result<Settings, ChannelError> {
+pub(super) fn parse_url(url: &str) -> Result<Settings> {
     let invalid = |reason: String| ChannelError::InvalidUrl {
         url: redact_url(url),
         reason,

@@ -10,7 +10,7 @@ use tracing::{debug, trace};
 
 use super::client::{Cmd, MemcachedError, Reply, StoreOp, Value};
 use super::{CLEANUP_BATCH, KEYS_PER_GET, MemcachedChannel};
-use crate::channel::ChannelError;
+use crate::channel::Result;
 
 /// Item flags of a head that holds the payload itself.
 pub(super) const FLAG_INLINE: u32 = 0;
@@ -128,7 +128,7 @@ impl Head {
 
 impl MemcachedChannel {
     /// Writes the chunks of a large payload under a fresh nonce; returns its manifest.
-    pub(super) async fn write_chunks(&self, payload: &Bytes) -> Result<Manifest, ChannelError> {
+    pub(super) async fn write_chunks(&self, payload: &Bytes) -> Result<Manifest> {
         let chunk_size = self.client.chunk_size;
         let nonce = fresh_nonce();
         let count = payload.len().div_ceil(chunk_size);
@@ -178,7 +178,7 @@ impl MemcachedChannel {
     }
 
     /// Runs storage commands in one exchange; every one must be stored.
-    async fn store_all(&self, cmds: Vec<Cmd>) -> Result<(), ChannelError> {
+    async fn store_all(&self, cmds: Vec<Cmd>) -> Result<()> {
         let Some(Cmd::Store { key, .. }) = cmds.first() else {
             return Ok(());
         };
@@ -198,10 +198,7 @@ impl MemcachedChannel {
     }
 
     /// Reads and checks the values of `manifests`; `None` for those with a chunk missing.
-    pub(super) async fn read_chunked(
-        &self,
-        manifests: &[&Manifest],
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    pub(super) async fn read_chunked(&self, manifests: &[&Manifest]) -> Result<Vec<Option<Bytes>>> {
         let keys: Vec<String> = manifests.iter().flat_map(|m| m.chunk_keys(self)).collect();
         let batches: Vec<&[String]> = keys.chunks(CHUNKS_PER_EXCHANGE).collect();
         let fetched: Vec<HashMap<String, Value>> =
@@ -246,10 +243,7 @@ impl MemcachedChannel {
     }
 
     /// Turns heads into payloads (reading chunks where needed); `None` where incomplete.
-    pub(super) async fn resolve(
-        &self,
-        heads: Vec<(String, Value)>,
-    ) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    pub(super) async fn resolve(&self, heads: Vec<(String, Value)>) -> Result<Vec<Option<Bytes>>> {
         let mut out: Vec<Option<Bytes>> = vec![None; heads.len()];
         let mut chunked: Vec<(usize, Manifest)> = Vec::new();
         for (i, (key, value)) in heads.into_iter().enumerate() {
@@ -271,7 +265,7 @@ impl MemcachedChannel {
     }
 
     /// Deletes the given heads and the chunks of those that are chunked, if present.
-    pub(super) async fn delete_heads(&self, heads: &[String]) -> Result<(), ChannelError> {
+    pub(super) async fn delete_heads(&self, heads: &[String]) -> Result<()> {
         let Some(first) = heads.first() else {
             return Ok(());
         };
@@ -303,7 +297,7 @@ impl MemcachedChannel {
     }
 
     /// Deletes every head of `batch` that exists, with its chunks; returns how many.
-    pub(super) async fn delete_existing(&self, batch: &[String]) -> Result<usize, ChannelError> {
+    pub(super) async fn delete_existing(&self, batch: &[String]) -> Result<usize> {
         let found = self.get_many(batch).await?;
         let heads: Vec<String> = found.into_keys().collect();
         self.delete_heads(&heads).await?;

@@ -7,7 +7,8 @@ use tracing::warn;
 
 use super::MemcachedChannel;
 use super::client::{Cmd, Reply, StoreOp, lock};
-use crate::channel::{ChannelError, WorkerId};
+use crate::channel::Result;
+use crate::channel::WorkerId;
 
 /// Smallest range of steps an index line covers.
 pub(super) const INDEX_SPAN: u64 = 64;
@@ -149,7 +150,7 @@ impl MemcachedChannel {
         topic: &str,
         step: u64,
         worker: WorkerId,
-    ) -> Result<(), ChannelError> {
+    ) -> Result<()> {
         let update = lock(&self.index).message_update(topic, step, worker);
         let Some(update) = update else {
             return Ok(());
@@ -160,7 +161,7 @@ impl MemcachedChannel {
     }
 
     /// Records a key in the job's index unless this channel already did.
-    pub(super) async fn index_key_name(&self, key: &str) -> Result<(), ChannelError> {
+    pub(super) async fn index_key_name(&self, key: &str) -> Result<()> {
         if lock(&self.index).keys.contains(key) {
             return Ok(());
         }
@@ -172,7 +173,7 @@ impl MemcachedChannel {
     /// Appends a line to the job's index (creating it if needed) and renews its expiration.
     /// If the server refuses (an index above the item size limit), warns and carries on: the
     /// items still expire, and this channel does not try that line again.
-    async fn append_index(&self, line: &str) -> Result<(), ChannelError> {
+    async fn append_index(&self, line: &str) -> Result<()> {
         let key = self.index_key();
         let data = Bytes::copy_from_slice(line.as_bytes());
         for _ in 0..3 {

@@ -93,6 +93,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tracing::{debug, trace};
 
+use crate::channel::Result;
 use crate::channel::collect::{CollectPlan, collect_with_backoff};
 use crate::channel::retry::RetryPolicy;
 use crate::channel::{Channel, ChannelError, MessageId, StepMessages, WorkerId, check_name};
@@ -183,7 +184,7 @@ impl MemcachedChannel {
     /// # Cancel safety
     ///
     /// Cancel-safe: connecting writes nothing; a cancelled connect drops its connection.
-    pub async fn connect(url: &str, job_id: &str) -> Result<Self, ChannelError> {
+    pub async fn connect(url: &str, job_id: &str) -> Result<Self> {
         let settings = parse_url(url)?;
         let endpoint = format!("memcached://{}", settings.authority);
         check_job_id(job_id, &endpoint)?;
@@ -270,7 +271,7 @@ impl MemcachedChannel {
 
     /// The channel of another job on the same server, sharing this channel's connections and
     /// settings (no network traffic).
-    pub fn for_job(&self, job_id: &str) -> Result<Self, ChannelError> {
+    pub fn for_job(&self, job_id: &str) -> Result<Self> {
         check_job_id(job_id, &self.client.endpoint)?;
         Ok(Self {
             client: Arc::clone(&self.client),
@@ -352,7 +353,7 @@ impl MemcachedChannel {
         format!("{}:index", self.prefix())
     }
 
-    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+    fn check_topic(&self, topic: &str) -> Result<()> {
         let longest = self.message_key(topic, u64::MAX, WorkerId::MAX).len();
         check_name(
             "topic",
@@ -362,7 +363,7 @@ impl MemcachedChannel {
         )
     }
 
-    fn check_key(&self, key: &str) -> Result<(), ChannelError> {
+    fn check_key(&self, key: &str) -> Result<()> {
         let full = self.key_key(key).len();
         check_name(
             "key",
@@ -378,7 +379,7 @@ impl MemcachedChannel {
     }
 
     /// One exchange; errors name `what` (an item key).
-    async fn exchange(&self, what: &str, cmds: &[Cmd]) -> Result<Vec<Reply>, ChannelError> {
+    async fn exchange(&self, what: &str, cmds: &[Cmd]) -> Result<Vec<Reply>> {
         self.client
             .exchange(cmds, self.retry.retries())
             .await
@@ -386,7 +387,7 @@ impl MemcachedChannel {
     }
 
     /// Multi-gets `keys` (in as many `get` commands as needed, one exchange).
-    async fn get_many(&self, keys: &[String]) -> Result<HashMap<String, Value>, ChannelError> {
+    async fn get_many(&self, keys: &[String]) -> Result<HashMap<String, Value>> {
         let mut found = HashMap::new();
         if keys.is_empty() {
             return Ok(found);
@@ -407,7 +408,7 @@ impl MemcachedChannel {
     }
 
     /// Deletes `keys` in one exchange; absent keys are fine.
-    async fn delete_many(&self, keys: &[String]) -> Result<(), ChannelError> {
+    async fn delete_many(&self, keys: &[String]) -> Result<()> {
         let Some(first) = keys.first() else {
             return Ok(());
         };
@@ -430,11 +431,7 @@ impl MemcachedChannel {
 
     /// One poll of a collect: fetches the heads of the missing workers and the chunks of the
     /// chunked ones. Returns whether it found any.
-    async fn poll_step(
-        &self,
-        keys: &[String],
-        slots: &mut [Option<Bytes>],
-    ) -> Result<bool, ChannelError> {
+    async fn poll_step(&self, keys: &[String], slots: &mut [Option<Bytes>]) -> Result<bool> {
         let mut wanted: Vec<String> = Vec::new();
         for (key, slot) in keys.iter().zip(slots.iter()) {
             if slot.is_none() && !wanted.contains(key) {
@@ -466,7 +463,7 @@ impl MemcachedChannel {
 
 #[async_trait::async_trait]
 impl Channel for MemcachedChannel {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let key = self.message_key(topic, step, from);
@@ -519,7 +516,7 @@ impl Channel for MemcachedChannel {
         }
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         self.check_topic(messages.topic)?;
         let keys = self.message_keys(messages);
         let mut slots: Vec<Option<Bytes>> = vec![None; keys.len()];
@@ -527,11 +524,7 @@ impl Channel for MemcachedChannel {
         Ok(slots)
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         self.check_topic(messages.topic)?;
         let keys = self.message_keys(messages);
         let backoff = (INITIAL_BACKOFF, self.max_backoff);
@@ -547,7 +540,7 @@ impl Channel for MemcachedChannel {
         .await
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let mut keys: Vec<String> = Vec::with_capacity(from.len());
@@ -560,7 +553,7 @@ impl Channel for MemcachedChannel {
         self.delete_heads(&keys).await
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.check_key(key)?;
         let item = self.key_key(key);
         self.index_key_name(key).await?;
@@ -606,7 +599,7 @@ impl Channel for MemcachedChannel {
         Ok(())
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         self.check_key(key)?;
         let item = self.key_key(key);
         let mut last_nonce = None;
@@ -641,7 +634,7 @@ impl Channel for MemcachedChannel {
         ))
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         let index_key = self.index_key();
         let index = self.get_many(std::slice::from_ref(&index_key)).await?;
         let Some(index) = index.get(&index_key) else {
@@ -691,7 +684,7 @@ impl Channel for MemcachedChannel {
 
     /// The items the server evicted since this channel connected, if any: a full Memcached
     /// drops the least recently used items, a job's messages among them.
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         let replies = self.exchange("stats", &[Cmd::Stats]).await?;
         let Some(Reply::Stats(counters)) = replies.first() else {
             return Ok(None);
@@ -728,7 +721,7 @@ fn backend_error(endpoint: &str, key: &str, err: MemcachedError) -> ChannelError
     }
 }
 
-fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
+fn check_job_id(job_id: &str, endpoint: &str) -> Result<()> {
     check_name(
         "job id",
         job_id,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::channel::ChannelError;
+use crate::channel::Result;
 use crate::redact::{redact_url, scrub, url_secrets};
 
 /// Longest relative expiration Memcached accepts (30 days); longer ones are Unix times.
@@ -32,7 +33,7 @@ pub(super) fn ttl_secs(secs: u64) -> u32 {
     u32::try_from(secs.clamp(1, MAX_TTL_SECS)).unwrap_or(u32::MAX)
 }
 
-pub(super) fn parse_url(url: &str) -> Result<Settings, ChannelError> {
+pub(super) fn parse_url(url: &str) -> Result<Settings> {
     let invalid = |reason: String| ChannelError::InvalidUrl {
         url: redact_url(url),
         reason: scrub(&reason, &url_secrets(url)),

@@ -11,6 +11,7 @@ use tracing::{debug, trace};
 
 use super::wire::{self, Request, Response, WireError};
 use crate::channel::ChannelError;
+use crate::channel::Result;
 use crate::redact::redact_url;
 
 /// Bound on connecting (and the hello).
@@ -99,7 +100,7 @@ impl Server {
         authority: &str,
         secret: &str,
         job: &str,
-    ) -> Result<Server, ChannelError> {
+    ) -> Result<Server> {
         let invalid = |reason: String| ChannelError::InvalidUrl {
             url: redact_url(url),
             reason,

@@ -46,6 +46,7 @@ use futures::future::{join_all, try_join_all};
 
 use mlless_core::{SparseVector, WireDelta};
 
+use crate::channel::Result;
 use crate::channel::average::{Averaged, Share, encode_share, share_header};
 use crate::channel::collect::timeout_error;
 use crate::channel::{
@@ -80,7 +81,7 @@ pub struct PsChannel {
 const FORM: &str = "expected ps://:SECRET@host[:port], or a comma-separated list of them";
 
 /// `(authority, secret)` of one `ps://:SECRET@host[:port]` URL.
-fn parse_one(url: &str) -> Result<(String, String), ChannelError> {
+fn parse_one(url: &str) -> Result<(String, String)> {
     let invalid = |reason: String| ChannelError::InvalidUrl {
         url: redact_url(url),
         reason,
@@ -149,7 +150,7 @@ impl PsChannel {
     /// # Cancel safety
     ///
     /// Cancel-safe: connecting writes nothing.
-    pub async fn connect(urls: &str, job_id: &str) -> Result<PsChannel, ChannelError> {
+    pub async fn connect(urls: &str, job_id: &str) -> Result<PsChannel> {
         let list = crate::channel::server_urls(urls, FORM)?;
         let describe = list
             .iter()
@@ -184,7 +185,7 @@ impl PsChannel {
     }
 
     /// The same servers for another job, without connecting again (the boot ids seen stay).
-    pub fn for_job(&self, job_id: &str) -> Result<PsChannel, ChannelError> {
+    pub fn for_job(&self, job_id: &str) -> Result<PsChannel> {
         check_name(
             "job id",
             job_id,
@@ -215,7 +216,7 @@ impl PsChannel {
         &self.servers[index]
     }
 
-    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+    fn check_topic(&self, topic: &str) -> Result<()> {
         check_name(
             "topic",
             topic,
@@ -224,7 +225,7 @@ impl PsChannel {
         )
     }
 
-    fn check_key(&self, key: &str) -> Result<(), ChannelError> {
+    fn check_key(&self, key: &str) -> Result<()> {
         check_name(
             "key",
             key,
@@ -259,7 +260,7 @@ impl PsChannel {
         wait: Duration,
         request: impl Fn(Vec<WorkerId>) -> Request,
         items: impl Fn(Response) -> Result<Vec<T>, Response>,
-    ) -> Result<Vec<Option<T>>, ChannelError> {
+    ) -> Result<Vec<Option<T>>> {
         let groups = self.by_server(topic, step, from);
         let calls = groups
             .iter()
@@ -300,7 +301,7 @@ enum Collected {
 
 #[async_trait::async_trait]
 impl Channel for PsChannel {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let server = &self.servers[self.server_of_message(topic, step, from)];
@@ -323,11 +324,7 @@ impl Channel for PsChannel {
         })
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
@@ -386,7 +383,7 @@ impl Channel for PsChannel {
         &self,
         exchange: StepExchange<'_>,
         share: Share,
-    ) -> Result<Averaged, ChannelError> {
+    ) -> Result<Averaged> {
         let MessageId { topic, step, from } = exchange.own();
         let (peers, timeout) = (exchange.peers, exchange.timeout);
         self.check_topic(topic)?;
@@ -498,7 +495,7 @@ impl Channel for PsChannel {
         })
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let polled = self
@@ -520,7 +517,7 @@ impl Channel for PsChannel {
         Ok(polled.into_iter().map(Option::flatten).collect())
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         self.fan_out(
@@ -541,7 +538,7 @@ impl Channel for PsChannel {
         Ok(())
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.check_key(key)?;
         let server = self.server_of_key(key);
         let request = Request::PutKey {
@@ -556,7 +553,7 @@ impl Channel for PsChannel {
         .map_err(|e| server.error(format!("put of key {key:?}"), e))
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         self.check_key(key)?;
         let server = self.server_of_key(key);
         let request = Request::GetKey {
@@ -570,7 +567,7 @@ impl Channel for PsChannel {
         .map_err(|e| server.error(format!("get of key {key:?}"), e))
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         let calls = self.servers.iter().map(|server| async move {
             match server.call(&Request::Cleanup, Duration::ZERO).await {
                 Ok(Response::Done) => Ok(()),
@@ -588,7 +585,7 @@ impl Channel for PsChannel {
 
     /// Nothing: a server keeps what it was given, and one that lost it (restarted) is an error
     /// of its own.
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         Ok(None)
     }
 }

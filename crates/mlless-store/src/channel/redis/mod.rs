@@ -62,6 +62,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Script, Value};
 use tracing::{debug, trace};
 
+use crate::channel::Result;
 use crate::channel::retry::RetryPolicy;
 use crate::channel::{
     Channel, ChannelError, KEYS_SEGMENT, MessageId, StepExchange, StepMessages, WorkerId,
@@ -189,7 +190,7 @@ impl RedisChannel {
     /// # Cancel safety
     ///
     /// Cancel-safe: connecting writes nothing; a cancelled connect drops its connections.
-    pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel, ChannelError> {
+    pub async fn connect(urls: &str, job_id: &str) -> Result<RedisChannel> {
         let list = server_urls(
             urls,
             "no Redis URL given (expected redis://host:port, or a comma-separated list of one \
@@ -232,7 +233,7 @@ impl RedisChannel {
     /// A job id is one path segment (not empty, no `/`, no control or glob character — the
     /// rules of an object-store key segment) and contains no `:`, so that no job's keys are a
     /// prefix of another's.
-    pub fn for_job(&self, job_id: &str) -> Result<RedisChannel, ChannelError> {
+    pub fn for_job(&self, job_id: &str) -> Result<RedisChannel> {
         check_job_id(job_id, &self.shared.describe)?;
         Ok(Self::with_shared(Arc::clone(&self.shared), job_id)
             .with_ttl(self.ttl)
@@ -297,7 +298,7 @@ impl RedisChannel {
         &self.shared.shards[index]
     }
 
-    fn check_topic(&self, topic: &str) -> Result<(), ChannelError> {
+    fn check_topic(&self, topic: &str) -> Result<()> {
         check_name(
             "topic",
             topic,
@@ -306,7 +307,7 @@ impl RedisChannel {
         )
     }
 
-    fn check_key(&self, key: &str) -> Result<(), ChannelError> {
+    fn check_key(&self, key: &str) -> Result<()> {
         check_name(
             "key",
             key,
@@ -352,7 +353,7 @@ impl RedisChannel {
         from: &[WorkerId],
         deadline: Instant,
         mut read: Option<(usize, StreamRead)>,
-    ) -> Result<HashMap<WorkerId, Bytes>, ChannelError> {
+    ) -> Result<HashMap<WorkerId, Bytes>> {
         let groups = self.by_shard(from);
         let reads = groups.iter().map(|(index, wanted)| {
             let start = match read.take_if(|(shard, _)| shard == index) {
@@ -378,7 +379,7 @@ impl RedisChannel {
         wanted: &[WorkerId],
         deadline: Instant,
         start: StreamRead,
-    ) -> Result<HashMap<WorkerId, Bytes>, ChannelError> {
+    ) -> Result<HashMap<WorkerId, Bytes>> {
         let shard = self.shard(index);
         let StreamRead {
             mut found,
@@ -483,7 +484,7 @@ impl RedisChannel {
         step: u64,
         from: WorkerId,
         payload: &Bytes,
-    ) -> Result<T, ChannelError> {
+    ) -> Result<T> {
         let stream = self.stream_key(topic, step);
         let index = self.index_key(topic, step);
         let ttl = self.ttl.as_secs();
@@ -510,7 +511,7 @@ impl RedisChannel {
         messages: StepMessages<'_>,
         found: &HashMap<WorkerId, Bytes>,
         start: Instant,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    ) -> Result<Vec<Bytes>> {
         let StepMessages { topic, step, from } = messages;
         let out: Option<Vec<Bytes>> = from.iter().map(|w| found.get(w).cloned()).collect();
         if let Some(out) = out {
@@ -527,7 +528,7 @@ impl RedisChannel {
     }
 }
 
-fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
+fn check_job_id(job_id: &str, endpoint: &str) -> Result<()> {
     check_name(
         "job id",
         job_id,
@@ -543,7 +544,7 @@ fn check_job_id(job_id: &str, endpoint: &str) -> Result<(), ChannelError> {
 
 #[async_trait::async_trait]
 impl Channel for RedisChannel {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         let MessageId { topic, step, from } = id;
         self.check_topic(topic)?;
         let shard = self.shard(self.shard_of(from));
@@ -555,7 +556,7 @@ impl Channel for RedisChannel {
         Ok(())
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
@@ -567,11 +568,7 @@ impl Channel for RedisChannel {
         Ok(from.iter().map(|w| found.get(w).cloned()).collect())
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         if from.is_empty() {
@@ -588,7 +585,7 @@ impl Channel for RedisChannel {
         &self,
         exchange: StepExchange<'_>,
         payload: Bytes,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    ) -> Result<Vec<Bytes>> {
         let MessageId { topic, step, from } = exchange.own();
         self.check_topic(topic)?;
         let start = Instant::now();
@@ -611,7 +608,7 @@ impl Channel for RedisChannel {
         self.collected(exchange.peers_messages(), &found, start)
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         let StepMessages { topic, step, from } = messages;
         self.check_topic(topic)?;
         let stream = self.stream_key(topic, step);
@@ -641,7 +638,7 @@ impl Channel for RedisChannel {
         Ok(())
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.check_key(key)?;
         let shard = self.shard(0);
         let redis_key = self.key_key(key);
@@ -661,7 +658,7 @@ impl Channel for RedisChannel {
             .map_err(|e| self.backend_error(shard, "put_key (SET)", &redis_key, e))
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         self.check_key(key)?;
         let shard = self.shard(0);
         let redis_key = self.key_key(key);
@@ -677,7 +674,7 @@ impl Channel for RedisChannel {
             .map_err(|e| self.backend_error(shard, "get_key (GET)", &redis_key, e))
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         debug!(channel = %self.describe(), job = %self.job_id, "cleanup");
         let pattern = format!("{}*", self.prefix);
         let cleanups = self.shared.shards.iter().map(|shard| {
@@ -732,7 +729,7 @@ impl Channel for RedisChannel {
 
     /// Nothing: a restart without persistence loses everything, and the supervisor's
     /// replacements replay what was lost.
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         Ok(None)
     }
 }

@@ -10,6 +10,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, ServerErrorKin
 use tracing::{debug, trace};
 
 use crate::channel::ChannelError;
+use crate::channel::Result;
 use crate::channel::retry::{self, RetryPolicy, Transient};
 use crate::redact::{redact_url, scrub, url_secrets};
 
@@ -38,7 +39,7 @@ pub(super) struct Shard {
 impl Shard {
     /// Connects to one server and checks that it answers `PING` (which also tells whether it
     /// wants a password the URL lacks), all within [`CONNECT_TIMEOUT`].
-    pub(super) async fn connect(url: &str) -> Result<Shard, ChannelError> {
+    pub(super) async fn connect(url: &str) -> Result<Shard> {
         let address = redact_url(url);
         let secrets = url_secrets(url);
         let fail = |reason: String| ChannelError::InvalidUrl {

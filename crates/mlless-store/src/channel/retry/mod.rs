@@ -101,6 +101,7 @@ use tracing::{debug, info, warn};
 
 use super::average::{Averaged, Share};
 use super::{Channel, ChannelError, MessageId, StepExchange, StepMessages};
+use crate::channel::Result;
 
 mod policy;
 pub use policy::{
@@ -216,10 +217,10 @@ impl<C: Channel> RetryingChannel<C> {
         operation: &str,
         timeout: Duration,
         mut attempt: F,
-    ) -> Result<T, ChannelError>
+    ) -> Result<T>
     where
         F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = Result<T, ChannelError>>,
+        Fut: Future<Output = Result<T>>,
     {
         // `None`: a timeout too large to add to now, which never runs out.
         let deadline = Instant::now().checked_add(timeout);
@@ -234,10 +235,10 @@ impl<C: Channel> RetryingChannel<C> {
 
     /// Runs `attempt` under the grace's [`RetryPolicy`] until it succeeds, fails with an error
     /// that is not transient, or has kept failing for the grace.
-    async fn run<T, F, Fut>(&self, operation: &str, attempt: F) -> Result<T, ChannelError>
+    async fn run<T, F, Fut>(&self, operation: &str, attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ChannelError>>,
+        Fut: Future<Output = Result<T>>,
     {
         let outcome = policy::run(&self.policy, attempt, |error, attempts, pause| {
             if attempts > 1 {
@@ -336,16 +337,12 @@ impl<C: Channel> RetryingChannel<C> {
 
 #[async_trait::async_trait]
 impl<C: Channel> Channel for RetryingChannel<C> {
-    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<(), ChannelError> {
+    async fn publish(&self, id: MessageId<'_>, payload: Bytes) -> Result<()> {
         self.run("publish", || self.inner.publish(id, payload.clone()))
             .await
     }
 
-    async fn collect(
-        &self,
-        messages: StepMessages<'_>,
-        timeout: Duration,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    async fn collect(&self, messages: StepMessages<'_>, timeout: Duration) -> Result<Vec<Bytes>> {
         self.run_within("collect", timeout, |remaining| {
             self.inner.collect(messages, remaining)
         })
@@ -356,7 +353,7 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         &self,
         exchange: StepExchange<'_>,
         payload: Bytes,
-    ) -> Result<Vec<Bytes>, ChannelError> {
+    ) -> Result<Vec<Bytes>> {
         // As `collect`; a repeated publish stores nothing.
         self.run_within("publish_and_collect", exchange.timeout, |timeout| {
             self.inner
@@ -369,7 +366,7 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         &self,
         exchange: StepExchange<'_>,
         share: Share,
-    ) -> Result<Averaged, ChannelError> {
+    ) -> Result<Averaged> {
         // As `collect`; a repeated share is stored once.
         self.run_within("publish_and_average", exchange.timeout, |timeout| {
             self.inner
@@ -378,24 +375,24 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         .await
     }
 
-    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>, ChannelError> {
+    async fn poll(&self, messages: StepMessages<'_>) -> Result<Vec<Option<Bytes>>> {
         self.run("poll", || self.inner.poll(messages)).await
     }
 
-    async fn discard(&self, messages: StepMessages<'_>) -> Result<(), ChannelError> {
+    async fn discard(&self, messages: StepMessages<'_>) -> Result<()> {
         self.run("discard", || self.inner.discard(messages)).await
     }
 
-    async fn put_key(&self, key: &str, value: Bytes) -> Result<(), ChannelError> {
+    async fn put_key(&self, key: &str, value: Bytes) -> Result<()> {
         self.run("put_key", || self.inner.put_key(key, value.clone()))
             .await
     }
 
-    async fn get_key(&self, key: &str) -> Result<Option<Bytes>, ChannelError> {
+    async fn get_key(&self, key: &str) -> Result<Option<Bytes>> {
         self.run("get_key", || self.inner.get_key(key)).await
     }
 
-    async fn cleanup(&self) -> Result<(), ChannelError> {
+    async fn cleanup(&self) -> Result<()> {
         self.run("cleanup", || self.inner.cleanup()).await
     }
 
@@ -403,7 +400,7 @@ impl<C: Channel> Channel for RetryingChannel<C> {
         self.inner.describe()
     }
 
-    async fn explain_missing(&self) -> Result<Option<String>, ChannelError> {
+    async fn explain_missing(&self) -> Result<Option<String>> {
         self.inner.explain_missing().await
     }
 }
