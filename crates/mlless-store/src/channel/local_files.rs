@@ -91,20 +91,6 @@ pub(crate) fn remove(paths: &[PathBuf], top: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes `dir` and the directories below it if they hold no file, bottom up; a directory
-/// that holds one stays, with its parents.
-pub(crate) fn remove_empty_tree(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                remove_empty_tree(&entry.path());
-            }
-        }
-    }
-    // Fails, as it should, if something is left in it.
-    let _ = std::fs::remove_dir(dir);
-}
-
 /// A failure of a message file, as the store reports its own.
 pub(crate) fn store_error(location: String, error: io::Error) -> StoreError {
     StoreError::Backend {
@@ -142,11 +128,15 @@ mod tests {
         let kept = job.join("keys").join("stop");
         std::fs::create_dir_all(job.join("stats").join("000033")).expect("mkdir");
         write(&kept, b"s").expect("write");
-        remove_empty_tree(&job);
+        crate::store::remove_local_leftovers(&job);
         assert!(!job.join("stats").exists(), "empty directories removed");
         assert!(kept.is_file(), "a file and its directories stay");
         std::fs::remove_file(&kept).expect("remove");
-        remove_empty_tree(&job);
+        // The staging file of a writer killed before its rename goes too.
+        let staged = job.join("updates").join("000034");
+        std::fs::create_dir_all(&staged).expect("mkdir");
+        std::fs::write(staged.join("00001#4242000000000007"), b"half").expect("staged");
+        crate::store::remove_local_leftovers(&job);
         assert!(!job.exists());
     }
 }

@@ -308,8 +308,9 @@ impl Channel for ObjectStoreChannel {
         self.job.delete_prefix("").await?;
         if let Some(dir) = &self.local {
             // The directories a collect made to watch and could not remove (its function was
-            // stopped while it waited) hold no file, and go too.
-            local_files::remove_empty_tree(dir);
+            // stopped while it waited) hold no file, and go too, as does the staging file of a
+            // message whose writer was killed before it renamed it.
+            crate::store::remove_local_leftovers(dir);
         }
         Ok(())
     }

@@ -27,10 +27,11 @@ pub(super) fn percent_decode(s: &str) -> Result<String, String> {
 }
 
 /// Removes what deleting a local store's objects under `dir` leaves behind, bottom up: the
-/// staged file of each upload that a killed process abandoned (the local backend writes an
-/// object to `name#N` and renames it when complete, and lists no such file, so no delete
-/// reaches it) and then every directory left empty, `dir` included. Never removes any other
-/// file: a directory holding one stays.
+/// staged file of each upload that a killed process abandoned (the local backend, and the
+/// local channel's message files, write to `name#N` and rename it when complete; no listing
+/// shows such a file, so no delete reaches it) and then every directory left empty, `dir`
+/// included. Never removes any other file: a directory holding one stays. For when nothing
+/// writes there any more: an upload still under way would lose its staged file.
 pub fn remove_local_leftovers(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
