@@ -308,13 +308,10 @@ impl RunTable {
             });
         }
         row("bytes sent (MB)", &|r| {
-            format!("{:.2}", traffic(&r.record, |w| w.bytes_sent) as f64 / 1e6)
+            format!("{:.2}", r.record.traffic().bytes_sent as f64 / 1e6)
         });
         row("bytes received (MB)", &|r| {
-            format!(
-                "{:.2}",
-                traffic(&r.record, |w| w.bytes_received) as f64 / 1e6
-            )
+            format!("{:.2}", r.record.traffic().bytes_received as f64 / 1e6)
         });
         row("invocations", &|r| r.record.invocations.len().to_string());
         row("hand-offs at the lifetime limit", &|r| {
@@ -379,11 +376,6 @@ fn reached<'a>(run: &'a Run, target: &str) -> Option<&'a mlless_job::record::Eva
         .iter()
         .find(|t| t.target.to_string() == target)?;
     validation.reached(t)
-}
-
-/// Σ of `f` over every worker of every step.
-fn traffic(record: &RunRecord, f: impl Fn(&mlless_job::record::WorkerStep) -> u64) -> u64 {
-    record.steps.iter().flat_map(|s| &s.workers).map(f).sum()
 }
 
 /// Invocations whose name passes `f`.
